@@ -1,0 +1,83 @@
+"""Generation backends behind one small interface, chosen by name from a plain dict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from benchd.models import LoadedModel
+    from benchd.spec import RunSpec
+
+
+@dataclass(slots=True, frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+
+
+class TokenSink(Protocol):
+    """Receives a request's events, on the engine's thread: keep these cheap (they are the hot path)."""
+
+    def admitted(self, request_id: str, t: float) -> None: ...
+
+    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None: ...
+
+    def finished(self, request_id: str, t: float, error: str | None = None) -> None: ...
+
+
+@dataclass(slots=True, frozen=True)
+class EngineLoad:
+    running: int
+    waiting: int
+    kv_blocks_used: int | None = None
+    kv_blocks_total: int | None = None
+
+    @property
+    def kv_occupancy(self) -> float | None:
+        if not self.kv_blocks_total or self.kv_blocks_used is None:
+            return None
+        return self.kv_blocks_used / self.kv_blocks_total
+
+
+class Engine(Protocol):
+    name: str
+
+    def start(self) -> None:
+        """Allocate caches, warm up (CUDA graphs), start threads. Not timed as part of any run."""
+
+    def submit(self, request: GenerationRequest, sink: TokenSink) -> None:
+        """Thread-safe and non-blocking; every submitted request ends with exactly one sink.finished."""
+
+    def cancel(self, request_id: str) -> None: ...
+
+    def load(self) -> EngineLoad: ...
+
+    def settings(self) -> dict[str, Any]:
+        """The resolved configuration, stored with the run."""
+
+    def stop(self) -> None: ...
+
+
+def _transformers(loaded: LoadedModel, spec: RunSpec) -> Engine:
+    from benchd.engines.transformers_cb import TransformersEngine
+
+    return TransformersEngine(loaded, spec.transformers, spec.workload)
+
+
+def _static(loaded: LoadedModel, spec: RunSpec) -> Engine:
+    from benchd.engines.static import StaticEngine
+
+    return StaticEngine(loaded, spec.static, spec.workload)
+
+
+ENGINES: dict[str, Callable[[LoadedModel, RunSpec], Engine]] = {
+    "transformers": _transformers,
+    "static": _static,
+}
+
+
+def create_engine(loaded: LoadedModel, spec: RunSpec) -> Engine:
+    return ENGINES[spec.engine](loaded, spec)

@@ -1,0 +1,167 @@
+"""Static batching: model.generate() over fixed batches of waiting requests, the baseline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from benchd.engines import EngineLoad, GenerationRequest, TokenSink
+from benchd.models import LoadedModel, greedy_config
+from benchd.spec import StaticOptions, Workload
+
+
+class _Slot:
+    __slots__ = ("request", "sink", "produced", "done")
+
+    def __init__(self, request: GenerationRequest, sink: TokenSink) -> None:
+        self.request, self.sink = request, sink
+        self.produced = 0
+        self.done = False
+
+
+class _StampingStreamer(BaseStreamer):
+    """generate() calls put() once with the prompt, then once per step with that step's tokens (batch,)."""
+
+    def __init__(self, slots: list[_Slot], eos_ids: frozenset[int]) -> None:
+        self.slots = slots
+        self.eos_ids = eos_ids
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        t = time.perf_counter()  # put() receives tokens already on the host: the step has completed
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        for slot, token in zip(self.slots, value.tolist()):
+            if slot.done:
+                continue
+            slot.sink.tokens(slot.request.request_id, t, 1, (token,))
+            slot.produced += 1
+            # After EOS generate() pads the row: those are not tokens of the request.
+            if slot.produced >= slot.request.max_new_tokens or token in self.eos_ids:
+                slot.done = True
+                slot.sink.finished(slot.request.request_id, t)
+
+    def end(self) -> None:
+        pass
+
+
+class _RowsDone(StoppingCriteria):
+    """Rows whose request is complete or cancelled stop; the batch ends when all have."""
+
+    def __init__(self, slots: list[_Slot]) -> None:
+        self.slots = slots
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        return torch.tensor([slot.done for slot in self.slots], device=input_ids.device)
+
+
+class StaticEngine:
+    name = "static"
+
+    def __init__(self, loaded: LoadedModel, options: StaticOptions, workload: Workload) -> None:
+        self._loaded = loaded
+        self._batch_size = options.batch_size
+        self._ignore_eos = workload.ignore_eos
+        self._eos_ids = frozenset() if workload.ignore_eos else frozenset(loaded.eos_ids)
+        self._pad_id = greedy_config(loaded, True).pad_token_id
+        self._waiting: deque[_Slot] = deque()
+        self._running: list[_Slot] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="benchd-static", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: GenerationRequest, sink: TokenSink) -> None:
+        with self._cond:
+            self._waiting.append(_Slot(request, sink))
+            self._cond.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._cond:
+            for slot in list(self._waiting) + self._running:
+                if slot.request.request_id == request_id and not slot.done:
+                    slot.done = True
+                    if slot in self._waiting:
+                        self._waiting.remove(slot)
+                    slot.sink.finished(request_id, time.perf_counter(), "cancelled")
+
+    def load(self) -> EngineLoad:
+        return EngineLoad(running=len(self._running), waiting=len(self._waiting))
+
+    def settings(self) -> dict[str, Any]:
+        return {"engine": self.name, "batch_size": self._batch_size}
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._cond:
+            leftover = list(self._waiting) + self._running
+            self._waiting.clear()
+        for slot in leftover:
+            if not slot.done:
+                slot.done = True
+                slot.sink.finished(slot.request.request_id, time.perf_counter(), "engine stopped")
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                batch = [self._waiting.popleft() for _ in range(min(self._batch_size, len(self._waiting)))]
+                self._running = batch
+            try:
+                self._generate(batch)
+            except Exception as error:  # the engine thread's one boundary: fail this batch, keep serving
+                t = time.perf_counter()
+                for slot in batch:
+                    if not slot.done:
+                        slot.done = True
+                        slot.sink.finished(slot.request.request_id, t, f"{type(error).__name__}: {error}")
+            finally:
+                with self._cond:
+                    self._running = []
+
+    @torch.inference_mode()
+    def _generate(self, batch: list[_Slot]) -> None:
+        device = self._loaded.device
+        width = max(len(s.request.prompt_ids) for s in batch)
+        # Left padding: every row's next token is at the same position. input_ids: (batch, width)
+        input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, slot in enumerate(batch):
+            prompt = slot.request.prompt_ids
+            input_ids[row, width - len(prompt):] = torch.tensor(prompt)
+            mask[row, width - len(prompt):] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        max_new = max(s.request.max_new_tokens for s in batch)
+        t = time.perf_counter()
+        for slot in batch:
+            slot.sink.admitted(slot.request.request_id, t)
+        self._loaded.model.generate(
+            input_ids,
+            attention_mask=mask,
+            generation_config=greedy_config(self._loaded, self._ignore_eos, max_new),
+            streamer=_StampingStreamer(batch, self._eos_ids),
+            stopping_criteria=StoppingCriteriaList([_RowsDone(batch)]),
+        )
+        t = time.perf_counter()
+        for slot in batch:  # a row generate() ended some other way (max_length of the model)
+            if not slot.done:
+                slot.done = True
+                slot.sink.finished(slot.request.request_id, t)

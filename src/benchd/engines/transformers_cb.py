@@ -1,0 +1,182 @@
+"""transformers continuous batching: a manager streaming each token with its own timestamp."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from transformers.generation.configuration_utils import ContinuousBatchingConfig
+from transformers.generation.continuous_batching.utils import WorkloadHints
+
+from benchd.engines import EngineLoad, GenerationRequest, TokenSink
+from benchd.models import LoadedModel, greedy_config
+from benchd.spec import SpecError, TransformersOptions, Workload, length_upper_bound
+
+# benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
+# from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
+# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (DESIGN.md).
+CPU_DEFAULTS: dict[str, Any] = {"block_size": 32, "num_blocks": 256, "max_batch_tokens": 256}
+CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
+
+# 5.18 renamed the cache's token granularity from block_size to page_size (block_size stays as a deprecated alias).
+_SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
+
+
+def cb_config(options: TransformersOptions, device_type: str) -> ContinuousBatchingConfig:
+    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "attn_implementation"})
+    defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
+    kwargs = {**defaults, **chosen}
+    if "compile_level" in kwargs:
+        kwargs["default_compile_level"] = kwargs.pop("compile_level")
+    if "block_size" in kwargs:
+        kwargs[_SIZE_FIELD] = kwargs.pop("block_size")
+    return ContinuousBatchingConfig(**kwargs)
+
+
+def kv_blocks(cache) -> tuple[int, int]:
+    """(used, total) blocks of the paged cache, read live from another thread."""
+    total = cache.num_blocks
+    if hasattr(cache, "get_num_free_blocks"):  # transformers 5.17: one block manager
+        free = cache.get_num_free_blocks()
+    else:  # 5.18+: sectors shared among cache allocators; free capacity as a fraction of the whole
+        free = round(cache.compute_free_capacity(relative=True) * total)
+    return total - free, total
+
+
+@dataclass(slots=True)
+class _Stream:
+    sink: TokenSink
+    seen: int = 0
+    admitted: bool = False
+
+
+class TransformersEngine:
+    name = "transformers"
+
+    def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload) -> None:
+        self._loaded = loaded
+        self._config = cb_config(options, loaded.device.type)
+        self._generation = greedy_config(loaded, workload.ignore_eos, length_upper_bound(workload.output_tokens))
+        self._eos: list[int] = [] if workload.ignore_eos else loaded.eos_ids
+        self._hints = WorkloadHints(
+            max_prompt_length=length_upper_bound(workload.prompt_tokens),
+            max_generated_length=length_upper_bound(workload.output_tokens),
+        )
+        self._check_capacity(workload)
+        self._streams: dict[str, _Stream] = {}
+        self._lock = threading.Lock()
+        self._manager = None
+        self._consumer: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def _check_capacity(self, workload: Workload) -> None:
+        size = getattr(self._config, _SIZE_FIELD)
+        if self._config.num_blocks is not None and self._config.num_blocks * size < workload.max_sequence_tokens():
+            raise SpecError(
+                f"transformers.num_blocks: the cache holds {self._config.num_blocks} × {size} tokens, "
+                f"but one request may need {workload.max_sequence_tokens()} (prompt + output)"
+            )
+
+    def start(self) -> None:
+        self._manager = self._loaded.model.init_continuous_batching(
+            generation_config=self._generation,
+            continuous_batching_config=self._config,
+            workload_hints=self._hints,
+        )
+        self._manager.warmup()  # CUDA graph capture: before any timed request
+        self._manager.start()
+        self._stopping.clear()
+        self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
+        self._consumer.start()
+
+    def submit(self, request: GenerationRequest, sink: TokenSink) -> None:
+        with self._lock:
+            self._streams[request.request_id] = _Stream(sink)
+        accepted = self._manager.add_request(
+            request.prompt_ids,
+            request_id=request.request_id,
+            max_new_tokens=request.max_new_tokens,
+            streaming=True,
+            record_timestamps=True,
+            eos_token_id=self._eos,
+        )
+        if accepted is None:  # the manager refuses requests once its loop has died or is stopping
+            self._finish(request.request_id, time.perf_counter(), "engine is not accepting requests")
+
+    def cancel(self, request_id: str) -> None:
+        # transformers drops a cancelled request without a final output: finish it here.
+        if request_id in self._streams:
+            self._manager.cancel_request(request_id)
+            self._finish(request_id, time.perf_counter(), "cancelled")
+
+    def _finish(self, request_id: str, t: float, error: str | None) -> None:
+        with self._lock:
+            stream = self._streams.pop(request_id, None)
+        if stream is not None:
+            stream.sink.finished(request_id, t, error)
+
+    def _consume(self) -> None:
+        manager = self._manager
+        while not self._stopping.is_set():
+            output = manager.get_result(timeout=0.05)
+            if output is None:
+                if not manager.is_running():
+                    self._fail_all("continuous batching loop stopped")
+                    self._stopping.wait(0.05)
+                continue
+            stream = self._streams.get(output.request_id)
+            if stream is None:  # cancelled, or an output after the end
+                continue
+            rid, sink = output.request_id, stream.sink
+            if not stream.admitted and output.lifespan[0] > 0:
+                stream.admitted = True
+                sink.admitted(rid, output.lifespan[0])
+            stamps = output.timestamps or ()
+            tokens = output.generated_tokens
+            for i in range(stream.seen, min(len(tokens), len(stamps))):
+                sink.tokens(rid, stamps[i], 1, (tokens[i],))
+            stream.seen = len(tokens)
+            if output.is_finished():
+                end = stamps[-1] if stamps and output.error is None else time.perf_counter()
+                self._finish(rid, end, output.error)
+
+    def _fail_all(self, error: str) -> None:
+        t = time.perf_counter()
+        for request_id in list(self._streams):
+            self._finish(request_id, t, error)
+
+    def load(self) -> EngineLoad:
+        manager = self._manager
+        processor = manager.batch_processor if manager is not None else None
+        if processor is None:
+            return EngineLoad(running=0, waiting=len(self._streams))
+        used, total = kv_blocks(processor.cache)
+        scheduler = processor.scheduler
+        return EngineLoad(
+            running=len(scheduler.active_requests),
+            waiting=len(scheduler.waiting_requests) + manager.input_queue.qsize(),
+            kv_blocks_used=used,
+            kv_blocks_total=total,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        config = self._manager.continuous_batching_config if self._manager is not None else self._config
+        plain = (int, float, bool, str, tuple, type(None))
+        resolved = {k: v for k, v in vars(config).items() if isinstance(v, plain)}
+        load = self.load()
+        if load.kv_blocks_total is not None:
+            resolved["num_blocks"] = load.kv_blocks_total
+        return {"engine": self.name, "continuous_batching": resolved}
+
+    def stop(self) -> None:
+        if self._manager is None:
+            return
+        self._fail_all("engine stopped")
+        self._manager.stop(block=True, timeout=10, hard_stop=True)  # nothing left to flush: all finished above
+        self._stopping.set()
+        if self._consumer is not None:
+            self._consumer.join(timeout=5)
+        self._manager.destroy()
+        self._manager = None

@@ -1,0 +1,195 @@
+"""Raw per-request stamps, the latencies derived from them, and a stage's summary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel
+
+from benchd.spec import SLO
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything measured about one request: perf_counter() seconds, one process."""
+
+    index: int
+    request_id: str
+    warmup: bool
+    prompt_tokens: int
+    max_new_tokens: int
+    scheduled_s: float  # t_s: when the schedule (open loop) or a freed slot (closed loop) said to send it
+    submitted_s: float | None = None
+    admitted_s: float | None = None  # the engine started work on it (left its waiting queue)
+    arrival_s: list[float] = field(default_factory=list)  # one stamp per arrival (token or stream chunk)
+    arrival_tokens: list[int] = field(default_factory=list)  # tokens carried by each arrival
+    token_ids: list[int] = field(default_factory=list)
+    finished_s: float | None = None
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finished_s is not None
+
+    @property
+    def ok(self) -> bool:
+        return self.finished_s is not None and self.error is None and bool(self.arrival_s)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(self.arrival_tokens)
+
+    @property
+    def dispatch_lag_s(self) -> float | None:
+        return None if self.submitted_s is None else self.submitted_s - self.scheduled_s
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.admitted_s is None else self.admitted_s - self.scheduled_s
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.arrival_s[0] - self.scheduled_s if self.arrival_s else None
+
+    @property
+    def e2e_s(self) -> float | None:
+        return self.arrival_s[-1] - self.scheduled_s if self.arrival_s else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(last token − first token) / (output tokens − 1); None with fewer than two tokens."""
+        n = self.output_tokens
+        if n < 2:
+            return None
+        return (self.arrival_s[-1] - self.arrival_s[0]) / (n - 1)
+
+    def itl_s(self) -> list[float]:
+        """One observation per token after the first arrival: an arrival of k tokens splits its gap k ways.
+
+        Tokens that arrive together with the first token have no gap to measure and are not observations.
+        """
+        gaps: list[float] = []
+        stamps, counts = self.arrival_s, self.arrival_tokens
+        for i in range(1, len(stamps)):
+            k = counts[i]
+            if k:
+                gaps.extend([(stamps[i] - stamps[i - 1]) / k] * k)
+        return gaps
+
+    def meets(self, slo: SLO) -> bool:
+        if not self.ok:
+            return False
+        if slo.ttft_s is not None and self.ttft_s > slo.ttft_s:
+            return False
+        tpot = self.tpot_s
+        return slo.tpot_s is None or tpot is None or tpot <= slo.tpot_s
+
+
+# ---- summaries ---------------------------------------------------------------------------------
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+class LatencyStats(BaseModel):
+    count: int
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> LatencyStats:
+        if not len(values):
+            return cls(count=0)
+        a = np.asarray(values, dtype=np.float64)
+        p50, p90, p95, p99 = np.percentile(a, PERCENTILES)  # linear interpolation between order statistics
+        return cls(
+            count=a.size, mean=float(a.mean()), std=float(a.std()), min=float(a.min()),
+            p50=float(p50), p90=float(p90), p95=float(p95), p99=float(p99), max=float(a.max()),
+        )
+
+
+class StageSummary(BaseModel):
+    stage: str
+    status: str
+    requests: int  # measured requests that succeeded
+    errors: int  # measured requests that failed or were cancelled
+    warmup_requests: int
+    duration_s: float  # the measured window: first measured scheduled time → last measured token
+    prompt_tokens: int
+    output_tokens: int
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    requests_per_s: float
+    goodput_requests_per_s: float | None = None
+    slo_attainment: float | None = None
+    ttft_s: LatencyStats
+    itl_s: LatencyStats
+    tpot_s: LatencyStats
+    e2e_s: LatencyStats
+    queue_s: LatencyStats
+    dispatch_lag_s: LatencyStats
+    kv_cache_occupancy_peak: float | None = None
+
+
+def summarize(
+    stage: str,
+    status: str,
+    records: Iterable[RequestRecord],
+    slo: SLO | None = None,
+    kv_cache_occupancy_peak: float | None = None,
+    end_s: float | None = None,
+) -> StageSummary:
+    """Figures over measured (non-warm-up) requests; end_s closes the window of an interrupted stage."""
+    records = list(records)
+    measured = [r for r in records if not r.warmup]
+    good = [r for r in measured if r.ok]
+    failed = [r for r in measured if r.done and not r.ok]
+
+    starts = [r.scheduled_s for r in measured if r.submitted_s is not None]
+    ends = [r.arrival_s[-1] for r in measured if r.arrival_s]
+    if end_s is not None:
+        ends.append(end_s)
+    duration = max(ends) - min(starts) if starts and ends else 0.0
+
+    def rate(x: float) -> float:
+        return x / duration if duration > 0 else 0.0
+
+    # Tokens of every measured request count, failed ones included: the engine produced them in the window.
+    output_tokens = sum(r.output_tokens for r in measured)
+    prompt_tokens = sum(r.prompt_tokens for r in measured if r.admitted_s is not None)
+    itl = [gap for r in good for gap in r.itl_s()]
+    goodput = attainment = None
+    if slo is not None:
+        meeting = sum(r.meets(slo) for r in measured)
+        goodput = rate(meeting)
+        attainment = meeting / len(good + failed) if good or failed else None
+
+    return StageSummary(
+        stage=stage,
+        status=status,
+        requests=len(good),
+        errors=len(failed),
+        warmup_requests=len(records) - len(measured),
+        duration_s=duration,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        output_tokens_per_s=rate(output_tokens),
+        total_tokens_per_s=rate(output_tokens + prompt_tokens),
+        requests_per_s=rate(len(good)),
+        goodput_requests_per_s=goodput,
+        slo_attainment=attainment,
+        ttft_s=LatencyStats.of([r.ttft_s for r in good]),
+        itl_s=LatencyStats.of(itl),
+        tpot_s=LatencyStats.of([t for r in good if (t := r.tpot_s) is not None]),
+        e2e_s=LatencyStats.of([r.e2e_s for r in good]),
+        queue_s=LatencyStats.of([q for r in good if (q := r.queue_s) is not None]),
+        dispatch_lag_s=LatencyStats.of([lag for r in measured if (lag := r.dispatch_lag_s) is not None]),
+        kv_cache_occupancy_peak=kv_cache_occupancy_peak,
+    )

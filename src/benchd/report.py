@@ -1,0 +1,113 @@
+"""A run's outputs: summary.json, requests.csv and the summary table."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from benchd.records import LatencyStats, RequestRecord
+from benchd.runner import RunOutcome
+
+CSV_COLUMNS = [
+    "stage", "index", "request_id", "warmup", "prompt_tokens", "max_new_tokens", "output_tokens",
+    "scheduled_s", "submitted_s", "admitted_s", "first_token_s", "last_token_s", "finished_s",
+    "dispatch_lag_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "error", "token_times_s",
+]
+
+
+def _relative(t: float | None, origin: float) -> str:
+    return "" if t is None else f"{t - origin:.9f}"
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.9f}"
+
+
+def request_row(stage: str, record: RequestRecord, origin: float) -> dict[str, object]:
+    """Stamps relative to the stage's start; token_times_s repeats a stamp once per token it carried."""
+    stamps = record.arrival_s
+    token_times = " ".join(
+        f"{t - origin:.6f}" for t, n in zip(stamps, record.arrival_tokens) for _ in range(n)
+    )
+    return {
+        "stage": stage,
+        "index": record.index,
+        "request_id": record.request_id,
+        "warmup": int(record.warmup),
+        "prompt_tokens": record.prompt_tokens,
+        "max_new_tokens": record.max_new_tokens,
+        "output_tokens": record.output_tokens,
+        "scheduled_s": _relative(record.scheduled_s, origin),
+        "submitted_s": _relative(record.submitted_s, origin),
+        "admitted_s": _relative(record.admitted_s, origin),
+        "first_token_s": _relative(stamps[0] if stamps else None, origin),
+        "last_token_s": _relative(stamps[-1] if stamps else None, origin),
+        "finished_s": _relative(record.finished_s, origin),
+        "dispatch_lag_s": _seconds(record.dispatch_lag_s),
+        "queue_s": _seconds(record.queue_s),
+        "ttft_s": _seconds(record.ttft_s),
+        "tpot_s": _seconds(record.tpot_s),
+        "e2e_s": _seconds(record.e2e_s),
+        "error": record.error or "",
+        "token_times_s": token_times,
+    }
+
+
+def write_outputs(outcome: RunOutcome, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    with (out_dir / "requests.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for stage in outcome.stages:
+            for record in sorted(stage.records, key=lambda r: r.index):
+                writer.writerow(request_row(stage.label, record, stage.start_s))
+
+
+def _ms(stats: LatencyStats, *keys: str) -> str:
+    values = [getattr(stats, key) for key in keys]
+    return " / ".join("–" if v is None else f"{v * 1e3:.2f}" for v in values)
+
+
+def summary_table(outcome: RunOutcome) -> Table:
+    """One column per stage (load level), one row per figure."""
+    meta = outcome.metadata
+    title = f"benchd · {outcome.spec.name} · {outcome.spec.model} · {outcome.spec.engine}"
+    if meta is not None:
+        title += f" · {meta.device_name}"
+    caption = f"status: {outcome.status}" + (f" — {outcome.error}" if outcome.error else "")
+    summaries = outcome.summaries()
+    table = Table(title=title, caption=caption)
+    table.add_column("")
+    for s in summaries:
+        table.add_column(s.stage, justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}" for s in summaries]),
+        ("output tok/s", [f"{s.output_tokens_per_s:.1f}" for s in summaries]),
+        ("total tok/s", [f"{s.total_tokens_per_s:.1f}" for s in summaries]),
+        ("requests/s", [f"{s.requests_per_s:.2f}" for s in summaries]),
+        ("TTFT ms p50 / p90 / p99", [_ms(s.ttft_s, "p50", "p90", "p99") for s in summaries]),
+        ("ITL ms p50 / p90 / p99", [_ms(s.itl_s, "p50", "p90", "p99") for s in summaries]),
+        ("TPOT ms p50 / p90 / p99", [_ms(s.tpot_s, "p50", "p90", "p99") for s in summaries]),
+        ("E2E ms p50 / p90 / p99", [_ms(s.e2e_s, "p50", "p90", "p99") for s in summaries]),
+        ("queue ms p50 / p99", [_ms(s.queue_s, "p50", "p99") for s in summaries]),
+        ("dispatch lag ms p99", [_ms(s.dispatch_lag_s, "p99") for s in summaries]),
+        ("KV-cache peak", ["–" if s.kv_cache_occupancy_peak is None else f"{s.kv_cache_occupancy_peak:.0%}"
+                           for s in summaries]),
+    ]
+    if any(s.goodput_requests_per_s is not None for s in summaries):
+        rows.append(("goodput req/s (SLO met)", [
+            "–" if s.goodput_requests_per_s is None else
+            f"{s.goodput_requests_per_s:.2f} ({s.slo_attainment or 0:.0%})" for s in summaries
+        ]))
+    for name, cells in rows:
+        table.add_row(name, *cells)
+    return table
+
+
+def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
+    (console or Console()).print(summary_table(outcome))

@@ -1,0 +1,308 @@
+"""Runs a workload on an engine: requests leave at their scheduled time, every stamp is recorded."""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from benchd import arrivals
+from benchd.engines import Engine, GenerationRequest, create_engine
+from benchd.environment import RunMetadata, collect, utc_now
+from benchd.models import LoadedModel, load_model
+from benchd.records import RequestRecord, StageSummary, summarize
+from benchd.spec import ArrivalProfile, RunSpec, SpecError, describe_profile
+from benchd.workload import RequestContent, contents
+
+LOAD_SAMPLE_INTERVAL_S = 0.02  # how often the engine's load (KV-cache occupancy) is read during a stage
+
+
+class Stopped(Exception):
+    """The run was cancelled from outside (the stop event was set)."""
+
+
+@dataclass(slots=True)
+class Progress:
+    stage: str
+    stage_index: int
+    stages: int
+    completed: int
+    expected: int | None  # requests the stage will submit, when known in advance
+    elapsed_s: float
+    duration_s: float | None
+
+
+class Recorder:
+    """The TokenSink of one stage: writes engine events into the records (engine thread: keep it cheap)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, RequestRecord] = {}
+        self.completions: queue.SimpleQueue[RequestRecord] = queue.SimpleQueue()
+
+    def admitted(self, request_id: str, t: float) -> None:
+        record = self.records[request_id]
+        if record.admitted_s is None:
+            record.admitted_s = t
+
+    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None:
+        record = self.records[request_id]
+        if record.finished_s is None:
+            record.arrival_s.append(t)
+            record.arrival_tokens.append(n)
+            record.token_ids.extend(token_ids)
+
+    def finished(self, request_id: str, t: float, error: str | None = None) -> None:
+        record = self.records[request_id]
+        if record.finished_s is None:  # the first end wins (a cancel can race the last token)
+            record.error = error
+            record.finished_s = t
+            self.completions.put(record)
+
+
+class Stage:
+    """One load level of a workload: dispatches its requests and waits for them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        spec: RunSpec,
+        profile: ArrivalProfile,
+        content: Callable[[], RequestContent],
+        index: int = 0,
+        stages: int = 1,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.engine, self.spec, self.profile = engine, spec, profile
+        self.workload = spec.workload
+        self.content = content
+        self.label = describe_profile(profile)
+        self.index, self.stages = index, stages
+        self.clock = clock
+        self.recorder = Recorder()
+        self.in_flight: dict[str, RequestRecord] = {}
+        self.kv_peak: float | None = None
+        self.status = "pending"
+        self.end_s: float | None = None
+        self._t0 = 0.0
+        self._next_sample = 0.0
+        self._measured_submitted = 0
+        self._on_progress: Callable[[Progress], None] | None = None
+        self._stop: threading.Event | None = None
+
+    @property
+    def start_s(self) -> float:
+        return self._t0
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return list(self.recorder.records.values())
+
+    # ---- dispatch ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, on_progress: Callable[[Progress], None] | None = None) -> None:
+        self._stop, self._on_progress = stop, on_progress
+        self.status = "running"
+        self._t0 = self.clock()
+        slots = arrivals.concurrency(self.profile)
+        if slots is None:
+            self._open_loop()
+        else:
+            self._closed_loop(slots)
+        while self.in_flight:
+            self._wait(None)
+        self.status = "completed"
+        self._report()
+
+    def _open_loop(self) -> None:
+        for i, offset in enumerate(arrivals.offsets(self.profile, self.spec.seed)):
+            t_s = self._t0 + offset
+            if self._done_dispatching(t_s):
+                return
+            while (now := self.clock()) < t_s:
+                self._wait(t_s - now)
+            self._submit(i, t_s)
+
+    def _closed_loop(self, slots: int) -> None:
+        # Each slot's next request is scheduled when the slot frees up: at its previous request's end.
+        starts = deque([self._t0] * slots)
+        for i in itertools.count():
+            while not starts:
+                finished = self._wait(None)
+                if finished is not None:
+                    starts.append(finished.finished_s)
+            t_s = starts.popleft()
+            if self._done_dispatching(t_s):
+                return
+            self._submit(i, t_s)
+
+    def _done_dispatching(self, t_s: float) -> bool:
+        stop = self.workload.stop
+        if stop.requests is not None and self._measured_submitted >= stop.requests:
+            return True
+        return stop.duration_s is not None and t_s >= self._t0 + self.workload.warmup.seconds + stop.duration_s
+
+    def _is_warmup(self, index: int, t_s: float) -> bool:
+        warmup = self.workload.warmup
+        return index < warmup.requests or t_s < self._t0 + warmup.seconds
+
+    def _submit(self, index: int, t_s: float) -> None:
+        content = self.content()
+        request_id = f"s{self.index}-r{index}"
+        record = RequestRecord(
+            index=index,
+            request_id=request_id,
+            warmup=self._is_warmup(index, t_s),
+            prompt_tokens=len(content.prompt_ids),
+            max_new_tokens=content.max_new_tokens,
+            scheduled_s=t_s,
+        )
+        self.recorder.records[request_id] = record
+        self.in_flight[request_id] = record
+        if not record.warmup:
+            self._measured_submitted += 1
+        record.submitted_s = self.clock()
+        self.engine.submit(GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens), self.recorder)
+
+    # ---- waiting -------------------------------------------------------------------------------
+
+    def _wait(self, timeout: float | None) -> RequestRecord | None:
+        """Wait up to timeout for one completion, sampling the engine's load meanwhile."""
+        if self._stop is not None and self._stop.is_set():
+            raise Stopped("cancelled")
+        now = self.clock()
+        if now >= self._next_sample:
+            self._sample_load()
+            self._next_sample = now + LOAD_SAMPLE_INTERVAL_S
+        limit = LOAD_SAMPLE_INTERVAL_S if timeout is None else min(timeout, LOAD_SAMPLE_INTERVAL_S)
+        try:
+            record = self.recorder.completions.get(timeout=max(limit, 0.0))
+        except queue.Empty:
+            return None
+        self.in_flight.pop(record.request_id, None)
+        self._report()
+        return record
+
+    def _sample_load(self) -> None:
+        occupancy = self.engine.load().kv_occupancy
+        if occupancy is not None and (self.kv_peak is None or occupancy > self.kv_peak):
+            self.kv_peak = occupancy
+
+    def _report(self) -> None:
+        if self._on_progress is None:
+            return
+        stop, warmup = self.workload.stop, self.workload.warmup
+        expected = stop.requests + warmup.requests if stop.requests is not None and not warmup.seconds else None
+        done = sum(1 for r in self.recorder.records.values() if r.done)
+        duration = stop.duration_s + warmup.seconds if stop.duration_s is not None else None
+        self._on_progress(
+            Progress(self.label, self.index, self.stages, done, expected, self.clock() - self._t0, duration)
+        )
+
+    # ---- ending --------------------------------------------------------------------------------
+
+    def abort(self, status: str, reason: str, grace_s: float = 2.0) -> None:
+        """Cancel what is in flight and keep everything measured so far."""
+        self.status = status
+        self.end_s = self.clock()
+        for request_id in list(self.in_flight):
+            self.engine.cancel(request_id)
+        deadline = self.clock() + grace_s
+        while self.in_flight and self.clock() < deadline:
+            try:
+                record = self.recorder.completions.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            self.in_flight.pop(record.request_id, None)
+        for record in self.in_flight.values():
+            if record.finished_s is None:
+                record.finished_s, record.error = self.end_s, reason
+        self.in_flight.clear()
+
+    def summary(self) -> StageSummary:
+        return summarize(
+            self.label, self.status, self.records, self.workload.slo,
+            kv_cache_occupancy_peak=self.kv_peak, end_s=self.end_s,
+        )
+
+
+@dataclass
+class RunOutcome:
+    spec: RunSpec
+    status: str  # completed | interrupted | cancelled | failed
+    error: str | None
+    metadata: RunMetadata | None
+    stages: list[Stage] = field(default_factory=list)
+
+    def summaries(self) -> list[StageSummary]:
+        return [stage.summary() for stage in self.stages]
+
+    def to_json(self) -> dict:
+        return {
+            "status": self.status,
+            "error": self.error,
+            "spec": self.spec.model_dump(mode="json"),
+            "metadata": self.metadata.model_dump(mode="json") if self.metadata else None,
+            "stages": [s.model_dump(mode="json") for s in self.summaries()],
+        }
+
+
+def check_fits(spec: RunSpec, loaded: LoadedModel) -> None:
+    limit = loaded.max_positions
+    need = spec.workload.max_sequence_tokens()
+    if limit is not None and need > limit:
+        raise SpecError(
+            f"workload.prompt_tokens: prompt + output may reach {need} tokens, "
+            f"beyond the model's {limit} positions"
+        )
+
+
+def run(
+    spec: RunSpec,
+    loaded: LoadedModel | None = None,
+    engine: Engine | None = None,
+    stop: threading.Event | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> RunOutcome:
+    """Load (unless given), run every stage, and return what was measured, whatever happened."""
+    if loaded is None:
+        loaded = load_model(spec.model, spec.dtype, spec.device, spec.seed, trust_remote_code=spec.trust_remote_code)
+    check_fits(spec, loaded)
+    own_engine = engine is None
+    if engine is None:
+        engine = create_engine(loaded, spec)
+    metadata = collect(loaded.device, spec.model, spec.label, loaded.load_s)
+    outcome = RunOutcome(spec=spec, status="running", error=None, metadata=metadata)
+    stages = spec.workload.stages()
+    stage: Stage | None = None
+    try:
+        if own_engine:
+            engine.start()
+        metadata.engine_settings = engine.settings()
+        for index, profile in enumerate(stages):
+            # Every stage sends the same request contents: load levels differ only in timing.
+            stream = contents(spec.workload, spec.seed, loaded.vocab_size, loaded.special_ids)
+            stage = Stage(engine, spec, profile, stream.__next__, index, len(stages))
+            outcome.stages.append(stage)
+            stage.run(stop, on_progress)
+        outcome.status = "completed"
+    except KeyboardInterrupt:
+        outcome.status = "interrupted"
+        if stage is not None:
+            stage.abort("interrupted", "interrupted")
+    except Stopped:
+        outcome.status = "cancelled"
+        if stage is not None:
+            stage.abort("cancelled", "cancelled")
+    except Exception as error:  # the run's one boundary: record the failure with what was measured
+        outcome.status, outcome.error = "failed", f"{type(error).__name__}: {error}"
+        if stage is not None:
+            stage.abort("failed", outcome.error)
+    finally:
+        if own_engine:
+            engine.stop()
+        metadata.finished_at = utc_now()
+    return outcome

@@ -1,0 +1,300 @@
+"""RunSpec: what to run and how to load it, validated at the edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PositiveInt = Annotated[int, Field(ge=1)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---- length distributions (token counts) ------------------------------------------------------
+
+
+class FixedLength(_Strict):
+    dist: Literal["fixed"] = "fixed"
+    value: PositiveInt
+
+
+class UniformLength(_Strict):
+    dist: Literal["uniform"]
+    min: PositiveInt
+    max: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+class NormalLength(_Strict):
+    """A normal distribution rounded to integers and clipped to [min, max]."""
+
+    dist: Literal["normal"]
+    mean: PositiveFloat
+    std: Annotated[float, Field(ge=0)]
+    min: PositiveInt = 1
+    max: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NormalLength:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        if not self.min <= self.mean <= self.max:
+            raise ValueError(f"mean ({self.mean}) must lie within [min, max] = [{self.min}, {self.max}]")
+        return self
+
+
+class ListLength(_Strict):
+    """Lengths drawn uniformly at random from a list."""
+
+    dist: Literal["list"]
+    values: Annotated[list[PositiveInt], Field(min_length=1)]
+
+
+LengthDist = Annotated[
+    FixedLength | UniformLength | NormalLength | ListLength, Field(discriminator="dist")
+]
+
+
+def length_upper_bound(dist: FixedLength | UniformLength | NormalLength | ListLength) -> int:
+    match dist:
+        case FixedLength():
+            return dist.value
+        case ListLength():
+            return max(dist.values)
+        case _:
+            return dist.max
+
+
+# ---- arrival profiles (guidellm's strategies) --------------------------------------------------
+
+
+class Synchronous(_Strict):
+    """One request at a time: the next is scheduled when the previous finishes."""
+
+    profile: Literal["synchronous"]
+
+
+class Concurrent(_Strict):
+    """Closed loop: N requests in flight; a new one is scheduled whenever one finishes."""
+
+    profile: Literal["concurrent"]
+    concurrency: PositiveInt
+
+
+class Constant(_Strict):
+    """Open loop: one request every 1/rate seconds."""
+
+    profile: Literal["constant"]
+    rate: PositiveFloat
+
+
+class Poisson(_Strict):
+    """Open loop: exponential inter-arrival times with mean 1/rate."""
+
+    profile: Literal["poisson"]
+    rate: PositiveFloat
+
+
+class Gamma(_Strict):
+    """Open loop: gamma inter-arrival times with mean 1/rate (vLLM's burstiness: 1 is Poisson, <1 burstier)."""
+
+    profile: Literal["gamma"]
+    rate: PositiveFloat
+    burstiness: PositiveFloat = 1.0
+
+
+class Sweep(_Strict):
+    """Several load levels run in turn, each with the workload's stop and warm-up rules."""
+
+    profile: Literal["sweep"]
+    over: Literal["concurrent", "constant", "poisson", "gamma"]
+    values: Annotated[list[PositiveFloat], Field(min_length=1)]
+    burstiness: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _integral_concurrency(self) -> Sweep:
+        if self.over == "concurrent" and any(v != int(v) for v in self.values):
+            raise ValueError("values must be whole numbers when sweeping concurrency")
+        return self
+
+    def stages(self) -> list[ArrivalProfile]:
+        match self.over:
+            case "concurrent":
+                return [Concurrent(profile="concurrent", concurrency=int(v)) for v in self.values]
+            case "gamma":
+                return [Gamma(profile="gamma", rate=v, burstiness=self.burstiness) for v in self.values]
+            case "constant":
+                return [Constant(profile="constant", rate=v) for v in self.values]
+            case _:
+                return [Poisson(profile="poisson", rate=v) for v in self.values]
+
+
+ArrivalProfile = Synchronous | Concurrent | Constant | Poisson | Gamma
+Arrivals = Annotated[ArrivalProfile | Sweep, Field(discriminator="profile")]
+
+
+def describe_profile(profile: ArrivalProfile) -> str:
+    match profile:
+        case Synchronous():
+            return "synchronous"
+        case Concurrent():
+            return f"concurrent={profile.concurrency}"
+        case Gamma():
+            return f"gamma@{profile.rate:g}/s(b={profile.burstiness:g})"
+        case _:
+            return f"{profile.profile}@{profile.rate:g}/s"
+
+
+# ---- workload ----------------------------------------------------------------------------------
+
+
+class Stop(_Strict):
+    """When a stage stops: after this many measured requests and/or this many measured seconds."""
+
+    requests: PositiveInt | None = None
+    duration_s: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Stop:
+        if self.requests is None and self.duration_s is None:
+            raise ValueError("set requests, duration_s or both: a run must end")
+        return self
+
+
+class Warmup(_Strict):
+    """Requests run before measuring, cut by their scheduled time; they never enter any figure."""
+
+    requests: Annotated[int, Field(ge=0)] = 0
+    seconds: Annotated[float, Field(ge=0)] = 0.0
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Warmup:
+        if self.requests and self.seconds:
+            raise ValueError("give warm-up as requests or as seconds, not both")
+        return self
+
+
+class SLO(_Strict):
+    """Service-level objectives: a request is good when it meets every one that is set."""
+
+    ttft_s: PositiveFloat | None = None
+    tpot_s: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _any(self) -> SLO:
+        if self.ttft_s is None and self.tpot_s is None:
+            raise ValueError("set ttft_s, tpot_s or both")
+        return self
+
+
+class Workload(_Strict):
+    arrivals: Arrivals = Field(default_factory=lambda: Synchronous(profile="synchronous"))
+    stop: Stop = Field(default_factory=lambda: Stop(requests=16))
+    warmup: Warmup = Field(default_factory=Warmup)
+    prompt_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
+    output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
+    ignore_eos: bool = True
+    slo: SLO | None = None
+
+    def stages(self) -> list[ArrivalProfile]:
+        arrivals = self.arrivals
+        return arrivals.stages() if isinstance(arrivals, Sweep) else [arrivals]
+
+    def max_sequence_tokens(self) -> int:
+        return length_upper_bound(self.prompt_tokens) + length_upper_bound(self.output_tokens)
+
+
+# ---- engines -----------------------------------------------------------------------------------
+
+
+class TransformersOptions(_Strict):
+    """Continuous batching settings. None means: benchd's default for the device (see engines)."""
+
+    block_size: PositiveInt | None = None
+    num_blocks: PositiveInt | None = None
+    max_batch_tokens: PositiveInt | None = None
+    max_requests_per_batch: PositiveInt | None = None
+    use_cuda_graph: bool | None = None
+    use_async_batching: bool | None = None
+    compile_level: Annotated[int, Field(ge=0, le=3)] | None = None
+    attn_implementation: str | None = None
+    library_defaults: bool = False  # pass nothing benchd would choose: transformers' own defaults
+
+    @model_validator(mode="after")
+    def _block_size(self) -> TransformersOptions:
+        if self.block_size is not None and self.block_size < 4:
+            raise ValueError("block_size must be at least 4 tokens (transformers' paged cache minimum)")
+        return self
+
+
+class StaticOptions(_Strict):
+    batch_size: PositiveInt = 8
+    attn_implementation: str | None = None
+
+
+EngineName = Literal["transformers", "static"]
+
+
+class RunSpec(_Strict):
+    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")] = "default"
+    model: Annotated[str, Field(min_length=1)] = "tiny"
+    engine: EngineName = "transformers"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
+    seed: Annotated[int, Field(ge=0)] = 0
+    label: str | None = None
+    trust_remote_code: bool = False
+    workload: Workload = Field(default_factory=Workload)
+    transformers: TransformersOptions = Field(default_factory=TransformersOptions)
+    static: StaticOptions = Field(default_factory=StaticOptions)
+
+
+# ---- loading and error messages ----------------------------------------------------------------
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; the message names each bad field and why."""
+
+
+def format_validation_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "spec"
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return "\n".join(lines)
+
+
+def parse_spec(data: Any) -> RunSpec:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(f"spec: expected a mapping of fields, got {type(data).__name__}")
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(format_validation_error(error)) from None
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise SpecError(f"spec file {path}: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)  # YAML is a superset of JSON: one loader for both
+    except yaml.YAMLError as error:
+        raise SpecError(f"spec file {path}: not valid YAML or JSON: {error}") from None
+    return parse_spec(data)
