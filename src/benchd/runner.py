@@ -209,7 +209,7 @@ class Stage:
         self.status = status
         self.end_s = self.clock()
         for request_id in list(self.in_flight):
-            self.engine.cancel(request_id)
+            self.engine.cancel(request_id, reason)
         deadline = self.clock() + grace_s
         while self.in_flight and self.clock() < deadline:
             try:

@@ -51,7 +51,8 @@ class Engine(Protocol):
     def submit(self, request: GenerationRequest, sink: TokenSink) -> None:
         """Thread-safe and non-blocking; every submitted request ends with exactly one sink.finished."""
 
-    def cancel(self, request_id: str) -> None: ...
+    def cancel(self, request_id: str, reason: str = "cancelled") -> None:
+        """End a request early; its sink.finished carries the reason as the error."""
 
     def load(self) -> EngineLoad: ...
 

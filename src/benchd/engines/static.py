@@ -87,14 +87,14 @@ class StaticEngine:
             self._waiting.append(_Slot(request, sink))
             self._cond.notify()
 
-    def cancel(self, request_id: str) -> None:
+    def cancel(self, request_id: str, reason: str = "cancelled") -> None:
         with self._cond:
             for slot in list(self._waiting) + self._running:
                 if slot.request.request_id == request_id and not slot.done:
                     slot.done = True
                     if slot in self._waiting:
                         self._waiting.remove(slot)
-                    slot.sink.finished(request_id, time.perf_counter(), "cancelled")
+                    slot.sink.finished(request_id, time.perf_counter(), reason)
 
     def load(self) -> EngineLoad:
         return EngineLoad(running=len(self._running), waiting=len(self._waiting))

@@ -105,11 +105,11 @@ class TransformersEngine:
         if accepted is None:  # the manager refuses requests once its loop has died or is stopping
             self._finish(request.request_id, time.perf_counter(), "engine is not accepting requests")
 
-    def cancel(self, request_id: str) -> None:
+    def cancel(self, request_id: str, reason: str = "cancelled") -> None:
         # transformers drops a cancelled request without a final output: finish it here.
         if request_id in self._streams:
             self._manager.cancel_request(request_id)
-            self._finish(request_id, time.perf_counter(), "cancelled")
+            self._finish(request_id, time.perf_counter(), reason)
 
     def _finish(self, request_id: str, t: float, error: str | None) -> None:
         with self._lock:
@@ -118,6 +118,13 @@ class TransformersEngine:
             stream.sink.finished(request_id, t, error)
 
     def _consume(self) -> None:
+        try:
+            self._consume_outputs()
+        except Exception as error:  # the thread's boundary: a dead consumer must not leave requests waiting
+            self._fail_all(f"result consumer failed: {type(error).__name__}: {error}")
+            raise
+
+    def _consume_outputs(self) -> None:
         manager = self._manager
         while not self._stopping.is_set():
             output = manager.get_result(timeout=0.05)

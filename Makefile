@@ -1,0 +1,38 @@
+# Two entry points: `make run` (set up, then run benchd on the embedded tiny model) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+# The newest transformers 5.x gets the engine tests too (the cache internals changed in 5.18).
+VENV_NEWEST ?= .venv-newest
+# torch 2.13.0: on the project's CPU machines a CPU build of it lies on disk; elsewhere pip downloads it.
+TORCH ?= torch==2.13.0
+TRANSFORMERS_OLDEST ?= transformers==5.17.0
+TRANSFORMERS_NEWEST ?= transformers>=5.17,<6
+
+.PHONY: run test test-newest setup clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q "$(TORCH)"
+	$(VENV)/bin/pip install -q -e ".[test]" "$(TRANSFORMERS_OLDEST)"
+	touch $@
+
+$(VENV_NEWEST)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_NEWEST)
+	$(VENV_NEWEST)/bin/pip install -q --upgrade pip
+	$(VENV_NEWEST)/bin/pip install -q "$(TORCH)"
+	$(VENV_NEWEST)/bin/pip install -q -e ".[test]" "$(TRANSFORMERS_NEWEST)"
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(VENV)/bin/benchd run examples/tiny-poisson.yaml --out runs/tiny-poisson
+
+test: $(VENV)/.installed $(VENV_NEWEST)/.installed
+	$(VENV)/bin/python -m pytest -q
+	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
+	$(VENV_NEWEST)/bin/python -m pytest -q -m engine
+
+clean:
+	rm -rf $(VENV) $(VENV_NEWEST) runs

@@ -1,0 +1,171 @@
+"""Both in-process engines on the tiny model, for real. CI runs this file against transformers 5.17 and the newest 5.x."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from benchd.engines import GenerationRequest, create_engine
+from benchd.engines.transformers_cb import kv_blocks
+from benchd.models import load_model
+from benchd.spec import SpecError
+from tests.helpers import make_spec
+
+pytestmark = pytest.mark.engine
+
+ENGINES = ["transformers", "static"]
+
+
+class Sink:
+    """A TokenSink that keeps every event."""
+
+    def __init__(self, expected=1):
+        self.admitted_at, self.token_ids, self.stamps, self.ends = {}, {}, {}, {}
+        self.expected = expected
+        self.all_done = threading.Event()
+
+    def admitted(self, request_id, t):
+        self.admitted_at[request_id] = t
+
+    def tokens(self, request_id, t, n, token_ids=()):
+        self.token_ids.setdefault(request_id, []).extend(token_ids)
+        self.stamps.setdefault(request_id, []).append(t)
+
+    def finished(self, request_id, t, error=None):
+        assert request_id not in self.ends, "finished twice"
+        self.ends[request_id] = (t, error)
+        if len(self.ends) == self.expected:
+            self.all_done.set()
+
+
+def prompts(n, seed=0, low=3, high=20):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 512, (int(torch.randint(low, high, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+def plain_generate(loaded, prompt, max_new_tokens):
+    ids = torch.tensor([prompt])
+    out = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                max_new_tokens=max_new_tokens, eos_token_id=[], pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def run_requests(engine, requests):
+    sink = Sink(len(requests))
+    for request in requests:
+        engine.submit(request, sink)
+    assert sink.all_done.wait(120), "engine did not finish"
+    return sink
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request, tiny):
+    engine = create_engine(tiny, make_spec(engine=request.param))
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    """A second copy of the same seeded weights: the engine under test switches its model to paged attention."""
+    copy = load_model("tiny", dtype="float32", device="cpu", seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(copy.model.parameters(), tiny.model.parameters()))
+    return copy
+
+
+def test_greedy_outputs_equal_plain_generate(engine, reference):
+    batch = prompts(6, seed=1)
+    lengths = [5, 9, 3, 12, 7, 1]
+    requests = [GenerationRequest(f"r{i}", p, n) for i, (p, n) in enumerate(zip(batch, lengths))]
+    sink = run_requests(engine, requests)
+    for i, (p, n) in enumerate(zip(batch, lengths)):
+        assert sink.ends[f"r{i}"][1] is None
+        assert sink.token_ids[f"r{i}"] == plain_generate(reference, p, n), f"request {i} ({engine.name})"
+
+
+def test_every_token_is_stamped_in_order(engine):
+    requests = [GenerationRequest(f"r{i}", p, 10) for i, p in enumerate(prompts(5, seed=2))]
+    before = time.perf_counter()
+    sink = run_requests(engine, requests)
+    for request in requests:
+        stamps = sink.stamps[request.request_id]
+        assert len(stamps) == len(sink.token_ids[request.request_id]) == 10
+        assert before < sink.admitted_at[request.request_id] <= stamps[0]
+        assert all(a <= b for a, b in zip(stamps, stamps[1:]))
+        assert sink.ends[request.request_id][0] == stamps[-1]
+
+
+def test_cancel_ends_a_running_request(engine):
+    sink = Sink()
+    engine.submit(GenerationRequest("long", prompts(1, seed=3)[0], 2000), sink)
+    deadline = time.monotonic() + 30
+    while not sink.stamps.get("long") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    engine.cancel("long")
+    assert sink.all_done.wait(30)
+    assert sink.ends["long"][1] == "cancelled"
+    assert 0 < len(sink.token_ids["long"]) < 2000
+
+
+def test_engine_keeps_serving_after_a_cancel(engine):
+    sink = Sink()
+    engine.submit(GenerationRequest("a", prompts(1)[0], 500), sink)
+    engine.cancel("a")
+    assert sink.all_done.wait(30)
+    done = run_requests(engine, [GenerationRequest("b", prompts(1, seed=4)[0], 4)])
+    assert len(done.token_ids["b"]) == 4 and done.ends["b"][1] is None
+
+
+def test_kv_cache_occupancy_is_live(tiny):
+    engine = create_engine(tiny, make_spec())
+    engine.start()
+    try:
+        idle = engine.load()
+        assert idle.kv_blocks_used == 0 and idle.kv_blocks_total >= 64
+        sink = Sink(4)
+        for i, p in enumerate(prompts(4, seed=5, low=40, high=60)):
+            engine.submit(GenerationRequest(f"r{i}", p, 150), sink)
+        peak = 0.0
+        while not sink.all_done.is_set():
+            load = engine.load()
+            peak = max(peak, load.kv_occupancy)
+            assert 0 <= load.kv_blocks_used <= load.kv_blocks_total
+            time.sleep(0.002)
+        # 4 requests of ~200 tokens in 16-token blocks hold ~52 of 64 blocks at their longest.
+        assert peak > 0.3
+        assert engine.load().kv_blocks_used == 0  # all freed at the end
+    finally:
+        engine.stop()
+
+
+def test_cache_adapter_reads_both_cache_generations(tiny):
+    engine = create_engine(tiny, make_spec())
+    engine.start()
+    try:
+        cache = engine._manager.batch_processor.cache
+        used, total = kv_blocks(cache)
+        assert (used, total) == (0, cache.num_blocks)
+        version_api = "get_num_free_blocks" if hasattr(cache, "get_num_free_blocks") else "compute_free_capacity"
+        assert hasattr(cache, version_api)
+    finally:
+        engine.stop()
+
+
+def test_cache_too_small_for_the_workload_is_a_spec_error(tiny):
+    spec = make_spec(transformers={"block_size": 16, "num_blocks": 2},
+                     workload={"prompt_tokens": {"dist": "fixed", "value": 40}})
+    with pytest.raises(SpecError, match="transformers.num_blocks"):
+        create_engine(tiny, spec)
+
+
+def test_library_defaults_pass_nothing_of_benchds(tiny):
+    from benchd.engines.transformers_cb import cb_config
+    from benchd.spec import TransformersOptions
+
+    ours = cb_config(TransformersOptions(), "cuda")
+    library = cb_config(TransformersOptions(library_defaults=True), "cuda")
+    assert ours.use_cuda_graph is True and library.use_cuda_graph is None
+    assert cb_config(TransformersOptions(), "cpu").num_blocks == 256

@@ -1,0 +1,183 @@
+"""Whole runs on the real engines with the tiny model: counts, warm-up, arrivals, queueing, faults."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from benchd.records import LatencyStats
+from benchd.runner import run
+from tests.helpers import make_spec
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.mark.parametrize("engine", ["transformers", "static"])
+def test_exact_token_counts_and_per_token_itl(tiny, engine):
+    outcome = run(make_spec(engine=engine, workload={"warmup": {"requests": 2}}), loaded=tiny)
+    assert outcome.status == "completed", outcome.error
+    (stage,) = outcome.stages
+    measured = [r for r in stage.records if not r.warmup]
+    assert len(measured) == 12 and len(stage.records) == 14
+    for r in stage.records:
+        assert r.ok, r.error
+        assert r.output_tokens == r.max_new_tokens == len(r.token_ids)
+        assert r.ttft_s > 0
+        itl = r.itl_s()
+        assert len(itl) == r.output_tokens - 1
+        assert all(gap > 0 for gap in itl)
+        assert r.scheduled_s <= r.submitted_s <= r.admitted_s <= r.arrival_s[0]
+    summary = stage.summary()
+    assert summary.requests == 12 and summary.errors == 0 and summary.warmup_requests == 2
+    assert summary.itl_s.count == sum(r.output_tokens - 1 for r in measured)
+    assert summary.output_tokens == sum(r.max_new_tokens for r in measured)
+    assert summary.output_tokens_per_s > 0
+
+
+def test_warmup_requests_never_enter_a_figure(tiny):
+    outcome = run(make_spec(workload={"warmup": {"requests": 4}, "stop": {"requests": 8}}), loaded=tiny)
+    stage = outcome.stages[0]
+    warm = [r for r in stage.records if r.warmup]
+    measured = [r for r in stage.records if not r.warmup]
+    assert [r.index for r in warm] == [0, 1, 2, 3]  # cut by scheduled order
+    summary = stage.summary()
+    assert summary.ttft_s == LatencyStats.of([r.ttft_s for r in measured])
+    assert summary.e2e_s == LatencyStats.of([r.e2e_s for r in measured])
+    assert summary.itl_s == LatencyStats.of([g for r in measured for g in r.itl_s()])
+    assert summary.output_tokens == sum(r.output_tokens for r in measured)
+    assert summary.duration_s == pytest.approx(
+        max(r.arrival_s[-1] for r in measured) - min(r.scheduled_s for r in measured)
+    )
+
+
+def test_warmup_by_seconds_cuts_by_scheduled_time(tiny):
+    spec = make_spec(workload={
+        "arrivals": {"profile": "constant", "rate": 40},
+        "warmup": {"seconds": 0.2},
+        "stop": {"requests": 6},
+    })
+    stage = run(spec, loaded=tiny).stages[0]
+    start = stage.start_s
+    for r in stage.records:
+        assert r.warmup == (r.scheduled_s - start < 0.2)
+    assert sum(r.warmup for r in stage.records) == 8  # offsets 0, 25 … 175 ms
+    assert stage.summary().requests == 6
+
+
+def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
+    spec = make_spec(seed=11, workload={"arrivals": {"profile": "poisson", "rate": 30}, "stop": {"requests": 20}})
+    stage = run(spec, loaded=tiny).stages[0]
+    from benchd import arrivals
+    import itertools
+
+    expected = list(itertools.islice(arrivals.offsets(spec.workload.arrivals, 11), 20))
+    got = [r.scheduled_s - stage.start_s for r in sorted(stage.records, key=lambda r: r.index)]
+    assert got == pytest.approx(expected, abs=1e-9)
+    assert max(r.dispatch_lag_s for r in stage.records) < 0.05
+
+
+def test_closed_loop_keeps_n_in_flight_and_schedules_on_free_slots(tiny):
+    spec = make_spec(workload={"arrivals": {"profile": "concurrent", "concurrency": 3}, "stop": {"requests": 12}})
+    records = sorted(run(spec, loaded=tiny).stages[0].records, key=lambda r: r.index)
+    assert len({r.scheduled_s for r in records[:3]}) == 1  # the first three start together
+    ends = {r.finished_s for r in records}
+    assert all(r.scheduled_s in ends for r in records[3:])  # each later one starts when one ends
+    events = sorted([(r.submitted_s, 1) for r in records] + [(r.finished_s, -1) for r in records],
+                    key=lambda e: (e[0], e[1]))
+    in_flight = np.cumsum([delta for _, delta in events])
+    assert in_flight.max() == 3
+
+
+def test_saturated_open_loop_ttft_grows_with_queueing(tiny):
+    # One request at a time (static, batch 1) against 200 req/s: each request waits behind all earlier ones.
+    spec = make_spec(engine="static", static={"batch_size": 1}, workload={
+        "arrivals": {"profile": "constant", "rate": 200},
+        "stop": {"requests": 24},
+        "output_tokens": {"dist": "fixed", "value": 8},
+    })
+    records = sorted(run(spec, loaded=tiny).stages[0].records, key=lambda r: r.index)
+    ttft = [r.ttft_s for r in records]
+    queue = [r.queue_s for r in records]
+    assert np.mean(ttft[-6:]) > 3 * np.mean(ttft[:6])
+    assert queue[-1] > 0.5 * ttft[-1]  # the growth is queue time, counted from the scheduled time
+    assert all(b >= a for a, b in zip(queue[1:], queue[2:]))  # FIFO: the wait only grows
+
+
+def test_saturated_closed_loop_queue_exceeds_engine_slots(tiny):
+    spec = make_spec(engine="static", static={"batch_size": 2}, workload={
+        "arrivals": {"profile": "concurrent", "concurrency": 8},
+        "stop": {"requests": 16},
+        "output_tokens": {"dist": "fixed", "value": 6},
+    })
+    summary = run(spec, loaded=tiny).stages[0].summary()
+    # 8 in flight for 2 engine slots: most requests wait for earlier batches.
+    assert summary.queue_s.p50 > summary.ttft_s.p50 - summary.queue_s.p50
+
+
+def test_duration_stops_dispatch(tiny):
+    spec = make_spec(workload={"arrivals": {"profile": "constant", "rate": 20}, "stop": {"duration_s": 0.5}})
+    stage = run(spec, loaded=tiny).stages[0]
+    assert len(stage.records) == 10  # offsets 0, 50 … 450 ms
+    assert all(r.scheduled_s - stage.start_s < 0.5 for r in stage.records)
+
+
+def test_sweep_runs_each_level_with_the_same_requests(tiny):
+    spec = make_spec(workload={"arrivals": {"profile": "sweep", "over": "concurrent", "values": [1, 4]},
+                               "stop": {"requests": 6}})
+    outcome = run(spec, loaded=tiny)
+    assert [s.label for s in outcome.stages] == ["concurrent=1", "concurrent=4"]
+    first, second = ([r.token_ids for r in sorted(s.records, key=lambda r: r.index)] for s in outcome.stages)
+    assert first == second  # same prompts, greedy: same outputs whatever the load
+    assert [s.stage for s in outcome.summaries()] == ["concurrent=1", "concurrent=4"]
+
+
+def test_stop_event_cancels_and_keeps_what_was_measured(tiny):
+    stop = threading.Event()
+    spec = make_spec(workload={"arrivals": {"profile": "concurrent", "concurrency": 2},
+                               "stop": {"duration_s": 60}, "output_tokens": {"dist": "fixed", "value": 400}})
+    threading.Timer(1.0, stop.set).start()
+    started = time.monotonic()
+    outcome = run(spec, loaded=tiny, stop=stop)
+    assert time.monotonic() - started < 10
+    assert outcome.status == "cancelled"
+    records = outcome.stages[0].records
+    assert all(r.done for r in records)
+    assert any(r.error == "cancelled" and r.output_tokens > 0 for r in records)
+    summary = outcome.summaries()[0]
+    assert summary.status == "cancelled" and summary.output_tokens > 0
+
+
+def test_engine_errors_fail_requests_and_the_run_goes_on(tiny):
+    # A real fault in the model's forward pass, on every third batch of the static engine.
+    calls = {"n": 0}
+
+    def flaky(module, args):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            raise RuntimeError("injected fault")
+
+    handle = tiny.model.model.layers[0].register_forward_pre_hook(flaky)
+    try:
+        spec = make_spec(engine="static", static={"batch_size": 1},
+                         workload={"output_tokens": {"dist": "fixed", "value": 1}, "stop": {"requests": 9}})
+        outcome = run(spec, loaded=tiny)
+    finally:
+        handle.remove()
+    assert outcome.status == "completed"
+    summary = outcome.summaries()[0]
+    assert summary.errors == 3 and summary.requests == 6
+    failed = [r for r in outcome.stages[0].records if r.error]
+    assert all("injected fault" in r.error for r in failed)
+
+
+def test_metadata_identifies_the_stack(tiny, monkeypatch):
+    monkeypatch.setenv("BENCHD_LABEL", "abc123")
+    outcome = run(make_spec(workload={"stop": {"requests": 1}}), loaded=tiny)
+    meta = outcome.metadata
+    assert meta.label == "abc123" and meta.model == "tiny" and meta.device == "cpu"
+    assert meta.torch_version and meta.transformers_version and meta.benchd_version and meta.host
+    assert meta.engine_settings["engine"] == "transformers"
+    assert meta.engine_settings["continuous_batching"]["num_blocks"] == 64
+    explicit = run(make_spec(label="release-1", workload={"stop": {"requests": 1}}), loaded=tiny)
+    assert explicit.metadata.label == "release-1"

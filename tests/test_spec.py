@@ -1,0 +1,110 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from benchd.spec import (
+    Concurrent,
+    Gamma,
+    Poisson,
+    RunSpec,
+    SpecError,
+    load_spec,
+    parse_spec,
+)
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_load(path):
+    assert isinstance(load_spec(path), RunSpec)
+
+
+def test_defaults_are_a_runnable_spec():
+    spec = parse_spec({})
+    assert spec.model == "tiny" and spec.engine == "transformers"
+    assert spec.workload.stop.requests == 16
+
+
+def test_json_and_yaml_load_the_same(tmp_path):
+    data = {"model": "small", "workload": {"arrivals": {"profile": "poisson", "rate": 2.5}, "stop": {"requests": 3}}}
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    (tmp_path / "a.yaml").write_text("model: small\nworkload:\n  arrivals: {profile: poisson, rate: 2.5}\n"
+                                     "  stop: {requests: 3}\n")
+    assert load_spec(tmp_path / "a.json") == load_spec(tmp_path / "a.yaml")
+    assert load_spec(tmp_path / "a.json").workload.arrivals == Poisson(profile="poisson", rate=2.5)
+
+
+def test_sweep_expands_into_stages():
+    spec = parse_spec({"workload": {"arrivals": {"profile": "sweep", "over": "concurrent", "values": [1, 8]}}})
+    assert spec.workload.stages() == [Concurrent(profile="concurrent", concurrency=1),
+                                      Concurrent(profile="concurrent", concurrency=8)]
+    gamma = parse_spec({"workload": {"arrivals": {"profile": "sweep", "over": "gamma", "values": [2],
+                                                  "burstiness": 0.5}}})
+    assert gamma.workload.stages() == [Gamma(profile="gamma", rate=2, burstiness=0.5)]
+
+
+def message(data) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_spec(data)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "reason"),
+    [
+        ({"workload": {"arrivals": {"profile": "poisson", "rate": 0}}}, "workload.arrivals.poisson.rate",
+         "greater than 0"),
+        ({"workload": {"arrivals": {"profile": "gamma", "rate": 1, "burstiness": -1}}},
+         "workload.arrivals.gamma.burstiness", "greater than 0"),
+        ({"workload": {"arrivals": {"profile": "bursty"}}}, "workload.arrivals", "does not match any of the expected tags"),
+        ({"workload": {"arrivals": {"profile": "concurrent"}}}, "workload.arrivals.concurrent.concurrency",
+         "Field required"),
+        ({"workload": {"arrivals": {"profile": "sweep", "over": "concurrent", "values": [1.5]}}},
+         "workload.arrivals.sweep", "whole numbers"),
+        ({"workload": {"arrivals": {"profile": "sweep", "over": "poisson", "values": []}}},
+         "workload.arrivals.sweep.values", "at least 1 item"),
+        ({"workload": {"stop": {}}}, "workload.stop", "a run must end"),
+        ({"workload": {"stop": {"requests": 0}}}, "workload.stop.requests", "greater than or equal to 1"),
+        ({"workload": {"warmup": {"requests": 2, "seconds": 1}}}, "workload.warmup", "not both"),
+        ({"workload": {"prompt_tokens": {"dist": "uniform", "min": 10, "max": 5}}},
+         "workload.prompt_tokens.uniform", "max (5) must be >= min (10)"),
+        ({"workload": {"output_tokens": {"dist": "normal", "mean": 100, "std": 5, "max": 50}}},
+         "workload.output_tokens.normal", "mean (100.0) must lie within"),
+        ({"workload": {"output_tokens": {"dist": "list", "values": [4, 0]}}},
+         "workload.output_tokens.list.values.1", "greater than or equal to 1"),
+        ({"workload": {"slo": {}}}, "workload.slo", "set ttft_s, tpot_s or both"),
+        ({"workload": {"bogus": 1}}, "workload.bogus", "Extra inputs are not permitted"),
+        ({"engine": "vllm"}, "engine", "'transformers' or 'static'"),
+        ({"dtype": "int3"}, "dtype", "Input should be"),
+        ({"device": "tpu"}, "device", "should match pattern"),
+        ({"name": "has spaces"}, "name", "should match pattern"),
+        ({"transformers": {"block_size": 2}}, "transformers", "at least 4 tokens"),
+        ({"static": {"batch_size": 0}}, "static.batch_size", "greater than or equal to 1"),
+    ],
+)
+def test_invalid_fields_are_named_with_the_reason(data, field, reason):
+    text = message(data)
+    line = next((line for line in text.splitlines() if line.startswith(field + ":")), None)
+    assert line is not None, text
+    assert reason in line, text
+
+
+def test_every_bad_field_is_reported_at_once():
+    text = message({"seed": -1, "workload": {"stop": {"requests": 0}}})
+    assert text.splitlines()[0].startswith("seed:")
+    assert any(line.startswith("workload.stop.requests:") for line in text.splitlines())
+
+
+def test_not_a_mapping():
+    assert "expected a mapping" in message([1, 2])
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(SpecError, match="No such file"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML or JSON"):
+        load_spec(bad)
