@@ -36,13 +36,22 @@ def cb_config(options: TransformersOptions, device_type: str) -> ContinuousBatch
 
 
 def kv_blocks(cache) -> tuple[int, int]:
-    """(used, total) blocks of the paged cache, read live from another thread."""
+    """(used, total) blocks of the paged cache, read live from another thread.
+
+    Used means referenced by a request: finished requests' complete blocks that are kept only for prefix reuse
+    can be evicted at any time, so they count as free (as 5.17's block manager and vLLM's usage figure count them).
+    """
     total = cache.num_blocks
     if hasattr(cache, "get_num_free_blocks"):  # transformers 5.17: one block manager
-        free = cache.get_num_free_blocks()
-    else:  # 5.18+: sectors shared among cache allocators; free capacity as a fraction of the whole
-        free = round(cache.compute_free_capacity(relative=True) * total)
-    return total - free, total
+        return total - cache.get_num_free_blocks(), total
+    # 5.18+: sectors shared among cache allocators, each with a ledger of evictable cached blocks
+    free_bytes = cache.compute_free_capacity(relative=False)
+    for allocator in cache.cache_allocators.values():
+        ledger = getattr(allocator, "ledger", None)
+        if ledger is not None:
+            free_bytes += len(ledger.cached_blocks) * allocator.bytes_per_block
+    capacity = cache.num_sectors * cache.bytes_per_sector
+    return total - round(free_bytes / capacity * total), total
 
 
 @dataclass(slots=True)
