@@ -1,4 +1,4 @@
-# Two entry points: `make run` (set up, then run benchd on the embedded tiny model) and `make test`.
+# Two entry points: `make serve` (set up, then start the daemon on the embedded tiny model) and `make test`.
 PYTHON ?= python3
 VENV ?= .venv
 # The newest transformers 5.x gets the engine tests too (the cache internals changed in 5.18).
@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 TRANSFORMERS_OLDEST ?= transformers==5.17.0
 TRANSFORMERS_NEWEST ?= transformers>=5.17,<6
 
-.PHONY: run test test-newest setup clean
+.PHONY: serve run test setup system-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,18 @@ $(VENV_NEWEST)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+serve: $(VENV)/.installed
+	$(VENV)/bin/benchd serve
+
 run: $(VENV)/.installed
 	$(VENV)/bin/benchd run examples/tiny-poisson.yaml --out runs/tiny-poisson
 
-test: $(VENV)/.installed $(VENV_NEWEST)/.installed
+# Real servers the tests start: PostgreSQL (the store) and Prometheus (scrapes the live daemon).
+system-deps:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+
+test: system-deps $(VENV)/.installed $(VENV_NEWEST)/.installed
 	$(VENV)/bin/python -m pytest -q
 	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
 	$(VENV_NEWEST)/bin/python -m pytest -q -m engine

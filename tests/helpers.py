@@ -1,4 +1,11 @@
-"""Specs and helpers shared by the tests."""
+"""Specs, live servers and helpers shared by the tests."""
+
+import socket
+import threading
+import time
+
+import httpx
+import uvicorn
 
 from benchd.spec import parse_spec
 
@@ -24,3 +31,56 @@ def make_spec(**overrides):
         data["workload"].update(workload)
     data.update(overrides)
     return parse_spec(data)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """A real uvicorn on a loopback port, in a thread of the test process (so tests can reach the app)."""
+
+    def __init__(self, app, port: int | None = None) -> None:
+        self.app = app
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.http.close()
+        self.server.should_exit = True
+        self.thread.join(90)
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        wait_for(lambda: self.http.get("/readyz").status_code == 200, timeout_s)
+
+    def wait_status(self, run_id: str, *statuses: str, timeout_s: float = 120) -> dict:
+        found = {}
+
+        def reached() -> bool:
+            found.update(self.http.get(f"/runs/{run_id}").json())
+            return found["status"] in statuses
+
+        wait_for(reached, timeout_s, f"run {run_id} to reach {statuses}")
+        return found
+
+
+def wait_for(condition, timeout_s: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)

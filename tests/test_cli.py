@@ -22,7 +22,7 @@ def test_run_example_writes_summary_and_requests(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "TTFT ms" in result.stdout and "poisson@20/s" in result.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "completed"
+    assert summary["status"] == "succeeded"
     (stage,) = summary["stages"]
     assert stage["requests"] == 40 and stage["warmup_requests"] == 4 and stage["errors"] == 0
     assert stage["ttft_s"]["count"] == 40 and stage["slo_attainment"] is not None

@@ -67,7 +67,7 @@ def test_summary_excludes_warmup_and_counts_failures():
         record(3, 3.0, [3.3, 3.4, 3.5]),
         record(4, 3.5, [3.6], error="boom"),
     ]
-    s = summarize("stage", "completed", records, kv_cache_occupancy_peak=0.5)
+    s = summarize("stage", "succeeded", records, kv_cache_occupancy_peak=0.5)
     assert (s.requests, s.errors, s.warmup_requests) == (3, 1, 1)
     assert s.ttft_s.count == 3 and s.ttft_s.max == pytest.approx(0.3)
     assert s.ttft_s.mean == pytest.approx(0.2)
@@ -90,7 +90,7 @@ def test_goodput_counts_requests_meeting_every_slo():
         record(2, 2.0, [2.1, 2.5, 2.9]),  # tpot 0.4: misses the TPOT SLO
         record(3, 3.0, [3.1, 3.15, 3.2]),  # meets both
     ]
-    s = summarize("stage", "completed", records, SLO(ttft_s=0.2, tpot_s=0.2))
+    s = summarize("stage", "succeeded", records, SLO(ttft_s=0.2, tpot_s=0.2))
     assert s.slo_attainment == pytest.approx(0.5)
     assert s.goodput_requests_per_s == pytest.approx(2 / s.duration_s)
 

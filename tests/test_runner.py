@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchd.records import LatencyStats
-from benchd.runner import run
+from benchd.runner import StopSignal, run
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.engine
 @pytest.mark.parametrize("engine", ["transformers", "static"])
 def test_exact_token_counts_and_per_token_itl(tiny, engine):
     outcome = run(make_spec(engine=engine, workload={"warmup": {"requests": 2}}), loaded=tiny)
-    assert outcome.status == "completed", outcome.error
+    assert outcome.status == "succeeded", outcome.error
     (stage,) = outcome.stages
     measured = [r for r in stage.records if not r.warmup]
     assert len(measured) == 12 and len(stage.records) == 14
@@ -132,11 +132,12 @@ def test_sweep_runs_each_level_with_the_same_requests(tiny):
     assert [s.stage for s in outcome.summaries()] == ["concurrent=1", "concurrent=4"]
 
 
-def test_stop_event_cancels_and_keeps_what_was_measured(tiny):
-    stop = threading.Event()
-    spec = make_spec(workload={"arrivals": {"profile": "concurrent", "concurrency": 2},
-                               "stop": {"duration_s": 60}, "output_tokens": {"dist": "fixed", "value": 400}})
-    threading.Timer(1.0, stop.set).start()
+def test_stop_signal_cancels_and_keeps_what_was_measured(tiny):
+    stop = StopSignal()
+    spec = make_spec(transformers={"block_size": 16, "num_blocks": 128, "max_batch_tokens": 128},
+                     workload={"arrivals": {"profile": "concurrent", "concurrency": 2},
+                               "stop": {"duration_s": 60}, "output_tokens": {"dist": "fixed", "value": 800}})
+    threading.Timer(0.5, stop.set).start()  # the first two requests are a quarter through their 800 tokens
     started = time.monotonic()
     outcome = run(spec, loaded=tiny, stop=stop)
     assert time.monotonic() - started < 10
@@ -164,7 +165,7 @@ def test_engine_errors_fail_requests_and_the_run_goes_on(tiny):
         outcome = run(spec, loaded=tiny)
     finally:
         handle.remove()
-    assert outcome.status == "completed"
+    assert outcome.status == "succeeded"
     summary = outcome.summaries()[0]
     assert summary.errors == 3 and summary.requests == 6
     failed = [r for r in outcome.stages[0].records if r.error]
@@ -181,3 +182,24 @@ def test_metadata_identifies_the_stack(tiny, monkeypatch):
     assert meta.engine_settings["continuous_batching"]["num_blocks"] == 64
     explicit = run(make_spec(label="release-1", workload={"stop": {"requests": 1}}), loaded=tiny)
     assert explicit.metadata.label == "release-1"
+
+
+def test_a_run_whose_requests_all_fail_has_failed(tiny):
+    def broken(module, args):
+        raise RuntimeError("injected fault")
+
+    handle = tiny.model.model.layers[0].register_forward_pre_hook(broken)
+    try:
+        outcome = run(make_spec(workload={"stop": {"requests": 3}}), loaded=tiny)
+    finally:
+        handle.remove()
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("all 3 measured requests failed") and "injected fault" in outcome.error
+    assert len(outcome.stages[0].records) == 3  # what was measured is kept
+
+
+def test_stop_reason_becomes_the_status(tiny):
+    stop = StopSignal()
+    stop.set("interrupted")
+    outcome = run(make_spec(), loaded=tiny, stop=stop)
+    assert outcome.status == "interrupted" and outcome.stages[0].status == "interrupted"

@@ -59,6 +59,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except SpecError as error:
         console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
         return EXIT_BAD_SPEC
+    if args.server is not None:
+        return _run_on_server(args, spec, console)
 
     # torch and transformers load only once the spec is known to be good.
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -93,7 +95,100 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'requests.csv'}", highlight=False)
     if outcome.status == "interrupted":
         return EXIT_INTERRUPTED
-    return EXIT_OK if outcome.status == "completed" else EXIT_FAILED
+    return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
+
+
+def _run_on_server(args: argparse.Namespace, spec, console) -> int:
+    """Submit to a running daemon and follow its events; the daemon fills in what the spec leaves unset."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from benchd.client import Client, DaemonError
+    from benchd.records import StageSummary
+    from benchd.report import summary_table
+
+    client = Client(args.server)
+    try:
+        created = client.submit(spec.model_dump(mode="json", exclude_unset=True))
+        console.print(f"run {created['id']} queued on {client.server}", highlight=False)
+        final: dict = {}
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("queued", total=None)
+            for kind, data in client.events(created["id"]):
+                if kind == "status":
+                    bar.update(task, description=data["status"])
+                elif kind == "progress":
+                    bar.update(task, description=f"{data['stage']} ({data['stage_index'] + 1}/{data['stages']})",
+                               completed=data["completed"], total=data["expected"])
+                elif kind == "summary":
+                    final = data
+        run = client.run(created["id"])
+    except DaemonError as error:
+        console.print(f"[red]{error}[/red]", highlight=False)
+        return EXIT_BAD_SPEC if str(error).startswith("422") else EXIT_FAILED
+    except KeyboardInterrupt:
+        client.cancel(created["id"])
+        console.print(f"cancelled run {created['id']}")
+        return EXIT_INTERRUPTED
+    summaries = [StageSummary.model_validate(s) for s in final.get("stages", [])]
+    title = f"benchd · {run['workload']} · {run['model']} · {run['engine']} · run {run['id']}"
+    Console().print(summary_table(title, final.get("status", run["status"]), final.get("error"), summaries))
+    return EXIT_OK if run["status"] == "succeeded" else EXIT_FAILED
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+    from pydantic import ValidationError
+
+    from benchd.api import create_app
+    from benchd.config import Settings
+
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as error:
+        from benchd.spec import format_validation_error
+
+        print(f"invalid settings\n{format_validation_error(error)}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # uvicorn turns SIGTERM and Ctrl-C into a clean shutdown: the lifespan marks the current run interrupted.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from benchd.client import Client, DaemonError
+
+    client = Client(args.server)
+    console = Console(width=None if sys.stdout.isatty() else 200)  # piped: no 80-column crop of run ids
+    try:
+        if args.runs_command == "show":
+            import json
+
+            console.print_json(json.dumps(client.run(args.id)))
+            return EXIT_OK
+        page = client.runs(status=args.status, model=args.model, workload=args.workload, limit=args.limit)
+    except DaemonError as error:
+        print(error, file=sys.stderr)
+        return EXIT_FAILED
+    table = Table(title=f"runs on {client.server} ({page['total']} in all)")
+    for column in ("id", "status", "workload", "model", "engine", "created", "out tok/s", "TTFT p99 ms"):
+        table.add_column(column)
+    for run in page["items"]:
+        stage = (run["summary"] or [{}])[0]
+        ttft = (stage.get("ttft_s") or {}).get("p99")
+        table.add_row(run["id"], run["status"], run["workload"], run["model"], run["engine"], run["created_at"][:19],
+                      f"{stage['output_tokens_per_s']:.1f}" if stage else "–",
+                      f"{ttft * 1e3:.2f}" if ttft is not None else "–")
+    console.print(table)
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", help="auto, float32, bfloat16 or float16")
     run.add_argument("--seed", type=int)
     run.add_argument("--label", help="a commit or label stored with the run")
+    run.add_argument("--server", help="submit to the daemon at this URL and follow its events")
     quick = run.add_argument_group("quick workload (without a spec file)")
     quick.add_argument("--requests", type=int)
     quick.add_argument("--duration", type=float, help="seconds")
@@ -118,6 +214,23 @@ def build_parser() -> argparse.ArgumentParser:
     quick.add_argument("--output-tokens", type=int, default=128)
     quick.add_argument("--warmup-requests", type=int, default=0)
     run.set_defaults(handler=cmd_run)
+
+    serve = commands.add_parser("serve", help="start the daemon (settings: BENCHD_* variables, BENCHD_CONFIG file)")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1, BENCHD_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8000, BENCHD_PORT)")
+    serve.set_defaults(handler=cmd_serve)
+
+    runs = commands.add_parser("runs", help="list or show runs stored by a daemon")
+    runs.add_argument("--server", help=f"daemon URL (BENCHD_SERVER, default {'http://127.0.0.1:8000'})")
+    runs_commands = runs.add_subparsers(dest="runs_command", required=True)
+    listing = runs_commands.add_parser("list")
+    listing.add_argument("--status")
+    listing.add_argument("--model")
+    listing.add_argument("--workload")
+    listing.add_argument("--limit", type=int, default=20)
+    show = runs_commands.add_parser("show")
+    show.add_argument("id")
+    runs.set_defaults(handler=cmd_runs)
     return parser
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchd.records import LatencyStats, RequestRecord
+from benchd.environment import RunMetadata
+from benchd.records import LatencyStats, RequestRecord, StageSummary
 from benchd.runner import RunOutcome
+from benchd.spec import RunSpec
 
 CSV_COLUMNS = [
     "stage", "index", "request_id", "warmup", "prompt_tokens", "max_new_tokens", "output_tokens",
@@ -19,16 +21,12 @@ CSV_COLUMNS = [
 ]
 
 
-def _relative(t: float | None, origin: float) -> str:
-    return "" if t is None else f"{t - origin:.9f}"
-
-
-def _seconds(value: float | None) -> str:
-    return "" if value is None else f"{value:.9f}"
+def _relative(t: float | None, origin: float) -> float | None:
+    return None if t is None else t - origin
 
 
 def request_row(stage: str, record: RequestRecord, origin: float) -> dict[str, object]:
-    """Stamps relative to the stage's start; token_times_s repeats a stamp once per token it carried."""
+    """One request, stamps relative to the stage's start (s); token_times_s repeats a stamp per token it carried."""
     stamps = record.arrival_s
     token_times = " ".join(
         f"{t - origin:.6f}" for t, n in zip(stamps, record.arrival_tokens) for _ in range(n)
@@ -47,25 +45,30 @@ def request_row(stage: str, record: RequestRecord, origin: float) -> dict[str, o
         "first_token_s": _relative(stamps[0] if stamps else None, origin),
         "last_token_s": _relative(stamps[-1] if stamps else None, origin),
         "finished_s": _relative(record.finished_s, origin),
-        "dispatch_lag_s": _seconds(record.dispatch_lag_s),
-        "queue_s": _seconds(record.queue_s),
-        "ttft_s": _seconds(record.ttft_s),
-        "tpot_s": _seconds(record.tpot_s),
-        "e2e_s": _seconds(record.e2e_s),
-        "error": record.error or "",
+        "dispatch_lag_s": record.dispatch_lag_s,
+        "queue_s": record.queue_s,
+        "ttft_s": record.ttft_s,
+        "tpot_s": record.tpot_s,
+        "e2e_s": record.e2e_s,
+        "error": record.error,
         "token_times_s": token_times,
     }
+
+
+def write_csv(rows, file) -> None:
+    """None becomes an empty cell; floats keep full precision."""
+    writer = csv.DictWriter(file, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
 
 
 def write_outputs(outcome: RunOutcome, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    rows = [request_row(stage.label, record, stage.start_s)
+            for stage in outcome.stages for record in sorted(stage.records, key=lambda r: r.index)]
     with (out_dir / "requests.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        for stage in outcome.stages:
-            for record in sorted(stage.records, key=lambda r: r.index):
-                writer.writerow(request_row(stage.label, record, stage.start_s))
+        write_csv(rows, f)
 
 
 def _ms(stats: LatencyStats, *keys: str) -> str:
@@ -73,14 +76,14 @@ def _ms(stats: LatencyStats, *keys: str) -> str:
     return " / ".join("–" if v is None else f"{v * 1e3:.2f}" for v in values)
 
 
-def summary_table(outcome: RunOutcome) -> Table:
+def run_title(spec: RunSpec, metadata: RunMetadata | None) -> str:
+    title = f"benchd · {spec.name} · {spec.model} · {spec.engine}"
+    return title + (f" · {metadata.device_name}" if metadata is not None else "")
+
+
+def summary_table(title: str, status: str, error: str | None, summaries: list[StageSummary]) -> Table:
     """One column per stage (load level), one row per figure."""
-    meta = outcome.metadata
-    title = f"benchd · {outcome.spec.name} · {outcome.spec.model} · {outcome.spec.engine}"
-    if meta is not None:
-        title += f" · {meta.device_name}"
-    caption = f"status: {outcome.status}" + (f" — {outcome.error}" if outcome.error else "")
-    summaries = outcome.summaries()
+    caption = f"status: {status}" + (f" — {error}" if error else "")
     table = Table(title=title, caption=caption)
     table.add_column("")
     for s in summaries:
@@ -110,4 +113,6 @@ def summary_table(outcome: RunOutcome) -> Table:
 
 
 def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
-    (console or Console()).print(summary_table(outcome))
+    table = summary_table(run_title(outcome.spec, outcome.metadata), outcome.status, outcome.error,
+                          outcome.summaries())
+    (console or Console()).print(table)

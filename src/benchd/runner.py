@@ -21,8 +21,27 @@ from benchd.workload import RequestContent, contents
 LOAD_SAMPLE_INTERVAL_S = 0.02  # how often the engine's load (KV-cache occupancy) is read during a stage
 
 
+class StopSignal:
+    """Set from another thread to end a run early; the reason becomes the run's status."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = "cancelled"
+
+    def set(self, reason: str = "cancelled") -> None:
+        self.reason = reason
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
 class Stopped(Exception):
-    """The run was cancelled from outside (the stop event was set)."""
+    """The stop signal was set: the run ends as cancelled or interrupted."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -91,7 +110,7 @@ class Stage:
         self._next_sample = 0.0
         self._measured_submitted = 0
         self._on_progress: Callable[[Progress], None] | None = None
-        self._stop: threading.Event | None = None
+        self._stop: StopSignal | None = None
 
     @property
     def start_s(self) -> float:
@@ -103,7 +122,7 @@ class Stage:
 
     # ---- dispatch ------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event | None = None, on_progress: Callable[[Progress], None] | None = None) -> None:
+    def run(self, stop: StopSignal | None = None, on_progress: Callable[[Progress], None] | None = None) -> None:
         self._stop, self._on_progress = stop, on_progress
         self.status = "running"
         self._t0 = self.clock()
@@ -114,7 +133,7 @@ class Stage:
             self._closed_loop(slots)
         while self.in_flight:
             self._wait(None)
-        self.status = "completed"
+        self.status = "succeeded"
         self._report()
 
     def _open_loop(self) -> None:
@@ -172,7 +191,7 @@ class Stage:
     def _wait(self, timeout: float | None) -> RequestRecord | None:
         """Wait up to timeout for one completion, sampling the engine's load meanwhile."""
         if self._stop is not None and self._stop.is_set():
-            raise Stopped("cancelled")
+            raise Stopped(self._stop.reason)
         now = self.clock()
         if now >= self._next_sample:
             self._sample_load()
@@ -232,7 +251,7 @@ class Stage:
 @dataclass
 class RunOutcome:
     spec: RunSpec
-    status: str  # completed | interrupted | cancelled | failed
+    status: str  # running | succeeded | failed | cancelled | interrupted
     error: str | None
     metadata: RunMetadata | None
     stages: list[Stage] = field(default_factory=list)
@@ -264,7 +283,7 @@ def run(
     spec: RunSpec,
     loaded: LoadedModel | None = None,
     engine: Engine | None = None,
-    stop: threading.Event | None = None,
+    stop: StopSignal | None = None,
     on_progress: Callable[[Progress], None] | None = None,
 ) -> RunOutcome:
     """Load (unless given), run every stage, and return what was measured, whatever happened."""
@@ -288,15 +307,15 @@ def run(
             stage = Stage(engine, spec, profile, stream.__next__, index, len(stages))
             outcome.stages.append(stage)
             stage.run(stop, on_progress)
-        outcome.status = "completed"
+        outcome.status, outcome.error = _judge(outcome.stages)
     except KeyboardInterrupt:
         outcome.status = "interrupted"
         if stage is not None:
             stage.abort("interrupted", "interrupted")
-    except Stopped:
-        outcome.status = "cancelled"
+    except Stopped as stopped:
+        outcome.status = stopped.reason
         if stage is not None:
-            stage.abort("cancelled", "cancelled")
+            stage.abort(stopped.reason, stopped.reason)
     except Exception as error:  # the run's one boundary: record the failure with what was measured
         outcome.status, outcome.error = "failed", f"{type(error).__name__}: {error}"
         if stage is not None:
@@ -306,3 +325,12 @@ def run(
             engine.stop()
         metadata.finished_at = utc_now()
     return outcome
+
+
+def _judge(stages: list[Stage]) -> tuple[str, str | None]:
+    """A run whose measured requests all failed has failed, with the first error as its reason."""
+    measured = [r for stage in stages for r in stage.records if not r.warmup]
+    if measured and not any(r.ok for r in measured):
+        first = min(measured, key=lambda r: r.index)
+        return "failed", f"all {len(measured)} measured requests failed; first: {first.error}"
+    return "succeeded", None

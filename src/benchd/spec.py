@@ -228,7 +228,6 @@ class TransformersOptions(_Strict):
     use_cuda_graph: bool | None = None
     use_async_batching: bool | None = None
     compile_level: Annotated[int, Field(ge=0, le=3)] | None = None
-    attn_implementation: str | None = None
     library_defaults: bool = False  # pass nothing benchd would choose: transformers' own defaults
 
     @model_validator(mode="after")
@@ -240,7 +239,6 @@ class TransformersOptions(_Strict):
 
 class StaticOptions(_Strict):
     batch_size: PositiveInt = 8
-    attn_implementation: str | None = None
 
 
 EngineName = Literal["transformers", "static"]

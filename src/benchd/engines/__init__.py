@@ -56,6 +56,9 @@ class Engine(Protocol):
 
     def load(self) -> EngineLoad: ...
 
+    def alive(self) -> bool:
+        """Started and still able to serve (a fatal error stops continuous batching's loop)."""
+
     def settings(self) -> dict[str, Any]:
         """The resolved configuration, stored with the run."""
 

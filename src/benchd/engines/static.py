@@ -96,6 +96,9 @@ class StaticEngine:
                         self._waiting.remove(slot)
                     slot.sink.finished(request_id, time.perf_counter(), reason)
 
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def load(self) -> EngineLoad:
         return EngineLoad(running=len(self._running), waiting=len(self._waiting))
 

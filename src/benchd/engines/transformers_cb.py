@@ -25,7 +25,7 @@ _SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else
 
 
 def cb_config(options: TransformersOptions, device_type: str) -> ContinuousBatchingConfig:
-    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "attn_implementation"})
+    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults"})
     defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
     kwargs = {**defaults, **chosen}
     if "compile_level" in kwargs:
@@ -162,6 +162,9 @@ class TransformersEngine:
         t = time.perf_counter()
         for request_id in list(self._streams):
             self._finish(request_id, t, error)
+
+    def alive(self) -> bool:
+        return self._manager is not None and self._manager.is_running()
 
     def load(self) -> EngineLoad:
         manager = self._manager

@@ -1,0 +1,53 @@
+"""The FastAPI app: create_app(settings) builds everything in its lifespan, nothing at import time."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+from prometheus_client import CollectorRegistry
+
+import benchd
+from benchd.api import health, runs, schedules
+from benchd.api.deps import Services
+from benchd.config import Settings
+from benchd.events import RunEvents
+from benchd.models import LoadedModel, load_model
+from benchd.scheduler import DEFAULT_SCHEDULE_SPEC, Scheduler
+from benchd.spec import RunSpec
+from benchd.store import Store
+
+
+def create_app(settings: Settings, loader: Callable[..., LoadedModel] = load_model) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store(settings.database_url)
+        store.recover()
+        registry = CollectorRegistry()
+        events = RunEvents()
+        scheduler = Scheduler(settings, store, events, loader)
+        if settings.default_schedule:
+            spec = RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC)
+            store.put_schedule("default", spec.model_dump(mode="json", exclude_unset=True),
+                               settings.default_schedule_interval_s)
+        else:
+            store.delete_schedule("default")
+        scheduler.start()  # the engine thread loads the model; /readyz says when it is ready
+        app.state.services = Services(settings, store, scheduler, events, registry)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(scheduler.stop)
+            store.close()
+
+    app = FastAPI(
+        title="benchd",
+        version=benchd.__version__,
+        summary="Continuous, exact measurement of LLM generation speed.",
+        lifespan=lifespan,
+    )
+    for module in (runs, schedules, health):
+        app.include_router(module.router)
+    return app

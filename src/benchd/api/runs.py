@@ -1,0 +1,128 @@
+"""/runs: submit, list, inspect, cancel, follow, and fetch per-request records."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from benchd.api.deps import AuthDep, ServicesDep, admit
+from benchd.api.schemas import CancelResult, RunCreated, RunPage, RunView, errors
+from benchd.events import RunEvent
+from benchd.report import write_csv
+from benchd.scheduler import QueueFull
+from benchd.spec import RunSpec
+from benchd.store import TERMINAL
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+
+KEEPALIVE_S = 15.0
+
+
+def _run_or_404(services, run_id: str) -> dict:
+    row = services.store.get_run(run_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
+    return row
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=RunCreated,
+             responses=errors(401, 422, 429), dependencies=[AuthDep])
+def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response: Response) -> RunCreated:
+    """Queue a run; it starts when the runs before it have finished."""
+    admit(spec, services.settings)
+    try:
+        run_id = services.scheduler.submit(spec)
+    except QueueFull as error:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(error)) from None
+    url = str(request.url_for("get_run", run_id=run_id))
+    response.headers["Location"] = url
+    return RunCreated(id=run_id, url=url, status="queued")
+
+
+@router.get("", response_model=RunPage)
+def list_runs(
+    services: ServicesDep,
+    status_: Annotated[str | None, Query(alias="status")] = None,
+    model: str | None = None,
+    workload: str | None = None,
+    schedule: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> RunPage:
+    """Newest first."""
+    page = services.store.list_runs(status_, model, workload, schedule, limit, offset)
+    return RunPage(items=[RunView.of(r) for r in page.items], total=page.total, limit=limit, offset=offset)
+
+
+@router.get("/{run_id}", response_model=RunView, responses=errors(404))
+def get_run(run_id: str, services: ServicesDep) -> RunView:
+    return RunView.of(_run_or_404(services, run_id))
+
+
+@router.delete("/{run_id}", response_model=CancelResult, responses={**errors(401, 404), 409: {
+    "description": "The run has already ended."}}, dependencies=[AuthDep])
+def cancel_run(run_id: str, services: ServicesDep) -> CancelResult:
+    """Cancel a queued run, or stop a running one (it keeps what it measured)."""
+    row = _run_or_404(services, run_id)
+    result = services.scheduler.cancel(run_id)
+    if result is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"run {run_id} has already ended ({row['status']})")
+    return CancelResult(id=run_id, status=result)
+
+
+@router.get("/{run_id}/events", responses={**errors(404), 200: {
+    "content": {"text/event-stream": {}},
+    "description": "Server-sent events: `status` (queued, running), `progress` while running, and a final "
+                   "`summary` (status, error, stages), after which the stream ends."}})
+async def run_events(run_id: str, services: ServicesDep) -> StreamingResponse:
+    await run_in_threadpool(_run_or_404, services, run_id)
+    return StreamingResponse(_event_stream(services, run_id), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _event_stream(services, run_id: str) -> AsyncIterator[str]:
+    queue = services.events.subscribe(run_id)
+    try:
+        # The store is written before the final event is published: checked after subscribing, a run that
+        # ended meanwhile still gets its summary, and one that ends later delivers it through the queue.
+        row = await run_in_threadpool(services.store.get_run, run_id)
+        if row["status"] in TERMINAL:
+            yield _summary_of(row).sse()
+            return
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            yield event.sse()
+            if event.final:
+                return
+    finally:
+        services.events.unsubscribe(run_id, queue)
+
+
+def _summary_of(row: dict) -> RunEvent:
+    return RunEvent("summary", {"status": row["status"], "error": row["error"], "stages": row["summary"] or []},
+                    final=True)
+
+
+@router.get("/{run_id}/requests", responses={**errors(404), 200: {
+    "content": {"application/json": {}, "text/csv": {}},
+    "description": "One record per request (warm-up flagged), stamps in seconds from the stage's start."}})
+def run_requests(run_id: str, services: ServicesDep,
+                 format: Literal["json", "csv"] = "json") -> Response:
+    _run_or_404(services, run_id)
+    rows = services.store.request_rows(run_id)
+    if format == "csv":
+        buffer = io.StringIO()
+        write_csv(rows, buffer)
+        return Response(buffer.getvalue(), media_type="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="{run_id}-requests.csv"'})
+    return JSONResponse(rows)

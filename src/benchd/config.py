@@ -1,0 +1,63 @@
+"""Daemon settings: environment (BENCHD_*), an optional YAML file (BENCHD_CONFIG), validated at start-up."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+
+class Limits(BaseModel):
+    """What one HTTP-submitted spec may ask for; beyond these, 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_requests: Annotated[int, Field(ge=1)] = 10_000
+    max_prompt_tokens: Annotated[int, Field(ge=1)] = 32_768
+    max_output_tokens: Annotated[int, Field(ge=1)] = 8_192
+    max_duration_s: Annotated[float, Field(gt=0)] = 3_600.0
+    max_concurrency: Annotated[int, Field(ge=1)] = 1_024
+    max_rate: Annotated[float, Field(gt=0)] = 10_000.0
+    max_stages: Annotated[int, Field(ge=1)] = 32
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BENCHD_", env_nested_delimiter="__", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    model: str = "tiny"  # the daemon's model: specs without one run on it
+    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    database_url: str = "sqlite:///benchd.db"
+    api_token: SecretStr | None = None
+    label: str | None = None
+    default_schedule: bool = True  # run a small workload on the daemon's model every interval
+    default_schedule_interval_s: Annotated[float, Field(gt=0)] = 60.0
+    queue_max: Annotated[int, Field(ge=1)] = 16
+    model_roots: list[Path] = []  # local directories HTTP specs may load models from
+    limits: Limits = Limits()
+
+    @field_validator("model_roots")
+    @classmethod
+    def _absolute(cls, roots: list[Path]) -> list[Path]:
+        return [Path(os.path.abspath(root)) for root in roots]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Precedence: explicit arguments, then the environment, then the config file.
+        sources = [init_settings, env_settings]
+        config_file = os.environ.get("BENCHD_CONFIG")
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        return tuple(sources)
