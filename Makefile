@@ -34,8 +34,9 @@ run: $(VENV)/.installed
 
 # Real servers the tests start: PostgreSQL (the store) and Prometheus (scrapes the live daemon).
 system-deps:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v promtool >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql prometheus >/dev/null; \
+	fi
 
 test: system-deps $(VENV)/.installed $(VENV_NEWEST)/.installed
 	$(VENV)/bin/python -m pytest -q

@@ -7,6 +7,11 @@ import time
 import httpx
 import uvicorn
 
+from pathlib import Path
+
+from benchd.api import create_app
+from benchd.config import Settings
+from benchd.models import load_model
 from benchd.spec import parse_spec
 
 
@@ -84,3 +89,51 @@ def wait_for(condition, timeout_s: float = 60, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+# ---- daemons --------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).parent.parent
+CPU_CACHE = {"block_size": 16, "num_blocks": 64, "max_batch_tokens": 128}
+
+
+def spec(requests=6, output=8, concurrency=2, duration=None, name="short"):
+    stop = {"duration_s": duration} if duration else {"requests": requests}
+    return {
+        "name": name,
+        "transformers": CPU_CACHE,
+        "workload": {
+            "arrivals": {"profile": "concurrent", "concurrency": concurrency},
+            "stop": stop,
+            "prompt_tokens": {"dist": "fixed", "value": 8},
+            "output_tokens": {"dist": "fixed", "value": output},
+        },
+    }
+
+
+LONG = spec(duration=120, output=64, name="long")
+
+
+class Loader:
+    """Loads models for the daemon and keeps them, so a test can reach the model the daemon runs."""
+
+    def __init__(self):
+        self.loaded = []
+
+    def __call__(self, *args, **kwargs):
+        model = load_model(*args, **kwargs)
+        self.loaded.append(model)
+        return model
+
+
+def daemon(tmp_path, loader=None, **overrides) -> LiveServer:
+    """A live daemon on the tiny model with a SQLite store under tmp_path and no default schedule."""
+    values = {"database_url": f"sqlite:///{tmp_path}/benchd.db", "device": "cpu", "dtype": "float32",
+              "default_schedule": False, **overrides}
+    return LiveServer(create_app(Settings(**values), loader or load_model))
+
+
+def submit(server, body) -> str:
+    response = server.http.post("/runs", json=body)
+    assert response.status_code == 202, response.text
+    return response.json()["id"]

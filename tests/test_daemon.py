@@ -7,62 +7,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from benchd.api import create_app
 from benchd.client import Client
-from benchd.config import Limits, Settings
-from benchd.models import load_model
+from benchd.config import Limits
 from benchd.store import Store
-from tests.helpers import LiveServer, free_port, wait_for
-
-ROOT = Path(__file__).parent.parent
-CPU_CACHE = {"block_size": 16, "num_blocks": 64, "max_batch_tokens": 128}
-
-
-def spec(requests=6, output=8, concurrency=2, duration=None, name="short"):
-    stop = {"duration_s": duration} if duration else {"requests": requests}
-    return {
-        "name": name,
-        "transformers": CPU_CACHE,
-        "workload": {
-            "arrivals": {"profile": "concurrent", "concurrency": concurrency},
-            "stop": stop,
-            "prompt_tokens": {"dist": "fixed", "value": 8},
-            "output_tokens": {"dist": "fixed", "value": output},
-        },
-    }
-
-
-LONG = spec(duration=120, output=64, name="long")
-
-
-class Loader:
-    """Loads models for the daemon and keeps them, so a test can reach the model the daemon runs."""
-
-    def __init__(self):
-        self.loaded = []
-
-    def __call__(self, *args, **kwargs):
-        model = load_model(*args, **kwargs)
-        self.loaded.append(model)
-        return model
-
-
-def daemon(tmp_path, loader=None, **overrides) -> LiveServer:
-    values = {"database_url": f"sqlite:///{tmp_path}/benchd.db", "device": "cpu", "dtype": "float32",
-              "default_schedule": False, **overrides}
-    return LiveServer(create_app(Settings(**values), loader or load_model))
-
-
-def submit(server, body) -> str:
-    response = server.http.post("/runs", json=body)
-    assert response.status_code == 202, response.text
-    return response.json()["id"]
-
+from tests.helpers import LONG, ROOT, Loader, daemon, free_port, spec, submit, wait_for
 
 def test_full_lifecycle_with_events_in_order(tmp_path):
     with daemon(tmp_path) as server:

@@ -67,6 +67,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from benchd.report import print_summary, write_outputs
     from benchd.runner import run
+    from benchd.telemetry import Telemetry
+    from benchd.tracing import build_tracer_provider
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=True)
@@ -77,10 +79,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
         bar.update(tasks[p.stage_index], completed=p.completed)
 
+    dropped = {"spans": 0}
+    telemetry = Telemetry(tracer_provider=build_tracer_provider(
+        on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)))
     console.print(f"loading {spec.model} for {spec.engine} …", highlight=False)
     try:
         with bar:
-            outcome = run(spec, on_progress=on_progress)
+            outcome = run(spec, on_progress=on_progress, telemetry=telemetry)
     except SpecError as error:
         console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
         return EXIT_BAD_SPEC
@@ -88,6 +93,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print("interrupted before the first request: nothing was measured")
         return EXIT_INTERRUPTED
 
+    telemetry.shutdown()
+    if dropped["spans"]:
+        console.print(f"{dropped['spans']} spans could not be delivered to the OTLP collector")
     print_summary(outcome, Console())
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:

@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
+from benchd.metrics import HistogramBuckets
+
 
 class Limits(BaseModel):
     """What one HTTP-submitted spec may ask for; beyond these, 422."""
@@ -40,6 +42,7 @@ class Settings(BaseSettings):
     queue_max: Annotated[int, Field(ge=1)] = 16
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
+    buckets: HistogramBuckets = HistogramBuckets()
 
     @field_validator("model_roots")
     @classmethod

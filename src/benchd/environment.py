@@ -13,6 +13,8 @@ import benchd
 
 
 class RunMetadata(BaseModel):
+    run_id: str | None = None
+    trace_id: str | None = None  # the run's trace (its span and every request's), when traced
     benchd_version: str
     python_version: str
     torch_version: str

@@ -28,6 +28,7 @@ class RequestRecord:
     token_ids: list[int] = field(default_factory=list)
     finished_s: float | None = None
     error: str | None = None
+    trace_id: str | None = None  # the request's span, when it was sampled
 
     @property
     def done(self) -> bool:

@@ -17,7 +17,7 @@ from benchd.spec import RunSpec
 CSV_COLUMNS = [
     "stage", "index", "request_id", "warmup", "prompt_tokens", "max_new_tokens", "output_tokens",
     "scheduled_s", "submitted_s", "admitted_s", "first_token_s", "last_token_s", "finished_s",
-    "dispatch_lag_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "error", "token_times_s",
+    "dispatch_lag_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "error", "trace_id", "token_times_s",
 ]
 
 
@@ -51,6 +51,7 @@ def request_row(stage: str, record: RequestRecord, origin: float) -> dict[str, o
         "tpot_s": record.tpot_s,
         "e2e_s": record.e2e_s,
         "error": record.error,
+        "trace_id": record.trace_id,
         "token_times_s": token_times,
     }
 

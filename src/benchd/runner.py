@@ -6,6 +6,7 @@ import itertools
 import queue
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from benchd.environment import RunMetadata, collect, utc_now
 from benchd.models import LoadedModel, load_model
 from benchd.records import RequestRecord, StageSummary, summarize
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, describe_profile
+from benchd.telemetry import RunTelemetry, Telemetry
 from benchd.workload import RequestContent, contents
 
 LOAD_SAMPLE_INTERVAL_S = 0.02  # how often the engine's load (KV-cache occupancy) is read during a stage
@@ -56,16 +58,20 @@ class Progress:
 
 
 class Recorder:
-    """The TokenSink of one stage: writes engine events into the records (engine thread: keep it cheap)."""
+    """The TokenSink of one stage: writes engine events into the records and tells the observer
+    (engine thread: keep it cheap)."""
 
-    def __init__(self) -> None:
+    def __init__(self, observer: RunTelemetry) -> None:
+        self.observer = observer
         self.records: dict[str, RequestRecord] = {}
         self.completions: queue.SimpleQueue[RequestRecord] = queue.SimpleQueue()
+        self.measured_tokens = 0  # output tokens of non-warm-up requests so far
 
     def admitted(self, request_id: str, t: float) -> None:
         record = self.records[request_id]
         if record.admitted_s is None:
             record.admitted_s = t
+            self.observer.admitted(record)
 
     def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None:
         record = self.records[request_id]
@@ -73,12 +79,16 @@ class Recorder:
             record.arrival_s.append(t)
             record.arrival_tokens.append(n)
             record.token_ids.extend(token_ids)
+            if not record.warmup:
+                self.measured_tokens += n
+            self.observer.tokens(record, t, n)
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None:
         record = self.records[request_id]
         if record.finished_s is None:  # the first end wins (a cancel can race the last token)
             record.error = error
             record.finished_s = t
+            self.observer.finished(record)
             self.completions.put(record)
 
 
@@ -91,6 +101,7 @@ class Stage:
         spec: RunSpec,
         profile: ArrivalProfile,
         content: Callable[[], RequestContent],
+        observer: RunTelemetry,
         index: int = 0,
         stages: int = 1,
         clock: Callable[[], float] = time.perf_counter,
@@ -101,7 +112,9 @@ class Stage:
         self.label = describe_profile(profile)
         self.index, self.stages = index, stages
         self.clock = clock
-        self.recorder = Recorder()
+        self.observer = observer
+        self.recorder = Recorder(observer)
+        self._measure_start: float | None = None  # the first measured request's scheduled time
         self.in_flight: dict[str, RequestRecord] = {}
         self.kv_peak: float | None = None
         self.status = "pending"
@@ -183,7 +196,10 @@ class Stage:
         self.in_flight[request_id] = record
         if not record.warmup:
             self._measured_submitted += 1
+            if self._measure_start is None:
+                self._measure_start = t_s
         record.submitted_s = self.clock()
+        self.observer.submitted(record)
         self.engine.submit(GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens), self.recorder)
 
     # ---- waiting -------------------------------------------------------------------------------
@@ -206,9 +222,12 @@ class Stage:
         return record
 
     def _sample_load(self) -> None:
-        occupancy = self.engine.load().kv_occupancy
+        load = self.engine.load()
+        occupancy = load.kv_occupancy
         if occupancy is not None and (self.kv_peak is None or occupancy > self.kv_peak):
             self.kv_peak = occupancy
+        window = self.clock() - self._measure_start if self._measure_start is not None else 0.0
+        self.observer.sample(load, self.recorder.measured_tokens / window if window > 0 else 0.0)
 
     def _report(self) -> None:
         if self._on_progress is None:
@@ -285,8 +304,11 @@ def run(
     engine: Engine | None = None,
     stop: StopSignal | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    telemetry: Telemetry | None = None,
+    run_id: str | None = None,
 ) -> RunOutcome:
     """Load (unless given), run every stage, and return what was measured, whatever happened."""
+    run_id = run_id or uuid.uuid4().hex
     if loaded is None:
         loaded = load_model(spec.model, spec.dtype, spec.device, spec.seed, trust_remote_code=spec.trust_remote_code)
     check_fits(spec, loaded)
@@ -294,17 +316,21 @@ def run(
     if engine is None:
         engine = create_engine(loaded, spec)
     metadata = collect(loaded.device, spec.model, spec.label, loaded.load_s)
+    metadata.run_id = run_id
     outcome = RunOutcome(spec=spec, status="running", error=None, metadata=metadata)
+    observer = (telemetry or Telemetry()).for_run(run_id, spec.model, engine.name, spec.name)
     stages = spec.workload.stages()
     stage: Stage | None = None
     try:
         if own_engine:
             engine.start()
         metadata.engine_settings = engine.settings()
+        observer.run_started(time.perf_counter())
+        metadata.trace_id = observer.run_trace_id
         for index, profile in enumerate(stages):
             # Every stage sends the same request contents: load levels differ only in timing.
             stream = contents(spec.workload, spec.seed, loaded.vocab_size, loaded.special_ids)
-            stage = Stage(engine, spec, profile, stream.__next__, index, len(stages))
+            stage = Stage(engine, spec, profile, stream.__next__, observer, index, len(stages))
             outcome.stages.append(stage)
             stage.run(stop, on_progress)
         outcome.status, outcome.error = _judge(outcome.stages)
@@ -323,6 +349,9 @@ def run(
     finally:
         if own_engine:
             engine.stop()
+        end = time.perf_counter()
+        observer.trace_requests([r for stage in outcome.stages for r in stage.records])
+        observer.run_finished(end, outcome.status, outcome.error)
         metadata.finished_at = utc_now()
     return outcome
 

@@ -18,6 +18,7 @@ from benchd.models import LoadedModel, load_model
 from benchd.runner import Progress, RunOutcome, StopSignal, run
 from benchd.spec import RunSpec, length_upper_bound
 from benchd.store import Store
+from benchd.telemetry import Telemetry
 
 log = logging.getLogger("benchd.scheduler")
 
@@ -66,8 +67,10 @@ class Scheduler:
         store: Store,
         events: RunEvents,
         loader: Callable[..., LoadedModel] = load_model,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings, self.store, self.events, self.loader = settings, store, events, loader
+        self.telemetry = telemetry
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
         self._current: Job | None = None
@@ -203,7 +206,7 @@ class Scheduler:
             self._end(job.run_id, "failed", f"{type(error).__name__}: {error}")
             return
         outcome = run(spec, loaded=self._loaded, engine=engine, stop=job.stop,
-                      on_progress=self._progress_publisher(job.run_id))
+                      on_progress=self._progress_publisher(job.run_id), telemetry=self.telemetry, run_id=job.run_id)
         if outcome.metadata is not None:
             outcome.metadata.model_load_s = load_s
         self._record(job, outcome)

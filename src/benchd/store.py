@@ -59,7 +59,7 @@ run_stages = sa.Table(
 _REQUEST_TYPES = {
     "index": sa.Integer, "warmup": sa.Integer, "prompt_tokens": sa.Integer, "max_new_tokens": sa.Integer,
     "output_tokens": sa.Integer, "stage": sa.String(100), "request_id": sa.String(64), "error": sa.Text,
-    "token_times_s": sa.Text,
+    "trace_id": sa.String(32), "token_times_s": sa.Text,
 }
 requests = sa.Table(
     "requests", metadata,

@@ -14,10 +14,13 @@ from benchd.api import health, runs, schedules
 from benchd.api.deps import Services
 from benchd.config import Settings
 from benchd.events import RunEvents
+from benchd.metrics import Metrics
 from benchd.models import LoadedModel, load_model
 from benchd.scheduler import DEFAULT_SCHEDULE_SPEC, Scheduler
 from benchd.spec import RunSpec
 from benchd.store import Store
+from benchd.telemetry import Telemetry
+from benchd.tracing import build_tracer_provider
 
 
 def create_app(settings: Settings, loader: Callable[..., LoadedModel] = load_model) -> FastAPI:
@@ -26,8 +29,11 @@ def create_app(settings: Settings, loader: Callable[..., LoadedModel] = load_mod
         store = Store(settings.database_url)
         store.recover()
         registry = CollectorRegistry()
+        metrics = Metrics(registry, settings.buckets)
+        telemetry = Telemetry(metrics, build_tracer_provider(
+            on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
         events = RunEvents()
-        scheduler = Scheduler(settings, store, events, loader)
+        scheduler = Scheduler(settings, store, events, loader, telemetry)
         if settings.default_schedule:
             spec = RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC)
             store.put_schedule("default", spec.model_dump(mode="json", exclude_unset=True),
@@ -40,6 +46,7 @@ def create_app(settings: Settings, loader: Callable[..., LoadedModel] = load_mod
             yield
         finally:
             await run_in_threadpool(scheduler.stop)
+            await run_in_threadpool(telemetry.shutdown)
             store.close()
 
     app = FastAPI(

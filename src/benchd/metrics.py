@@ -1,0 +1,202 @@
+"""benchd's Prometheus instruments, registered on a registry passed in (never the global one)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from bisect import bisect_left
+from typing import Annotated
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
+from prometheus_client.utils import floatToGoString
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+LABELS = ("model", "engine", "workload")
+
+
+def _ladder(*decades: tuple[float, ...]) -> list[float]:
+    return [step for decade in decades for step in decade]
+
+
+# Fine at the low end (0.5 ms and 1 ms fall in different buckets; peers' 10 ms floors hide decode steps),
+# up to ten minutes for request-level latencies.
+_FINE = _ladder(
+    (0.0001, 0.00025, 0.0005, 0.00075),
+    (0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075),
+    (0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075),
+    (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75),
+    (1.0, 1.5, 2.0, 3.0, 5.0, 7.5),
+    (10.0,),
+)
+REQUEST_BUCKETS = _FINE + [15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]
+TOKEN_BUCKETS = _FINE
+LAG_BUCKETS = [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05,
+               0.1, 0.25, 0.5, 1.0]
+
+Buckets = Annotated[list[float], Field(min_length=1)]
+
+
+class HistogramBuckets(BaseModel):
+    """Upper bounds (seconds) of each latency histogram; a setting (BENCHD_BUCKETS__TTFT_S='[0.001, …]')."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_s: Buckets = REQUEST_BUCKETS
+    itl_s: Buckets = TOKEN_BUCKETS
+    tpot_s: Buckets = TOKEN_BUCKETS
+    e2e_s: Buckets = REQUEST_BUCKETS
+    queue_s: Buckets = REQUEST_BUCKETS
+    dispatch_lag_s: Buckets = LAG_BUCKETS
+
+    @field_validator("*")
+    @classmethod
+    def _increasing(cls, bounds: list[float]) -> list[float]:
+        if any(b <= a for a, b in zip(bounds, bounds[1:])) or bounds[0] <= 0:
+            raise ValueError("bucket bounds must be positive and strictly increasing")
+        return bounds
+
+
+class _HistogramSeries:
+    """One label set's buckets; observe() is the per-token hot path: a bisect and two additions."""
+
+    __slots__ = ("bounds", "counts", "sum", "exemplars")
+
+    def __init__(self, bounds: list[float]) -> None:
+        self.bounds = bounds  # ends with +Inf
+        self.counts = [0] * len(bounds)  # per bucket, not cumulative
+        self.sum = 0.0
+        self.exemplars: list[Exemplar | None] = [None] * len(bounds)
+
+    def observe(self, value: float, exemplar: dict[str, str] | None = None) -> None:
+        i = bisect_left(self.bounds, value)  # the first bucket whose upper bound is >= value ("le")
+        self.counts[i] += 1
+        self.sum += value
+        if exemplar is not None:
+            self.exemplars[i] = Exemplar(exemplar, value, time.time())
+
+
+class _CounterSeries:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class HotHistogram(Collector):
+    """A histogram for the per-token path, read by its collector at scrape time.
+
+    prometheus_client's Histogram takes two locks and validates exemplar labels on every observation (about
+    2 µs with an exemplar); this takes a fraction of that. It assumes one writing thread per series, which holds
+    because one run at a time owns the engine and its token thread (the dispatcher writes only its own series).
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: list[float],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self.bounds = [*bounds, math.inf]
+        self.series: dict[tuple[str, ...], _HistogramSeries] = {}
+        self._lock = threading.Lock()  # only for adding a series
+        registry.register(self)
+
+    def labels(self, *values: str) -> _HistogramSeries:
+        with self._lock:
+            series = self.series.get(values)
+            if series is None:
+                series = self.series[values] = _HistogramSeries(self.bounds)
+        return series
+
+    def describe(self) -> list[HistogramMetricFamily]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> list[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, series in list(self.series.items()):
+            counts, exemplars, total = list(series.counts), list(series.exemplars), series.sum
+            buckets, cumulative = [], 0
+            for bound, count, exemplar in zip(self.bounds, counts, exemplars):
+                cumulative += count
+                le = floatToGoString(bound)
+                buckets.append((le, cumulative, exemplar) if exemplar is not None else (le, cumulative))
+            family.add_metric(values, buckets, total)
+        return [family]
+
+
+class HotCounter(Collector):
+    """A counter for the per-token path (output tokens); same single-writer reasoning as HotHistogram."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self.series: dict[tuple[str, ...], _CounterSeries] = {}
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def labels(self, *values: str) -> _CounterSeries:
+        with self._lock:
+            series = self.series.get(values)
+            if series is None:
+                series = self.series[values] = _CounterSeries()
+        return series
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> list[CounterMetricFamily]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, series in list(self.series.items()):
+            family.add_metric(values, series.value)
+        return [family]
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry, buckets: HistogramBuckets | None = None) -> None:
+        b = buckets or HistogramBuckets()
+
+        def histogram(name: str, doc: str, bounds: list[float]) -> HotHistogram:
+            return HotHistogram(name, doc, LABELS, bounds, registry)
+
+        self.ttft = histogram("benchd_time_to_first_token_seconds",
+                              "First token − scheduled time, per request.", b.ttft_s)
+        self.itl = histogram("benchd_inter_token_latency_seconds",
+                             "Gap between consecutive tokens; a chunk of k tokens is k equal gaps.", b.itl_s)
+        self.tpot = histogram("benchd_time_per_output_token_seconds",
+                              "(last token − first token) / (output tokens − 1), per request.", b.tpot_s)
+        self.e2e = histogram("benchd_request_duration_seconds",
+                             "Last token − scheduled time, per request (end-to-end latency).", b.e2e_s)
+        self.queue = histogram("benchd_request_queue_seconds",
+                               "Admitted by the engine − scheduled time, per request.", b.queue_s)
+        self.dispatch_lag = histogram("benchd_dispatch_lag_seconds",
+                                      "Submission − scheduled time: the dispatcher's own lateness.",
+                                      b.dispatch_lag_s)
+        self.prompt_tokens = Counter("benchd_prompt_tokens", "Prompt tokens of admitted requests.", LABELS,
+                                     registry=registry)
+        self.generation_tokens = HotCounter("benchd_generation_tokens", "Output tokens generated.", LABELS,
+                                            registry)
+        self.requests = Counter("benchd_requests", "Finished requests by outcome (success, error, cancelled).",
+                                (*LABELS, "outcome"), registry=registry)
+        self.runs = Counter("benchd_runs", "Finished runs by status.", (*LABELS, "status"), registry=registry)
+        self.running = Gauge("benchd_requests_running", "Requests the engine is working on.", LABELS,
+                             registry=registry)
+        self.waiting = Gauge("benchd_requests_waiting", "Requests submitted but not yet admitted by the engine.",
+                             LABELS, registry=registry)
+        self.kv_usage = Gauge("benchd_kv_cache_usage_ratio", "Used / total blocks of the paged KV cache (0–1).",
+                              LABELS, registry=registry)
+        self.kv_used = Gauge("benchd_kv_cache_used_blocks", "KV-cache blocks referenced by requests.", LABELS,
+                             registry=registry)
+        self.kv_total = Gauge("benchd_kv_cache_capacity_blocks", "KV-cache blocks in all.", LABELS,
+                              registry=registry)
+        self.throughput = Gauge("benchd_run_output_tokens_per_second",
+                                "The current run's output tokens per second over its measured window so far.",
+                                LABELS, registry=registry)
+        self.in_progress = Gauge("benchd_run_in_progress", "1 while a run of this workload is in progress.",
+                                 LABELS, registry=registry)
+        self.spans_dropped = Counter("benchd_spans_dropped",
+                                     "Spans not delivered to the collector (queue full, export failed).",
+                                     ("reason",), registry=registry)

@@ -1,0 +1,184 @@
+"""Makes measurements visible: Prometheus observations as tokens arrive, OpenTelemetry spans for each run."""
+
+from __future__ import annotations
+
+import threading
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from benchd.engines import EngineLoad
+from benchd.metrics import Metrics
+from benchd.records import RequestRecord
+from benchd.tracing import Clock
+
+OPERATION = "text_completion"  # gen_ai.operation.name for a prompt-in, tokens-out generation
+
+
+class Telemetry:
+    """Long-lived: the instruments and the tracer provider, either of which may be absent."""
+
+    def __init__(self, metrics: Metrics | None = None, tracer_provider: TracerProvider | None = None) -> None:
+        self.metrics = metrics
+        self.tracer_provider = tracer_provider
+        self.tracer = tracer_provider.get_tracer("benchd") if tracer_provider is not None else None
+
+    def for_run(self, run_id: str, model: str, engine: str, workload: str) -> RunTelemetry:
+        return RunTelemetry(self, run_id, model, engine, workload)
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush what spans it can within timeout_s; a dead collector must not hold the process up."""
+        if self.tracer_provider is None:
+            return
+        flusher = threading.Thread(target=self.tracer_provider.shutdown, name="benchd-span-flush", daemon=True)
+        flusher.start()
+        flusher.join(timeout_s)
+
+
+class RunTelemetry:
+    """One run's observer. Hot path: tokens() runs on the engine's thread for every token; request spans
+    wait for the end of the run (trace_requests)."""
+
+    def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str) -> None:
+        self.run_id, self.model = run_id, model
+        self.tracer = telemetry.tracer
+        self.clock = Clock()
+        self.run_context = None
+        self.run_trace_id: str | None = None
+        self.exemplars: dict[str, dict[str, str]] = {}  # built once per request, not per token
+        self.slowest_gap: dict[str, float] = {}
+        self.run_span: Span | None = None
+        m = telemetry.metrics
+        self.metrics = m
+        if m is not None:
+            labels = (model, engine, workload)
+            # Children bound once per run: the hot path never looks labels up.
+            self.ttft, self.itl, self.tpot = m.ttft.labels(*labels), m.itl.labels(*labels), m.tpot.labels(*labels)
+            self.e2e, self.queue, self.lag = m.e2e.labels(*labels), m.queue.labels(*labels), m.dispatch_lag.labels(*labels)
+            self.prompt_tokens = m.prompt_tokens.labels(*labels)
+            self.generation_tokens = m.generation_tokens.labels(*labels)
+            self.outcomes = {o: m.requests.labels(*labels, o) for o in ("success", "error", "cancelled")}
+            self.runs = lambda status: m.runs.labels(*labels, status)
+            self.running, self.waiting = m.running.labels(*labels), m.waiting.labels(*labels)
+            self.kv_usage, self.kv_used, self.kv_total = (m.kv_usage.labels(*labels), m.kv_used.labels(*labels),
+                                                          m.kv_total.labels(*labels))
+            self.throughput, self.in_progress = m.throughput.labels(*labels), m.in_progress.labels(*labels)
+        self._engine, self._workload = engine, workload
+
+    # ---- the run -------------------------------------------------------------------------------
+
+    def run_started(self, t: float) -> None:
+        if self.metrics is not None:
+            self.in_progress.set(1)
+        if self.tracer is not None:
+            self.run_span = self.tracer.start_span(
+                f"benchd.run {self._workload}", kind=SpanKind.INTERNAL, start_time=self.clock.ns(t),
+                attributes={"benchd.run_id": self.run_id, "benchd.workload": self._workload,
+                            "benchd.engine": self._engine, "gen_ai.request.model": self.model},
+            )
+            self.run_context = trace.set_span_in_context(self.run_span)
+            context = self.run_span.get_span_context()
+            if context.trace_flags.sampled:
+                self.run_trace_id = format(context.trace_id, "032x")
+
+    def trace_requests(self, records: list[RequestRecord]) -> None:
+        """A child span per request, made from its record once the run is over: explicit start (the scheduled
+        time) and end, the first token as an event. Nothing of tracing runs while requests are measured: done
+        live, the SDK's ~50 µs a span delays the next submissions of a closed loop into a later engine step."""
+        if self.tracer is None:
+            return
+        for record in records:
+            self._request_span(record)
+
+    def _request_span(self, record: RequestRecord) -> None:
+        span = self.tracer.start_span(
+            f"{OPERATION} {self.model}", context=self.run_context, kind=SpanKind.CLIENT,
+            start_time=self.clock.ns(record.scheduled_s),
+            attributes={"gen_ai.operation.name": OPERATION, "gen_ai.request.model": self.model,
+                        "gen_ai.request.max_tokens": record.max_new_tokens,
+                        "gen_ai.usage.input_tokens": record.prompt_tokens,
+                        "gen_ai.usage.output_tokens": record.output_tokens,
+                        "benchd.run_id": self.run_id, "benchd.request.index": record.index,
+                        "benchd.warmup": record.warmup},
+        )
+        if record.arrival_s:
+            span.add_event("gen_ai.first_token", timestamp=self.clock.ns(record.arrival_s[0]))
+        span.set_attributes({f"benchd.{name}": value for name, value in (
+            ("ttft_s", record.ttft_s), ("tpot_s", record.tpot_s), ("e2e_s", record.e2e_s),
+            ("queue_s", record.queue_s), ("dispatch_lag_s", record.dispatch_lag_s),
+        ) if value is not None})
+        if record.error is not None:
+            span.set_attribute("error.type", record.error.split(":")[0][:100])
+            span.set_status(Status(StatusCode.ERROR, record.error))
+        span.end(end_time=self.clock.ns(record.finished_s if record.finished_s is not None else record.scheduled_s))
+
+    def run_finished(self, t: float, status: str, error: str | None) -> None:
+        if self.metrics is not None:
+            self.in_progress.set(0)
+            self.running.set(0)
+            self.waiting.set(0)
+            self.runs(status).inc()
+        if self.run_span is not None:
+            self.run_span.set_attribute("benchd.status", status)
+            if status == "failed":
+                self.run_span.set_status(Status(StatusCode.ERROR, error))
+            self.run_span.end(end_time=self.clock.ns(t))
+
+    def sample(self, load: EngineLoad, output_tokens_per_s: float) -> None:
+        if self.metrics is None:
+            return
+        self.running.set(load.running)
+        self.waiting.set(load.waiting)
+        self.throughput.set(output_tokens_per_s)
+        if load.kv_blocks_total:
+            self.kv_usage.set(load.kv_occupancy)
+            self.kv_used.set(load.kv_blocks_used)
+            self.kv_total.set(load.kv_blocks_total)
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def submitted(self, record: RequestRecord) -> None:
+        """On the dispatcher's thread, before the engine sees the request: kept light."""
+        if self.run_trace_id is not None:
+            record.trace_id = self.run_trace_id  # every request span is a child in the run's trace
+        if self.metrics is not None and not record.warmup:
+            self.exemplars[record.request_id] = (
+                {"trace_id": record.trace_id, "run_id": self.run_id} if record.trace_id else {"run_id": self.run_id}
+            )
+            self.lag.observe(record.submitted_s - record.scheduled_s)
+
+    def admitted(self, record: RequestRecord) -> None:
+        if self.metrics is not None and not record.warmup:
+            self.queue.observe(record.admitted_s - record.scheduled_s)
+            self.prompt_tokens.inc(record.prompt_tokens)
+
+    def tokens(self, record: RequestRecord, t: float, n: int) -> None:
+        if self.metrics is None or record.warmup:
+            return
+        self.generation_tokens.inc(n)
+        stamps = record.arrival_s
+        if len(stamps) == 1:
+            self.ttft.observe(t - record.scheduled_s, self.exemplars.get(record.request_id))
+            return
+        gap = (t - stamps[-2]) / n
+        # An exemplar costs a few microseconds: ITL observations carry one when they are the request's slowest
+        # gap so far (about ln(tokens) per request), so the exemplars on the tail buckets are the outliers.
+        exemplar = None
+        if gap > self.slowest_gap.get(record.request_id, 0.0):
+            self.slowest_gap[record.request_id] = gap
+            exemplar = self.exemplars.get(record.request_id)
+        for _ in range(n):
+            self.itl.observe(gap, exemplar)
+
+    def finished(self, record: RequestRecord) -> None:
+        if self.metrics is not None and not record.warmup:
+            outcome = "success" if record.ok else "cancelled" if record.error in ("cancelled", "interrupted") else "error"
+            self.outcomes[outcome].inc()
+            exemplar = self.exemplars.pop(record.request_id, None)
+            self.slowest_gap.pop(record.request_id, None)
+            if record.ok:
+                self.e2e.observe(record.e2e_s, exemplar)
+                if (tpot := record.tpot_s) is not None:
+                    self.tpot.observe(tpot)
+

@@ -1,0 +1,328 @@
+"""Prometheus instruments and OpenTelemetry spans on real runs of the tiny model."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from benchd.config import Settings
+from benchd.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
+from benchd.runner import run
+from benchd.telemetry import Telemetry
+from benchd.tracing import build_tracer_provider
+from tests.helpers import ROOT, daemon, free_port, make_spec, spec, submit, wait_for
+from tests.otlp import GRPCReceiver, HTTPReceiver
+
+LABELS = {"model": "tiny", "engine": "transformers", "workload": "test"}
+
+
+def value(registry, name, **labels):
+    return registry.get_sample_value(name, {**LABELS, **labels})
+
+
+@pytest.fixture
+def registry():
+    return CollectorRegistry()
+
+
+def test_histograms_match_the_run_exactly(tiny, registry):
+    spec = make_spec(workload={"warmup": {"requests": 3}, "stop": {"requests": 10}})
+    outcome = run(spec, loaded=tiny, telemetry=Telemetry(Metrics(registry)))
+    s = outcome.summaries()[0]
+    measured = [r for r in outcome.stages[0].records if not r.warmup]
+    gaps = sum(r.output_tokens - 1 for r in measured)
+    for name, stats, count in (
+        ("benchd_time_to_first_token_seconds", s.ttft_s, 10),
+        ("benchd_inter_token_latency_seconds", s.itl_s, gaps),
+        ("benchd_time_per_output_token_seconds", s.tpot_s, s.tpot_s.count),
+        ("benchd_request_duration_seconds", s.e2e_s, 10),
+        ("benchd_request_queue_seconds", s.queue_s, 10),
+        ("benchd_dispatch_lag_seconds", s.dispatch_lag_s, 10),
+    ):
+        assert value(registry, f"{name}_count") == count == stats.count, name
+        assert value(registry, f"{name}_sum") / count == pytest.approx(stats.mean, rel=1e-9), name
+        assert value(registry, f"{name}_bucket", le="+Inf") == count
+    assert value(registry, "benchd_generation_tokens_total") == s.output_tokens
+    assert value(registry, "benchd_prompt_tokens_total") == s.prompt_tokens
+    assert value(registry, "benchd_requests_total", outcome="success") == 10
+    assert value(registry, "benchd_runs_total", status="succeeded") == 1
+    assert value(registry, "benchd_run_in_progress") == 0
+
+
+def test_buckets_are_fine_and_reach_ten_minutes(tiny, registry):
+    for bounds in (REQUEST_BUCKETS, TOKEN_BUCKETS):
+        assert any(0.0005 <= b < 0.001 for b in bounds)  # 0.5 ms and 1 ms land in different buckets
+    assert REQUEST_BUCKETS[-1] == 600 and LAG_BUCKETS[0] <= 0.00001
+    settings = Settings(buckets={"ttft_s": [0.001, 0.01, 1.0]})
+    run(make_spec(workload={"stop": {"requests": 2}}), loaded=tiny,
+        telemetry=Telemetry(Metrics(registry, settings.buckets)))
+    les = {s.labels["le"] for f in registry.collect() if f.name == "benchd_time_to_first_token_seconds"
+           for s in f.samples if s.name.endswith("_bucket")}
+    assert les == {"0.001", "0.01", "1.0", "+Inf"}
+    with pytest.raises(ValueError, match="strictly increasing"):
+        Settings(buckets={"itl_s": [0.01, 0.001]})
+
+
+def test_bucket_boundaries_are_le(registry):
+    metrics = Metrics(registry)
+    series = metrics.ttft.labels("m", "e", "w")
+    for v in (0.0005, 0.0005001, 0.001, 700.0):
+        series.observe(v)
+    get = lambda le: registry.get_sample_value("benchd_time_to_first_token_seconds_bucket",  # noqa: E731
+                                               {"model": "m", "engine": "e", "workload": "w", "le": le})
+    assert (get("0.0005"), get("0.00075"), get("0.001"), get("600.0"), get("+Inf")) == (1, 2, 3, 3, 4)
+
+
+def test_series_stay_bounded_over_many_runs(tiny, registry):
+    telemetry = Telemetry(Metrics(registry))
+    spec = make_spec(workload={"stop": {"requests": 2}})
+
+    def series():
+        return {(s.name, tuple(sorted(s.labels.items()))) for f in registry.collect() for s in f.samples}
+
+    for _ in range(2):
+        run(spec, loaded=tiny, telemetry=telemetry)
+    before = series()
+    for _ in range(10):
+        run(spec, loaded=tiny, telemetry=telemetry)
+    assert series() == before
+    assert not any("run_id" in dict(labels) or "request_id" in dict(labels) for _, labels in before)
+
+
+def test_gauges_are_live_during_a_run(tiny, registry):
+    spec = make_spec(workload={"arrivals": {"profile": "concurrent", "concurrency": 4}, "stop": {"requests": 24},
+                               "output_tokens": {"dist": "fixed", "value": 48}})
+    thread = threading.Thread(target=run, args=(spec,), kwargs={"loaded": tiny,
+                                                                  "telemetry": Telemetry(Metrics(registry))})
+    thread.start()
+    seen = {"in_progress": 0, "running": 0, "kv": 0, "throughput": 0, "kv_total": 0}
+    while thread.is_alive():
+        seen["in_progress"] = max(seen["in_progress"], value(registry, "benchd_run_in_progress") or 0)
+        seen["running"] = max(seen["running"], value(registry, "benchd_requests_running") or 0)
+        seen["kv"] = max(seen["kv"], value(registry, "benchd_kv_cache_usage_ratio") or 0)
+        seen["kv_total"] = max(seen["kv_total"], value(registry, "benchd_kv_cache_capacity_blocks") or 0)
+        seen["throughput"] = max(seen["throughput"], value(registry, "benchd_run_output_tokens_per_second") or 0)
+        time.sleep(0.005)
+    thread.join()
+    assert seen["in_progress"] == 1 and seen["running"] >= 2 and 0 < seen["kv"] <= 1
+    assert seen["kv_total"] == 64 and seen["throughput"] > 0
+    assert value(registry, "benchd_run_in_progress") == 0 and value(registry, "benchd_requests_running") == 0
+
+
+def test_exposition_formats_and_exemplars(tiny, registry):
+    run(make_spec(workload={"stop": {"requests": 4}}), loaded=tiny, telemetry=Telemetry(Metrics(registry)))
+    classic = generate_latest(registry).decode()
+    assert "# EOF" not in classic and "#" not in classic.split("benchd_time_to_first_token_seconds_bucket")[1][:200]
+    families = {f.name: f for f in parse_text(classic)}
+    assert families["benchd_time_to_first_token_seconds"].type == "histogram"
+    om = {f.name: f for f in parse_openmetrics(generate_openmetrics(registry).decode())}
+    exemplars = [s.exemplar for s in om["benchd_time_to_first_token_seconds"].samples if s.exemplar]
+    assert exemplars and all(len(e.labels["run_id"]) == 32 for e in exemplars)  # untraced: the run id only
+    assert "trace_id" not in exemplars[0].labels
+    for name in ("benchd_inter_token_latency_seconds", "benchd_request_duration_seconds"):
+        assert any(s.exemplar for s in om[name].samples), name
+    check = subprocess.run(["promtool", "check", "metrics"], input=classic, capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout + check.stderr == "", check.stdout + check.stderr
+
+
+# ---- spans ---------------------------------------------------------------------------------------
+
+
+def attributes(span):
+    return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes}
+
+
+@pytest.fixture
+def otlp_env(monkeypatch):
+    def configure(endpoint, protocol="http/protobuf", **extra):
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "benchd-test")
+        for key, val in extra.items():
+            monkeypatch.setenv(key, val)
+    return configure
+
+
+def traced_run(tiny, spec, registry, dropped=None):
+    dropped = [] if dropped is None else dropped
+    provider = build_tracer_provider(lambda reason, n: dropped.append((reason, n)))
+    assert provider is not None
+    telemetry = Telemetry(Metrics(registry), provider)
+    started = time.monotonic()
+    outcome = run(spec, loaded=tiny, telemetry=telemetry)
+    elapsed = time.monotonic() - started
+    telemetry.shutdown()
+    return outcome, elapsed
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_spans_reach_an_otlp_receiver(tiny, registry, otlp_env, protocol):
+    receiver_type = HTTPReceiver if protocol == "http/protobuf" else GRPCReceiver
+    with receiver_type() as receiver:
+        otlp_env(receiver.endpoint, protocol)
+        outcome, _ = traced_run(tiny, make_spec(workload={"stop": {"requests": 6}}), registry)
+        spans = receiver.wait_for_spans(7)
+    assert len(spans) == 7  # one per request and the run's
+    assert receiver.resource_attributes()["service.name"] == "benchd-test"
+    (run_span,) = [s for s in spans if s.name == "benchd.run test"]
+    requests = [s for s in spans if s is not run_span]
+    assert run_span.parent_span_id == b""
+    assert all(s.parent_span_id == run_span.span_id and s.trace_id == run_span.trace_id for s in requests)
+    assert outcome.metadata.trace_id == run_span.trace_id.hex()
+    records = {r.index: r for r in outcome.stages[0].records}
+    for span in requests:
+        attrs = attributes(span)
+        record = records[attrs["benchd.request.index"]]
+        assert span.name == "text_completion tiny"
+        assert attrs["gen_ai.operation.name"] == "text_completion"
+        assert attrs["gen_ai.request.model"] == "tiny"
+        assert attrs["gen_ai.request.max_tokens"] == record.max_new_tokens
+        assert attrs["gen_ai.usage.input_tokens"] == record.prompt_tokens
+        assert attrs["gen_ai.usage.output_tokens"] == record.output_tokens
+        assert attrs["benchd.ttft_s"] == record.ttft_s and attrs["benchd.e2e_s"] == record.e2e_s
+        assert record.trace_id == span.trace_id.hex()
+        (event,) = span.events
+        assert event.name == "gen_ai.first_token"
+        assert (event.time_unix_nano - span.start_time_unix_nano) / 1e9 == pytest.approx(record.ttft_s, abs=1e-6)
+        assert (span.end_time_unix_nano - span.start_time_unix_nano) / 1e9 == pytest.approx(record.e2e_s, abs=1e-6)
+        assert span.status.code == 0  # unset: no error
+    om = {f.name: f for f in parse_openmetrics(generate_openmetrics(registry).decode())}
+    traced = {s.exemplar.labels["trace_id"] for s in om["benchd_time_to_first_token_seconds"].samples if s.exemplar}
+    assert traced == {run_span.trace_id.hex()}
+
+
+def test_errors_set_the_span_status(tiny, registry, otlp_env):
+    def fault(module, args):
+        raise RuntimeError("injected fault")
+
+    hook = tiny.model.model.layers[0].register_forward_pre_hook(fault)
+    try:
+        with HTTPReceiver() as receiver:
+            otlp_env(receiver.endpoint)
+            outcome, _ = traced_run(tiny, make_spec(workload={"stop": {"requests": 2}}), registry)
+            spans = receiver.wait_for_spans(3)
+    finally:
+        hook.remove()
+    assert outcome.status == "failed"
+    by_name = {s.name: s for s in spans}
+    assert by_name["benchd.run test"].status.code == 2  # ERROR
+    requests = [s for s in spans if s.name.startswith("text_completion")]
+    assert all(s.status.code == 2 and "injected fault" in s.status.message for s in requests)
+    assert value(registry, "benchd_requests_total", outcome="error") == 2
+
+
+def test_a_dead_or_slow_collector_never_slows_a_run(tiny, registry, otlp_env):
+    spec = make_spec(workload={"stop": {"requests": 24}})
+    baseline = time.monotonic()
+    run(spec, loaded=tiny)
+    untraced = time.monotonic() - baseline
+
+    otlp_env(f"http://127.0.0.1:{free_port()}", OTEL_EXPORTER_OTLP_TIMEOUT="1", OTEL_BSP_SCHEDULE_DELAY="50")
+    dropped = []
+    outcome, closed_port = traced_run(tiny, spec, registry, dropped)
+    assert outcome.status == "succeeded"
+    assert closed_port < 1.5 * untraced + 0.5, (closed_port, untraced)
+    assert sum(n for reason, n in dropped if reason == "export_failed") == 25  # every span, counted
+
+    with HTTPReceiver(delay_s=3) as slow:
+        otlp_env(slow.endpoint, OTEL_EXPORTER_OTLP_TIMEOUT="1")
+        outcome, slow_collector = traced_run(tiny, spec, CollectorRegistry())
+    assert outcome.status == "succeeded"
+    assert slow_collector < 1.5 * untraced + 0.5, (slow_collector, untraced)
+
+
+def test_tracing_is_off_without_an_endpoint(monkeypatch):
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert build_tracer_provider(lambda reason, n: None) is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert build_tracer_provider(lambda reason, n: None) is None
+
+
+def test_unknown_protocol_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+        build_tracer_provider(lambda reason, n: None)
+
+
+# ---- the live daemon -----------------------------------------------------------------------------
+
+
+def test_live_daemon_metrics_in_both_formats(tmp_path):
+    with daemon(tmp_path) as server:
+        run_id = submit(server, spec(requests=40, output=32, concurrency=4))
+        gauges = set()
+        while server.http.get(f"/runs/{run_id}").json()["status"] in ("queued", "running"):
+            families = {f.name: f for f in parse_text(server.http.get("/metrics").text)}
+            for name in ("benchd_run_in_progress", "benchd_requests_running", "benchd_kv_cache_usage_ratio"):
+                for sample in families[name].samples if name in families else []:
+                    if sample.value > 0:
+                        gauges.add(name)
+            time.sleep(0.01)
+        assert gauges == {"benchd_run_in_progress", "benchd_requests_running", "benchd_kv_cache_usage_ratio"}
+        summary = server.http.get(f"/runs/{run_id}").json()["summary"][0]
+
+        om_response = server.http.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        assert om_response.headers["content-type"].startswith("application/openmetrics-text")
+        assert om_response.text.endswith("# EOF\n")
+        text_response = server.http.get("/metrics")
+        assert text_response.headers["content-type"].startswith("text/plain")
+        labels = {"model": "tiny", "engine": "transformers", "workload": "short"}
+        for families in (parse_openmetrics(om_response.text), parse_text(text_response.text)):
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s for f in families for s in f.samples}
+
+            def get(name, **extra):
+                return samples[(name, tuple(sorted({**labels, **extra}.items())))].value
+
+            assert get("benchd_time_to_first_token_seconds_count") == 40
+            assert get("benchd_inter_token_latency_seconds_count") == 40 * 31 == summary["itl_s"]["count"]
+            assert get("benchd_time_to_first_token_seconds_sum") / 40 == pytest.approx(summary["ttft_s"]["mean"])
+            assert get("benchd_request_duration_seconds_sum") / 40 == pytest.approx(summary["e2e_s"]["mean"])
+            assert get("benchd_runs_total", status="succeeded") == 1
+        om_ttft = [s for f in parse_openmetrics(om_response.text) for s in f.samples
+                   if s.name == "benchd_time_to_first_token_seconds_bucket" and s.exemplar]
+        assert om_ttft and all(s.exemplar.labels["run_id"] == run_id for s in om_ttft)
+        check = subprocess.run(["promtool", "check", "metrics"], input=text_response.text, capture_output=True,
+                               text=True)
+        assert check.returncode == 0, check.stderr
+
+
+def test_daemon_exports_spans_configured_by_otel_variables(tmp_path):
+    with GRPCReceiver() as receiver:
+        port = free_port()
+        env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{tmp_path}/benchd.db", "BENCHD_PORT": str(port),
+               "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_SERVICE_NAME": "benchd-node-7", "OTEL_TRACES_SAMPLER": "always_on"}
+        process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            def up():
+                try:
+                    return httpx.get(f"{url}/readyz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_for(up, 60)
+            run_id = httpx.post(f"{url}/runs", json=spec(requests=5)).json()["id"]
+            wait_for(lambda: httpx.get(f"{url}/runs/{run_id}").json()["status"] == "succeeded", 60)
+            spans = receiver.wait_for_spans(6)
+            run = httpx.get(f"{url}/runs/{run_id}").json()
+        finally:
+            process.terminate()
+            process.wait(60)
+    assert receiver.resource_attributes()["service.name"] == "benchd-node-7"
+    (run_span,) = [s for s in spans if s.name == "benchd.run short"]
+    assert attributes(run_span)["benchd.run_id"] == run_id
+    assert run["metadata"]["trace_id"] == run_span.trace_id.hex()
