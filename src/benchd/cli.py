@@ -65,8 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # torch and transformers load only once the spec is known to be good.
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from benchd.hardware import HardwareReader
     from benchd.report import print_summary, write_outputs
     from benchd.runner import run
+    from benchd.sampler import HardwareSampler
     from benchd.telemetry import Telemetry
     from benchd.tracing import build_tracer_provider
 
@@ -79,13 +81,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
         bar.update(tasks[p.stage_index], completed=p.completed)
 
+    sampler = HardwareSampler(HardwareReader.default())
+    sampler.start()
     dropped = {"spans": 0}
     telemetry = Telemetry(tracer_provider=build_tracer_provider(
         on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)))
     console.print(f"loading {spec.model} for {spec.engine} …", highlight=False)
     try:
         with bar:
-            outcome = run(spec, on_progress=on_progress, telemetry=telemetry)
+            outcome = run(spec, on_progress=on_progress, telemetry=telemetry, hardware=sampler)
     except SpecError as error:
         console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
         return EXIT_BAD_SPEC
@@ -94,6 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
     telemetry.shutdown()
+    sampler.stop()
     if dropped["spans"]:
         console.print(f"{dropped['spans']} spans could not be delivered to the OTLP collector")
     print_summary(outcome, Console())

@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
     buckets: HistogramBuckets = HistogramBuckets()
+    hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0  # the sampler behind each run's hardware summary
 
     @field_validator("model_roots")
     @classmethod

@@ -12,6 +12,7 @@ from rich.table import Table
 from benchd.environment import RunMetadata
 from benchd.records import LatencyStats, RequestRecord, StageSummary
 from benchd.runner import RunOutcome
+from benchd.sampler import HardwareSummary
 from benchd.spec import RunSpec
 
 CSV_COLUMNS = [
@@ -113,7 +114,29 @@ def summary_table(title: str, status: str, error: str | None, summaries: list[St
     return table
 
 
+def hardware_line(hw: HardwareSummary) -> str:
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{x:.0%}"
+
+    parts = [f"CPU {pct(hw.cpu_utilization_mean)}"]
+    if hw.gpus:
+        memory = "–" if hw.gpu_memory_peak_bytes is None else f"{hw.gpu_memory_peak_bytes / 2**30:.2f} GiB"
+        power = "–" if hw.power_mean_watts is None else f"{hw.power_mean_watts:.0f} W"
+        energy = "–" if hw.energy_joules is None else f"{hw.energy_joules:.1f} J"
+        per_token = ("–" if hw.energy_per_output_token_joules is None
+                     else f"{hw.energy_per_output_token_joules * 1e3:.2f} mJ/token")
+        parts = [f"GPU util {pct(hw.gpu_utilization_mean)} (max {pct(hw.gpu_utilization_max)})",
+                 f"peak memory {memory}", f"power {power}", f"energy {energy} = {per_token}",
+                 f"throttled {pct(hw.throttled_fraction)}", *parts]
+    else:
+        parts.append("no GPU gauges")
+    return f"hardware ({hw.samples} samples over {hw.window_s:.1f} s): " + ", ".join(parts)
+
+
 def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
+    console = console or Console()
     table = summary_table(run_title(outcome.spec, outcome.metadata), outcome.status, outcome.error,
                           outcome.summaries())
-    (console or Console()).print(table)
+    console.print(table)
+    if outcome.hardware is not None:
+        console.print(hardware_line(outcome.hardware), highlight=False)

@@ -16,6 +16,7 @@ from benchd.engines import Engine, GenerationRequest, create_engine
 from benchd.environment import RunMetadata, collect, utc_now
 from benchd.models import LoadedModel, load_model
 from benchd.records import RequestRecord, StageSummary, summarize
+from benchd.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, describe_profile
 from benchd.telemetry import RunTelemetry, Telemetry
 from benchd.workload import RequestContent, contents
@@ -260,6 +261,13 @@ class Stage:
                 record.finished_s, record.error = self.end_s, reason
         self.in_flight.clear()
 
+    def window(self) -> tuple[float, float] | None:
+        """First measured scheduled time → last measured token (the end of an aborted stage)."""
+        ends = [r.arrival_s[-1] for r in self.recorder.records.values() if not r.warmup and r.arrival_s]
+        if self._measure_start is None or not ends:
+            return None
+        return self._measure_start, max(ends) if self.end_s is None else max(max(ends), self.end_s)
+
     def summary(self) -> StageSummary:
         return summarize(
             self.label, self.status, self.records, self.workload.slo,
@@ -274,6 +282,7 @@ class RunOutcome:
     error: str | None
     metadata: RunMetadata | None
     stages: list[Stage] = field(default_factory=list)
+    hardware: HardwareSummary | None = None
 
     def summaries(self) -> list[StageSummary]:
         return [stage.summary() for stage in self.stages]
@@ -285,6 +294,7 @@ class RunOutcome:
             "spec": self.spec.model_dump(mode="json"),
             "metadata": self.metadata.model_dump(mode="json") if self.metadata else None,
             "stages": [s.model_dump(mode="json") for s in self.summaries()],
+            "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
         }
 
 
@@ -306,6 +316,7 @@ def run(
     on_progress: Callable[[Progress], None] | None = None,
     telemetry: Telemetry | None = None,
     run_id: str | None = None,
+    hardware: HardwareSampler | None = None,
 ) -> RunOutcome:
     """Load (unless given), run every stage, and return what was measured, whatever happened."""
     run_id = run_id or uuid.uuid4().hex
@@ -321,11 +332,17 @@ def run(
     observer = (telemetry or Telemetry()).for_run(run_id, spec.model, engine.name, spec.name)
     stages = spec.workload.stages()
     stage: Stage | None = None
+    recording = False  # the hardware sampler is recording this run
+    started = time.perf_counter()
     try:
         if own_engine:
             engine.start()
         metadata.engine_settings = engine.settings()
-        observer.run_started(time.perf_counter())
+        started = time.perf_counter()
+        if hardware is not None:
+            hardware.begin()
+            recording = True
+        observer.run_started(started)
         metadata.trace_id = observer.run_trace_id
         for index, profile in enumerate(stages):
             # Every stage sends the same request contents: load levels differ only in timing.
@@ -350,6 +367,11 @@ def run(
         if own_engine:
             engine.stop()
         end = time.perf_counter()
+        if recording:
+            windows = [w for stage in outcome.stages if (w := stage.window()) is not None]
+            start, stop = (windows[0][0], windows[-1][1]) if windows else (started, end)
+            tokens = sum(stage.recorder.measured_tokens for stage in outcome.stages)
+            outcome.hardware = hardware.end(start, stop, tokens)
         observer.trace_requests([r for stage in outcome.stages for r in stage.records])
         observer.run_finished(end, outcome.status, outcome.error)
         metadata.finished_at = utc_now()

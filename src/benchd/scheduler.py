@@ -17,6 +17,7 @@ from benchd.events import RunEvent, RunEvents
 from benchd.models import LoadedModel, load_model
 from benchd.runner import Progress, RunOutcome, StopSignal, run
 from benchd.spec import RunSpec, length_upper_bound
+from benchd.sampler import HardwareSampler
 from benchd.store import Store
 from benchd.telemetry import Telemetry
 
@@ -68,9 +69,10 @@ class Scheduler:
         events: RunEvents,
         loader: Callable[..., LoadedModel] = load_model,
         telemetry: Telemetry | None = None,
+        hardware: HardwareSampler | None = None,
     ) -> None:
         self.settings, self.store, self.events, self.loader = settings, store, events, loader
-        self.telemetry = telemetry
+        self.telemetry, self.hardware = telemetry, hardware
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
         self._current: Job | None = None
@@ -206,7 +208,8 @@ class Scheduler:
             self._end(job.run_id, "failed", f"{type(error).__name__}: {error}")
             return
         outcome = run(spec, loaded=self._loaded, engine=engine, stop=job.stop,
-                      on_progress=self._progress_publisher(job.run_id), telemetry=self.telemetry, run_id=job.run_id)
+                      on_progress=self._progress_publisher(job.run_id), telemetry=self.telemetry, run_id=job.run_id,
+                      hardware=self.hardware)
         if outcome.metadata is not None:
             outcome.metadata.model_load_s = load_s
         self._record(job, outcome)

@@ -29,6 +29,8 @@ runs = sa.Table(
     sa.Column("spec", JSON, nullable=False),
     sa.Column("summary", JSON),  # list of stage summaries
     sa.Column("run_metadata", JSON),
+    sa.Column("hardware", JSON),  # the run's hardware summary
+    sa.Column("energy_per_token_j", sa.Float),
     sa.Column("error", sa.Text),
     sa.Column("created_at", TIMESTAMP, nullable=False, index=True),
     sa.Column("started_at", TIMESTAMP),
@@ -127,6 +129,8 @@ class Store:
             db.execute(runs.update().where(runs.c.id == run_id).values(
                 status=outcome.status, error=outcome.error, finished_at=now(),
                 summary=[s.model_dump(mode="json") for s in summaries], run_metadata=meta,
+                hardware=outcome.hardware.model_dump(mode="json") if outcome.hardware else None,
+                energy_per_token_j=outcome.hardware.energy_per_output_token_joules if outcome.hardware else None,
                 model=outcome.spec.model, label=meta.get("label") if meta else outcome.spec.label,
             ))
             stage_rows = [{

@@ -14,8 +14,11 @@ from benchd.api import health, runs, schedules
 from benchd.api.deps import Services
 from benchd.config import Settings
 from benchd.events import RunEvents
+from benchd.gauges import HardwareCollector
+from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics
 from benchd.models import LoadedModel, load_model
+from benchd.sampler import HardwareSampler
 from benchd.scheduler import DEFAULT_SCHEDULE_SPEC, Scheduler
 from benchd.spec import RunSpec
 from benchd.store import Store
@@ -23,7 +26,13 @@ from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
 
 
-def create_app(settings: Settings, loader: Callable[..., LoadedModel] = load_model) -> FastAPI:
+def create_app(
+    settings: Settings,
+    loader: Callable[..., LoadedModel] = load_model,
+    hardware_reader: Callable[[], HardwareReader] = HardwareReader.default,
+) -> FastAPI:
+    """The daemon's app. loader and hardware_reader are where tests bring a model loader they can reach and
+    an NVML stand-in."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = Store(settings.database_url)
@@ -32,8 +41,13 @@ def create_app(settings: Settings, loader: Callable[..., LoadedModel] = load_mod
         metrics = Metrics(registry, settings.buckets)
         telemetry = Telemetry(metrics, build_tracer_provider(
             on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
+        # Two instances of one reader: the collector's CPU figures cover the time between scrapes, the
+        # sampler's the time between its samples.
+        registry.register(HardwareCollector(hardware_reader()))
+        sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s)
+        sampler.start()
         events = RunEvents()
-        scheduler = Scheduler(settings, store, events, loader, telemetry)
+        scheduler = Scheduler(settings, store, events, loader, telemetry, sampler)
         if settings.default_schedule:
             spec = RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC)
             store.put_schedule("default", spec.model_dump(mode="json", exclude_unset=True),
@@ -47,6 +61,7 @@ def create_app(settings: Settings, loader: Callable[..., LoadedModel] = load_mod
         finally:
             await run_in_threadpool(scheduler.stop)
             await run_in_threadpool(telemetry.shutdown)
+            sampler.stop()
             store.close()
 
     app = FastAPI(

@@ -37,6 +37,8 @@ class RunView(BaseModel):
     summary: list[StageSummary] | None
     error: str | None
     metadata: dict[str, Any] | None
+    hardware: dict[str, Any] | None
+    energy_per_token_j: float | None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
