@@ -1,0 +1,41 @@
+"""What the GPU benchmark scripts share: the reference workload and a one-line environment description."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))  # benchd from this checkout, torch and transformers from the host
+
+# Llama-3.2-1B shape, bf16, random weights, 256 requests × 256 prompt × 256 output tokens, all at once.
+REFERENCE = {
+    "name": "reference-llama-1b",
+    "model": "llama-3.2-1b",
+    "dtype": "bfloat16",
+    "device": "cuda",
+    "seed": 0,
+    "workload": {
+        "arrivals": {"profile": "concurrent", "concurrency": 256},
+        "stop": {"requests": 256},
+        "prompt_tokens": {"dist": "fixed", "value": 256},
+        "output_tokens": {"dist": "fixed", "value": 256},
+    },
+}
+
+
+def environment() -> str:
+    import torch
+    import transformers
+
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        driver = "?"
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor()
+    return (f"{gpu}, driver {driver}, torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"python {platform.python_version()}, {date.today().isoformat()}")

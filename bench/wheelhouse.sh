@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Wheels for what a GPU host without network lacks (torch, transformers, numpy, psutil, prometheus-client,
+# nvidia-ml-py, pyyaml, rich, requests and grpcio come from the host). Python 3.12, manylinux x86_64.
+#   bash bench/wheelhouse.sh [DIR]        (default .whl; about 6 MB)
+# On the GPU host, from the repository root:
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+#   export PYTHONPATH=/tmp/site:src
+set -euo pipefail
+dir=${1:-.whl}
+mkdir -p "$dir"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d "$dir" \
+  pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 \
+  typing-extensions==4.16.0 protobuf==7.36.2 \
+  opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
+  opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 \
+  opentelemetry-proto==1.45.2 googleapis-common-protos==1.76.0 opentelemetry-exporter-http-transport==0.66b2 \
+  opentelemetry-exporter-otlp-common==0.66b2
+ls "$dir"
