@@ -35,10 +35,25 @@ PAIRS = {  # benchd reading → nvidia-smi field
 }
 
 
-def smi() -> list[dict]:
-    text = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}",
-                           "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True).stdout
-    return parse_nvidia_smi(text)
+def supported_fields() -> list[str]:
+    """The fields this nvidia-smi knows (an unknown one makes the whole query fail)."""
+    fields = []
+    for name in NVIDIA_SMI_FIELDS:
+        probe = subprocess.run(["nvidia-smi", f"--query-gpu={name}", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            fields.append(name)
+        else:
+            print(f"nvidia-smi does not know {name}: {probe.stdout.strip() or probe.stderr.strip()}")
+    return fields
+
+
+def smi(fields: list[str]) -> dict:
+    text = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    cells = dict(zip(fields, (c.strip() for c in text.split(","))))
+    # Back into parse_nvidia_smi's column order, with the unknown fields as [N/A].
+    return parse_nvidia_smi(", ".join(cells.get(name, "[N/A]") for name in NVIDIA_SMI_FIELDS))[0]
 
 
 def main() -> None:
@@ -59,13 +74,18 @@ def main() -> None:
     worker = threading.Thread(target=load, daemon=True)
     worker.start()
     time.sleep(2)
+    fields = supported_fields()
+    energy_help = subprocess.run("nvidia-smi --help-query-gpu | grep -i -B1 -A2 energy", shell=True,
+                                 capture_output=True, text=True).stdout
+    print(energy_help.strip() or "nvidia-smi lists no energy field")
     reader = HardwareReader.default()
     rows = []
     for _ in range(args.seconds):
-        before = smi()[0]
+        before = smi(fields)
+        t = time.perf_counter()
         ours = reader.read().gpus[0]
-        after = smi()[0]
-        rows.append({"benchd": ours.values, "smi_before": before, "smi_after": after,
+        after = smi(fields)
+        rows.append({"t": t, "benchd": ours.values, "smi_before": before, "smi_after": after,
                      "throttle": ours.throttle})
         time.sleep(1)
     stop.set()
@@ -92,7 +112,12 @@ def main() -> None:
         summary[ours_key] = {"benchd": ours_mean, "nvidia_smi": smi_mean, "max_abs_diff": diff,
                              "inside_bracket": f"{inside}/{len(pairs)}"}
         print(f"{ours_key:26} {ours_mean:16.4g} {smi_mean:18.4g} {diff:12.4g}  {inside}/{len(pairs)}")
+    # nvidia-smi has no energy field on recent drivers: check the counter against ∫ power dt (trapezoids).
+    integral = sum((b["t"] - a["t"]) * (a["benchd"]["power_watts"] + b["benchd"]["power_watts"]) / 2
+                   for a, b in zip(rows, rows[1:]))
     ours_energy = last["benchd"]["energy_joules"] - first["benchd"]["energy_joules"]
+    print(f"energy counter increase {ours_energy:.1f} J; ∫ power dt from the same readings {integral:.1f} J "
+          f"({ours_energy / integral - 1:+.2%})")
     smi_energy = last["smi_before"].get("total_energy_consumption", 0) - first["smi_before"].get(
         "total_energy_consumption", 0)
     print(f"energy over the run: benchd {ours_energy:.1f} J, nvidia-smi {smi_energy:.1f} J "

@@ -59,6 +59,7 @@ class FakeNVML:
         self.init_error = init_error
         self.initialized = False
         self.gpm_values = {2: 55.0, 5: 33.0, 10: 22.0}
+        self.memory_versions: list[int | None] = []
 
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
         if self.init_error is not None:
@@ -90,9 +91,13 @@ class FakeNVML:
         self._check(gpu, "nvmlDeviceGetUtilizationRates")
         return SimpleNamespace(gpu=gpu.util_percent, memory=gpu.mem_util_percent)
 
-    def nvmlDeviceGetMemoryInfo(self, gpu):  # noqa: N802
+    nvmlMemory_v2 = 33554472
+
+    def nvmlDeviceGetMemoryInfo(self, gpu, version=None):  # noqa: N802
         self._check(gpu, "nvmlDeviceGetMemoryInfo")
-        return SimpleNamespace(used=gpu.memory_used, free=gpu.memory_total - gpu.memory_used,
+        self.memory_versions.append(version)
+        reserved = 0 if version else 512 * 2**20  # v1 counts the driver's reservation as used
+        return SimpleNamespace(used=gpu.memory_used + reserved, free=gpu.memory_total - gpu.memory_used - reserved,
                                total=gpu.memory_total)
 
     def nvmlDeviceGetPowerUsage(self, gpu) -> int:  # noqa: N802

@@ -38,7 +38,7 @@ def test_every_gpu_gauge_with_units_and_labels():
     assert gpu_value(registry, "benchd_gpu_utilization_ratio") == 0.87
     assert gpu_value(registry, "benchd_gpu_utilization_ratio", gpu="1", uuid=UUID1) == 0.03
     assert gpu_value(registry, "benchd_gpu_memory_utilization_ratio") == 0.41
-    assert gpu_value(registry, "benchd_gpu_memory_used_bytes") == 40 * 2**30
+    assert gpu_value(registry, "benchd_gpu_memory_used_bytes") == 40 * 2**30  # v2: as nvidia-smi counts it
     assert gpu_value(registry, "benchd_gpu_memory_free_bytes") == 40 * 2**30
     assert gpu_value(registry, "benchd_gpu_memory_total_bytes") == 80 * 2**30
     assert gpu_value(registry, "benchd_gpu_power_watts") == pytest.approx(523.456)  # mW → W

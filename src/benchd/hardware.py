@@ -191,8 +191,11 @@ class NVMLReader:
             return {"utilization_ratio": u.gpu / 100, "memory_utilization_ratio": u.memory / 100}
 
         def memory(h):
-            m = nvml.nvmlDeviceGetMemoryInfo(h)  # bytes
-            return {"memory_used_bytes": float(m.used), "memory_free_bytes": float(m.free),
+            # v2 counts the driver's reservation apart from "used", as nvidia-smi does (v1 folds ~0.5 GiB of it
+            # into "used" on an H100); v1 where the driver or bindings lack v2.
+            version = getattr(nvml, "nvmlMemory_v2", None)
+            m = nvml.nvmlDeviceGetMemoryInfo(h, version=version) if version else nvml.nvmlDeviceGetMemoryInfo(h)
+            return {"memory_used_bytes": float(m.used), "memory_free_bytes": float(m.free),  # bytes
                     "memory_total_bytes": float(m.total)}
 
         def throttle(h):
