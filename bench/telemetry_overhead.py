@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from prometheus_client import CollectorRegistry
 
@@ -27,6 +25,8 @@ from benchd.runner import run
 from benchd.spec import parse_spec
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:

@@ -1,6 +1,9 @@
 """Specs, live servers and helpers shared by the tests."""
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -137,3 +140,21 @@ def submit(server, body) -> str:
     response = server.http.post("/runs", json=body)
     assert response.status_code == 202, response.text
     return response.json()["id"]
+
+
+def serve(tmp_path, port, **env):
+    """`benchd serve` in its own process (SQLite under tmp_path), once ready: (process, url)."""
+    env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{tmp_path}/benchd.db", "BENCHD_PORT": str(port),
+           "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", **env}
+    process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return httpx.get(f"{url}/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, 60, "the daemon to be ready")
+    return process, url

@@ -2,7 +2,6 @@
 
 import csv
 import io
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 from benchd.client import Client
 from benchd.config import Limits
 from benchd.store import Store
-from tests.helpers import LONG, ROOT, Loader, daemon, free_port, spec, submit, wait_for
+from tests.helpers import LONG, ROOT, Loader, daemon, free_port, serve, spec, submit, wait_for
 
 def test_full_lifecycle_with_events_in_order(tmp_path):
     with daemon(tmp_path) as server:
@@ -286,23 +285,6 @@ def test_cli_against_a_live_daemon(tmp_path):
 
 
 # ---- a daemon in its own process: signals and crashes ---------------------------------------------
-
-
-def serve(tmp_path, port):
-    env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{tmp_path}/benchd.db", "BENCHD_PORT": str(port),
-           "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false"}
-    process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return httpx.get(f"{url}/readyz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(up, 60, "the daemon to be ready")
-    return process, url
 
 
 def start_long_run(url):

@@ -1,8 +1,6 @@
 """Prometheus instruments and OpenTelemetry spans on real runs of the tiny model."""
 
-import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -18,7 +16,7 @@ from benchd.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
 from benchd.runner import run
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
-from tests.helpers import ROOT, daemon, free_port, make_spec, spec, submit, wait_for
+from tests.helpers import daemon, free_port, make_spec, serve, spec, submit, wait_for
 from tests.otlp import GRPCReceiver, HTTPReceiver
 
 LABELS = {"model": "tiny", "engine": "transformers", "workload": "test"}
@@ -299,22 +297,10 @@ def test_live_daemon_metrics_in_both_formats(tmp_path):
 
 def test_daemon_exports_spans_configured_by_otel_variables(tmp_path):
     with GRPCReceiver() as receiver:
-        port = free_port()
-        env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{tmp_path}/benchd.db", "BENCHD_PORT": str(port),
-               "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false",
-               "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-               "OTEL_SERVICE_NAME": "benchd-node-7", "OTEL_TRACES_SAMPLER": "always_on"}
-        process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
+        process, url = serve(tmp_path, free_port(), OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+                             OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_SERVICE_NAME="benchd-node-7",
+                             OTEL_TRACES_SAMPLER="always_on")
         try:
-            def up():
-                try:
-                    return httpx.get(f"{url}/readyz").status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_for(up, 60)
             run_id = httpx.post(f"{url}/runs", json=spec(requests=5)).json()["id"]
             wait_for(lambda: httpx.get(f"{url}/runs/{run_id}").json()["status"] == "succeeded", 60)
             spans = receiver.wait_for_spans(6)

@@ -6,7 +6,7 @@ import math
 import threading
 import time
 from bisect import bisect_left
-from typing import Annotated
+from typing import Annotated, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
@@ -89,28 +89,38 @@ class _CounterSeries:
         self.value += amount
 
 
-class HotHistogram(Collector):
-    """A histogram for the per-token path, read by its collector at scrape time.
+class _HotFamily(Collector):
+    """Series by label values, for the per-token path: prometheus_client's Histogram takes two locks and validates
+    exemplar labels on every observation (about 2 µs with an exemplar); these take a fraction of that. They assume
+    one writing thread per series, which holds because one run at a time owns the engine and its token thread
+    (the dispatcher writes only its own series). Read by collect() at scrape time."""
 
-    prometheus_client's Histogram takes two locks and validates exemplar labels on every observation (about
-    2 µs with an exemplar); this takes a fraction of that. It assumes one writing thread per series, which holds
-    because one run at a time owns the engine and its token thread (the dispatcher writes only its own series).
-    """
-
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: list[float],
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
                  registry: CollectorRegistry) -> None:
         self.name, self.documentation, self.labelnames = name, documentation, labelnames
-        self.bounds = [*bounds, math.inf]
-        self.series: dict[tuple[str, ...], _HistogramSeries] = {}
+        self.series: dict[tuple[str, ...], Any] = {}
         self._lock = threading.Lock()  # only for adding a series
         registry.register(self)
 
-    def labels(self, *values: str) -> _HistogramSeries:
+    def _new_series(self) -> Any:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> Any:
         with self._lock:
             series = self.series.get(values)
             if series is None:
-                series = self.series[values] = _HistogramSeries(self.bounds)
+                series = self.series[values] = self._new_series()
         return series
+
+
+class HotHistogram(_HotFamily):
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: list[float],
+                 registry: CollectorRegistry) -> None:
+        self.bounds = [*bounds, math.inf]
+        super().__init__(name, documentation, labelnames, registry)
+
+    def _new_series(self) -> _HistogramSeries:
+        return _HistogramSeries(self.bounds)
 
     def describe(self) -> list[HistogramMetricFamily]:
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
@@ -128,22 +138,9 @@ class HotHistogram(Collector):
         return [family]
 
 
-class HotCounter(Collector):
-    """A counter for the per-token path (output tokens); same single-writer reasoning as HotHistogram."""
-
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
-                 registry: CollectorRegistry) -> None:
-        self.name, self.documentation, self.labelnames = name, documentation, labelnames
-        self.series: dict[tuple[str, ...], _CounterSeries] = {}
-        self._lock = threading.Lock()
-        registry.register(self)
-
-    def labels(self, *values: str) -> _CounterSeries:
-        with self._lock:
-            series = self.series.get(values)
-            if series is None:
-                series = self.series[values] = _CounterSeries()
-        return series
+class HotCounter(_HotFamily):
+    def _new_series(self) -> _CounterSeries:
+        return _CounterSeries()
 
     def describe(self) -> list[CounterMetricFamily]:
         return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
