@@ -204,6 +204,45 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """B against A through a daemon's store: a table, JSON, or an HTML report."""
+    from rich.console import Console
+
+    from benchd.client import Client, DaemonError
+    from benchd.compare import Comparison
+    from benchd.report import comparison_table
+
+    client = Client(args.server)
+    params = {"a": args.a, "b": args.b, "threshold": args.threshold, "confidence": args.confidence}
+    try:
+        if args.html:
+            Path(args.html).write_text(client.get("/compare", params={**params, "format": "html"}, text=True))
+            print(f"wrote {args.html}", file=sys.stderr)
+        result = client.get("/compare", params=params)
+    except DaemonError as error:
+        print(error, file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
+    else:
+        Console(width=None if sys.stdout.isatty() else 160).print(comparison_table(Comparison.model_validate(result)))
+    return EXIT_OK
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from benchd.client import Client, DaemonError
+
+    try:
+        Client(args.server).put(f"/baselines/{args.workload}", {"run_id": args.run_id})
+    except DaemonError as error:
+        print(error, file=sys.stderr)
+        return EXIT_FAILED
+    print(f"run {args.run_id} is the baseline of {args.workload}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchd", description="Measure LLM generation speed exactly.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -244,6 +283,22 @@ def build_parser() -> argparse.ArgumentParser:
     show = runs_commands.add_parser("show")
     show.add_argument("id")
     runs.set_defaults(handler=cmd_runs)
+
+    comparison = commands.add_parser("compare", help="is B slower than A? (run ids, comma-separated)")
+    comparison.add_argument("a")
+    comparison.add_argument("b")
+    comparison.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
+    comparison.add_argument("--threshold", type=float, help="relative change below which nothing is flagged")
+    comparison.add_argument("--confidence", type=float, help="of the bootstrap intervals, e.g. 0.95")
+    comparison.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    comparison.add_argument("--html", help="also write an HTML report with the distributions side by side")
+    comparison.set_defaults(handler=cmd_compare)
+
+    baseline = commands.add_parser("baseline", help="mark a run as its workload's baseline")
+    baseline.add_argument("workload")
+    baseline.add_argument("run_id")
+    baseline.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
+    baseline.set_defaults(handler=cmd_baseline)
     return parser
 
 

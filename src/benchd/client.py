@@ -43,6 +43,15 @@ class Client:
     def runs(self, **filters: Any) -> dict[str, Any]:
         return self._check(self.http.get("/runs", params={k: v for k, v in filters.items() if v is not None}))
 
+    def get(self, path: str, params: dict[str, Any] | None = None, text: bool = False) -> Any:
+        response = self.http.get(path, params={k: v for k, v in (params or {}).items() if v is not None})
+        if text and response.is_success:
+            return response.text
+        return self._check(response)
+
+    def put(self, path: str, body: dict[str, Any]) -> Any:
+        return self._check(self.http.put(path, json=body))
+
     def cancel(self, run_id: str) -> dict[str, Any]:
         return self._check(self.http.delete(f"/runs/{run_id}"))
 

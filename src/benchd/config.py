@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
     buckets: HistogramBuckets = HistogramBuckets()
+    compare_threshold: Annotated[float, Field(ge=0)] = 0.05  # a change smaller than this is no regression
+    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
     hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0  # the sampler behind each run's hardware summary
 
     @field_validator("model_roots")

@@ -194,6 +194,12 @@ class Metrics:
                                 LABELS, registry=registry)
         self.in_progress = Gauge("benchd_run_in_progress", "1 while a run of this workload is in progress.",
                                  LABELS, registry=registry)
+        self.regression = Gauge("benchd_regression_detected",
+                                "1 when the latest scheduled run is significantly slower than its workload's "
+                                "baseline on this metric.", ("workload", "metric"), registry=registry)
+        self.regression_change = Gauge("benchd_regression_relative_change",
+                                       "(latest − baseline) / baseline for this metric.", ("workload", "metric"),
+                                       registry=registry)
         self.spans_dropped = Counter("benchd_spans_dropped",
                                      "Spans not delivered to the collector (queue full, export failed).",
                                      ("reason",), registry=registry)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import csv
+import html
 import json
 from pathlib import Path
+
+import numpy as np
 
 from rich.console import Console
 from rich.table import Table
 
+from benchd.compare import Comparison, Side
 from benchd.environment import RunMetadata
 from benchd.records import LatencyStats, RequestRecord, StageSummary
 from benchd.runner import RunOutcome
@@ -140,3 +144,65 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
     console.print(table)
     if outcome.hardware is not None:
         console.print(hardware_line(outcome.hardware), highlight=False)
+
+
+# ---- comparisons -----------------------------------------------------------------------------------
+
+
+def comparison_table(result: Comparison) -> Table:
+    table = Table(title=f"A: {', '.join(result.a)}  →  B: {', '.join(result.b)}",
+                  caption=f"significant at {result.confidence:.0%}, beyond ±{result.threshold:.0%}")
+    for column in ("metric", "A", "B", "change", "interval", "verdict"):
+        table.add_column(column, justify="left" if column in ("metric", "verdict") else "right")
+    for m in result.metrics:
+        unit = 1e3 if m.metric.split(".")[0].endswith("_s") else 1.0
+        fmt = (lambda v: "–" if v is None else f"{v * unit:.3f}")  # noqa: E731
+        interval = "–" if m.ci_low is None else f"[{m.ci_low:+.1%}, {m.ci_high:+.1%}]"
+        change = "–" if m.relative_change is None else f"{m.relative_change:+.1%}"
+        name = m.metric.replace("_s.", " ms ") if unit == 1e3 else m.metric
+        table.add_row(name, fmt(m.a), fmt(m.b), change, interval, m.verdict)
+    return table
+
+
+def _histogram_svg(a: list[float], b: list[float], title: str, width: int = 420, height: int = 160) -> str:
+    """A and B's distributions on shared bins (values in ms), drawn side by side within each bin."""
+    values = np.asarray(a + b, dtype=np.float64) * 1e3
+    if not len(values):
+        return ""
+    low, high = np.percentile(values, 0.5), np.percentile(values, 99.5)
+    edges = np.linspace(low, high if high > low else low + 1, 31)
+    ca, _ = np.histogram(np.asarray(a) * 1e3, edges)
+    cb, _ = np.histogram(np.asarray(b) * 1e3, edges)
+    ca, cb = ca / max(1, len(a)), cb / max(1, len(b))
+    peak = max(ca.max(initial=0), cb.max(initial=0)) or 1
+    bar = width / len(ca) / 2
+    bars = []
+    for i, (fa, fb) in enumerate(zip(ca, cb)):
+        for j, (f, color) in enumerate(((fa, "#4477aa"), (fb, "#ee6677"))):
+            h = f / peak * (height - 30)
+            bars.append(f'<rect x="{(2 * i + j) * bar:.1f}" y="{height - 20 - h:.1f}" width="{bar:.1f}" '
+                        f'height="{h:.1f}" fill="{color}"/>')
+    return (f'<figure><figcaption>{html.escape(title)} (ms; A blue, B red)</figcaption>'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">{"".join(bars)}'
+            f'<text x="0" y="{height - 4}" font-size="11">{edges[0]:.2f}</text>'
+            f'<text x="{width - 40}" y="{height - 4}" font-size="11">{edges[-1]:.2f}</text></svg></figure>')
+
+
+def comparison_html(result: Comparison, a: Side, b: Side) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(m.metric)}</td><td>{'' if m.a is None else f'{m.a:.6g}'}</td>"
+        f"<td>{'' if m.b is None else f'{m.b:.6g}'}</td>"
+        f"<td>{'' if m.relative_change is None else f'{m.relative_change:+.1%}'}</td>"
+        f"<td>{'' if m.ci_low is None else f'[{m.ci_low:+.1%}, {m.ci_high:+.1%}]'}</td>"
+        f"<td class='{m.verdict.replace(' ', '-')}'>{html.escape(m.verdict)}</td></tr>"
+        for m in result.metrics)
+    figures = "".join(_histogram_svg(a.samples.get(name, []), b.samples.get(name, []), name)
+                      for name in ("ttft_s", "itl_s", "tpot_s", "e2e_s"))
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>benchd comparison</title><style>
+body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 10px;text-align:right}} td:first-child{{text-align:left}}
+.slower{{color:#b00;font-weight:bold}} .faster{{color:#070;font-weight:bold}} figure{{display:inline-block}}
+</style></head><body><h1>benchd comparison</h1>
+<p>A: {html.escape(', '.join(result.a))}<br>B: {html.escape(', '.join(result.b))}<br>
+Bootstrap intervals at {result.confidence:.0%}; a change must also exceed ±{result.threshold:.0%}.</p>
+<table><tr><th>metric</th><th>A</th><th>B</th><th>change</th><th>interval</th><th>verdict</th></tr>{rows}</table>
+{figures}</body></html>"""

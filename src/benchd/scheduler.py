@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from benchd.compare import compare, side_from_store
 from benchd.config import Settings
 from benchd.engines import Engine, create_engine
 from benchd.events import RunEvent, RunEvents
@@ -218,9 +219,26 @@ class Scheduler:
         self.store.finish_run(job.run_id, outcome)
         if job.schedule in self._schedules:
             self._schedules[job.schedule].last_run_id = job.run_id
+            if outcome.status == "succeeded":
+                self._check_regression(job)
         summary = {"status": outcome.status, "error": outcome.error,
                    "stages": [s.model_dump(mode="json") for s in outcome.summaries()]}
         self.events.publish(job.run_id, RunEvent("summary", summary, final=True))
+
+    def _check_regression(self, job: Job) -> None:
+        """A scheduled run against its workload's baseline: the regression gauges the alert rules watch."""
+        metrics = self.telemetry.metrics if self.telemetry is not None else None
+        baseline = self.store.baseline(job.spec.name)
+        if metrics is None or baseline is None or baseline == job.run_id:
+            return
+        result = compare(side_from_store(self.store, [baseline]), side_from_store(self.store, [job.run_id]),
+                         self.settings.compare_threshold, self.settings.compare_confidence)
+        for change in result.metrics:
+            if change.verdict == "inconclusive":
+                continue
+            metrics.regression.labels(job.spec.name, change.metric).set(float(change.verdict == "slower"))
+            if change.relative_change is not None:
+                metrics.regression_change.labels(job.spec.name, change.metric).set(change.relative_change)
 
     def _end(self, run_id: str, status: str, error: str | None) -> None:
         self.store.set_status(run_id, status, error)

@@ -79,6 +79,13 @@ schedules = sa.Table(
     sa.Column("created_at", TIMESTAMP, nullable=False),
 )
 
+baselines = sa.Table(
+    "baselines", metadata,
+    sa.Column("workload", sa.String(100), primary_key=True),
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("set_at", TIMESTAMP, nullable=False),
+)
+
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
 
 
@@ -187,6 +194,30 @@ class Store:
     def _update(self, run_id: str, **values: Any) -> None:
         with self.engine.begin() as db:
             db.execute(runs.update().where(runs.c.id == run_id).values(**values))
+
+    def latest_runs(self, workload: str, label: str | None, limit: int) -> list[str]:
+        """The newest succeeded runs of a workload (with that label, when given)."""
+        query = runs.select().where(runs.c.workload == workload, runs.c.status == "succeeded")
+        if label is not None:
+            query = query.where(runs.c.label == label)
+        with self.engine.connect() as db:
+            rows = db.execute(query.order_by(runs.c.created_at.desc()).limit(limit)).mappings()
+            return [row["id"] for row in rows]
+
+    # ---- baselines -----------------------------------------------------------------------------
+
+    def set_baseline(self, workload: str, run_id: str) -> None:
+        with self.engine.begin() as db:
+            db.execute(baselines.delete().where(baselines.c.workload == workload))
+            db.execute(baselines.insert().values(workload=workload, run_id=run_id, set_at=now()))
+
+    def baseline(self, workload: str) -> str | None:
+        with self.engine.connect() as db:
+            return db.execute(sa.select(baselines.c.run_id).where(baselines.c.workload == workload)).scalar()
+
+    def list_baselines(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as db:
+            return [dict(r) for r in db.execute(baselines.select().order_by(baselines.c.workload)).mappings()]
 
     # ---- schedules -----------------------------------------------------------------------------
 

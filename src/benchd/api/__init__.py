@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
 import benchd
-from benchd.api import health, runs, schedules
+from benchd.api import compare, health, runs, schedules
 from benchd.api.deps import Services
 from benchd.config import Settings
 from benchd.events import RunEvents
@@ -70,6 +70,6 @@ def create_app(
         summary="Continuous, exact measurement of LLM generation speed.",
         lifespan=lifespan,
     )
-    for module in (runs, schedules, health):
+    for module in (runs, schedules, compare, health):
         app.include_router(module.router)
     return app

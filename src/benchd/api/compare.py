@@ -1,0 +1,88 @@
+"""/compare and /baselines: is a run slower than another, or than its workload's baseline?"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, status
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel
+
+from benchd.api.deps import AuthDep, ServicesDep
+from benchd.api.schemas import errors
+from benchd.compare import Comparison, compare, side_from_store
+from benchd.report import comparison_html
+
+router = APIRouter(tags=["compare"])
+
+
+class BaselineIn(BaseModel):
+    run_id: str
+
+
+class BaselineView(BaseModel):
+    workload: str
+    run_id: str
+
+
+def _side(services, ids: str | None, workload: str | None, label: str | None, last: int, name: str) -> list[str]:
+    if ids:
+        run_ids = [i for i in ids.split(",") if i]
+        missing = [i for i in run_ids if services.store.get_run(i) is None]
+        if missing:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {', '.join(missing)}")
+        return run_ids
+    if workload is None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+                            f"{name}: give run ids, or a workload (with {name}_label) for its latest runs")
+    run_ids = services.store.latest_runs(workload, label, last)
+    if not run_ids:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"{name}: no succeeded run of {workload}"
+                            + (f" labelled {label}" if label else ""))
+    return run_ids
+
+
+@router.get("/compare", response_model=Comparison, responses={**errors(404, 422), 200: {
+    "content": {"application/json": {}, "text/html": {}}}})
+def compare_runs(
+    services: ServicesDep,
+    a: Annotated[str | None, Query(description="run ids, comma-separated")] = None,
+    b: Annotated[str | None, Query(description="run ids, comma-separated")] = None,
+    workload: str | None = None,
+    a_label: str | None = None,
+    b_label: str | None = None,
+    last: Annotated[int, Query(ge=1, le=100)] = 1,
+    threshold: Annotated[float | None, Query(ge=0)] = None,
+    confidence: Annotated[float | None, Query(gt=0.5, lt=1)] = None,
+    format: Literal["json", "html"] = "json",
+):
+    """Per metric, B against A: the relative change, its bootstrap interval, and a verdict. Each side is run
+    ids, or the latest `last` succeeded runs of `workload` with that side's label."""
+    settings = services.settings
+    sides = [side_from_store(services.store, _side(services, ids, workload, label, last, name))
+             for ids, label, name in ((a, a_label, "a"), (b, b_label, "b"))]
+    result = compare(*sides, threshold=settings.compare_threshold if threshold is None else threshold,
+                     confidence=settings.compare_confidence if confidence is None else confidence)
+    if format == "html":
+        return HTMLResponse(comparison_html(result, *sides))
+    return result
+
+
+@router.get("/baselines", response_model=list[BaselineView])
+def list_baselines(services: ServicesDep) -> list[BaselineView]:
+    return [BaselineView(workload=r["workload"], run_id=r["run_id"]) for r in services.store.list_baselines()]
+
+
+@router.put("/baselines/{workload}", response_model=BaselineView, responses=errors(401, 404, 422),
+            dependencies=[AuthDep])
+def set_baseline(workload: str, body: BaselineIn, services: ServicesDep) -> BaselineView:
+    """Scheduled runs of this workload are compared with this run; regressions set benchd_regression_detected."""
+    row = services.store.get_run(body.run_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {body.run_id}")
+    if row["workload"] != workload or row["status"] != "succeeded":
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+                            f"run_id: run {body.run_id} is a {row['status']} run of {row['workload']}, "
+                            f"not a succeeded run of {workload}")
+    services.store.set_baseline(workload, body.run_id)
+    return BaselineView(workload=workload, run_id=body.run_id)

@@ -1,0 +1,148 @@
+"""Did it get slower, and is that real? Two sides of runs compared per metric with a bootstrap interval."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+Verdict = Literal["faster", "slower", "no significant change", "inconclusive"]
+
+# Per-request latency samples: (metric, percentile) pairs compared.
+LATENCIES = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
+PERCENTILES = (50, 90, 99)
+
+
+class Side(BaseModel):
+    """What one side holds: its runs' per-request samples and their run-level figures."""
+
+    run_ids: list[str]
+    samples: dict[str, list[float]]  # latency name → per-request (ITL: per-token) samples, seconds
+    output_tokens_per_s: list[float]  # one per run
+    energy_per_token_j: list[float]  # one per run that has it
+
+
+class MetricChange(BaseModel):
+    metric: str  # e.g. ttft_s.p99, output_tokens_per_s
+    a: float | None
+    b: float | None
+    relative_change: float | None  # (b − a) / a
+    ci_low: float | None  # of the relative change, at the given confidence
+    ci_high: float | None
+    samples_a: int
+    samples_b: int
+    verdict: Verdict
+    reason: str | None = None
+
+
+class Comparison(BaseModel):
+    a: list[str]
+    b: list[str]
+    threshold: float
+    confidence: float
+    metrics: list[MetricChange]
+
+    @property
+    def regressions(self) -> list[MetricChange]:
+        return [m for m in self.metrics if m.verdict == "slower"]
+
+
+def _verdict(low: float, high: float, threshold: float, higher_is_worse: bool) -> Verdict:
+    """Significant and beyond the threshold in one direction; otherwise no significant change."""
+    if low > threshold:
+        return "slower" if higher_is_worse else "faster"
+    if high < -threshold:
+        return "faster" if higher_is_worse else "slower"
+    return "no significant change"
+
+
+def _bootstrap(a: np.ndarray, b: np.ndarray, statistic, confidence: float, resamples: int,
+               rng: np.random.Generator) -> tuple[float, float]:
+    """Percentile interval of (stat(b) − stat(a)) / stat(a), both sides resampled with replacement."""
+    ia = rng.integers(0, len(a), size=(resamples, len(a)))
+    ib = rng.integers(0, len(b), size=(resamples, len(b)))
+    sa, sb = statistic(a[ia]), statistic(b[ib])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (sb - sa) / sa
+    ratios = ratios[np.isfinite(ratios)]
+    tail = (1 - confidence) / 2
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+
+
+def _change(name: str, a: Sequence[float], b: Sequence[float], statistic, threshold: float, confidence: float,
+            min_samples: int, higher_is_worse: bool, rng: np.random.Generator, resamples: int) -> MetricChange:
+    xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    va = float(statistic(xa[None, :])[0]) if len(xa) else None
+    vb = float(statistic(xb[None, :])[0]) if len(xb) else None
+    change = (vb - va) / va if va and vb is not None else None
+    base = dict(metric=name, a=va, b=vb, relative_change=change, samples_a=len(xa), samples_b=len(xb))
+    if min(len(xa), len(xb)) < min_samples:
+        return MetricChange(**base, ci_low=None, ci_high=None, verdict="inconclusive",
+                            reason=f"too few samples: {len(xa)} and {len(xb)}, at least {min_samples} per side needed")
+    # Memory and time grow with resamples × samples: per-token ITL samples get fewer resamples.
+    resamples = max(200, min(resamples, int(2e7 // max(len(xa), len(xb)))))
+    low, high = _bootstrap(xa, xb, statistic, confidence, resamples, rng)
+    return MetricChange(**base, ci_low=low, ci_high=high, verdict=_verdict(low, high, threshold, higher_is_worse))
+
+
+def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95, min_samples: int = 20,
+            min_runs: int = 2, resamples: int = 2000, seed: int = 0) -> Comparison:
+    """Latency percentiles from per-request samples; throughput and energy from per-run figures (so they need
+    min_runs runs on each side to say anything)."""
+    rng = np.random.default_rng(seed)
+    metrics = []
+    for name in LATENCIES:
+        for p in PERCENTILES:
+            # A percentile needs observations beyond it: at least 10 in its tail (p99: 1,000 samples), else its
+            # bootstrap interval is an artefact of the few largest values.
+            needed = max(min_samples, round(10 / (1 - p / 100)))
+            metrics.append(_change(
+                f"{name}.p{p}", a.samples.get(name, []), b.samples.get(name, []),
+                lambda x, p=p: np.percentile(x, p, axis=-1), threshold, confidence, needed,
+                higher_is_worse=True, rng=rng, resamples=resamples))
+    mean = lambda x: np.mean(x, axis=-1)  # noqa: E731
+    metrics.append(_change("output_tokens_per_s", a.output_tokens_per_s, b.output_tokens_per_s, mean, threshold,
+                           confidence, min_runs, higher_is_worse=False, rng=rng, resamples=resamples))
+    metrics.append(_change("energy_per_token_j", a.energy_per_token_j, b.energy_per_token_j, mean, threshold,
+                           confidence, min_runs, higher_is_worse=True, rng=rng, resamples=resamples))
+    return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics)
+
+
+def side_from_store(store, run_ids: Sequence[str]) -> Side:
+    """Measured, successful requests of the runs (first stage of each: load levels are not mixed)."""
+    samples: dict[str, list[float]] = {name: [] for name in LATENCIES}
+    throughput, energy = [], []
+    for run_id in run_ids:
+        row = store.get_run(run_id)
+        if row is None:
+            raise KeyError(run_id)
+        for record in store.request_rows(run_id):
+            if record["warmup"] or record["error"] or record["stage"] != (row["summary"] or [{}])[0].get("stage"):
+                continue
+            for name in ("ttft_s", "tpot_s", "e2e_s"):
+                if record[name] is not None:
+                    samples[name].append(record[name])
+            samples["itl_s"].extend(itl_from_token_times(record["token_times_s"] or ""))
+        if row["summary"]:
+            throughput.append(row["summary"][0]["output_tokens_per_s"])
+        if row.get("energy_per_token_j") is not None:
+            energy.append(row["energy_per_token_j"])
+    return Side(run_ids=list(run_ids), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy)
+
+
+def itl_from_token_times(token_times: str) -> list[float]:
+    """Per-token gaps from a stored record, where a chunk of k tokens repeats its stamp k times: its gap is
+    split k ways, as the records define ITL."""
+    arrivals: list[list[float]] = []  # [stamp, tokens]
+    for text in token_times.split():
+        t = float(text)
+        if arrivals and arrivals[-1][0] == t:
+            arrivals[-1][1] += 1
+        else:
+            arrivals.append([t, 1])
+    gaps = []
+    for (t0, _), (t1, k) in zip(arrivals, arrivals[1:]):
+        gaps.extend([(t1 - t0) / k] * int(k))
+    return gaps

@@ -1,0 +1,167 @@
+"""Regressions: the statistics on known samples, real runs through the daemon, and the alert in Prometheus."""
+
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from benchd.compare import Side, compare, itl_from_token_times
+from benchd.report import comparison_html
+from tests.helpers import ROOT, Loader, daemon, free_port, spec, submit, wait_for
+
+
+def side(values, name="ttft_s", runs=(), run_id="x"):
+    return Side(run_ids=[run_id], samples={name: list(values)}, output_tokens_per_s=list(runs), energy_per_token_j=[])
+
+
+def verdicts(result, prefix):
+    return {m.metric: m for m in result.metrics if m.metric.startswith(prefix)}
+
+
+def test_same_distribution_is_no_significant_change():
+    rng = np.random.default_rng(1)
+    a, b = rng.lognormal(-3, 0.3, 2000), rng.lognormal(-3, 0.3, 2000)
+    for metric in verdicts(compare(side(a), side(b)), "ttft_s").values():
+        assert metric.verdict == "no significant change", metric
+        assert metric.ci_low < 0.05 and metric.ci_high > -0.05
+
+
+def test_a_real_shift_has_the_right_sign_and_size():
+    rng = np.random.default_rng(2)
+    a = rng.lognormal(-3, 0.3, 2000)
+    slower = verdicts(compare(side(a), side(a * 1.5)), "ttft_s")["ttft_s.p50"]
+    assert slower.verdict == "slower" and slower.relative_change == pytest.approx(0.5)
+    assert slower.ci_low <= 0.5 <= slower.ci_high and slower.ci_low > 0.3
+    faster = verdicts(compare(side(a), side(a * 0.7)), "ttft_s")["ttft_s.p50"]
+    assert faster.verdict == "faster" and faster.relative_change == pytest.approx(-0.3)
+
+
+def test_small_but_real_change_below_the_threshold_is_not_flagged():
+    rng = np.random.default_rng(3)
+    a = rng.lognormal(-3, 0.05, 5000)
+    result = verdicts(compare(side(a), side(a * 1.03), threshold=0.05), "ttft_s")["ttft_s.p50"]
+    assert result.ci_low > 0  # significant…
+    assert result.verdict == "no significant change"  # …but within the threshold
+
+
+def test_too_few_samples_is_inconclusive():
+    result = compare(side([0.1] * 5), side([0.2] * 5))
+    ttft = verdicts(result, "ttft_s")["ttft_s.p50"]
+    assert ttft.verdict == "inconclusive" and "too few samples" in ttft.reason
+    tail = verdicts(compare(side([0.1] * 500), side([0.2] * 500)), "ttft_s")
+    assert tail["ttft_s.p50"].verdict == tail["ttft_s.p90"].verdict == "slower"
+    assert tail["ttft_s.p99"].verdict == "inconclusive"  # 500 samples hold 5 beyond p99: not enough
+    throughput = verdicts(result, "output_tokens_per_s")["output_tokens_per_s"]
+    assert throughput.verdict == "inconclusive"  # one run a side says nothing about run-to-run spread
+    runs = compare(side([], runs=[100, 101, 99]), side([], runs=[60, 61, 59]), min_runs=3)
+    assert verdicts(runs, "output_tokens_per_s")["output_tokens_per_s"].verdict == "slower"
+
+
+def test_itl_from_stored_token_times_splits_chunks():
+    assert itl_from_token_times("1.0 1.3 1.3 1.3 1.4") == pytest.approx([0.1, 0.1, 0.1, 0.1])
+    assert itl_from_token_times("") == []
+
+
+def test_html_report_has_the_table_and_the_distributions():
+    rng = np.random.default_rng(4)
+    a, b = side(rng.lognormal(-3, 0.3, 100)), side(rng.lognormal(-2.5, 0.3, 100))
+    page = comparison_html(compare(a, b), a, b)
+    assert page.startswith("<!doctype html>") and "ttft_s.p99" in page and page.count("<svg") == 1
+    assert "class='slower'" in page
+
+
+# ---- real runs -----------------------------------------------------------------------------------
+
+WORKLOAD = spec(requests=40, output=24, concurrency=4)
+
+
+def test_identical_runs_and_an_injected_delay_through_the_daemon(tmp_path):
+    loader = Loader()
+    with daemon(tmp_path, loader) as server:
+        server.wait_ready()
+        first = server.wait_status(submit(server, WORKLOAD), "succeeded")["id"]
+        second = server.wait_status(submit(server, WORKLOAD), "succeeded")["id"]
+        # Same seed, same engine: only this machine's noise differs (on a shared 2-core VM, tens of percent).
+        same = server.http.get("/compare", params={"a": first, "b": second, "threshold": 0.3}).json()
+        for metric in same["metrics"]:
+            assert metric["verdict"] in ("no significant change", "inconclusive"), metric
+
+        def delay(module, args):  # a real slowdown in the engine's path: 4 ms more per forward pass
+            time.sleep(0.004)
+
+        hook = loader.loaded[0].model.model.layers[0].register_forward_pre_hook(delay)
+        try:
+            slow = server.wait_status(submit(server, WORKLOAD), "succeeded")["id"]
+        finally:
+            hook.remove()
+        result = server.http.get("/compare", params={"a": f"{first},{second}", "b": slow}).json()
+        itl = next(m for m in result["metrics"] if m["metric"] == "itl_s.p50")
+        assert itl["verdict"] == "slower" and itl["relative_change"] > 0.5
+        assert 0.003 < itl["b"] - itl["a"] < 0.008  # the 4 ms, give or take the step's own variation
+        tpot = next(m for m in result["metrics"] if m["metric"] == "tpot_s.p50")
+        assert tpot["verdict"] == "slower"
+        by_workload = server.http.get("/compare", params={"workload": "short", "last": 1, "b": slow}).json()
+        assert by_workload["a"] == [slow]  # the latest run of the workload
+        page = server.http.get("/compare", params={"a": first, "b": slow, "format": "html"})
+        assert page.headers["content-type"].startswith("text/html") and "slower" in page.text
+        cli = subprocess.run([sys.executable, "-m", "benchd.cli", "compare", first, slow, "--server", server.url],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert cli.returncode == 0 and "slower" in cli.stdout, cli.stderr
+        assert server.http.get("/compare", params={"a": "nope", "b": slow}).status_code == 404
+
+
+def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_path):
+    loader = Loader()
+    with daemon(tmp_path, loader, compare_threshold=0.5) as server:
+        prometheus_port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(ROOT / "prometheus" / "rules" / "benchd-regressions.yml")],
+            "scrape_configs": [{"job_name": "benchd", "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}]}],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prometheus = subprocess.Popen(
+            ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{prometheus_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        api = f"http://127.0.0.1:{prometheus_port}/api/v1"
+        try:
+            server.wait_ready()
+            server.http.post("/schedules", json={"name": "watch", "spec": WORKLOAD, "interval_s": 0.2})
+            wait_for(lambda: server.http.get("/runs", params={"schedule": "watch", "status": "succeeded"})
+                     .json()["total"] >= 1, 60)
+            baseline = server.http.get("/runs", params={"schedule": "watch", "status": "succeeded"}).json()["items"][-1]
+            assert server.http.put("/baselines/short", json={"run_id": baseline["id"]}).status_code == 200
+
+            def gauge() -> float | None:
+                for line in server.http.get("/metrics").text.splitlines():
+                    if line.startswith('benchd_regression_detected{metric="itl_s.p50",workload="short"}'):
+                        return float(line.split()[-1])
+                return None
+
+            wait_for(lambda: gauge() == 0.0, 60, "a scheduled run compared with the baseline")
+            hook = loader.loaded[0].model.model.layers[0].register_forward_pre_hook(lambda m, a: time.sleep(0.004))
+            try:
+                wait_for(lambda: gauge() == 1.0, 60, "the regression to be detected")
+
+                def firing() -> bool:
+                    try:
+                        alerts = httpx.get(f"{api}/alerts").json()["data"]["alerts"]
+                    except httpx.TransportError:
+                        return False
+                    return any(a["labels"]["alertname"] == "BenchdRegression" and a["state"] == "firing"
+                               and a["labels"]["metric"] == "itl_s.p50" for a in alerts)
+
+                wait_for(firing, 60, "Prometheus to fire BenchdRegression")
+            finally:
+                hook.remove()
+            changes = httpx.get(f"{api}/query", params={
+                "query": 'benchd_regression_relative_change{metric="itl_s.p50"}'}).json()["data"]["result"]
+            assert float(changes[0]["value"][1]) > 0.5
+        finally:
+            prometheus.terminate()
+            prometheus.wait(30)
