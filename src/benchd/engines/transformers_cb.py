@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -64,6 +64,7 @@ class _Stream:
     sink: TokenSink
     seen: int = 0
     admitted: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class TransformersEngine:
@@ -120,10 +121,17 @@ class TransformersEngine:
             self._finish(request.request_id, time.perf_counter(), "engine is not accepting requests")
 
     def cancel(self, request_id: str, reason: str = "cancelled") -> None:
-        # transformers drops a cancelled request without a final output: finish it here.
-        if request_id in self._streams:
-            self._manager.cancel_request(request_id)
-            self._finish(request_id, time.perf_counter(), reason)
+        # transformers drops a cancelled request without a final output: take the tokens it has produced since
+        # the last poll, then finish it here.
+        stream = self._streams.get(request_id)
+        if stream is None:
+            return
+        processor = self._manager.batch_processor
+        state = processor.scheduler.active_requests.get(request_id) if processor is not None else None
+        if state is not None:
+            self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens)
+        self._manager.cancel_request(request_id)
+        self._finish(request_id, time.perf_counter(), reason)
 
     def _finish(self, request_id: str, t: float, error: str | None) -> None:
         with self._lock:
@@ -177,15 +185,17 @@ class TransformersEngine:
                 self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens)
 
     def _deliver(self, request_id: str, stream: _Stream, admitted_s: float, stamps, tokens) -> None:
+        """Pass on the tokens not yet passed on; the result thread and cancel() may both call this."""
         sink = stream.sink
-        if not stream.admitted and admitted_s > 0:
-            stream.admitted = True
-            sink.admitted(request_id, admitted_s)
-        # The generation thread appends the stamp, then the token: only pairs present in both are complete.
-        ready = min(len(stamps), len(tokens))
-        for i in range(stream.seen, ready):
-            sink.tokens(request_id, stamps[i], 1, (tokens[i],))
-        stream.seen = max(stream.seen, ready)
+        with stream.lock:
+            if not stream.admitted and admitted_s > 0:
+                stream.admitted = True
+                sink.admitted(request_id, admitted_s)
+            # The generation thread appends the stamp, then the token: only pairs present in both are complete.
+            ready = min(len(stamps), len(tokens))
+            for i in range(stream.seen, ready):
+                sink.tokens(request_id, stamps[i], 1, (tokens[i],))
+            stream.seen = max(stream.seen, ready)
 
     def _fail_all(self, error: str) -> None:
         t = time.perf_counter()
