@@ -19,7 +19,7 @@ class Side(BaseModel):
     """What one side holds: its runs' per-request samples and their run-level figures."""
 
     run_ids: list[str]
-    samples: dict[str, list[float]]  # latency name → per-request (ITL: per-token) samples, seconds
+    samples: dict[str, list[list[float]]]  # latency name → per run, per-request (ITL: per-token) samples, s
     output_tokens_per_s: list[float]  # one per run
     energy_per_token_j: list[float]  # one per run that has it
 
@@ -58,32 +58,42 @@ def _verdict(low: float, high: float, threshold: float, higher_is_worse: bool) -
     return "no significant change"
 
 
-def _bootstrap(a: np.ndarray, b: np.ndarray, statistic, confidence: float, resamples: int,
+def _bootstrap(a: list[np.ndarray], b: list[np.ndarray], statistic, confidence: float, resamples: int,
                rng: np.random.Generator) -> tuple[float, float]:
-    """Percentile interval of (stat(b) − stat(a)) / stat(a), both sides resampled with replacement."""
-    ia = rng.integers(0, len(a), size=(resamples, len(a)))
-    ib = rng.integers(0, len(b), size=(resamples, len(b)))
-    sa, sb = statistic(a[ia]), statistic(b[ib])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = (sb - sa) / sa
+    """Percentile interval of (stat(b) − stat(a)) / stat(a). Each side is resampled in two stages, runs with
+    replacement and then samples within each chosen run, so that run-to-run variation widens the interval
+    (with one run a side, only the variation within it is covered)."""
+
+    def resample(runs: list[np.ndarray]) -> np.ndarray:
+        chosen = rng.integers(0, len(runs), size=len(runs)) if len(runs) > 1 else [0]
+        return np.concatenate([runs[c][rng.integers(0, len(runs[c]), size=len(runs[c]))] for c in chosen])
+
+    ratios = np.empty(resamples)
+    for i in range(resamples):
+        sa, sb = statistic(resample(a)), statistic(resample(b))
+        ratios[i] = (sb - sa) / sa if sa else np.nan
     ratios = ratios[np.isfinite(ratios)]
     tail = (1 - confidence) / 2
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
-def _change(name: str, a: Sequence[float], b: Sequence[float], statistic, threshold: float, confidence: float,
-            min_samples: int, higher_is_worse: bool, rng: np.random.Generator, resamples: int) -> MetricChange:
-    xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    va = float(statistic(xa[None, :])[0]) if len(xa) else None
-    vb = float(statistic(xb[None, :])[0]) if len(xb) else None
+def _change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], statistic, threshold: float,
+            confidence: float, min_samples: int, higher_is_worse: bool, rng: np.random.Generator,
+            resamples: int) -> MetricChange:
+    """a, b: each side's samples, one list per run."""
+    ra = [np.asarray(run, dtype=np.float64) for run in a if len(run)]
+    rb = [np.asarray(run, dtype=np.float64) for run in b if len(run)]
+    na, nb = sum(map(len, ra)), sum(map(len, rb))
+    va = float(statistic(np.concatenate(ra))) if ra else None
+    vb = float(statistic(np.concatenate(rb))) if rb else None
     change = (vb - va) / va if va and vb is not None else None
-    base = dict(metric=name, a=va, b=vb, relative_change=change, samples_a=len(xa), samples_b=len(xb))
-    if min(len(xa), len(xb)) < min_samples:
+    base = dict(metric=name, a=va, b=vb, relative_change=change, samples_a=na, samples_b=nb)
+    if min(na, nb) < min_samples:
         return MetricChange(**base, ci_low=None, ci_high=None, verdict="inconclusive",
-                            reason=f"too few samples: {len(xa)} and {len(xb)}, at least {min_samples} per side needed")
-    # Memory and time grow with resamples × samples: per-token ITL samples get fewer resamples.
-    resamples = max(200, min(resamples, int(2e7 // max(len(xa), len(xb)))))
-    low, high = _bootstrap(xa, xb, statistic, confidence, resamples, rng)
+                            reason=f"too few samples: {na} and {nb}, at least {min_samples} per side needed")
+    # Time grows with resamples × samples: per-token ITL samples get fewer resamples.
+    resamples = max(200, min(resamples, int(2e7 // max(na, nb))))
+    low, high = _bootstrap(ra, rb, statistic, confidence, resamples, rng)
     return MetricChange(**base, ci_low=low, ci_high=high, verdict=_verdict(low, high, threshold, higher_is_worse))
 
 
@@ -100,31 +110,33 @@ def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95,
             needed = max(min_samples, round(10 / (1 - p / 100)))
             metrics.append(_change(
                 f"{name}.p{p}", a.samples.get(name, []), b.samples.get(name, []),
-                lambda x, p=p: np.percentile(x, p, axis=-1), threshold, confidence, needed,
+                lambda x, p=p: np.percentile(x, p), threshold, confidence, needed,
                 higher_is_worse=True, rng=rng, resamples=resamples))
-    mean = lambda x: np.mean(x, axis=-1)  # noqa: E731
-    metrics.append(_change("output_tokens_per_s", a.output_tokens_per_s, b.output_tokens_per_s, mean, threshold,
-                           confidence, min_runs, higher_is_worse=False, rng=rng, resamples=resamples))
-    metrics.append(_change("energy_per_token_j", a.energy_per_token_j, b.energy_per_token_j, mean, threshold,
-                           confidence, min_runs, higher_is_worse=True, rng=rng, resamples=resamples))
+    # Run-level figures: the runs are the samples.
+    for name, worse in (("output_tokens_per_s", False), ("energy_per_token_j", True)):
+        metrics.append(_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
+                               min_runs, higher_is_worse=worse, rng=rng, resamples=resamples))
     return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics)
 
 
 def side_from_store(store, run_ids: Sequence[str]) -> Side:
     """Measured, successful requests of the runs (first stage of each: load levels are not mixed)."""
-    samples: dict[str, list[float]] = {name: [] for name in LATENCIES}
+    samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
     throughput, energy = [], []
     for run_id in run_ids:
         row = store.get_run(run_id)
         if row is None:
             raise KeyError(run_id)
+        run: dict[str, list[float]] = {name: [] for name in LATENCIES}
         for record in store.request_rows(run_id):
             if record["warmup"] or record["error"] or record["stage"] != (row["summary"] or [{}])[0].get("stage"):
                 continue
             for name in ("ttft_s", "tpot_s", "e2e_s"):
                 if record[name] is not None:
-                    samples[name].append(record[name])
-            samples["itl_s"].extend(itl_from_token_times(record["token_times_s"] or ""))
+                    run[name].append(record[name])
+            run["itl_s"].extend(itl_from_token_times(record["token_times_s"] or ""))
+        for name in LATENCIES:
+            samples[name].append(run[name])
         if row["summary"]:
             throughput.append(row["summary"][0]["output_tokens_per_s"])
         if row.get("energy_per_token_j") is not None:

@@ -196,7 +196,10 @@ def comparison_html(result: Comparison, a: Side, b: Side) -> str:
         f"<td>{'' if m.ci_low is None else f'[{m.ci_low:+.1%}, {m.ci_high:+.1%}]'}</td>"
         f"<td class='{m.verdict.replace(' ', '-')}'>{html.escape(m.verdict)}</td></tr>"
         for m in result.metrics)
-    figures = "".join(_histogram_svg(a.samples.get(name, []), b.samples.get(name, []), name)
+    def pooled(side: Side, name: str) -> list[float]:
+        return [x for run in side.samples.get(name, []) for x in run]
+
+    figures = "".join(_histogram_svg(pooled(a, name), pooled(b, name), name)
                       for name in ("ttft_s", "itl_s", "tpot_s", "e2e_s"))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>benchd comparison</title><style>
 body{{font-family:sans-serif;margin:2em}} td,th{{padding:2px 10px;text-align:right}} td:first-child{{text-align:left}}
