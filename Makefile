@@ -10,19 +10,20 @@ TRANSFORMERS_NEWEST ?= transformers>=5.17,<6
 
 .PHONY: serve run test setup system-deps clean
 
+# $(1): the virtual environment, $(2): its transformers requirement
+define make_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q "$(TORCH)"
+	$(1)/bin/pip install -q -e ".[test]" "$(2)"
+	touch $(1)/.installed
+endef
+
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "$(TORCH)"
-	$(VENV)/bin/pip install -q -e ".[test]" "$(TRANSFORMERS_OLDEST)"
-	touch $@
+	$(call make_venv,$(VENV),$(TRANSFORMERS_OLDEST))
 
 $(VENV_NEWEST)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV_NEWEST)
-	$(VENV_NEWEST)/bin/pip install -q --upgrade pip
-	$(VENV_NEWEST)/bin/pip install -q "$(TORCH)"
-	$(VENV_NEWEST)/bin/pip install -q -e ".[test]" "$(TRANSFORMERS_NEWEST)"
-	touch $@
+	$(call make_venv,$(VENV_NEWEST),$(TRANSFORMERS_NEWEST))
 
 setup: $(VENV)/.installed
 

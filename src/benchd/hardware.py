@@ -97,6 +97,7 @@ class NVMLReader:
         self._nvml = nvml
         self._visible = visible_devices(cuda_visible_devices)
         self._devices: list[_Device] = []
+        self._readers: dict[str, Callable[[Any], dict[str, float]]] = {}  # built once NVML is loaded
         self._lock = threading.Lock()
         self.available = False
 
@@ -128,6 +129,7 @@ class NVMLReader:
             devices = [d for d in devices if any(_matches(d, v) for v in self._visible)]
         for device in devices:
             self._start_gpm(device)
+        self._readers = self._fields()
         self._devices = devices
         self.available = True
 
@@ -160,7 +162,7 @@ class NVMLReader:
         nvml = self._nvml
         reading = GPUReading(str(device.index), device.uuid, device.name)
         values = reading.values
-        for name, read in self._fields().items():
+        for name, read in self._readers.items():
             if name in device.unsupported:
                 continue
             try:

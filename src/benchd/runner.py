@@ -235,7 +235,7 @@ class Stage:
             return
         stop, warmup = self.workload.stop, self.workload.warmup
         expected = stop.requests + warmup.requests if stop.requests is not None and not warmup.seconds else None
-        done = sum(1 for r in self.recorder.records.values() if r.done)
+        done = len(self.recorder.records) - len(self.in_flight)  # not a scan of every record per completion
         duration = stop.duration_s + warmup.seconds if stop.duration_s is not None else None
         self._on_progress(
             Progress(self.label, self.index, self.stages, done, expected, self.clock() - self._t0, duration)
