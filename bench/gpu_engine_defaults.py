@@ -33,6 +33,8 @@ CONFIGS: list[tuple[str, str, dict]] = [
     ("cuda graphs, 2048 batch tokens", "transformers", {"use_cuda_graph": True, "max_batch_tokens": 2048}),
     ("cuda graphs, 8192 batch tokens", "transformers", {"use_cuda_graph": True, "max_batch_tokens": 8192}),
     ("cuda graphs, compile level 1", "transformers", {"use_cuda_graph": True, "compile_level": 1}),
+    ("cuda graphs, compile level 2", "transformers", {"use_cuda_graph": True, "compile_level": 2}),
+    ("cuda graphs, compile level 3", "transformers", {"use_cuda_graph": True, "compile_level": 3}),
     ("static batch 32", "static", {"batch_size": 32}),
     ("static batch 64", "static", {"batch_size": 64}),
     ("static batch 128", "static", {"batch_size": 128}),

@@ -68,6 +68,9 @@ def instrumented(loaded, spec, telemetry, sampler) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", nargs="*", default=["bare", "benchd"],
+                        help="bare, benchd (everything on), benchd-off (nothing exported, no sampler), "
+                             "benchd-si1ms (everything on, the interpreter's GIL switch interval at 1 ms)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     print(environment(), flush=True)
@@ -82,12 +85,19 @@ def main() -> None:
     telemetry = Telemetry(Metrics(CollectorRegistry()), provider)
     sampler = HardwareSampler(HardwareReader.default(), interval_s=1.0)
     sampler.start()
-    rows = {"bare": [], "benchd": []}
+    quiet = Telemetry()  # benchd's runner and engine with nothing exported: the cost of the measuring itself
+    modes = {
+        "bare": lambda: bare(loaded, spec),
+        "benchd": lambda: instrumented(loaded, spec, telemetry, sampler),
+        "benchd-off": lambda: instrumented(loaded, spec, quiet, None),
+        "benchd-si1ms": lambda: switching(0.001, lambda: instrumented(loaded, spec, telemetry, sampler)),
+    }
+    rows = {mode: [] for mode in args.modes}
     bare(loaded, spec)  # untimed: first-use costs of both paths
     for _ in range(args.repeats):
-        rows["bare"].append(bare(loaded, spec))
-        rows["benchd"].append(instrumented(loaded, spec, telemetry, sampler))
-        print(json.dumps({"bare": rows["bare"][-1], "benchd": rows["benchd"][-1]}), flush=True)
+        for mode in args.modes:
+            rows[mode].append(modes[mode]())
+        print(json.dumps({mode: runs[-1] for mode, runs in rows.items()}), flush=True)
     sampler.stop()
     telemetry.shutdown()
     spans, _ = receiver.communicate("", timeout=60)
@@ -97,10 +107,21 @@ def main() -> None:
         json.dump({"environment": environment(), "runs": rows, "median": median, "spans": spans.strip(),
                    "spans_dropped": sum(dropped)}, f, indent=2)
     print(f"\nspans received {spans.strip()}, dropped {sum(dropped)}")
-    print(f"{'figure (median of ' + str(args.repeats) + ')':28} {'bare':>10} {'benchd':>10} {'benchd/bare':>12}")
+    others = [mode for mode in args.modes if mode != "bare"]
+    print(f"{'figure (median of ' + str(args.repeats) + ')':28} {'bare':>10} "
+          + " ".join(f"{mode:>14} {'/ bare':>7}" for mode in others))
     for key in ("output_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms"):
-        b, m = median["bare"][key], median["benchd"][key]
-        print(f"{key:28} {b:10.2f} {m:10.2f} {m / b:12.3f}")
+        b = median["bare"][key]
+        print(f"{key:28} {b:10.2f} " + " ".join(f"{median[m][key]:14.2f} {median[m][key] / b:7.3f}" for m in others))
+
+
+def switching(interval_s: float, fn):
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(interval_s)
+    try:
+        return fn()
+    finally:
+        sys.setswitchinterval(before)
 
 
 if __name__ == "__main__":

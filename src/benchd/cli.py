@@ -10,6 +10,7 @@ from typing import Any
 from benchd.spec import SpecError, load_spec, parse_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
+WARMUP_STUDY = (0, 1, 2, 5)  # --warmup-study: the train_step run repeated with these warm-up step counts
 
 
 def _quick_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -47,6 +48,10 @@ def _spec(args: argparse.Namespace):
         value = getattr(args, key)
         if value is not None:
             data[key] = value
+    if args.warmup_study:
+        if data.get("kind") != "train_step":
+            raise SpecError("--warmup-study: applies to train_step specs (kind: train_step)")
+        data.setdefault("train_step", {})["warmup_study"] = list(WARMUP_STUDY)
     return parse_spec(data)
 
 
@@ -70,6 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from benchd.runner import run
     from benchd.sampler import HardwareSampler
     from benchd.telemetry import Telemetry
+    from benchd.timed import run_timed
     from benchd.tracing import build_tracer_provider
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -86,10 +92,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     dropped = {"spans": 0}
     telemetry = Telemetry(tracer_provider=build_tracer_provider(
         on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)))
-    console.print(f"loading {spec.model} for {spec.engine} …", highlight=False)
+    console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
+    execute = run if spec.kind == "generate" else run_timed
     try:
         with bar:
-            outcome = run(spec, on_progress=on_progress, telemetry=telemetry, hardware=sampler)
+            outcome = execute(spec, on_progress=on_progress, telemetry=telemetry, hardware=sampler)
     except SpecError as error:
         console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
         return EXIT_BAD_SPEC
@@ -101,11 +108,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     sampler.stop()
     if dropped["spans"]:
         console.print(f"{dropped['spans']} spans could not be delivered to the OTLP collector")
-    print_summary(outcome, Console())
+    print_summary(outcome, Console(width=None if sys.stdout.isatty() else 200))  # piped: no 80-column crop
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:
-        write_outputs(outcome, out_dir)
-        console.print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'requests.csv'}", highlight=False)
+        written = write_outputs(outcome, out_dir)
+        console.print(f"wrote {', '.join(str(path) for path in written)}", highlight=False)
     if outcome.status == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
@@ -117,8 +124,7 @@ def _run_on_server(args: argparse.Namespace, spec, console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from benchd.client import Client, DaemonError
-    from benchd.records import StageSummary
-    from benchd.report import summary_table
+    from benchd.report import parse_summaries, summary_table, timed_table
 
     client = Client(args.server)
     try:
@@ -144,9 +150,12 @@ def _run_on_server(args: argparse.Namespace, spec, console) -> int:
         client.cancel(created["id"])
         console.print(f"cancelled run {created['id']}")
         return EXIT_INTERRUPTED
-    summaries = [StageSummary.model_validate(s) for s in final.get("stages", [])]
+    summaries = parse_summaries(spec.kind, final.get("stages", []))
     title = f"benchd · {run['workload']} · {run['model']} · {run['engine']} · run {run['id']}"
-    Console().print(summary_table(title, final.get("status", run["status"]), final.get("error"), summaries))
+    status, error = final.get("status", run["status"]), final.get("error")
+    table = (summary_table(title, status, error, summaries) if spec.kind == "generate"
+             else timed_table(title, status, error, spec.kind, summaries))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     return EXIT_OK if run["status"] == "succeeded" else EXIT_FAILED
 
 
@@ -197,8 +206,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for run in page["items"]:
         stage = (run["summary"] or [{}])[0]
         ttft = (stage.get("ttft_s") or {}).get("p99")
+        throughput = stage.get("output_tokens_per_s")  # generation runs only
         table.add_row(run["id"], run["status"], run["workload"], run["model"], run["engine"], run["created_at"][:19],
-                      f"{stage['output_tokens_per_s']:.1f}" if stage else "–",
+                      f"{throughput:.1f}" if throughput is not None else "–",
                       f"{ttft * 1e3:.2f}" if ttft is not None else "–")
     console.print(table)
     return EXIT_OK
@@ -247,9 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchd", description="Measure LLM generation speed exactly.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run a workload and print its summary")
+    run = commands.add_parser("run", help="run a workload, training step or kernel spec and print its summary")
     run.add_argument("spec", nargs="?", help="a RunSpec file (YAML or JSON); flags below override it")
-    run.add_argument("--out", help="write summary.json and requests.csv into this directory")
+    run.add_argument("--out", help="write summary.json and requests.csv (timed runs: timings.csv, kernels.csv) "
+                                   "into this directory")
     run.add_argument("--model", help="preset name, local directory or hub id")
     run.add_argument("--engine", help="transformers (continuous batching) or static")
     run.add_argument("--device", help="auto, cpu, cuda or cuda:N")
@@ -257,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int)
     run.add_argument("--label", help="a commit or label stored with the run")
     run.add_argument("--server", help="submit to the daemon at this URL and follow its events")
+    run.add_argument("--warmup-study", action="store_true",
+                     help="train_step specs: repeat the run with 0, 1, 2 and 5 warm-up steps")
     quick = run.add_argument_group("quick workload (without a spec file)")
     quick.add_argument("--requests", type=int)
     quick.add_argument("--duration", type=float, help="seconds")

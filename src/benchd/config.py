@@ -23,7 +23,9 @@ class Limits(BaseModel):
     max_duration_s: Annotated[float, Field(gt=0)] = 3_600.0
     max_concurrency: Annotated[int, Field(ge=1)] = 1_024
     max_rate: Annotated[float, Field(gt=0)] = 10_000.0
-    max_stages: Annotated[int, Field(ge=1)] = 32
+    max_stages: Annotated[int, Field(ge=1)] = 32  # load levels, warm-up study levels, kernel shapes × implementations
+    max_steps: Annotated[int, Field(ge=1)] = 10_000  # a training step's warm-up + measured steps
+    max_repeats: Annotated[int, Field(ge=1)] = 100_000  # a kernel's warm-up + measured calls
 
 
 class Settings(BaseSettings):

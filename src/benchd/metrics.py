@@ -8,7 +8,7 @@ import time
 from bisect import bisect_left
 from typing import Annotated, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
@@ -36,6 +36,19 @@ REQUEST_BUCKETS = _FINE + [15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]
 TOKEN_BUCKETS = _FINE
 LAG_BUCKETS = [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05,
                0.1, 0.25, 0.5, 1.0]
+
+# A training step: from a millisecond (tiny models) to minutes (the largest sizes on a CPU).
+STEP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5,
+                2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0]
+# One kernel call: from a microsecond up.
+KERNEL_BUCKETS = _ladder(
+    (0.000001, 0.0000025, 0.000005, 0.0000075),
+    (0.00001, 0.000025, 0.00005, 0.000075),
+    (0.0001, 0.00025, 0.0005, 0.00075),
+    (0.001, 0.0025, 0.005, 0.0075),
+    (0.01, 0.025, 0.05, 0.075),
+    (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
 
 Buckets = Annotated[list[float], Field(min_length=1)]
 
@@ -200,6 +213,14 @@ class Metrics:
         self.regression_change = Gauge("benchd_regression_relative_change",
                                        "(latest − baseline) / baseline for this metric.", ("workload", "metric"),
                                        registry=registry)
+        self.step_duration = Histogram("benchd_step_duration_seconds",
+                                       "A measured training step's phase (forward, backward, optimizer) and the "
+                                       "whole step, timed on the device.", ("model", "workload", "phase"),
+                                       buckets=STEP_BUCKETS, registry=registry)
+        self.kernel_duration = Histogram("benchd_kernel_duration_seconds",
+                                         "One measured call of a kernel, timed on the device with the cache flushed.",
+                                         ("workload", "kernel", "implementation", "shape", "dtype"),
+                                         buckets=KERNEL_BUCKETS, registry=registry)
         self.spans_dropped = Counter("benchd_spans_dropped",
                                      "Spans not delivered to the collector (queue full, export failed).",
                                      ("reason",), registry=registry)

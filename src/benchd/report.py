@@ -18,6 +18,11 @@ from benchd.records import LatencyStats, RequestRecord, StageSummary
 from benchd.runner import RunOutcome
 from benchd.sampler import HardwareSummary
 from benchd.spec import RunSpec
+from benchd.timed import TimedOutcome
+from benchd.timed.clock import TimingStats
+from benchd.timed.kernel import CSV_COLUMNS as KERNEL_CSV_COLUMNS
+from benchd.timed.kernel import KernelResult
+from benchd.timed.train_step import TrainStepSummary
 
 CSV_COLUMNS = [
     "stage", "index", "request_id", "warmup", "prompt_tokens", "max_new_tokens", "output_tokens",
@@ -68,13 +73,36 @@ def write_csv(rows, file) -> None:
     writer.writerows(rows)
 
 
-def write_outputs(outcome: RunOutcome, out_dir: Path) -> None:
+TIMING_COLUMNS = ["stage_index", "stage", "series", "index", "warmup", "seconds"]
+
+
+def write_outputs(outcome: RunOutcome | TimedOutcome, out_dir: Path) -> list[Path]:
+    """summary.json, and requests.csv (generation) or timings.csv (+ kernels.csv); the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    written = [out_dir / "summary.json"]
+    if isinstance(outcome, TimedOutcome):
+        stages = [r.stage for r in outcome.results]
+        with (out_dir / "timings.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=TIMING_COLUMNS)
+            writer.writeheader()
+            writer.writerows({"stage_index": t.stage_index, "series": t.series, "index": t.index,
+                              "warmup": int(t.warmup), "seconds": t.seconds,
+                              "stage": stages[t.stage_index] if t.stage_index < len(stages) else ""}
+                             for t in outcome.timings)
+        written.append(out_dir / "timings.csv")
+        if outcome.spec.kind == "kernel":
+            with (out_dir / "kernels.csv").open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=KERNEL_CSV_COLUMNS)
+                writer.writeheader()
+                writer.writerows(r.csv_row() for r in outcome.results)
+            written.append(out_dir / "kernels.csv")
+        return written
     rows = [request_row(stage.label, record, stage.start_s)
             for stage in outcome.stages for record in sorted(stage.records, key=lambda r: r.index)]
     with (out_dir / "requests.csv").open("w", newline="") as f:
         write_csv(rows, f)
+    return [*written, out_dir / "requests.csv"]
 
 
 def _ms(stats: LatencyStats, *keys: str) -> str:
@@ -83,7 +111,7 @@ def _ms(stats: LatencyStats, *keys: str) -> str:
 
 
 def run_title(spec: RunSpec, metadata: RunMetadata | None) -> str:
-    title = f"benchd · {spec.name} · {spec.model} · {spec.engine}"
+    title = f"benchd · {spec.name} · {spec.subject} · {spec.runner}"
     return title + (f" · {metadata.device_name}" if metadata is not None else "")
 
 
@@ -137,10 +165,87 @@ def hardware_line(hw: HardwareSummary) -> str:
     return f"hardware ({hw.samples} samples over {hw.window_s:.1f} s): " + ", ".join(parts)
 
 
-def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
+def _gib(value: int | None) -> str:
+    return "–" if value is None else f"{value / 2**30:.2f}"
+
+
+def _mean_std_ms(stats: TimingStats) -> str:
+    return "–" if stats.mean is None else f"{stats.mean * 1e3:.2f} ± {stats.std * 1e3:.2f}"
+
+
+def train_step_table(title: str, status: str, error: str | None, summaries: list[TrainStepSummary]) -> Table:
+    """One column per warm-up level, one row per figure; times are mean ± std over the measured steps."""
+    table = Table(title=title, caption=f"status: {status}" + (f" — {error}" if error else ""))
+    table.add_column("")
+    for s in summaries:
+        table.add_column(s.stage, justify="right")
+    first = summaries[0] if summaries else None
+    rows: list[tuple[str, list[str]]] = [
+        ("measured steps", [str(s.steps) for s in summaries]),
+        *[(f"{phase} ms", [_mean_std_ms(s.phases[phase]) if phase in s.phases else "–" for s in summaries])
+          for phase in ("forward", "backward", "optimizer", "step")
+          if any(phase in s.phases for s in summaries)],
+        ("step ms min / median / max", [
+            "–" if s.phases["step"].mean is None else
+            " / ".join(f"{getattr(s.phases['step'], k) * 1e3:.2f}" for k in ("min", "median", "max"))
+            for s in summaries]),
+        ("tokens/s", ["–" if s.tokens_per_s is None else f"{s.tokens_per_s:,.0f}" for s in summaries]),
+        ("TFLOP/s (model FLOPs)", ["–" if s.achieved_tflops is None else f"{s.achieved_tflops:.2f}"
+                                   for s in summaries]),
+        ("MFU", ["–" if s.mfu is None else f"{s.mfu:.1%} of {s.peak_tflops:g}" for s in summaries]),
+        ("GiB weights / grads / AdamW", [f"{_gib(s.memory.parameters)} / {_gib(s.memory.gradients)} / "
+                                         f"{_gib(s.memory.optimizer_states)}" for s in summaries]),
+        ("GiB activations (est.) / total (est.)", [f"{_gib(s.memory.activations)} / {_gib(s.memory.total)}"
+                                                   for s in summaries]),
+        ("GiB peak allocated (measured)", [_gib(s.memory.peak_allocated) for s in summaries]),
+    ]
+    for name, cells in rows:
+        table.add_row(name, *cells)
+    if first is not None:
+        table.title = (f"{title}\n{first.model}: {first.parameters:,} parameters, {first.mode}, batch "
+                       f"{first.batch_size} × {first.context_length}, {first.dtype}"
+                       + (f" (autocast {first.autocast})" if first.autocast else ""))
+    return table
+
+
+def kernel_table(title: str, status: str, error: str | None, results: list[KernelResult]) -> Table:
+    table = Table(title=title, caption=f"status: {status}" + (f" — {error}" if error else "")
+                  + "; TFLOP/s at the median time")
+    for column in ("kernel", "shape", "dtype", "implementation", "median ms", "mean ± std ms", "min / max ms",
+                   "TFLOP/s", "× reference"):
+        table.add_column(column, justify="left" if column in ("kernel", "shape", "dtype", "implementation")
+                         else "right")
+    for r in results:
+        t = r.timing
+        if r.error is not None or t.median is None:
+            table.add_row(r.kernel, r.shape, r.dtype, r.implementation, "–", "–", "–", "–", r.error or r.status)
+            continue
+        ratio = "–" if r.speedup_vs_reference is None else f"{r.speedup_vs_reference:.2f} (vs {r.reference})"
+        table.add_row(r.kernel, r.shape, r.dtype, r.implementation, f"{t.median * 1e3:.4f}",
+                      f"{t.mean * 1e3:.4f} ± {t.std * 1e3:.4f}", f"{t.min * 1e3:.4f} / {t.max * 1e3:.4f}",
+                      "–" if r.tflops is None else f"{r.tflops:.2f}", ratio)
+    return table
+
+
+def timed_table(title: str, status: str, error: str | None, kind: str, summaries: list) -> Table:
+    if kind == "kernel":
+        return kernel_table(title, status, error, summaries)
+    return train_step_table(title, status, error, summaries)
+
+
+def parse_summaries(kind: str, stages: list[dict]) -> list:
+    """A run's stored or streamed stage summaries as their models, by the spec's kind."""
+    model = {"generate": StageSummary, "train_step": TrainStepSummary, "kernel": KernelResult}[kind]
+    return [model.model_validate(s) for s in stages]
+
+
+def print_summary(outcome: RunOutcome | TimedOutcome, console: Console | None = None) -> None:
     console = console or Console()
-    table = summary_table(run_title(outcome.spec, outcome.metadata), outcome.status, outcome.error,
-                          outcome.summaries())
+    title = run_title(outcome.spec, outcome.metadata)
+    if isinstance(outcome, TimedOutcome):
+        table = timed_table(title, outcome.status, outcome.error, outcome.spec.kind, outcome.summaries())
+    else:
+        table = summary_table(title, outcome.status, outcome.error, outcome.summaries())
     console.print(table)
     if outcome.hardware is not None:
         console.print(hardware_line(outcome.hardware), highlight=False)

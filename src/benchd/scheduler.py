@@ -21,6 +21,7 @@ from benchd.spec import RunSpec, length_upper_bound
 from benchd.sampler import HardwareSampler
 from benchd.store import Store
 from benchd.telemetry import Telemetry
+from benchd.timed import TimedOutcome, run_timed
 
 log = logging.getLogger("benchd.scheduler")
 
@@ -201,6 +202,9 @@ class Scheduler:
         self.store.mark_running(job.run_id)
         self.events.publish(job.run_id, RunEvent("status", {"status": "running"}))
         spec = job.spec
+        if spec.kind != "generate":
+            self._execute_timed(job)
+            return
         try:
             # Loading is part of the run: a model that fails to load fails this run, not the daemon.
             load_s = self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code)
@@ -215,11 +219,24 @@ class Scheduler:
             outcome.metadata.model_load_s = load_s
         self._record(job, outcome)
 
-    def _record(self, job: Job, outcome: RunOutcome) -> None:
+    def _execute_timed(self, job: Job) -> None:
+        if job.spec.kind == "train_step":
+            # A training step builds its own model and needs the device's memory: the cached model and engine
+            # (its KV cache) are released, and load again at the next generation run.
+            self._close_engine()
+            self._loaded = self._loaded_key = None
+            gc.collect()
+            _empty_cuda_cache()
+        outcome = run_timed(job.spec, stop=job.stop, on_progress=self._progress_publisher(job.run_id),
+                            telemetry=self.telemetry, run_id=job.run_id, hardware=self.hardware)
+        self._record(job, outcome)
+
+    def _record(self, job: Job, outcome: RunOutcome | TimedOutcome) -> None:
         self.store.finish_run(job.run_id, outcome)
         if job.schedule in self._schedules:
             self._schedules[job.schedule].last_run_id = job.run_id
-            if outcome.status == "succeeded":
+            # Baselines compare generation latencies; timed runs are compared with `benchd runs show`.
+            if outcome.status == "succeeded" and job.spec.kind == "generate":
                 self._check_regression(job)
         summary = {"status": outcome.status, "error": outcome.error,
                    "stages": [s.model_dump(mode="json") for s in outcome.summaries()]}

@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from benchd.report import CSV_COLUMNS, request_row
 from benchd.runner import RunOutcome
+from benchd.timed import TimedOutcome
 
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 TIMESTAMP = sa.DateTime(timezone=True)
@@ -70,6 +71,17 @@ requests = sa.Table(
     *(sa.Column(name, _REQUEST_TYPES.get(name, sa.Float), primary_key=name == "index") for name in CSV_COLUMNS),
 )
 
+# Timed runs (training steps, kernels): every repetition, warm-up flagged, so nothing measured is lost.
+timings = sa.Table(
+    "timings", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("stage_index", sa.Integer, primary_key=True),
+    sa.Column("series", sa.String(32), primary_key=True),
+    sa.Column("index", sa.Integer, primary_key=True),
+    sa.Column("warmup", sa.Boolean, nullable=False),
+    sa.Column("seconds", sa.Float, nullable=False),
+)
+
 schedules = sa.Table(
     "schedules", metadata,
     sa.Column("name", sa.String(100), primary_key=True),
@@ -114,8 +126,11 @@ class Store:
 
     def create_run(self, run_id: str, spec: dict, schedule: str | None = None) -> None:
         with self.engine.begin() as db:
+            kind = spec.get("kind", "generate")
+            model = spec["kernel"]["op"] if kind == "kernel" else spec["model"]  # RunSpec.subject
             db.execute(runs.insert().values(
-                id=run_id, status="queued", workload=spec["name"], model=spec["model"], engine=spec["engine"],
+                id=run_id, status="queued", workload=spec["name"], model=model,
+                engine=spec["engine"] if kind == "generate" else kind,  # RunSpec.runner
                 label=spec.get("label"), schedule=schedule, spec=spec, created_at=now(),
             ))
 
@@ -128,8 +143,8 @@ class Store:
             values["finished_at"] = now()
         self._update(run_id, **values)
 
-    def finish_run(self, run_id: str, outcome: RunOutcome) -> None:
-        """Store the outcome with every stage and request record, in one transaction."""
+    def finish_run(self, run_id: str, outcome: RunOutcome | TimedOutcome) -> None:
+        """Store the outcome with every stage and request record (or timing), in one transaction."""
         summaries = outcome.summaries()
         meta = outcome.metadata.model_dump(mode="json") if outcome.metadata else None
         with self.engine.begin() as db:
@@ -138,8 +153,14 @@ class Store:
                 summary=[s.model_dump(mode="json") for s in summaries], run_metadata=meta,
                 hardware=outcome.hardware.model_dump(mode="json") if outcome.hardware else None,
                 energy_per_token_j=outcome.hardware.energy_per_output_token_joules if outcome.hardware else None,
-                model=outcome.spec.model, label=meta.get("label") if meta else outcome.spec.label,
+                model=outcome.spec.subject, label=meta.get("label") if meta else outcome.spec.label,
             ))
+            if isinstance(outcome, TimedOutcome):
+                rows = [{"run_id": run_id, "stage_index": t.stage_index, "series": t.series, "index": t.index,
+                         "warmup": t.warmup, "seconds": t.seconds} for t in outcome.timings]
+                if rows:
+                    db.execute(timings.insert(), rows)
+                return
             stage_rows = [{
                 "run_id": run_id, "stage_index": i, "stage": s.stage, "status": s.status,
                 "requests": s.requests, "errors": s.errors, "duration_s": s.duration_s,
@@ -179,6 +200,12 @@ class Store:
         with self.engine.connect() as db:
             return [{k: v for k, v in row.items() if k not in ("run_id", "stage_index")}
                     for row in db.execute(query).mappings()]
+
+    def timing_rows(self, run_id: str) -> list[dict[str, Any]]:
+        query = (timings.select().where(timings.c.run_id == run_id)
+                 .order_by(timings.c.stage_index, timings.c.series, timings.c.index))
+        with self.engine.connect() as db:
+            return [{k: v for k, v in row.items() if k != "run_id"} for row in db.execute(query).mappings()]
 
     def recover(self) -> int:
         """At start-up: runs a crash left running become interrupted; queued ones (their queue was in memory)

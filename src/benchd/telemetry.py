@@ -113,6 +113,18 @@ class RunTelemetry:
             span.set_status(Status(StatusCode.ERROR, record.error))
         span.end(end_time=self.clock.ns(record.finished_s if record.finished_s is not None else record.scheduled_s))
 
+    def span(self, name: str, start_s: float, end_s: float, attributes: dict, error: str | None = None) -> None:
+        """A child of the run's span with explicit perf_counter() times (timed runs' stages)."""
+        if self.tracer is None:
+            return
+        span = self.tracer.start_span(name, context=self.run_context, kind=SpanKind.INTERNAL,
+                                      start_time=self.clock.ns(start_s),
+                                      attributes={**attributes, "benchd.run_id": self.run_id})
+        if error is not None:
+            span.set_attribute("error.type", error.split(":")[0][:100])
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=self.clock.ns(end_s))
+
     def run_finished(self, t: float, status: str, error: str | None) -> None:
         if self.metrics is not None:
             self.in_progress.set(0)

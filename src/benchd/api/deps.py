@@ -94,6 +94,16 @@ def admit(spec: RunSpec, settings: Settings, loc: tuple = ()) -> None:
             over(profile.concurrency, limits.max_concurrency, "workload", "arrivals", setting="max_concurrency")
         elif isinstance(profile, Constant | Poisson | Gamma):
             over(profile.rate, limits.max_rate, "workload", "arrivals", setting="max_rate")
+    if spec.kind == "train_step":
+        train = spec.train_step
+        for warmup in train.warmup_study or [train.warmup_steps]:
+            over(warmup + train.steps, limits.max_steps, "train_step", "steps", setting="max_steps")
+        over(len(train.warmup_study or [0]), limits.max_stages, "train_step", "warmup_study", setting="max_stages")
+    if spec.kind == "kernel" and spec.kernel is not None:
+        kernel = spec.kernel
+        over(kernel.warmup + kernel.repeats, limits.max_repeats, "kernel", "repeats", setting="max_repeats")
+        over(len(kernel.shapes) * len(kernel.chosen()), limits.max_stages, "kernel", "shapes",
+             setting="max_stages")
     if problems:
         raise RequestValidationError(problems)
 

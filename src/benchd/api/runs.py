@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import csv
 import io
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
@@ -125,4 +126,20 @@ def run_requests(run_id: str, services: ServicesDep,
         write_csv(rows, buffer)
         return Response(buffer.getvalue(), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="{run_id}-requests.csv"'})
+    return JSONResponse(rows)
+
+
+@router.get("/{run_id}/timings", responses={**errors(404), 200: {
+    "content": {"application/json": {}, "text/csv": {}},
+    "description": "Training-step and kernel runs: every timed repetition (warm-up flagged), in seconds."}})
+def run_timings(run_id: str, services: ServicesDep, format: Literal["json", "csv"] = "json") -> Response:
+    _run_or_404(services, run_id)
+    rows = services.store.timing_rows(run_id)
+    if format == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=["stage_index", "series", "index", "warmup", "seconds"])
+        writer.writeheader()
+        writer.writerows(rows)
+        return Response(buffer.getvalue(), media_type="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="{run_id}-timings.csv"'})
     return JSONResponse(rows)

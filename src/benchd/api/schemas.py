@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 
 from benchd.records import StageSummary
 from benchd.spec import RunSpec
+from benchd.timed.kernel import KernelResult
+from benchd.timed.train_step import TrainStepSummary
 
 
 class Problem(BaseModel):
@@ -34,7 +36,7 @@ class RunView(BaseModel):
     label: str | None
     schedule: str | None
     spec: dict[str, Any]
-    summary: list[StageSummary] | None
+    summary: list[StageSummary | TrainStepSummary | KernelResult] | None  # by the spec's kind
     error: str | None
     metadata: dict[str, Any] | None
     hardware: dict[str, Any] | None
