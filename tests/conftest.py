@@ -67,3 +67,34 @@ def postgres_url(postgres_server, request):
         db.execute(sa.text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     return f"{postgres_server}/{name}"
+
+
+def save_served_model(path):
+    """The tiny preset with a byte-level BPE tokenizer of the same 512 ids (pad 0, bos 1, eos 2) and a chat
+    template, saved for `transformers serve`. EOS is off, so every request generates exactly max_tokens."""
+    import random
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=["<pad>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    rng = random.Random(0)
+    tokenizer.train_from_iterator(["".join(rng.choices("abcdefghijklmnopqrstuvwxyz  ", k=400)) for _ in range(400)],
+                                  trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    assert len(fast) == 512
+    model = load_model("tiny", dtype="float32", device="cpu", seed=0).model
+    model.generation_config.eos_token_id = None
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def served_dir(tmp_path_factory):
+    return save_served_model(tmp_path_factory.mktemp("served-model"))

@@ -76,7 +76,7 @@ def message(data) -> str:
          "workload.output_tokens.list.values.1", "greater than or equal to 1"),
         ({"workload": {"slo": {}}}, "workload.slo", "set ttft_s, tpot_s or both"),
         ({"workload": {"bogus": 1}}, "workload.bogus", "Extra inputs are not permitted"),
-        ({"engine": "vllm"}, "engine", "'transformers' or 'static'"),
+        ({"engine": "vllm"}, "engine", "'transformers', 'static' or 'openai'"),
         ({"dtype": "int3"}, "dtype", "Input should be"),
         ({"device": "tpu"}, "device", "should match pattern"),
         ({"name": "has spaces"}, "name", "should match pattern"),

@@ -55,7 +55,9 @@ def collect(device, model: str, label: str | None, model_load_s: float | None = 
     import torch
     import transformers
 
-    if device.type == "cuda":
+    if device is None:  # a remote server: the runner names it
+        device_name, driver = "remote", None
+    elif device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
         driver = nvidia_driver_version()
     else:
@@ -68,7 +70,7 @@ def collect(device, model: str, label: str | None, model_load_s: float | None = 
         transformers_version=transformers.__version__,
         cuda_version=torch.version.cuda,
         driver_version=driver,
-        device=str(device),
+        device=str(device) if device is not None else "remote",
         device_name=device_name,
         host=socket.gethostname(),
         label=label if label is not None else os.environ.get("BENCHD_LABEL"),

@@ -191,6 +191,9 @@ class Metrics:
                                             registry)
         self.requests = Counter("benchd_requests", "Finished requests by outcome (success, error, cancelled).",
                                 (*LABELS, "outcome"), registry=registry)
+        self.request_errors = Counter("benchd_request_errors", "Failed requests by error type (http_500, timeout, "
+                                      "disconnected, malformed_chunk, …).", (*LABELS, "error_type"),
+                                      registry=registry)
         self.runs = Counter("benchd_runs", "Finished runs by status.", (*LABELS, "status"), registry=registry)
         self.running = Gauge("benchd_requests_running", "Requests the engine is working on.", LABELS,
                              registry=registry)

@@ -19,7 +19,7 @@ from benchd.records import RequestRecord, StageSummary, summarize
 from benchd.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, describe_profile
 from benchd.telemetry import RunTelemetry, Telemetry
-from benchd.workload import RequestContent, contents
+from benchd.workload import RequestContent, contents, load_tokenizer, text_contents
 
 LOAD_SAMPLE_INTERVAL_S = 0.02  # how often the engine's load (KV-cache occupancy) is read during a stage
 
@@ -83,6 +83,18 @@ class Recorder:
             if not record.warmup:
                 self.measured_tokens += n
             self.observer.tokens(record, t, n)
+
+    def submitted(self, request_id: str, t: float) -> None:
+        """From engines that send at the scheduled time themselves (the stage handed the request over early)."""
+        record = self.records[request_id]
+        record.submitted_s = t
+        self.observer.submitted(record)
+
+    def prompt_tokens(self, request_id: str, n: int) -> None:
+        """The prompt's length as the server counted it (a chat template included)."""
+        record = self.records[request_id]
+        before, record.prompt_tokens = record.prompt_tokens, n
+        self.observer.prompt_counted(record, n - before)
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None:
         record = self.records[request_id]
@@ -151,12 +163,13 @@ class Stage:
         self._report()
 
     def _open_loop(self) -> None:
+        lead = self.engine.dispatch_lead_s  # an engine that sends at t_s itself gets the request this early
         for i, offset in enumerate(arrivals.offsets(self.profile, self.spec.seed)):
             t_s = self._t0 + offset
             if self._done_dispatching(t_s):
                 return
-            while (now := self.clock()) < t_s:
-                self._wait(t_s - now)
+            while (now := self.clock()) < t_s - lead:
+                self._wait(t_s - lead - now)
             self._submit(i, t_s)
 
     def _closed_loop(self, slots: int) -> None:
@@ -189,7 +202,7 @@ class Stage:
             index=index,
             request_id=request_id,
             warmup=self._is_warmup(index, t_s),
-            prompt_tokens=len(content.prompt_ids),
+            prompt_tokens=content.prompt_tokens,
             max_new_tokens=content.max_new_tokens,
             scheduled_s=t_s,
         )
@@ -199,9 +212,13 @@ class Stage:
             self._measured_submitted += 1
             if self._measure_start is None:
                 self._measure_start = t_s
+        request = GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens, content.prompt_text)
+        if self.engine.dispatch_lead_s:
+            self.engine.submit(request, self.recorder, at=t_s)  # it stamps submitted_s when it sends
+            return
         record.submitted_s = self.clock()
         self.observer.submitted(record)
-        self.engine.submit(GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens), self.recorder)
+        self.engine.submit(request, self.recorder)
 
     # ---- waiting -------------------------------------------------------------------------------
 
@@ -320,13 +337,22 @@ def run(
 ) -> RunOutcome:
     """Load (unless given), run every stage, and return what was measured, whatever happened."""
     run_id = run_id or uuid.uuid4().hex
-    if loaded is None:
-        loaded = load_model(spec.model, spec.dtype, spec.device, spec.seed, trust_remote_code=spec.trust_remote_code)
-    check_fits(spec, loaded)
+    server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
+    if server:
+        tokenizer = load_tokenizer(spec.openai.tokenizer) if spec.openai.tokenizer else None
+        new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer)  # noqa: E731
+    else:
+        if loaded is None:
+            loaded = load_model(spec.model, spec.dtype, spec.device, spec.seed,
+                                trust_remote_code=spec.trust_remote_code)
+        check_fits(spec, loaded)
+        new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size, loaded.special_ids)  # noqa: E731
     own_engine = engine is None
     if engine is None:
         engine = create_engine(loaded, spec)
-    metadata = collect(loaded.device, spec.model, spec.label, loaded.load_s)
+    metadata = collect(loaded.device if loaded else None, spec.model, spec.label, loaded.load_s if loaded else None)
+    if server:
+        metadata.device_name = spec.openai.base_url
     metadata.run_id = run_id
     outcome = RunOutcome(spec=spec, status="running", error=None, metadata=metadata)
     observer = (telemetry or Telemetry()).for_run(run_id, spec.model, engine.name, spec.name)
@@ -346,8 +372,7 @@ def run(
         metadata.trace_id = observer.run_trace_id
         for index, profile in enumerate(stages):
             # Every stage sends the same request contents: load levels differ only in timing.
-            stream = contents(spec.workload, spec.seed, loaded.vocab_size, loaded.special_ids)
-            stage = Stage(engine, spec, profile, stream.__next__, observer, index, len(stages))
+            stage = Stage(engine, spec, profile, new_stream().__next__, observer, index, len(stages))
             outcome.stages.append(stage)
             stage.run(stop, on_progress)
         outcome.status, outcome.error = _judge(outcome.stages)

@@ -207,7 +207,8 @@ class Scheduler:
             return
         try:
             # Loading is part of the run: a model that fails to load fails this run, not the daemon.
-            load_s = self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code)
+            load_s = (None if spec.engine == "openai"  # the server holds the model
+                      else self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code))
             engine = self._engine_for(spec)
         except Exception as error:  # the daemon's boundary around what precedes the runner's own
             self._end(job.run_id, "failed", f"{type(error).__name__}: {error}")
@@ -294,7 +295,7 @@ class Scheduler:
     def _engine_for(self, spec: RunSpec) -> Engine:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
-        key = (spec.engine, spec.transformers, spec.static, workload.ignore_eos,
+        key = (spec.engine, spec.transformers, spec.static, spec.openai, spec.model, workload.ignore_eos,
                length_upper_bound(workload.prompt_tokens), length_upper_bound(workload.output_tokens))
         if self._engine is not None and self._engine_key == key and self._engine.alive():
             return self._engine

@@ -207,6 +207,7 @@ class Workload(_Strict):
     output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
     ignore_eos: bool = True
     slo: SLO | None = None
+    dataset: TextDataset | None = None  # text prompts for the openai engine instead of synthetic ones
 
     def stages(self) -> list[ArrivalProfile]:
         arrivals = self.arrivals
@@ -242,7 +243,43 @@ class StaticOptions(_Strict):
     batch_size: PositiveInt = 8
 
 
-EngineName = Literal["transformers", "static"]
+class OpenAIOptions(_Strict):
+    """An OpenAI-compatible server (vLLM, TGI, SGLang, `transformers serve`, …), driven with streaming requests."""
+
+    base_url: Annotated[str, Field(pattern=r"^https?://")] = "http://127.0.0.1:8000/v1"
+    model: Annotated[str, Field(min_length=1)] | None = None  # the served model's name; default: RunSpec.model
+    api: Literal["completions", "chat"] = "completions"
+    # The output limit's field: max_tokens is read by vLLM, TGI, SGLang and transformers serve on both APIs;
+    # OpenAI's own chat API wants max_completion_tokens.
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None  # read at run time
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into every request (ignore_eos, …)
+    # include_usage gives the final count; continuous_usage_stats (vLLM) a running count on every chunk.
+    stream_options: dict[str, Any] | None = Field(default_factory=lambda: {"include_usage": True})
+    tokenizer: str | None = None  # a local directory: sizes synthetic prompts and counts tokens in text
+    max_connections: PositiveInt | None = None  # default: the workload's concurrency, or 1,024 in open loop
+    connect_timeout_s: PositiveFloat = 10.0
+    stall_timeout_s: PositiveFloat = 60.0  # no byte for this long: the request fails as a timeout
+    request_timeout_s: PositiveFloat | None = None  # whole request, first byte to last
+
+    @model_validator(mode="after")
+    def _reserved(self) -> OpenAIOptions:
+        reserved = {"model", "prompt", "messages", "stream", "max_tokens", "max_completion_tokens",
+                    "stream_options"} & set(self.extra_body)
+        if reserved:
+            raise ValueError(f"extra_body: {', '.join(sorted(reserved))} set by benchd itself")
+        return self
+
+
+class TextDataset(_Strict):
+    """Prompts from a file, sampled with the workload's seed (each is used once before any repeats)."""
+
+    format: Literal["jsonl", "sharegpt"]
+    path: str
+    field: str = "prompt"  # jsonl: the key holding the prompt (a line may also be a bare JSON string)
+
+
+EngineName = Literal["transformers", "static", "openai"]
 
 
 # ---- timed runs: training steps and single kernels ----------------------------------------------
@@ -352,6 +389,7 @@ class RunSpec(_Strict):
     workload: Workload = Field(default_factory=Workload)
     transformers: TransformersOptions = Field(default_factory=TransformersOptions)
     static: StaticOptions = Field(default_factory=StaticOptions)
+    openai: OpenAIOptions = Field(default_factory=OpenAIOptions)
     kind: RunKind = "generate"  # generation (the workload), a training step, or single kernels
     train_step: TrainStepOptions = Field(default_factory=TrainStepOptions)
     kernel: KernelOptions | None = None
@@ -360,6 +398,11 @@ class RunSpec(_Strict):
     def _kind_options(self) -> RunSpec:
         if self.kind == "kernel" and self.kernel is None:
             raise ValueError("kernel: required when kind is kernel (op, shapes, …)")
+        if self.workload.dataset is not None and self.engine != "openai":
+            raise ValueError("workload.dataset: text datasets are read by the openai engine only")
+        if self.engine == "openai" and self.workload.dataset is None and self.openai.tokenizer is None:
+            raise ValueError("openai.tokenizer: synthetic prompts are sized in tokens, which needs the served "
+                             "model's tokenizer (a local directory); or give workload.dataset")
         if self.kind == "train_step" and self.train_step.autocast and self.dtype not in ("auto", "float32"):
             raise ValueError("train_step.autocast: needs float32 weights (dtype auto or float32), "
                              f"not {self.dtype}")

@@ -13,7 +13,13 @@ from benchd.metrics import Metrics
 from benchd.records import RequestRecord
 from benchd.tracing import Clock
 
-OPERATION = "text_completion"  # gen_ai.operation.name for a prompt-in, tokens-out generation
+OPERATION = "text_completion"
+
+
+def error_type(error: str | None) -> str:
+    """The error's kind: what precedes the first colon ("timeout: no data for 60 s" → "timeout")."""
+    return (error or "error").split(":")[0][:100]
+  # gen_ai.operation.name for a prompt-in, tokens-out generation
 
 
 class Telemetry:
@@ -59,6 +65,7 @@ class RunTelemetry:
             self.prompt_tokens = m.prompt_tokens.labels(*labels)
             self.generation_tokens = m.generation_tokens.labels(*labels)
             self.outcomes = {o: m.requests.labels(*labels, o) for o in ("success", "error", "cancelled")}
+            self.errors = lambda kind: m.request_errors.labels(*labels, kind)
             self.runs = lambda status: m.runs.labels(*labels, status)
             self.running, self.waiting = m.running.labels(*labels), m.waiting.labels(*labels)
             self.kv_usage, self.kv_used, self.kv_total = (m.kv_usage.labels(*labels), m.kv_used.labels(*labels),
@@ -109,7 +116,7 @@ class RunTelemetry:
             ("queue_s", record.queue_s), ("dispatch_lag_s", record.dispatch_lag_s),
         ) if value is not None})
         if record.error is not None:
-            span.set_attribute("error.type", record.error.split(":")[0][:100])
+            span.set_attribute("error.type", error_type(record.error))
             span.set_status(Status(StatusCode.ERROR, record.error))
         span.end(end_time=self.clock.ns(record.finished_s if record.finished_s is not None else record.scheduled_s))
 
@@ -160,6 +167,12 @@ class RunTelemetry:
             )
             self.lag.observe(record.submitted_s - record.scheduled_s)
 
+    def prompt_counted(self, record: RequestRecord, delta: int) -> None:
+        """The server's count of an admitted prompt replaces the client's (a counter only grows: a smaller count
+        from the server leaves it as it was)."""
+        if self.metrics is not None and not record.warmup and record.admitted_s is not None and delta > 0:
+            self.prompt_tokens.inc(delta)
+
     def admitted(self, record: RequestRecord) -> None:
         if self.metrics is not None and not record.warmup:
             self.queue.observe(record.admitted_s - record.scheduled_s)
@@ -187,6 +200,8 @@ class RunTelemetry:
         if self.metrics is not None and not record.warmup:
             outcome = "success" if record.ok else "cancelled" if record.error in ("cancelled", "interrupted") else "error"
             self.outcomes[outcome].inc()
+            if outcome == "error":
+                self.errors(error_type(record.error)).inc()
             exemplar = self.exemplars.pop(record.request_id, None)
             self.slowest_gap.pop(record.request_id, None)
             if record.ok:

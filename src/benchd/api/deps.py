@@ -73,7 +73,8 @@ def admit(spec: RunSpec, settings: Settings, loc: tuple = ()) -> None:
 
     if spec.trust_remote_code:
         problems.append(_problem((*loc, "trust_remote_code"), "cannot be enabled over HTTP"))
-    if "model" in spec.model_fields_set and spec.model not in PRESETS:
+    loads_model = spec.kind == "train_step" or (spec.kind == "generate" and spec.engine != "openai")
+    if loads_model and "model" in spec.model_fields_set and spec.model not in PRESETS:  # (a served name is not)
         reason = _local_model_problem(spec.model, settings.model_roots)
         if reason:
             problems.append(_problem((*loc, "model"), reason))
@@ -94,6 +95,11 @@ def admit(spec: RunSpec, settings: Settings, loc: tuple = ()) -> None:
             over(profile.concurrency, limits.max_concurrency, "workload", "arrivals", setting="max_concurrency")
         elif isinstance(profile, Constant | Poisson | Gamma):
             over(profile.rate, limits.max_rate, "workload", "arrivals", setting="max_rate")
+    if spec.engine == "openai":  # files the daemon would read on the submitter's behalf stay under the roots
+        if spec.openai.tokenizer is not None and (reason := _path_problem(spec.openai.tokenizer, settings.model_roots)):
+            problems.append(_problem((*loc, "openai", "tokenizer"), reason))
+        if workload.dataset is not None and (reason := _path_problem(workload.dataset.path, settings.model_roots)):
+            problems.append(_problem((*loc, "workload", "dataset", "path"), reason))
     if spec.kind == "train_step":
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:
@@ -106,6 +112,17 @@ def admit(spec: RunSpec, settings: Settings, loc: tuple = ()) -> None:
              setting="max_stages")
     if problems:
         raise RequestValidationError(problems)
+
+
+def _path_problem(ref: str, roots: list[Path]) -> str | None:
+    allowed = "not under BENCHD_MODEL_ROOTS"
+    if not roots or not os.path.isabs(ref):
+        return f"{ref!r} is {allowed}" + ("" if roots else " (no roots are configured)")
+    path = Path(os.path.normpath(ref))
+    real = Path(os.path.realpath(path))
+    if not any(path.is_relative_to(root) and real.is_relative_to(Path(os.path.realpath(root))) for root in roots):
+        return f"{ref!r} is {allowed}"
+    return None
 
 
 def _local_model_problem(ref: str, roots: list[Path]) -> str | None:

@@ -16,6 +16,7 @@ class GenerationRequest:
     request_id: str
     prompt_ids: list[int]
     max_new_tokens: int
+    prompt_text: str | None = None  # what a server engine sends
 
 
 class TokenSink(Protocol):
@@ -26,6 +27,12 @@ class TokenSink(Protocol):
     def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None: ...
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None: ...
+
+    # Engines that send requests themselves at their scheduled time (dispatch_lead_s > 0) say when they did,
+    # and servers report the prompt's length as they counted it.
+    def submitted(self, request_id: str, t: float) -> None: ...
+
+    def prompt_tokens(self, request_id: str, n: int) -> None: ...
 
 
 @dataclass(slots=True, frozen=True)
@@ -44,6 +51,9 @@ class EngineLoad:
 
 class Engine(Protocol):
     name: str
+    # > 0: submit() takes `at` (the scheduled perf_counter() time) and is called up to this many seconds early;
+    # the engine sends the request at that time itself and reports it with sink.submitted.
+    dispatch_lead_s: float
 
     def start(self) -> None:
         """Allocate caches, warm up (CUDA graphs), start threads. Not timed as part of any run."""
@@ -77,9 +87,16 @@ def _static(loaded: LoadedModel, spec: RunSpec) -> Engine:
     return StaticEngine(loaded, spec.static, spec.workload)
 
 
+def _openai(loaded: LoadedModel | None, spec: RunSpec) -> Engine:
+    from benchd.engines.openai import OpenAIEngine
+
+    return OpenAIEngine(spec.openai, spec.workload, spec.model)
+
+
 ENGINES: dict[str, Callable[[LoadedModel, RunSpec], Engine]] = {
     "transformers": _transformers,
     "static": _static,
+    "openai": _openai,
 }
 
 

@@ -64,6 +64,7 @@ class _RowsDone(StoppingCriteria):
 
 class StaticEngine:
     name = "static"
+    dispatch_lead_s = 0.0  # the stage submits at the scheduled time
 
     def __init__(self, loaded: LoadedModel, options: StaticOptions, workload: Workload) -> None:
         self._loaded = loaded

@@ -69,6 +69,7 @@ class _Stream:
 
 class TransformersEngine:
     name = "transformers"
+    dispatch_lead_s = 0.0  # the stage submits at the scheduled time
 
     def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload) -> None:
         self._loaded = loaded

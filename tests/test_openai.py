@@ -1,0 +1,304 @@
+"""The openai engine against a real `transformers serve` and against a small server whose behaviour the tests
+choose: per-token counts, first tokens, failures, open-loop dispatch, prompts and validation."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from benchd.engines.openai import apportion
+from benchd.metrics import Metrics
+from benchd.runner import StopSignal, run
+from benchd.spec import SpecError, TextDataset, parse_spec
+from benchd.telemetry import Telemetry
+from benchd.tracing import build_tracer_provider
+from benchd.workload import clean_ids, load_tokenizer, read_dataset, sized_text, text_contents
+from tests.helpers import daemon, free_port, wait_for
+from tests.openai_server import OpenAIServer
+from tests.otlp import HTTPReceiver
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with OpenAIServer(delay_s=0.005) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"prompt {i}"}) + "\n" for i in range(5)) + '"a bare string"\n')
+    return str(path)
+
+
+def openai_spec(base_url, model="ok", api="completions", requests=4, output=7, prompts=None, tokenizer=None,
+                arrivals=None, **openai):
+    workload = {"arrivals": arrivals or {"profile": "concurrent", "concurrency": 2}, "stop": {"requests": requests},
+                "output_tokens": {"dist": "fixed", "value": output}}
+    if prompts is not None:
+        workload["dataset"] = {"format": "jsonl", "path": prompts}
+    else:
+        workload["prompt_tokens"] = {"dist": "fixed", "value": 12}
+    return parse_spec({"name": "oa", "engine": "openai", "model": model, "workload": workload,
+                       "openai": {"base_url": base_url, "api": api, "tokenizer": tokenizer, **openai}})
+
+
+def records(outcome):
+    return sorted(outcome.stages[0].records, key=lambda r: r.index)
+
+
+# ---- a real transformers serve -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transformers_serve(served_dir):
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    process = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "transformers"), "serve", str(served_dir), "--host",
+         "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def listening():
+        if process.poll() is not None:
+            raise RuntimeError(f"transformers serve exited: {process.stderr.read()[-2000:]}")
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, 120, "transformers serve to listen")
+    yield f"http://127.0.0.1:{port}/v1", str(served_dir)
+    process.terminate()
+    process.wait(30)
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_transformers_serve_exact_counts(transformers_serve, api):
+    base_url, path = transformers_serve
+    spec = openai_spec(base_url, model=path, api=api, requests=4, output=8, tokenizer=path)
+    outcome = run(spec)
+    assert outcome.status == "succeeded", outcome.error
+    summary = outcome.summaries()[0]
+    assert summary.requests == 4 and summary.errors == 0, [r.error for r in records(outcome)]
+    for record in records(outcome):
+        # The server's own usage: exactly the requested output, and (completions) exactly the sized prompt.
+        assert record.output_tokens == 8, record.arrival_tokens
+        assert all(n >= 1 for n in record.arrival_tokens)
+        if api == "completions":
+            assert record.prompt_tokens == 12
+        else:
+            assert record.prompt_tokens > 12  # the chat template's tokens, as the server counted them
+        assert 0 < record.ttft_s <= record.e2e_s < 60
+        assert record.tpot_s > 0 and record.dispatch_lag_s < 0.5
+        assert len(record.itl_s()) == 8 - record.arrival_tokens[0]
+    assert summary.output_tokens == 32 and summary.itl_s.count > 0
+    assert outcome.metadata.device == "remote" and outcome.metadata.device_name == base_url
+
+
+# ---- the controlled server ---------------------------------------------------------------------
+
+
+def test_running_usage_gives_live_per_token_counts(server, prompts):
+    registry = CollectorRegistry()
+    spec = openai_spec(server.base_url, prompts=prompts,
+                       stream_options={"include_usage": True, "continuous_usage_stats": True})
+    outcome = run(spec, telemetry=Telemetry(Metrics(registry)))
+    assert outcome.status == "succeeded"
+    for record in records(outcome):
+        assert record.arrival_tokens == [1] * 7 and record.error is None
+    labels = {"model": "ok", "engine": "openai", "workload": "oa"}
+    assert registry.get_sample_value("benchd_inter_token_latency_seconds_count", labels) == 4 * 6
+    assert registry.get_sample_value("benchd_generation_tokens_total", labels) == 28
+    body = server.bodies[-1]
+    assert body["stream"] is True and body["max_tokens"] == 7 and body["model"] == "ok"
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_chunks_of_several_tokens_count_as_several_gaps(server, prompts):
+    outcome = run(openai_spec(server.base_url, model="chunks-3", prompts=prompts))
+    for record in records(outcome):
+        assert record.arrival_tokens == [3, 3, 1]  # the final usage (7) spread over the chunks by their text
+        gaps = record.itl_s()
+        stamps = record.arrival_s
+        assert gaps == pytest.approx([(stamps[1] - stamps[0]) / 3] * 3 + [stamps[2] - stamps[1]])
+        assert record.tpot_s == pytest.approx((stamps[-1] - stamps[0]) / 6)
+
+
+def test_token_ids_in_chat_chunks(server, prompts):
+    outcome = run(openai_spec(server.base_url, model="ids-2", api="chat", prompts=prompts))
+    assert [r.arrival_tokens for r in records(outcome)] == [[2, 2, 2, 1]] * 4
+    assert "messages" in server.bodies[-1] and server.bodies[-1]["messages"][0]["role"] == "user"
+
+
+def test_role_only_and_empty_chunks_are_not_the_first_token(prompts):
+    with OpenAIServer(delay_s=0.05) as slow:  # the role and empty chunks come at once, content 50 ms later
+        outcome = run(openai_spec(slow.base_url, model="role-first", api="chat", requests=2, output=3,
+                                  prompts=prompts))
+    for record in records(outcome):
+        assert record.arrival_tokens == [1, 1, 1]
+        assert record.ttft_s >= 0.05
+
+
+def test_failures_are_recorded_by_type_and_the_run_goes_on(server, prompts, monkeypatch):
+    registry = CollectorRegistry()
+    with HTTPReceiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        telemetry = Telemetry(Metrics(registry), build_tracer_provider(lambda *_: None))
+        spec = openai_spec(server.base_url, model="mixed", prompts=prompts, requests=8,
+                           arrivals={"profile": "synchronous"})
+        outcome = run(spec, telemetry=telemetry)
+        telemetry.shutdown()
+        spans = receiver.wait_for_spans(9)
+    assert outcome.status == "succeeded"
+    errors = [r.error for r in records(outcome)]
+    assert errors[0::4] == [None, None]
+    assert all(e.startswith("http_500: ") and "on fire" in e for e in errors[1::4])
+    assert all(e.startswith("disconnected: ") for e in errors[2::4])
+    assert all(e.startswith("malformed_chunk: ") for e in errors[3::4])
+    disconnected = records(outcome)[2]
+    assert disconnected.output_tokens == 2  # what arrived before the drop is kept
+    summary = outcome.summaries()[0]
+    assert (summary.requests, summary.errors) == (2, 6)
+    labels = {"model": "mixed", "engine": "openai", "workload": "oa"}
+    for kind in ("http_500", "disconnected", "malformed_chunk"):
+        assert registry.get_sample_value("benchd_request_errors_total", {**labels, "error_type": kind}) == 2
+    types = sorted(a.value.string_value for s in spans for a in s.attributes if a.key == "error.type")
+    assert types == ["disconnected"] * 2 + ["http_500"] * 2 + ["malformed_chunk"] * 2
+
+
+def test_a_stall_past_the_timeout_and_an_error_event(server, prompts):
+    started = time.monotonic()
+    stalled = run(openai_spec(server.base_url, model="stall", prompts=prompts, requests=2, stall_timeout_s=0.3))
+    assert time.monotonic() - started < 20
+    assert stalled.status == "failed"  # every measured request failed
+    for record in records(stalled):
+        assert record.error == "timeout: no data for 0.3 s" and record.output_tokens == 1
+    event = run(openai_spec(server.base_url, model="error-event", prompts=prompts, requests=2))
+    assert [r.error for r in records(event)] == ["server_error: out of KV cache"] * 2
+
+
+def test_open_loop_requests_leave_at_their_scheduled_time(server, prompts):
+    spec = openai_spec(server.base_url, prompts=prompts, requests=40, output=3,
+                       arrivals={"profile": "constant", "rate": 50})
+    outcome = run(spec)
+    lags = [r.dispatch_lag_s for r in records(outcome)]
+    assert min(lags) >= -1e-6  # never early: the engine sends at the scheduled time, not when handed over
+    assert sorted(lags)[int(0.9 * len(lags))] < 0.02
+    sent = server.received[-40:]
+    scheduled = [r.scheduled_s for r in records(outcome)]
+    assert [b - a for a, b in zip(sent, sent[1:])] == pytest.approx([0.02] * 39, abs=0.015)
+    assert all(s >= t - 1e-6 for s, t in zip(sent, scheduled))
+
+
+def test_api_key_and_extra_body(server, prompts, monkeypatch):
+    monkeypatch.setenv("BENCHD_TEST_KEY", "sk-test-123")
+    run(openai_spec(server.base_url, prompts=prompts, requests=1, api_key_env="BENCHD_TEST_KEY",
+                    extra_body={"ignore_eos": True, "temperature": 0}))
+    assert server.headers[-1]["authorization"] == "Bearer sk-test-123"
+    assert server.bodies[-1]["ignore_eos"] is True and server.bodies[-1]["temperature"] == 0
+
+
+def test_cancelling_ends_requests_in_flight(server, prompts):
+    import threading
+
+    stop = StopSignal()
+    timer = threading.Timer(1.0, stop.set, ["cancelled"])  # the requests are stalled by then, 60 s from timing out
+    spec = openai_spec(server.base_url, model="stall", prompts=prompts, requests=50, stall_timeout_s=60)
+    started = time.monotonic()
+    timer.start()
+    outcome = run(spec, stop=stop)
+    assert time.monotonic() - started < 10
+    assert outcome.status == "cancelled"
+    stalled = records(outcome)
+    assert len(stalled) == 2 and all(r.error == "cancelled" and r.output_tokens == 1 for r in stalled)
+
+
+def test_nothing_listening_fails_the_run_clearly(prompts):
+    outcome = run(openai_spec(f"http://127.0.0.1:{free_port()}/v1", prompts=prompts, connect_timeout_s=2))
+    assert outcome.status == "failed" and "openai.base_url: nothing answers at" in outcome.error
+
+
+# ---- prompts -----------------------------------------------------------------------------------
+
+
+def test_synthetic_prompts_have_exactly_the_sampled_length(served_dir):
+    import random
+
+    tokenizer = load_tokenizer(str(served_dir))
+    allowed = clean_ids(tokenizer)
+    rng = random.Random(0)
+    for n in (1, 2, 5, 12, 37, 256, 1000) * 3:
+        text, count = sized_text(tokenizer, rng, allowed, n)
+        assert count == n and len(tokenizer.encode(text, add_special_tokens=False)) == n
+
+
+def test_datasets_are_read_and_sampled_with_the_seed(tmp_path, prompts):
+    assert read_dataset(TextDataset(format="jsonl", path=prompts))[-1] == "a bare string"
+    sharegpt = tmp_path / "sharegpt.json"
+    sharegpt.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "first question"}, {"from": "gpt", "value": "answer"}]},
+        {"conversations": [{"from": "system", "value": "be brief"}, {"from": "human", "value": "second"}]},
+        {"conversations": [{"from": "gpt", "value": "no human turn"}]},
+    ]))
+    assert read_dataset(TextDataset(format="sharegpt", path=str(sharegpt))) == ["first question", "second"]
+    spec = openai_spec("http://127.0.0.1:1/v1", prompts=prompts)
+    first = [c.prompt_text for c, _ in zip(text_contents(spec.workload, 7), range(12))]
+    again = [c.prompt_text for c, _ in zip(text_contents(spec.workload, 7), range(12))]
+    other = [c.prompt_text for c, _ in zip(text_contents(spec.workload, 8), range(12))]
+    assert first == again and first != other
+    assert sorted(first[:6]) == sorted(first[6:]) and len(set(first[:6])) == 6  # each once before repeats
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "no prompt key"}\n')
+    with pytest.raises(SpecError, match="workload.dataset.field: .* line 1 has no string 'prompt'"):
+        read_dataset(TextDataset(format="jsonl", path=str(bad)))
+
+
+def test_apportion_keeps_the_total_and_a_token_per_chunk():
+    assert apportion([3, 3, 1], 7) == [3, 3, 1]
+    assert apportion([1, 1, 1], 5) in ([2, 2, 1], [2, 1, 2], [1, 2, 2])
+    assert sum(apportion([10, 1, 4, 2], 40)) == 40 and min(apportion([10, 1, 4, 2], 40)) >= 1
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"engine": "openai"}, "openai.tokenizer: synthetic prompts are sized in tokens"),
+        ({"workload": {"dataset": {"format": "jsonl", "path": "/x"}}},
+         "workload.dataset: text datasets are read by the openai engine only"),
+        ({"engine": "openai", "openai": {"tokenizer": "/x", "extra_body": {"stream": False}}},
+         "openai: extra_body: stream set by benchd itself"),
+        ({"engine": "openai", "openai": {"tokenizer": "/x", "base_url": "localhost:8000"}},
+         "openai.base_url: String should match pattern"),
+        ({"engine": "openai", "openai": {"tokenizer": "/x", "api": "responses"}},
+         "openai.api: Input should be 'completions' or 'chat'"),
+    ],
+)
+def test_bad_openai_specs_name_the_field(data, message):
+    with pytest.raises(SpecError) as info:
+        parse_spec(data)
+    assert message in str(info.value)
+
+
+def test_daemon_runs_openai_specs_and_guards_paths(tmp_path, server, prompts):
+    root = os.path.dirname(prompts)
+    with daemon(tmp_path, model_roots=[root]) as live:
+        live.wait_ready()
+        body = {"name": "remote", "engine": "openai", "model": "ok",
+                "openai": {"base_url": server.base_url},
+                "workload": {"stop": {"requests": 3}, "dataset": {"format": "jsonl", "path": prompts},
+                             "output_tokens": {"dist": "fixed", "value": 4}}}
+        created = live.http.post("/runs", json=body)
+        assert created.status_code == 202, created.text
+        run_row = live.wait_status(created.json()["id"], "succeeded", "failed")
+        assert run_row["status"] == "succeeded" and run_row["engine"] == "openai"
+        assert run_row["summary"][0]["output_tokens"] == 12
+        outside = {**body, "workload": {**body["workload"], "dataset": {"format": "jsonl", "path": "/etc/passwd"}}}
+        refused = live.http.post("/runs", json=outside)
+        assert refused.status_code == 422
+        assert refused.json()["detail"][0]["loc"] == ["body", "workload", "dataset", "path"]
