@@ -49,6 +49,12 @@ class Settings(BaseSettings):
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
     hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0  # the sampler behind each run's hardware summary
 
+    @field_validator("api_token", "label", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        """BENCHD_API_TOKEN= (as compose passes an unset variable) means no token, not an empty one."""
+        return None if value == "" else value
+
     @field_validator("model_roots")
     @classmethod
     def _absolute(cls, roots: list[Path]) -> list[Path]:

@@ -210,6 +210,12 @@ class Metrics:
                                 LABELS, registry=registry)
         self.in_progress = Gauge("benchd_run_in_progress", "1 while a run of this workload is in progress.",
                                  LABELS, registry=registry)
+        self.energy_per_token = Gauge("benchd_run_energy_per_output_token_joules",
+                                      "GPU energy over the latest run's measured window per output token.", LABELS,
+                                      registry=registry)
+        self.last_success = Gauge("benchd_last_success_timestamp_seconds",
+                                  "When a run of this workload last succeeded (Unix time).", LABELS,
+                                  registry=registry)
         self.regression = Gauge("benchd_regression_detected",
                                 "1 when the latest scheduled run is significantly slower than its workload's "
                                 "baseline on this metric.", ("workload", "metric"), registry=registry)

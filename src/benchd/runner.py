@@ -397,6 +397,7 @@ def run(
             start, stop = (windows[0][0], windows[-1][1]) if windows else (started, end)
             tokens = sum(stage.recorder.measured_tokens for stage in outcome.stages)
             outcome.hardware = hardware.end(start, stop, tokens)
+            observer.energy(outcome.hardware.energy_per_output_token_joules)
         observer.trace_requests([r for stage in outcome.stages for r in stage.records])
         observer.run_finished(end, outcome.status, outcome.error)
         metadata.finished_at = utc_now()

@@ -138,11 +138,18 @@ class RunTelemetry:
             self.running.set(0)
             self.waiting.set(0)
             self.runs(status).inc()
+            if status == "succeeded":
+                self.metrics.last_success.labels(self.model, self._engine, self._workload).set_to_current_time()
         if self.run_span is not None:
             self.run_span.set_attribute("benchd.status", status)
             if status == "failed":
                 self.run_span.set_status(Status(StatusCode.ERROR, error))
             self.run_span.end(end_time=self.clock.ns(t))
+
+    def energy(self, joules_per_output_token: float | None) -> None:
+        if self.metrics is not None and joules_per_output_token is not None:
+            self.metrics.energy_per_token.labels(self.model, self._engine, self._workload).set(
+                joules_per_output_token)
 
     def sample(self, load: EngineLoad, output_tokens_per_s: float) -> None:
         if self.metrics is None:

@@ -1,0 +1,265 @@
+"""The monitoring stack: the compose files against the Compose specification, Prometheus' own checks, the
+dashboards' structure, and end to end: benchd (tiny model, a PostgreSQL store, spans to an OTLP receiver, an
+NVML stand-in) scraped by a real Prometheus using prometheus/prometheus.yml; every PromQL expression of the live
+dashboard and every recording rule must return data, the TTFT histogram must carry trace-id exemplars, and every
+SQL query of the history dashboard must return rows from benchd's store."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from benchd.api import create_app
+from benchd.config import Settings
+from tests.fake_nvml import FakeGPU
+from tests.helpers import LiveServer, free_port, spec, wait_for
+from tests.otlp import HTTPReceiver
+from tests.test_hardware import reader
+
+ROOT = Path(__file__).parent.parent
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+
+
+def compose_schema() -> dict:
+    import check_jsonschema
+
+    path = Path(check_jsonschema.__file__).parent / "builtin_schemas" / "vendor" / "compose-spec.json"
+    return json.loads(path.read_text())
+
+
+# ---- static checks -------------------------------------------------------------------------------
+
+
+def test_compose_file_validates_against_the_compose_specification():
+    executable = Path(sys.executable).parent / "check-jsonschema"  # installed with the test extras, beside python
+    done = subprocess.run([str(executable), "--builtin-schema",
+                           "vendor.compose-spec", str(ROOT / "docker-compose.yml")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_compose_file_requirements():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"benchd", "postgres", "prometheus", "tempo", "grafana"}
+    gpu = services["benchd"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
+    for name, service in services.items():
+        assert "healthcheck" in service, name
+        for dependency in service.get("depends_on", {}).values():
+            assert dependency == {"condition": "service_healthy"}, name
+    # Every store on a named volume.
+    mounts = {name: [v.split(":")[0] for v in s.get("volumes", [])] for name, s in services.items()}
+    for name, store in (("postgres", "postgres-data"), ("prometheus", "prometheus-data"), ("tempo", "tempo-data"),
+                        ("grafana", "grafana-data")):
+        assert store in mounts[name] and store in compose["volumes"], name
+    # No secret in the file: passwords come from required variables.
+    text = (ROOT / "docker-compose.yml").read_text()
+    for line in text.splitlines():
+        if re.search(r"PASSWORD\s*:", line):
+            assert "${" in line and ":?" in line, line
+    assert "--enable-feature=exemplar-storage" in services["prometheus"]["command"]
+
+
+def test_the_cpu_override_validates_and_drops_the_gpu():
+    """Compose's `!reset` tag is not YAML the schema validator reads: it is resolved here as Compose does."""
+    import jsonschema
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    reset = object()
+    Loader.add_constructor("!reset", lambda loader, node: reset)
+    override = yaml.load((ROOT / "compose.cpu.yml").read_text(), Loader=Loader)
+    benchd = override["services"]["benchd"]
+    assert benchd.pop("deploy") is reset
+    assert benchd["build"]["args"]["BASE_IMAGE"] == "ubuntu:24.04"
+    jsonschema.validate(override, compose_schema())
+
+
+def test_dockerfile():
+    from dockerfile_parse import DockerfileParser
+
+    parser = DockerfileParser(path=str(ROOT / "Dockerfile"))
+    instructions = [(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+    kinds = [kind for kind, _ in instructions]
+    assert instructions[0] == ("ARG", "BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04")
+    assert ("FROM", "${BASE_IMAGE}") in instructions and ("ARG", "TORCH_INDEX=https://download.pytorch.org/whl/cu128") \
+        in instructions
+    # Dependencies are installed from pyproject.toml alone, before the sources are copied.
+    copies = [value for kind, value in instructions if kind == "COPY"]
+    assert copies == ["pyproject.toml README.md ./", "src ./src"]
+    first_install = next(i for i, (kind, value) in enumerate(instructions) if kind == "RUN" and "pip install" in value)
+    assert first_install < kinds.index("COPY", kinds.index("COPY") + 1)
+    user = next(value for kind, value in instructions if kind == "USER")
+    assert user not in ("root", "0")
+    assert any(kind == "HEALTHCHECK" and "/healthz" in value for kind, value in instructions)
+
+
+def test_promtool_checks_the_config_and_rules():
+    config = subprocess.run(["promtool", "check", "config", str(ROOT / "prometheus" / "prometheus.yml")],
+                            capture_output=True, text=True)
+    assert config.returncode == 0, config.stdout + config.stderr
+    rules = subprocess.run(["promtool", "check", "rules", *map(str, (ROOT / "prometheus" / "rules").glob("*.yml"))],
+                           capture_output=True, text=True)
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    assert "benchd:8000" in (ROOT / "prometheus" / "prometheus.yml").read_text()
+
+
+def dashboards() -> dict[str, dict]:
+    return {path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def test_dashboards_are_what_the_generator_writes():
+    import importlib.util
+
+    loaded = importlib.util.spec_from_file_location("dashboards", ROOT / "deploy" / "grafana" / "dashboards.py")
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    for name, build in module.DASHBOARDS.items():
+        assert (DASHBOARDS / name).read_text() == module.render(build), f"run python deploy/grafana/dashboards.py"
+
+
+def test_dashboards_are_well_formed():
+    found = dashboards()
+    assert set(found) == {"benchd-live.json", "benchd-history.json"}
+    uids = [d["uid"] for d in found.values()]
+    assert len(set(uids)) == len(uids)
+    provisioned = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/benchd.yml").read_text())
+    datasources = {d["uid"] for d in provisioned["datasources"]}
+    assert datasources == {"prometheus", "tempo", "benchd-postgres"}
+    prometheus = next(d for d in provisioned["datasources"] if d["uid"] == "prometheus")
+    assert prometheus["jsonData"]["exemplarTraceIdDestinations"] == [{"name": "trace_id", "datasourceUid": "tempo"}]
+    for name, dashboard in found.items():
+        ids = [p["id"] for p in dashboard["panels"]]
+        assert len(set(ids)) == len(ids), name
+        for panel in dashboard["panels"]:
+            assert panel["datasource"]["uid"] in datasources, (name, panel["title"])
+            assert panel["targets"], (name, panel["title"])
+            for target in panel["targets"]:
+                assert target["datasource"]["uid"] == panel["datasource"]["uid"], (name, panel["title"])
+        for variable in dashboard["templating"]["list"]:
+            assert variable["datasource"]["uid"] in datasources
+    live = found["benchd-live.json"]
+    latency = [p for p in live["panels"] if p["fieldConfig"]["defaults"]["unit"] == "s" and "latency" in
+               p["title"].lower() or "first token" in p["title"]]
+    assert latency and all(any(t["exemplar"] for t in p["targets"]) for p in latency)
+
+
+# ---- end to end ----------------------------------------------------------------------------------
+
+
+def promql(expr: str) -> str:
+    """A dashboard expression with Grafana's variables as "All" and the rate interval at a minute."""
+    return expr.replace("$__rate_interval", "1m").replace('"$model"', '".*"').replace('"$workload"', '".*"') \
+        .replace('"$gpu"', '".*"')
+
+
+def sql(query: str, models: list[str], workloads: list[str]) -> str:
+    """A history query with Grafana's macros and multi-value variables expanded as Grafana does."""
+    def quoted(values: list[str]) -> str:
+        return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+    query = re.sub(r"\$__timeFilter\(([^)]+)\)",
+                   r"\1 BETWEEN now() - interval '1 day' AND now() + interval '1 day'", query)
+    return query.replace("$model", quoted(models)).replace("$workload", quoted(workloads))
+
+
+@pytest.mark.timeout(600)
+def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_path, postgres_url, monkeypatch):
+    with HTTPReceiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+        settings = Settings(database_url=postgres_url, device="cpu", dtype="float32", default_schedule=False,
+                            hardware_interval_s=0.2)
+        app = create_app(settings, hardware_reader=lambda: reader(FakeGPU("GPU-e2e-0")))
+        with LiveServer(app) as server:
+            server.wait_ready()
+            # This repository's prometheus.yml and rules, the target pointed at the live daemon.
+            config_dir = tmp_path / "prometheus"
+            shutil.copytree(ROOT / "prometheus", config_dir)
+            config = config_dir / "prometheus.yml"
+            config.write_text(config.read_text().replace("benchd:8000", f"127.0.0.1:{server.port}"))
+            port = free_port()
+            prometheus = subprocess.Popen(
+                ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            api = f"http://127.0.0.1:{port}/api/v1"
+            try:
+                # Traffic all along: a short workload back to back, and a second workload once.
+                server.http.post("/schedules", json={"name": "live", "spec": spec(requests=8, output=6),
+                                                     "interval_s": 0.5})
+                server.http.post("/runs", json=spec(requests=6, output=4, name="other"))
+                started = time.time()
+
+                def query(expr: str) -> list:
+                    try:
+                        body = httpx.get(f"{api}/query", params={"query": expr}, timeout=10).json()
+                    except httpx.TransportError:
+                        return []
+                    assert body["status"] == "success", (expr, body)
+                    return body["data"]["result"]
+
+                rules = [rule["record"] for path in (ROOT / "prometheus" / "rules").glob("*.yml")
+                         for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]
+                         if "record" in rule]
+                assert len(rules) >= 13
+                wait_for(lambda: all(query(rule) for rule in rules), 180, "every recording rule to return data")
+
+                live = dashboards()["benchd-live.json"]
+                expressions = [t["expr"] for p in live["panels"] for t in p["targets"]]
+                assert len(expressions) >= 25
+                missing = []
+
+                def all_answer() -> bool:
+                    missing[:] = [e for e in expressions if not query(promql(e))]
+                    return not missing
+
+                wait_for(all_answer, 120, "every live-dashboard expression to return data")
+                for variable in live["templating"]["list"]:
+                    name = re.match(r"label_values\((.*), (\w+)\)$", variable["definition"])
+                    body = httpx.get(f"{api}/label/{name.group(2)}/values").json()
+                    assert body["data"], variable["name"]
+
+                def exemplars() -> list:
+                    body = httpx.get(f"{api}/query_exemplars", params={
+                        "query": "benchd_time_to_first_token_seconds_bucket", "start": started - 60,
+                        "end": time.time() + 60}).json()
+                    return [e for series in body["data"] for e in series["exemplars"]]
+
+                wait_for(lambda: any("trace_id" in e["labels"] for e in exemplars()), 60, "TTFT exemplars")
+                traced = {e["labels"]["trace_id"] for e in exemplars() if "trace_id" in e["labels"]}
+                assert all(re.fullmatch(r"[0-9a-f]{32}", t) for t in traced)
+            finally:
+                prometheus.terminate()
+                prometheus.wait(30)
+                server.http.delete("/schedules/live")
+
+            # The history dashboard's SQL, against the store the daemon wrote.
+            wait_for(lambda: server.http.get("/runs", params={"workload": "other", "status": "succeeded"})
+                     .json()["total"] == 1, 120, "the second workload's run")
+        engine = sa.create_engine(postgres_url)
+        with engine.connect() as db:
+            models = [row[0] for row in db.execute(sa.text("SELECT DISTINCT model FROM runs"))]
+            workloads = [row[0] for row in db.execute(sa.text("SELECT DISTINCT workload FROM runs"))]
+            assert set(workloads) == {"short", "other"}
+            history = dashboards()["benchd-history.json"]
+            queries = [t["rawSql"] for p in history["panels"] for t in p["targets"]]
+            queries += [v["query"] for v in history["templating"]["list"]]
+            queries += [a["rawQuery"] for a in history["annotations"]["list"]]
+            assert len(queries) == 8
+            for query in queries:
+                rows = db.execute(sa.text(sql(query, models, workloads))).fetchall()
+                assert rows, query
+            traced = db.execute(sa.text(sql(history["panels"][-1]["targets"][0]["rawSql"], models, workloads)))
+            assert any(re.fullmatch(r"[0-9a-f]{32}", row.trace_id or "") for row in traced)
+        engine.dispose()
