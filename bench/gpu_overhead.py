@@ -5,7 +5,8 @@ against bare `generate_batch` with the same continuous-batching configuration, a
     python bench/gpu_overhead.py [--repeats 3]
 
 Bare generate_batch is timed from its own per-token timestamps (record_timestamps): throughput over
-first request created → last token, TTFT = first token − created, ITL = consecutive token gaps.
+first request created → last token, TTFT = first token − the first request created (all are scheduled at
+once, as benchd schedules them), ITL = consecutive token gaps.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def bare(loaded, spec) -> dict:
     start = min(o.created_time for o in outputs)
     end = max(o.timestamps[-1] for o in outputs)
     tokens = sum(len(o.generated_tokens) for o in outputs)
-    ttft = [o.timestamps[0] - o.created_time for o in outputs]
+    # All requests are scheduled at once, as benchd schedules them: TTFT counts from the batch's start (the first
+    # request's creation), like benchd's from the scheduled time; from each request's own creation it would
+    # leave out the time generate_batch takes to add the requests before it.
+    ttft = [o.timestamps[0] - start for o in outputs]
     itl = [b - a for o in outputs for a, b in zip(o.timestamps, o.timestamps[1:])]
     return {"output_tok_s": tokens / (end - start), "tokens": tokens,
             **{f"ttft_p{p}_ms": float(np.percentile(ttft, p)) * 1e3 for p in (50, 90, 99)},
@@ -61,6 +65,7 @@ def instrumented(loaded, spec, telemetry, sampler) -> dict:
     return {"output_tok_s": s.output_tokens_per_s, "tokens": s.output_tokens,
             "ttft_p50_ms": s.ttft_s.p50 * 1e3, "ttft_p90_ms": s.ttft_s.p90 * 1e3, "ttft_p99_ms": s.ttft_s.p99 * 1e3,
             "itl_p50_ms": s.itl_s.p50 * 1e3, "itl_p90_ms": s.itl_s.p90 * 1e3, "itl_p99_ms": s.itl_s.p99 * 1e3,
+            "dispatch_lag_p50_ms": s.dispatch_lag_s.p50 * 1e3, "dispatch_lag_max_ms": s.dispatch_lag_s.max * 1e3,
             "energy_per_token_mj": (outcome.hardware.energy_per_output_token_joules or 0) * 1e3
             if outcome.hardware else None}
 
