@@ -192,7 +192,8 @@ def test_open_loop_requests_leave_at_their_scheduled_time(server, prompts):
     assert sorted(lags)[int(0.9 * len(lags))] < 0.02
     sent = server.received[-40:]
     scheduled = [r.scheduled_s for r in records(outcome)]
-    assert [b - a for a, b in zip(sent, sent[1:])] == pytest.approx([0.02] * 39, abs=0.015)
+    gaps = sorted(b - a for a, b in zip(sent, sent[1:]))
+    assert gaps[len(gaps) // 2] == pytest.approx(0.02, abs=0.003)  # the server saw them 1/rate apart
     assert all(s >= t - 1e-6 for s, t in zip(sent, scheduled))
 
 

@@ -10,6 +10,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from benchd import arrivals
 from benchd.engines import Engine, GenerationRequest, create_engine
@@ -20,6 +21,9 @@ from benchd.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, describe_profile
 from benchd.telemetry import RunTelemetry, Telemetry
 from benchd.workload import RequestContent, contents, load_tokenizer, text_contents
+
+if TYPE_CHECKING:
+    from benchd.timed import TimedOutcome
 
 LOAD_SAMPLE_INTERVAL_S = 0.02  # how often the engine's load (KV-cache occupancy) is read during a stage
 
@@ -305,14 +309,19 @@ class RunOutcome:
         return [stage.summary() for stage in self.stages]
 
     def to_json(self) -> dict:
-        return {
-            "status": self.status,
-            "error": self.error,
-            "spec": self.spec.model_dump(mode="json"),
-            "metadata": self.metadata.model_dump(mode="json") if self.metadata else None,
-            "stages": [s.model_dump(mode="json") for s in self.summaries()],
-            "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
-        }
+        return outcome_json(self)
+
+
+def outcome_json(outcome: RunOutcome | TimedOutcome) -> dict:
+    """summary.json: the status, the spec, the stack, every stage's summary and the hardware's."""
+    return {
+        "status": outcome.status,
+        "error": outcome.error,
+        "spec": outcome.spec.model_dump(mode="json"),
+        "metadata": outcome.metadata.model_dump(mode="json") if outcome.metadata else None,
+        "stages": [s.model_dump(mode="json") for s in outcome.summaries()],
+        "hardware": outcome.hardware.model_dump(mode="json") if outcome.hardware else None,
+    }
 
 
 def check_fits(spec: RunSpec, loaded: LoadedModel) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from benchd.report import CSV_COLUMNS, request_row
 from benchd.runner import RunOutcome
+from benchd.spec import RunSpec
 from benchd.timed import TimedOutcome
 
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
@@ -126,11 +127,9 @@ class Store:
 
     def create_run(self, run_id: str, spec: dict, schedule: str | None = None) -> None:
         with self.engine.begin() as db:
-            kind = spec.get("kind", "generate")
-            model = spec["kernel"]["op"] if kind == "kernel" else spec["model"]  # RunSpec.subject
+            parsed = RunSpec.model_validate(spec)
             db.execute(runs.insert().values(
-                id=run_id, status="queued", workload=spec["name"], model=model,
-                engine=spec["engine"] if kind == "generate" else kind,  # RunSpec.runner
+                id=run_id, status="queued", workload=parsed.name, model=parsed.subject, engine=parsed.runner,
                 label=spec.get("label"), schedule=schedule, spec=spec, created_at=now(),
             ))
 

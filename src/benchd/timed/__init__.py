@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from benchd.environment import RunMetadata, collect, utc_now
 from benchd.models import resolve_device
-from benchd.runner import Progress, StopSignal, Stopped
+from benchd.runner import Progress, StopSignal, Stopped, outcome_json
 from benchd.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import RunSpec
 from benchd.telemetry import RunTelemetry, Telemetry
@@ -47,14 +47,7 @@ class TimedOutcome:
         return list(self.results)
 
     def to_json(self) -> dict:
-        return {
-            "status": self.status,
-            "error": self.error,
-            "spec": self.spec.model_dump(mode="json"),
-            "metadata": self.metadata.model_dump(mode="json") if self.metadata else None,
-            "stages": [s.model_dump(mode="json") for s in self.results],
-            "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
-        }
+        return outcome_json(self)
 
 
 class TimedContext:
