@@ -12,18 +12,30 @@ once, as benchd schedules them), ITL = consecutive token gaps.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
 import subprocess
 import sys
+import threading
+import time
+from collections import defaultdict
 
 import numpy as np
+import torch
 from common import REFERENCE, ROOT, environment
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from prometheus_client import CollectorRegistry
+from transformers.generation.continuous_batching.continuous_api import (
+    ContinuousBatchingManager,
+    ContinuousBatchProcessor,
+)
+from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingIOs
 
-from benchd.engines.transformers_cb import cb_config
+from benchd import runner
+from benchd.engines import transformers_cb
+from benchd.engines.transformers_cb import TransformersEngine, cb_config
 from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics
 from benchd.models import greedy_config, load_model
@@ -35,14 +47,14 @@ from benchd.tracing import build_tracer_provider
 from benchd.workload import contents
 
 
-def bare(loaded, spec) -> dict:
+def bare(loaded, spec, **config) -> dict:
     """transformers' generate_batch, nothing of benchd around it but the prompts and the configuration."""
     stream = contents(spec.workload, spec.seed, loaded.vocab_size, loaded.special_ids)
     prompts = [next(stream).prompt_ids for _ in range(spec.workload.stop.requests)]
     out_len = spec.workload.output_tokens.value
     results = loaded.model.generate_batch(
         prompts, generation_config=greedy_config(loaded, True, out_len),
-        continuous_batching_config=cb_config(spec.transformers, "cuda"), record_timestamps=True,
+        continuous_batching_config=cb_config(spec.transformers.model_copy(update=config), loaded.device.type), record_timestamps=True,
         max_new_tokens=out_len,
     )
     outputs = list(results.values())
@@ -57,6 +69,118 @@ def bare(loaded, spec) -> dict:
     return {"output_tok_s": tokens / (end - start), "tokens": tokens,
             **{f"ttft_p{p}_ms": float(np.percentile(ttft, p)) * 1e3 for p in (50, 90, 99)},
             **{f"itl_p{p}_ms": float(np.percentile(itl, p)) * 1e3 for p in (50, 90, 99)}}
+
+
+class Accounting:
+    """Where the time of one measurement goes, from wrappers on transformers' and benchd's methods (a clock read
+    or two a call, the same in every mode): the generation thread's CPU time; for each phase of its steps — the
+    CPU phases (scheduling the next batch, updating the requests) and the step proper (launch, then wait for the
+    GPU) — the calls, the wall time and the thread's CPU time, so wall − CPU of a CPU phase is time spent waiting
+    for the GIL; the result consumer's CPU time; the calling thread's; the whole process's; and the cyclic garbage
+    collector's passes by generation, with the time they held the interpreter (every thread waits on them) and the
+    part the generation thread triggered."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self._wrap(ContinuousBatchProcessor, "prepare_next_batch", "schedule")
+        self._wrap(ContinuousBatchProcessor, "update_batch", "update")
+        self._wrap(ContinuousBatchingManager, "_generation_step", "step")
+        self._wrap(TransformersEngine, "_poll_live", "poll")
+        self._wrap(runner.Stage, "_sample_load", "sample")
+        self._wrap_thread(ContinuousBatchingManager, "_run_generation_loop", "generation_cpu_s")
+        self._wrap_thread(TransformersEngine, "_consume", "consumer_cpu_s")
+        self._wrap_batches()
+        self.generation_threads: set[int] = set()
+        self._gc_start = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+            return
+        duration, generation = time.perf_counter() - self._gc_start, info["generation"]
+        self.totals[f"gc{generation}_n"] += 1
+        self.totals[f"gc{generation}_s"] += duration
+        if threading.get_ident() in self.generation_threads:
+            self.totals["gc_in_generation_s"] += duration
+
+    def _wrap(self, cls, name: str, phase: str) -> None:
+        original, totals = getattr(cls, name), self.totals
+
+        def timed(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                totals[f"{phase}_wall_s"] += time.perf_counter() - wall
+                totals[f"{phase}_cpu_s"] += time.thread_time() - cpu
+                totals[f"{phase}_calls"] += 1
+
+        setattr(cls, name, timed)
+
+    def _wrap_batches(self) -> None:
+        """What the scheduler put in each batch: query tokens, cache tokens read, and their product (the CPU builds
+        an attention mask of query × (cache + query) elements for paged sdpa on every step)."""
+        original, totals = ContinuousBatchingIOs.prepare_batch_tensors, self.totals
+
+        def counted(io, requests_in_batch, logits_processors, use_decode_fast_path, num_q_tokens, max_kv_read,
+                    use_padding):
+            if not totals.get("batches"):
+                totals["first_batch_requests"] = len(requests_in_batch)
+            totals["batches"] += 1
+            totals["q_tokens"] += num_q_tokens
+            totals["kv_read_tokens"] += max_kv_read
+            totals["mask_elements"] += num_q_tokens * (max_kv_read + num_q_tokens)
+            return original(io, requests_in_batch, logits_processors, use_decode_fast_path, num_q_tokens,
+                            max_kv_read, use_padding)
+
+        ContinuousBatchingIOs.prepare_batch_tensors = counted
+
+    def _wrap_thread(self, cls, name: str, key: str) -> None:
+        original, totals = getattr(cls, name), self.totals
+
+        def whole(*args, **kwargs):
+            if key == "generation_cpu_s":
+                self.generation_threads.add(threading.get_ident())
+            cpu = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                totals[key] += time.thread_time() - cpu
+
+        setattr(cls, name, whole)
+
+    def measure(self, fn) -> dict:
+        self.totals.clear()
+        process, caller = time.process_time(), time.thread_time()
+        row = fn()
+        row["caller_cpu_s"] = time.thread_time() - caller
+        row["process_cpu_s"] = time.process_time() - process
+        row.update(self.totals)
+        for phase in ("schedule", "update"):
+            row[f"{phase}_gil_wait_s"] = row.get(f"{phase}_wall_s", 0.0) - row.get(f"{phase}_cpu_s", 0.0)
+        return row
+
+
+def intervals(poll_s: float, sample_s: float, fn):
+    """benchd with the engine's live poll and the runner's load sampling at other intervals than its defaults."""
+    before = transformers_cb.LIVE_POLL_S, runner.LOAD_SAMPLE_INTERVAL_S
+    transformers_cb.LIVE_POLL_S, runner.LOAD_SAMPLE_INTERVAL_S = poll_s, sample_s
+    try:
+        return fn()
+    finally:
+        transformers_cb.LIVE_POLL_S, runner.LOAD_SAMPLE_INTERVAL_S = before
+
+
+def frozen(fn):
+    """With every object alive before the run moved out of the garbage collector's reach (gc.freeze(), as vLLM does
+    after start-up): its full passes then scan only what the run allocates."""
+    gc.collect()
+    gc.freeze()
+    try:
+        return fn()
+    finally:
+        gc.unfreeze()
 
 
 def instrumented(loaded, spec, telemetry, sampler) -> dict:
@@ -74,12 +198,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", nargs="*", default=["bare", "benchd"],
-                        help="bare, benchd (everything on), benchd-off (nothing exported, no sampler), "
-                             "benchd-si1ms (everything on, the interpreter's GIL switch interval at 1 ms)")
+                        help="bare, bare-mrpb1024 (max_requests_per_batch 1,024, as benchd resolved it), "
+                             "benchd (everything on), benchd-off (nothing exported, no sampler), "
+                             "benchd-si1ms (everything on, the interpreter's GIL switch interval at 1 ms), "
+                             "benchd-quiet (everything on, live polling and load sampling every 10 s), "
+                             "benchd-50ms (everything on, live polling every 50 ms and load sampling every 20 ms), "
+                             "benchd-mrpb256 (everything on, max_requests_per_batch 256 as generate_batch resolves it), "
+                             "bare-frozen and benchd-frozen (gc.freeze() before the run)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch's intra-op threads for the whole process (default: torch's, one a core)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
     args = parser.parse_args()
     print(environment(), flush=True)
-    spec = parse_spec(REFERENCE)
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
+    print(f"torch intra-op threads: {torch.get_num_threads()}", flush=True)
+    spec = parse_spec(REFERENCE if not args.smoke else {
+        **REFERENCE, "model": "tiny", "dtype": "float32", "device": "cpu",
+        "workload": {**REFERENCE["workload"], "arrivals": {"profile": "concurrent", "concurrency": 16},
+                     "stop": {"requests": 16}, "prompt_tokens": {"dist": "fixed", "value": 32},
+                     "output_tokens": {"dist": "fixed", "value": 32}}})
     loaded = load_model(spec.model, spec.dtype, spec.device, seed=0)
     receiver = subprocess.Popen([sys.executable, "-m", "tests.otlp"], cwd=ROOT, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
@@ -93,31 +233,68 @@ def main() -> None:
     quiet = Telemetry()  # benchd's runner and engine with nothing exported: the cost of the measuring itself
     modes = {
         "bare": lambda: bare(loaded, spec),
+        "bare-mrpb1024": lambda: bare(loaded, spec, max_requests_per_batch=1024),
+        "bare-frozen": lambda: frozen(lambda: bare(loaded, spec)),
+        "benchd-frozen": lambda: frozen(lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-quiet": lambda: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-50ms": lambda: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-mrpb256": lambda: instrumented(
+            loaded, spec.model_copy(update={"transformers": spec.transformers.model_copy(
+                update={"max_requests_per_batch": 256})}), telemetry, sampler),
         "benchd": lambda: instrumented(loaded, spec, telemetry, sampler),
         "benchd-off": lambda: instrumented(loaded, spec, quiet, None),
         "benchd-si1ms": lambda: switching(0.001, lambda: instrumented(loaded, spec, telemetry, sampler)),
     }
     rows = {mode: [] for mode in args.modes}
+    accounting = Accounting()
     bare(loaded, spec)  # untimed: first-use costs of both paths
-    for _ in range(args.repeats):
-        for mode in args.modes:
-            rows[mode].append(modes[mode]())
-        print(json.dumps({mode: runs[-1] for mode, runs in rows.items()}), flush=True)
+    for round_ in range(args.repeats):
+        # Each round runs the modes in the reverse order of the one before (ABBA): whatever drifts within the
+        # process (clocks, memory, the machine's neighbours) does not favour the mode that always runs first.
+        for mode in args.modes if round_ % 2 == 0 else args.modes[::-1]:
+            rows[mode].append(accounting.measure(modes[mode]))
+            with open(os.path.join(args.out, "overhead-runs.json"), "w") as f:  # what is measured survives a kill
+                json.dump(rows, f)
+            row = rows[mode][-1]
+            print(f"{mode}: {row['output_tok_s']:.1f} tok/s, ITL p50 {row['itl_p50_ms']:.2f} ms, "
+                  f"steps {row.get('step_calls', 0):.0f}, GIL wait {row['schedule_gil_wait_s']:.3f} + "
+                  f"{row['update_gil_wait_s']:.3f} s, schedule CPU {row.get('schedule_cpu_s', 0):.2f} s, "
+                  f"first batch {row.get('first_batch_requests', 0):.0f} requests, "
+                  f"KV read {row.get('kv_read_tokens', 0):.4g}, mask {row.get('mask_elements', 0):.4g}"
+                  + (f", dispatch lag max {row['dispatch_lag_max_ms']:.1f} ms" if "dispatch_lag_max_ms" in row else ""),
+                  flush=True)
     sampler.stop()
     telemetry.shutdown()
     spans, _ = receiver.communicate("", timeout=60)
-    median = {mode: {k: statistics.median(r[k] for r in runs) for k in runs[0] if runs[0][k] is not None}
+    median = {mode: {k: statistics.median(r.get(k) or 0.0 for r in runs) for k in set().union(*runs)}
               for mode, runs in rows.items()}
     with open(os.path.join(args.out, "overhead.json"), "w") as f:
         json.dump({"environment": environment(), "runs": rows, "median": median, "spans": spans.strip(),
                    "spans_dropped": sum(dropped)}, f, indent=2)
     print(f"\nspans received {spans.strip()}, dropped {sum(dropped)}")
     others = [mode for mode in args.modes if mode != "bare"]
+    rng = np.random.default_rng(0)
+    for mode in others:  # the same round's runs as pairs
+        ratios = np.array([r["output_tok_s"] / b["output_tok_s"] for r, b in zip(rows[mode], rows["bare"])])
+        means = rng.choice(ratios, (10_000, len(ratios))).mean(axis=1)
+        low, high = np.percentile(means, [2.5, 97.5])
+        print(f"{mode} / bare output tok/s by pair: {' '.join(f'{x:.3f}' for x in ratios)}; mean {ratios.mean():.3f} "
+              f"(95 % bootstrap interval {low:.3f}–{high:.3f}), median {np.median(ratios):.3f}, "
+              f"{mode} faster in {(ratios > 1).sum()} of {len(ratios)}")
     print(f"{'figure (median of ' + str(args.repeats) + ')':28} {'bare':>10} "
           + " ".join(f"{mode:>14} {'/ bare':>7}" for mode in others))
     for key in ("output_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms"):
         b = median["bare"][key]
         print(f"{key:28} {b:10.2f} " + " ".join(f"{median[m][key]:14.2f} {median[m][key] / b:7.3f}" for m in others))
+    print(f"\nwhere the time went (median of {args.repeats}; seconds unless named)")
+    accounts = ("step_calls", "step_wall_s", "schedule_wall_s", "schedule_cpu_s", "schedule_gil_wait_s",
+                "update_wall_s", "update_gil_wait_s", "generation_cpu_s", "consumer_cpu_s", "poll_calls", "poll_cpu_s",
+                "sample_calls", "sample_cpu_s", "caller_cpu_s",
+                "process_cpu_s", "first_batch_requests", "batches", "q_tokens", "kv_read_tokens", "mask_elements",
+                "gc0_n", "gc0_s", "gc1_n", "gc1_s", "gc2_n", "gc2_s", "gc_in_generation_s")
+    print(f"{'':28} " + " ".join(f"{mode:>14}" for mode in args.modes))
+    for key in accounts:
+        print(f"{key:28} " + " ".join(f"{median[m].get(key, 0.0):14.3f}" for m in args.modes))
 
 
 def switching(interval_s: float, fn):

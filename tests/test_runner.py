@@ -76,6 +76,29 @@ def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
     assert max(r.dispatch_lag_s for r in stage.records) < 0.05
 
 
+@pytest.mark.parametrize("arrivals", [{"profile": "concurrent", "concurrency": 6},
+                                      {"profile": "constant", "rate": 10}])
+def test_request_contents_are_made_before_they_are_due(tiny, monkeypatch, arrivals):
+    """Making a prompt takes time (~90 µs for 256 tokens over a 128k vocabulary; 20 ms here): a burst's contents
+    are made before the stage starts, an open loop's while it waits, so none delays a request past its time."""
+    import benchd.runner
+
+    real = benchd.runner.contents
+
+    def slow(*args, **kwargs):
+        for content in real(*args, **kwargs):
+            time.sleep(0.02)
+            yield content
+
+    monkeypatch.setattr(benchd.runner, "contents", slow)
+    spec = make_spec(workload={"arrivals": arrivals, "stop": {"requests": 6}, "output_tokens": {"dist": "fixed",
+                                                                                             "value": 4}})
+    records = run(spec, loaded=tiny).stages[0].records
+    assert len(records) == 6 and all(r.ok for r in records)
+    # Made at dispatch, the sixth of a burst would leave ≥ 100 ms late and every open-loop request ≥ 20 ms.
+    assert max(r.dispatch_lag_s for r in records) < 0.015
+
+
 def test_closed_loop_keeps_n_in_flight_and_schedules_on_free_slots(tiny):
     spec = make_spec(workload={"arrivals": {"profile": "concurrent", "concurrency": 3}, "stop": {"requests": 12}})
     records = sorted(run(spec, loaded=tiny).stages[0].records, key=lambda r: r.index)

@@ -312,3 +312,39 @@ def test_daemon_exports_spans_configured_by_otel_variables(tmp_path):
     (run_span,) = [s for s in spans if s.name == "benchd.run short"]
     assert attributes(run_span)["benchd.run_id"] == run_id
     assert run["metadata"]["trace_id"] == run_span.trace_id.hex()
+
+
+def test_stamped_tokens_observe_what_tokens_one_at_a_time_would(registry):
+    """The transformers engine passes on runs of stamped tokens: every series, and which gaps carry exemplars,
+    must be what the same arrivals one call each would give."""
+    from benchd.records import RequestRecord
+    from benchd.runner import Recorder
+
+    stamps = [1.0, 1.01, 1.03, 1.035, 1.2, 1.21, 1.22, 1.5, 1.5001]
+    registries = {"one at a time": registry, "in runs": CollectorRegistry()}
+    exemplar_gaps = {}
+    for mode, reg in registries.items():
+        observer = Telemetry(Metrics(reg)).for_run("run-1", "tiny", "transformers", "test")
+        recorder = Recorder(observer)
+        record = RequestRecord(index=0, request_id="r0", warmup=False, prompt_tokens=4, max_new_tokens=9,
+                               scheduled_s=0.9)
+        recorder.records["r0"] = record
+        record.submitted_s = 0.9
+        observer.submitted(record)
+        if mode == "one at a time":
+            for i, t in enumerate(stamps):
+                recorder.tokens("r0", t, 1, (100 + i,))
+        else:
+            for start, end in ((0, 1), (1, 4), (4, 4), (4, 9)):  # an empty run passes nothing
+                recorder.stamped_tokens("r0", stamps[start:end], [100 + i for i in range(start, end)])
+        assert record.arrival_s == stamps and record.token_ids == list(range(100, 109))
+        assert record.arrival_tokens == [1] * 9 and recorder.measured_tokens == 9
+        families = {f.name: f for f in parse_openmetrics(generate_openmetrics(reg).decode())}
+        exemplar_gaps[mode] = sorted(round(s.exemplar.value, 9) for s in
+                                     families["benchd_inter_token_latency_seconds"].samples if s.exemplar)
+    one, runs = ([line for line in generate_latest(r).decode().splitlines() if "_created" not in line]
+                 for r in registries.values())
+    assert one == runs
+    assert value(registry, "benchd_inter_token_latency_seconds_count") == 8
+    assert value(registry, "benchd_generation_tokens_total") == 9
+    assert exemplar_gaps["one at a time"] == exemplar_gaps["in runs"] != []

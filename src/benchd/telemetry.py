@@ -203,6 +203,26 @@ class RunTelemetry:
         for _ in range(n):
             self.itl.observe(gap, exemplar)
 
+    def stamped_tokens(self, record: RequestRecord, start: int) -> None:
+        """Arrivals start… of the record, one token each, observed at once: what tokens() does for each of them."""
+        if self.metrics is None or record.warmup:
+            return
+        stamps = record.arrival_s
+        self.generation_tokens.inc(len(stamps) - start)
+        if start == 0:
+            self.ttft.observe(stamps[0] - record.scheduled_s, self.exemplars.get(record.request_id))
+            start = 1
+        observe, slowest = self.itl.observe, self.slowest_gap.get(record.request_id, 0.0)
+        for i in range(start, len(stamps)):
+            gap = stamps[i] - stamps[i - 1]
+            if gap > slowest:
+                slowest = gap
+                observe(gap, self.exemplars.get(record.request_id))
+            else:
+                observe(gap)
+        if len(stamps) > 1:
+            self.slowest_gap[record.request_id] = slowest
+
     def finished(self, record: RequestRecord) -> None:
         if self.metrics is not None and not record.warmup:
             outcome = "success" if record.ok else "cancelled" if record.error in ("cancelled", "interrupted") else "error"

@@ -32,6 +32,11 @@ class Sink:
         self.token_ids.setdefault(request_id, []).extend(token_ids)
         self.stamps.setdefault(request_id, []).append(t)
 
+    def stamped_tokens(self, request_id, stamps, token_ids):
+        assert len(stamps) == len(token_ids) > 0
+        self.token_ids.setdefault(request_id, []).extend(token_ids)
+        self.stamps.setdefault(request_id, []).extend(stamps)
+
     def finished(self, request_id, t, error=None):
         assert request_id not in self.ends, "finished twice"
         self.ends[request_id] = (t, error)

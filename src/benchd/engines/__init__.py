@@ -26,6 +26,9 @@ class TokenSink(Protocol):
 
     def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None: ...
 
+    # Engines that stamp every token themselves pass on a run of them at once: token_ids[i] arrived at stamps[i].
+    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int]) -> None: ...
+
     def finished(self, request_id: str, t: float, error: str | None = None) -> None: ...
 
     # Engines that send requests themselves at their scheduled time (dispatch_lead_s > 0) say when they did,

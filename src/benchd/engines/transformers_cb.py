@@ -21,9 +21,10 @@ CPU_DEFAULTS: dict[str, Any] = {"block_size": 32, "num_blocks": 256, "max_batch_
 CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
 
 # How often running requests' new tokens are read. Their stamps are exact whatever this is; it sets how soon
-# metrics see them, and what polling costs: ~1.5 µs a running request under the GIL the generation loop needs
-# (at 5 ms with 256 requests that was 8 % of the loop's time).
-LIVE_POLL_S = 0.05
+# metrics see them, and what reading them costs the generation loop, whose scheduling needs the GIL this reading
+# takes: 2.5 µs a request and token read one at a time, 0.7 µs five at a time. On an H100 (reference workload,
+# bench/gpu_overhead.py) the generation thread waited 0.18–0.24 s of a 24 s run for the GIL at 50 ms, 0.06 s here.
+LIVE_POLL_S = 0.5
 
 # 5.18 renamed the cache's token granularity from block_size to page_size (block_size stays as a deprecated alias).
 _SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
@@ -175,18 +176,19 @@ class TransformersEngine:
         """Tokens of running requests, read from their live state: the stamps transformers records as each token
         is produced, seen here within LIVE_POLL_S. Only reads (len and slices of growing lists), so the generation
         thread does no per-token work for benchd (streaming=True copies every request's token and stamp lists on
-        every step and queues an output for each)."""
+        every step and queues an output for each). This thread's work still takes the GIL the generation loop
+        needs to schedule its next step, so a request with nothing new costs a dict lookup and a length."""
         processor = manager.batch_processor
         if processor is None:
             return
         active = processor.scheduler.active_requests
         for request_id, stream in list(self._streams.items()):
             state = active.get(request_id)
-            if state is not None:
+            if state is not None and (not stream.admitted or len(state.generated_tokens) > stream.seen):
                 self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens)
 
     def _deliver(self, request_id: str, stream: _Stream, admitted_s: float, stamps, tokens) -> None:
-        """Pass on the tokens not yet passed on; the result thread and cancel() may both call this."""
+        """Pass on the tokens not yet passed on, in one call; the result thread and cancel() may both call this."""
         sink = stream.sink
         with stream.lock:
             if not stream.admitted and admitted_s > 0:
@@ -194,9 +196,9 @@ class TransformersEngine:
                 sink.admitted(request_id, admitted_s)
             # The generation thread appends the stamp, then the token: only pairs present in both are complete.
             ready = min(len(stamps), len(tokens))
-            for i in range(stream.seen, ready):
-                sink.tokens(request_id, stamps[i], 1, (tokens[i],))
-            stream.seen = max(stream.seen, ready)
+            if ready > stream.seen:
+                sink.stamped_tokens(request_id, stamps[stream.seen:ready], tokens[stream.seen:ready])
+                stream.seen = ready
 
     def _fail_all(self, error: str) -> None:
         t = time.perf_counter()
