@@ -1,8 +1,11 @@
 """benchd's own cost on the GPU: the reference workload through benchd with everything on (Prometheus
 histograms and exemplars, spans to a local OTLP receiver in its own process, the hardware sampler at 1 s)
-against bare `generate_batch` with the same continuous-batching configuration, alternating in one process.
+against bare `generate_batch` with the same continuous-batching configuration, alternating in one process
+(each round in the reverse order of the one before), with an account of where the generation thread's time
+went in each run (see Accounting) and the pairs' throughput ratios with a bootstrap interval.
 
-    python bench/gpu_overhead.py [--repeats 3]
+    python bench/gpu_overhead.py [--repeats 8] [--modes bare benchd …] [--torch-threads N]
+    python bench/gpu_overhead.py --smoke      # the tiny model on the CPU: checks the script
 
 Bare generate_batch is timed from its own per-token timestamps (record_timestamps): throughput over
 first request created → last token, TTFT = first token − the first request created (all are scheduled at
