@@ -1,7 +1,6 @@
 """Training-step and kernel runs on the CPU: FLOPs, memory, statistics, exports, storage and validation."""
 
 import csv
-import math
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from benchd.timed import run_timed
 from benchd.timed.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
 from benchd.timed.kernel import attention, attention_flops, matmul_flops
 from benchd.tracing import build_tracer_provider
-from tests.helpers import daemon, submit, wait_for
+from tests.helpers import daemon, submit
 from tests.otlp import HTTPReceiver
 
 
@@ -343,6 +342,24 @@ def test_daemon_runs_train_step_and_kernel_specs(tmp_path):
         assert over.status_code == 422
         assert over.json()["detail"][0]["loc"] == ["body", "train_step", "steps"]
         assert "BENCHD_LIMITS__MAX_STEPS" in over.json()["detail"][0]["msg"]
+
+
+def test_a_timed_run_after_a_generation_run_has_torchs_threads_back(tmp_path):
+    """An engine's cpu_threads hold while it runs; the daemon closes it before a timed run, which then runs on the
+    process's own thread count (each run's metadata records the count it ran with)."""
+    kernel = {"kind": "kernel", "name": "mm", "device": "cpu", "kernel": {
+        "op": "matmul", "shapes": [{"m": 16, "n": 16, "k": 16}], "repeats": 3, "flush_bytes": 1 << 20}}
+    with daemon(tmp_path) as server:
+        server.wait_ready()
+        before = server.wait_status(submit(server, kernel), "succeeded")["metadata"]["torch_threads"]
+        gen = submit(server, {"name": "gen", "transformers": {"block_size": 16, "num_blocks": 64,
+                                                                "max_batch_tokens": 128, "cpu_threads": before + 1},
+                              "workload": {"stop": {"requests": 2}, "prompt_tokens": {"dist": "fixed", "value": 4},
+                                           "output_tokens": {"dist": "fixed", "value": 3}}})
+        metadata = server.wait_status(gen, "succeeded")["metadata"]
+        assert metadata["torch_threads"] == metadata["engine_settings"]["cpu_threads"] == before + 1
+        after = server.wait_status(submit(server, kernel), "succeeded")["metadata"]["torch_threads"]
+        assert after == before
 
 
 def test_cli_runs_a_kernel_spec(tmp_path):

@@ -23,6 +23,7 @@ class RunMetadata(BaseModel):
     driver_version: str | None = None
     device: str
     device_name: str
+    torch_threads: int | None = None  # torch's intra-op CPU threads for the run (a CUDA engine sets its own)
     host: str
     label: str | None = None
     model: str
@@ -51,6 +52,12 @@ def nvidia_driver_version() -> str | None:
         pynvml.nvmlShutdown()
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def collect(device, model: str, label: str | None, model_load_s: float | None = None) -> RunMetadata:
     import torch
     import transformers
@@ -72,6 +79,7 @@ def collect(device, model: str, label: str | None, model_load_s: float | None = 
         driver_version=driver,
         device=str(device) if device is not None else "remote",
         device_name=device_name,
+        torch_threads=torch.get_num_threads() if device is not None else None,
         host=socket.gethostname(),
         label=label if label is not None else os.environ.get("BENCHD_LABEL"),
         model=model,

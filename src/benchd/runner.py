@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from benchd import arrivals
 from benchd.engines import Engine, GenerationRequest, create_engine
-from benchd.environment import RunMetadata, collect, utc_now
+from benchd.environment import RunMetadata, collect, torch_threads, utc_now
 from benchd.models import LoadedModel, load_model
 from benchd.records import RequestRecord, StageSummary, summarize
 from benchd.sampler import HardwareSampler, HardwareSummary
@@ -406,6 +406,8 @@ def run(
         if own_engine:
             engine.start()
         metadata.engine_settings = engine.settings()
+        if loaded is not None:
+            metadata.torch_threads = torch_threads()  # as the engine set it
         started = time.perf_counter()
         if hardware is not None:
             hardware.begin()

@@ -221,10 +221,13 @@ class Scheduler:
         self._record(job, outcome)
 
     def _execute_timed(self, job: Job) -> None:
+        # A timed run has the process to itself: no idle engine beside it holding its KV cache, its generation
+        # thread and its setting of torch's CPU threads (a CUDA engine's cpu_threads). It starts again, warmed up,
+        # at the next generation run.
+        self._close_engine()
         if job.spec.kind == "train_step":
-            # A training step builds its own model and needs the device's memory: the cached model and engine
-            # (its KV cache) are released, and load again at the next generation run.
-            self._close_engine()
+            # A training step builds its own model and needs the device's memory: the cached model is released too,
+            # and loads again at the next generation run.
             self._loaded = self._loaded_key = None
             gc.collect()
             _empty_cuda_cache()

@@ -230,6 +230,9 @@ class TransformersOptions(_Strict):
     use_cuda_graph: bool | None = None
     use_async_batching: bool | None = None
     compile_level: Annotated[int, Field(ge=0, le=3)] | None = None
+    # torch's intra-op CPU threads while the engine runs (the paged sdpa path builds each step's attention mask with
+    # CPU tensor ops on the generation thread); not a transformers setting
+    cpu_threads: PositiveInt | None = None
     library_defaults: bool = False  # pass nothing benchd would choose: transformers' own defaults
 
     @model_validator(mode="after")

@@ -174,3 +174,45 @@ def test_library_defaults_pass_nothing_of_benchds(tiny):
     library = cb_config(TransformersOptions(library_defaults=True), "cuda")
     assert ours.use_cuda_graph is True and library.use_cuda_graph is None
     assert cb_config(TransformersOptions(), "cpu").num_blocks == 256
+
+
+def test_cpu_threads_default_to_a_few_on_cuda_and_to_torchs_elsewhere(monkeypatch):
+    import os
+
+    from benchd.engines.transformers_cb import CUDA_CPU_THREADS, cb_config, cpu_threads
+    from benchd.spec import TransformersOptions
+
+    for cores, expected in ((16, CUDA_CPU_THREADS), (64, CUDA_CPU_THREADS), (4, 2), (1, 1)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert cpu_threads(TransformersOptions(), "cuda") == expected
+    assert cpu_threads(TransformersOptions(), "cpu") is None  # the model itself runs on them
+    assert cpu_threads(TransformersOptions(library_defaults=True), "cuda") is None
+    assert cpu_threads(TransformersOptions(cpu_threads=3), "cpu") == 3
+    assert cb_config(TransformersOptions(cpu_threads=3), "cuda").use_cuda_graph  # not passed on to transformers
+
+
+def test_cpu_threads_hold_in_the_generation_thread_while_the_engine_runs(tiny, monkeypatch):
+    torch.set_num_threads(2)
+    engine = create_engine(tiny, make_spec(transformers={"cpu_threads": 1}))
+    engine.start()
+    try:
+        seen = []  # the count as the generation thread sees it, from inside the model's forward
+        hook = tiny.model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+        try:
+            run_requests(engine, [GenerationRequest("r0", prompts(1)[0], 4)])
+        finally:
+            hook.remove()
+        assert seen and set(seen) == {1}
+        assert engine.settings()["cpu_threads"] == 1
+    finally:
+        engine.stop()
+    assert torch.get_num_threads() == 2  # restored when the engine stops
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no cache for you")
+
+    monkeypatch.setattr(tiny.model, "init_continuous_batching", fails)
+    engine = create_engine(tiny, make_spec(transformers={"cpu_threads": 1}))
+    with pytest.raises(RuntimeError, match="no cache"):
+        engine.start()
+    assert torch.get_num_threads() == 2  # and when it fails to start

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
@@ -26,12 +28,21 @@ CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
 # bench/gpu_overhead.py) the generation thread waited 0.18–0.24 s of a 24 s run for the GIL at 50 ms, 0.06 s here.
 LIVE_POLL_S = 0.5
 
+# torch's intra-op threads for a CUDA engine, at most. Without flash-attn, continuous batching runs paged sdpa, whose
+# generation thread fills a query × (cache + query) attention mask on the CPU before every step (~27 ms of a ~93 ms
+# step on the reference workload). Those ops are memory-bound, so a few threads saturate them; torch's default, one
+# thread a core, was slower, likely because a parallel region over every core waits for whichever worker another
+# waking thread (benchd's or the host's) displaced. On an H100 host with 16 cores (bench/gpu_overhead.py, bare
+# generate_batch, medians of 3): 16 threads 2,589 output tok/s, 12 2,604, 8 2,692, 6 2,796, 4 2,751; 6 against 16
+# over 7 pairs, 1.027× (docs/benchmarks.md).
+CUDA_CPU_THREADS = 6
+
 # 5.18 renamed the cache's token granularity from block_size to page_size (block_size stays as a deprecated alias).
 _SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
 
 
 def cb_config(options: TransformersOptions, device_type: str) -> ContinuousBatchingConfig:
-    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults"})
+    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "cpu_threads"})
     defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
     kwargs = {**defaults, **chosen}
     if "compile_level" in kwargs:
@@ -39,6 +50,17 @@ def cb_config(options: TransformersOptions, device_type: str) -> ContinuousBatch
     if "block_size" in kwargs:
         kwargs[_SIZE_FIELD] = kwargs.pop("block_size")
     return ContinuousBatchingConfig(**kwargs)
+
+
+def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
+    """torch's intra-op threads while the engine runs; None leaves torch's setting alone (on CPU the model itself
+    runs on those threads, and library_defaults means transformers as it comes)."""
+    if options.cpu_threads is not None:
+        return options.cpu_threads
+    if options.library_defaults or device_type == "cpu":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(CUDA_CPU_THREADS, cores // 2))  # half the cores at most: the rest for benchd and the host
 
 
 def kv_blocks(cache) -> tuple[int, int]:
@@ -75,6 +97,8 @@ class TransformersEngine:
     def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload) -> None:
         self._loaded = loaded
         self._config = cb_config(options, loaded.device.type)
+        self._threads = cpu_threads(options, loaded.device.type)
+        self._threads_before: int | None = None
         self._generation = greedy_config(loaded, workload.ignore_eos, length_upper_bound(workload.output_tokens))
         self._eos: list[int] = [] if workload.ignore_eos else loaded.eos_ids
         self._hints = WorkloadHints(
@@ -97,16 +121,30 @@ class TransformersEngine:
             )
 
     def start(self) -> None:
-        self._manager = self._loaded.model.init_continuous_batching(
-            generation_config=self._generation,
-            continuous_batching_config=self._config,
-            workload_hints=self._hints,
-        )
-        self._manager.warmup()  # CUDA graph capture: before any timed request
-        self._manager.start()
+        if self._threads is not None:
+            # Process-wide while the engine runs; set before the generation thread starts, which takes the count on
+            # its first parallel op.
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(self._threads)
+        try:
+            self._manager = self._loaded.model.init_continuous_batching(
+                generation_config=self._generation,
+                continuous_batching_config=self._config,
+                workload_hints=self._hints,
+            )
+            self._manager.warmup()  # CUDA graph capture: before any timed request
+            self._manager.start()
+        except BaseException:
+            self._restore_threads()
+            raise
         self._stopping.clear()
         self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
         self._consumer.start()
+
+    def _restore_threads(self) -> None:
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     def submit(self, request: GenerationRequest, sink: TokenSink) -> None:
         with self._lock:
@@ -229,7 +267,8 @@ class TransformersEngine:
         load = self.load()
         if load.kv_blocks_total is not None:
             resolved["num_blocks"] = load.kv_blocks_total
-        return {"engine": self.name, "continuous_batching": resolved}
+        return {"engine": self.name, "continuous_batching": resolved,
+                "cpu_threads": self._threads if self._threads is not None else torch.get_num_threads()}
 
     def stop(self) -> None:
         if self._manager is None:
@@ -241,3 +280,4 @@ class TransformersEngine:
             self._consumer.join(timeout=5)
         self._manager.destroy()
         self._manager = None
+        self._restore_threads()
