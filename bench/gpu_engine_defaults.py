@@ -26,6 +26,9 @@ from benchd.spec import parse_spec
 CONFIGS: list[tuple[str, str, dict]] = [
     ("library defaults", "transformers", {"library_defaults": True}),
     ("benchd defaults", "transformers", {}),
+    ("benchd defaults, 16 cpu threads", "transformers", {"cpu_threads": 16}),
+    ("benchd defaults, 8 cpu threads", "transformers", {"cpu_threads": 8}),
+    ("benchd defaults, 4 cpu threads", "transformers", {"cpu_threads": 4}),
     ("cuda graphs + async", "transformers", {"use_cuda_graph": True, "use_async_batching": True}),
     ("cuda graphs, no async", "transformers", {"use_cuda_graph": True, "use_async_batching": False}),
     ("cuda graphs, block 128", "transformers", {"use_cuda_graph": True, "block_size": 128}),

@@ -4,7 +4,7 @@ against bare `generate_batch` with the same continuous-batching configuration, a
 (each round in the reverse order of the one before), with an account of where the generation thread's time
 went in each run (see Accounting) and the pairs' throughput ratios with a bootstrap interval.
 
-    python bench/gpu_overhead.py [--repeats 8] [--modes bare benchd …] [--torch-threads N]
+    python bench/gpu_overhead.py [--repeats 8] [--modes bare benchd bare@16 benchd@16 …]
     python bench/gpu_overhead.py --smoke      # the tiny model on the CPU: checks the script
 
 Bare generate_batch is timed from its own per-token timestamps (record_timestamps): throughput over
@@ -15,6 +15,7 @@ once, as benchd schedules them), ITL = consecutive token gaps.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -38,7 +39,7 @@ from transformers.generation.continuous_batching.input_outputs import Continuous
 
 from benchd import runner
 from benchd.engines import transformers_cb
-from benchd.engines.transformers_cb import TransformersEngine, cb_config
+from benchd.engines.transformers_cb import TransformersEngine, cb_config, cpu_threads
 from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics
 from benchd.models import greedy_config, load_model
@@ -51,7 +52,18 @@ from benchd.workload import contents
 
 
 def bare(loaded, spec, **config) -> dict:
-    """transformers' generate_batch, nothing of benchd around it but the prompts and the configuration."""
+    """transformers' generate_batch, nothing of benchd around it but the prompts and the configuration (benchd's
+    continuous-batching defaults and its CPU threads for the engine)."""
+    threads = cpu_threads(spec.transformers, loaded.device.type)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        return _bare(loaded, spec, **config)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _bare(loaded, spec, **config) -> dict:
     stream = contents(spec.workload, spec.seed, loaded.vocab_size, loaded.special_ids)
     prompts = [next(stream).prompt_ids for _ in range(spec.workload.stop.requests)]
     out_len = spec.workload.output_tokens.value
@@ -207,17 +219,15 @@ def main() -> None:
                              "benchd-quiet (everything on, live polling and load sampling every 10 s), "
                              "benchd-50ms (everything on, live polling every 50 ms and load sampling every 20 ms), "
                              "benchd-mrpb256 (everything on, max_requests_per_batch 256 as generate_batch resolves it), "
-                             "bare-frozen and benchd-frozen (gc.freeze() before the run)")
+                             "bare-frozen and benchd-frozen (gc.freeze() before the run); any mode as MODE@N runs the "
+                             "engine with torch at N intra-op threads (transformers.cpu_threads: bare@16, benchd@16), "
+                             "and is paired with bare@N")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch's intra-op threads for the whole process (default: torch's, one a core)")
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
     args = parser.parse_args()
     print(environment(), flush=True)
-    if args.torch_threads is not None:
-        torch.set_num_threads(args.torch_threads)
-    print(f"torch intra-op threads: {torch.get_num_threads()}", flush=True)
+    print(f"torch intra-op threads: {torch.get_num_threads()} by default", flush=True)
     spec = parse_spec(REFERENCE if not args.smoke else {
         **REFERENCE, "model": "tiny", "dtype": "float32", "device": "cpu",
         "workload": {**REFERENCE["workload"], "arrivals": {"profile": "concurrent", "concurrency": 16},
@@ -235,19 +245,24 @@ def main() -> None:
     sampler.start()
     quiet = Telemetry()  # benchd's runner and engine with nothing exported: the cost of the measuring itself
     modes = {
-        "bare": lambda: bare(loaded, spec),
-        "bare-mrpb1024": lambda: bare(loaded, spec, max_requests_per_batch=1024),
-        "bare-frozen": lambda: frozen(lambda: bare(loaded, spec)),
-        "benchd-frozen": lambda: frozen(lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-quiet": lambda: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-50ms": lambda: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-mrpb256": lambda: instrumented(
-            loaded, spec.model_copy(update={"transformers": spec.transformers.model_copy(
-                update={"max_requests_per_batch": 256})}), telemetry, sampler),
-        "benchd": lambda: instrumented(loaded, spec, telemetry, sampler),
-        "benchd-off": lambda: instrumented(loaded, spec, quiet, None),
-        "benchd-si1ms": lambda: switching(0.001, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "bare": lambda spec: bare(loaded, spec),
+        "bare-mrpb1024": lambda spec: bare(loaded, spec, max_requests_per_batch=1024),
+        "bare-frozen": lambda spec: frozen(lambda: bare(loaded, spec)),
+        "benchd-frozen": lambda spec: frozen(lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-quiet": lambda spec: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-50ms": lambda spec: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-mrpb256": lambda spec: instrumented(loaded, with_options(spec, max_requests_per_batch=256),
+                                                    telemetry, sampler),
+        "benchd": lambda spec: instrumented(loaded, spec, telemetry, sampler),
+        "benchd-off": lambda spec: instrumented(loaded, spec, quiet, None),
+        "benchd-si1ms": lambda spec: switching(0.001, lambda: instrumented(loaded, spec, telemetry, sampler)),
     }
+    for mode in args.modes:
+        name, threads = split_mode(mode)
+        if name not in modes:
+            parser.error(f"--modes: unknown mode {name!r} (known: {', '.join(modes)})")
+        if threads is not None and threads < 1:
+            parser.error(f"--modes: {mode}: the thread count after @ must be at least 1")
     rows = {mode: [] for mode in args.modes}
     accounting = Accounting()
     bare(loaded, spec)  # untimed: first-use costs of both paths
@@ -255,7 +270,9 @@ def main() -> None:
         # Each round runs the modes in the reverse order of the one before (ABBA): whatever drifts within the
         # process (clocks, memory, the machine's neighbours) does not favour the mode that always runs first.
         for mode in args.modes if round_ % 2 == 0 else args.modes[::-1]:
-            rows[mode].append(accounting.measure(modes[mode]))
+            name, threads = split_mode(mode)
+            mode_spec = spec if threads is None else with_options(spec, cpu_threads=threads)
+            rows[mode].append(accounting.measure(functools.partial(modes[name], mode_spec)))
             with open(os.path.join(args.out, "overhead-runs.json"), "w") as f:  # what is measured survives a kill
                 json.dump(rows, f)
             row = rows[mode][-1]
@@ -275,20 +292,26 @@ def main() -> None:
         json.dump({"environment": environment(), "runs": rows, "median": median, "spans": spans.strip(),
                    "spans_dropped": sum(dropped)}, f, indent=2)
     print(f"\nspans received {spans.strip()}, dropped {sum(dropped)}")
-    others = [mode for mode in args.modes if mode != "bare"]
     rng = np.random.default_rng(0)
-    for mode in others:  # the same round's runs as pairs
-        ratios = np.array([r["output_tok_s"] / b["output_tok_s"] for r, b in zip(rows[mode], rows["bare"])])
+    for mode in args.modes:  # the same round's runs as pairs
+        base = baseline(mode, args.modes)
+        if base is None:
+            continue
+        ratios = np.array([r["output_tok_s"] / b["output_tok_s"] for r, b in zip(rows[mode], rows[base])])
         means = rng.choice(ratios, (10_000, len(ratios))).mean(axis=1)
         low, high = np.percentile(means, [2.5, 97.5])
-        print(f"{mode} / bare output tok/s by pair: {' '.join(f'{x:.3f}' for x in ratios)}; mean {ratios.mean():.3f} "
-              f"(95 % bootstrap interval {low:.3f}–{high:.3f}), median {np.median(ratios):.3f}, "
-              f"{mode} faster in {(ratios > 1).sum()} of {len(ratios)}")
-    print(f"{'figure (median of ' + str(args.repeats) + ')':28} {'bare':>10} "
-          + " ".join(f"{mode:>14} {'/ bare':>7}" for mode in others))
+        print(f"{mode} / {base} output tok/s by pair: {' '.join(f'{x:.3f}' for x in ratios)}; "
+              f"mean {ratios.mean():.3f} (95 % bootstrap interval {low:.3f}–{high:.3f}), "
+              f"median {np.median(ratios):.3f}, {mode} faster in {(ratios > 1).sum()} of {len(ratios)}")
+    print(f"\n{'figure (median of ' + str(args.repeats) + ')':28} "
+          + " ".join(f"{mode:>14} {'/ base':>7}" for mode in args.modes))
     for key in ("output_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms"):
-        b = median["bare"][key]
-        print(f"{key:28} {b:10.2f} " + " ".join(f"{median[m][key]:14.2f} {median[m][key] / b:7.3f}" for m in others))
+        cells = []
+        for mode in args.modes:
+            base = baseline(mode, args.modes)
+            ratio = f"{median[mode][key] / median[base][key]:7.3f}" if base else f"{'':7}"
+            cells.append(f"{median[mode][key]:14.2f} {ratio}")
+        print(f"{key:28} " + " ".join(cells))
     print(f"\nwhere the time went (median of {args.repeats}; seconds unless named)")
     accounts = ("step_calls", "step_wall_s", "schedule_wall_s", "schedule_cpu_s", "schedule_gil_wait_s",
                 "update_wall_s", "update_gil_wait_s", "generation_cpu_s", "consumer_cpu_s", "poll_calls", "poll_cpu_s",
@@ -298,6 +321,26 @@ def main() -> None:
     print(f"{'':28} " + " ".join(f"{mode:>14}" for mode in args.modes))
     for key in accounts:
         print(f"{key:28} " + " ".join(f"{median[m].get(key, 0.0):14.3f}" for m in args.modes))
+
+
+def with_options(spec, **options):
+    return spec.model_copy(update={"transformers": spec.transformers.model_copy(update=options)})
+
+
+def split_mode(mode: str) -> tuple[str, int | None]:
+    """'benchd@8' → ('benchd', 8): the mode, and torch's intra-op threads for its engine (None: benchd's default)."""
+    name, _, threads = mode.partition("@")
+    return name, int(threads) if threads else None
+
+
+def baseline(mode: str, modes: list[str]) -> str | None:
+    """What a mode is compared with: bare at the same thread count (bare@N against bare), else bare."""
+    name, threads = split_mode(mode)
+    same_threads = f"bare@{threads}" if threads is not None else "bare"
+    for base in (same_threads, "bare") if name != "bare" else ("bare",):
+        if base in modes and base != mode:
+            return base
+    return None
 
 
 def switching(interval_s: float, fn):
