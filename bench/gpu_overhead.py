@@ -50,6 +50,8 @@ from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
 from benchd.workload import contents
 
+LATENCIES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms")
+
 
 def bare(loaded, spec, **config) -> dict:
     """transformers' generate_batch, nothing of benchd around it but the prompts and the configuration (benchd's
@@ -226,6 +228,29 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
     args = parser.parse_args()
+    # Each mode runs on what main() sets up below (loaded, telemetry, sampler, quiet): checked before that.
+    modes = {
+        "bare": lambda spec: bare(loaded, spec),
+        "bare-mrpb1024": lambda spec: bare(loaded, spec, max_requests_per_batch=1024),
+        "bare-frozen": lambda spec: frozen(lambda: bare(loaded, spec)),
+        "benchd-frozen": lambda spec: frozen(lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-quiet": lambda spec: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-50ms": lambda spec: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-mrpb256": lambda spec: instrumented(loaded, with_options(spec, max_requests_per_batch=256),
+                                                    telemetry, sampler),
+        "benchd": lambda spec: instrumented(loaded, spec, telemetry, sampler),
+        "benchd-off": lambda spec: instrumented(loaded, spec, quiet, None),
+        "benchd-si1ms": lambda spec: switching(0.001, lambda: instrumented(loaded, spec, telemetry, sampler)),
+    }
+    for mode in args.modes:
+        try:
+            name, threads = split_mode(mode)
+        except ValueError:
+            parser.error(f"--modes: {mode}: after @ comes a thread count, such as bare@8")
+        if name not in modes:
+            parser.error(f"--modes: unknown mode {name!r} (known: {', '.join(modes)})")
+        if threads is not None and threads < 1:
+            parser.error(f"--modes: {mode}: the thread count after @ must be at least 1")
     print(environment(), flush=True)
     print(f"torch intra-op threads: {torch.get_num_threads()} by default", flush=True)
     spec = parse_spec(REFERENCE if not args.smoke else {
@@ -244,25 +269,6 @@ def main() -> None:
     sampler = HardwareSampler(HardwareReader.default(), interval_s=1.0)
     sampler.start()
     quiet = Telemetry()  # benchd's runner and engine with nothing exported: the cost of the measuring itself
-    modes = {
-        "bare": lambda spec: bare(loaded, spec),
-        "bare-mrpb1024": lambda spec: bare(loaded, spec, max_requests_per_batch=1024),
-        "bare-frozen": lambda spec: frozen(lambda: bare(loaded, spec)),
-        "benchd-frozen": lambda spec: frozen(lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-quiet": lambda spec: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-50ms": lambda spec: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-mrpb256": lambda spec: instrumented(loaded, with_options(spec, max_requests_per_batch=256),
-                                                    telemetry, sampler),
-        "benchd": lambda spec: instrumented(loaded, spec, telemetry, sampler),
-        "benchd-off": lambda spec: instrumented(loaded, spec, quiet, None),
-        "benchd-si1ms": lambda spec: switching(0.001, lambda: instrumented(loaded, spec, telemetry, sampler)),
-    }
-    for mode in args.modes:
-        name, threads = split_mode(mode)
-        if name not in modes:
-            parser.error(f"--modes: unknown mode {name!r} (known: {', '.join(modes)})")
-        if threads is not None and threads < 1:
-            parser.error(f"--modes: {mode}: the thread count after @ must be at least 1")
     rows = {mode: [] for mode in args.modes}
     accounting = Accounting()
     bare(loaded, spec)  # untimed: first-use costs of both paths
@@ -303,9 +309,12 @@ def main() -> None:
         print(f"{mode} / {base} output tok/s by pair: {' '.join(f'{x:.3f}' for x in ratios)}; "
               f"mean {ratios.mean():.3f} (95 % bootstrap interval {low:.3f}–{high:.3f}), "
               f"median {np.median(ratios):.3f}, {mode} faster in {(ratios > 1).sum()} of {len(ratios)}")
+        latency = {key: np.median([r[key] / b[key] for r, b in zip(rows[mode], rows[base])]) for key in LATENCIES}
+        print("  latencies, median of the pairs' ratios: "
+              + ", ".join(f"{key.removesuffix('_ms')} {ratio:.3f}" for key, ratio in latency.items()))
     print(f"\n{'figure (median of ' + str(args.repeats) + ')':28} "
           + " ".join(f"{mode:>14} {'/ base':>7}" for mode in args.modes))
-    for key in ("output_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms"):
+    for key in ("output_tok_s", *LATENCIES):
         cells = []
         for mode in args.modes:
             base = baseline(mode, args.modes)
