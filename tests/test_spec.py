@@ -81,6 +81,7 @@ def message(data) -> str:
         ({"device": "tpu"}, "device", "should match pattern"),
         ({"name": "has spaces"}, "name", "should match pattern"),
         ({"transformers": {"block_size": 2}}, "transformers", "at least 4 tokens"),
+        ({"transformers": {"cpu_threads": 0}}, "transformers.cpu_threads", "greater than or equal to 1"),
         ({"static": {"batch_size": 0}}, "static.batch_size", "greater than or equal to 1"),
     ],
 )
