@@ -20,37 +20,10 @@ def tiny_dir(tmp_path_factory, tiny):
 @pytest.fixture(scope="session")
 def postgres_server():
     """A real PostgreSQL server (Debian's package), started for the session on a loopback port."""
-    import glob
-    import os
-    import shutil
-    import subprocess
-    import tempfile
+    from tests.helpers import PostgresServer
 
-    from tests.helpers import free_port
-
-    bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    if not bindirs:
-        pytest.fail("PostgreSQL is not installed: `make test` installs it (apt-get install postgresql)")
-    bindir = bindirs[-1]
-    # The server refuses to run as root: as root, it runs as the postgres user, in a directory it can reach.
-    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    base = tempfile.mkdtemp(prefix="benchd-pg-")
-    os.chmod(base, 0o755)
-    if as_postgres:
-        shutil.chown(base, "postgres")
-    data, port = f"{base}/data", free_port()
-
-    def call(*args):
-        subprocess.run([*as_postgres, *args], check=True, capture_output=True, text=True)
-
-    call(f"{bindir}/initdb", "-D", data, "-U", "benchd", "--auth=trust", "--no-sync")
-    call(f"{bindir}/pg_ctl", "-D", data, "-w", "-l", f"{base}/log", "-o",
-         f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
-    try:
-        yield f"postgresql+psycopg://benchd@127.0.0.1:{port}"
-    finally:
-        call(f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop")
-        shutil.rmtree(base, ignore_errors=True)
+    with PostgresServer() as server:
+        yield server.url
 
 
 @pytest.fixture

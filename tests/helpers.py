@@ -158,3 +158,68 @@ def serve(tmp_path, port, **env):
 
     wait_for(up, 60, "the daemon to be ready")
     return process, url
+
+
+# ---- PostgreSQL ---------------------------------------------------------------------------------------
+
+
+class PostgresServer:
+    """A real PostgreSQL server (Debian's package) on a loopback port, in a directory of its own; stop() and
+    start() take it down and bring it back on the same port with the same data (a database outage)."""
+
+    def __init__(self) -> None:
+        import glob
+        import shutil
+        import tempfile
+
+        bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+        if not bindirs:
+            raise RuntimeError("PostgreSQL is not installed: `make test` installs it (apt-get install postgresql)")
+        self.bindir = bindirs[-1]
+        # The server refuses to run as root: as root, it runs as the postgres user, in a directory it can reach.
+        self.as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.base = tempfile.mkdtemp(prefix="benchd-pg-")
+        os.chmod(self.base, 0o755)
+        if self.as_postgres:
+            shutil.chown(self.base, "postgres")
+        self.data, self.port = f"{self.base}/data", free_port()
+        self.url = f"postgresql+psycopg://benchd@127.0.0.1:{self.port}"
+
+    def _call(self, *args: str) -> None:
+        subprocess.run([*self.as_postgres, *args], check=True, capture_output=True, text=True)
+
+    def start(self) -> None:
+        self._call(f"{self.bindir}/pg_ctl", "-D", self.data, "-w", "-l", f"{self.base}/log", "-o",
+                   f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+
+    def stop(self) -> None:
+        self._call(f"{self.bindir}/pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+
+    def create_database(self, name: str, encoding: str = "UTF8") -> str:
+        import sqlalchemy as sa
+
+        admin = sa.create_engine(f"{self.url}/postgres", isolation_level="AUTOCOMMIT")
+        with admin.connect() as db:
+            db.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+            db.execute(sa.text(f"CREATE DATABASE \"{name}\" ENCODING '{encoding}' TEMPLATE template0"))
+        admin.dispose()
+        return f"{self.url}/{name}"
+
+    def psql(self, database: str, path: Path) -> None:
+        subprocess.run([f"{self.bindir}/psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "benchd", "-d",
+                        database, "-v", "ON_ERROR_STOP=1", "-q", "-f", str(path)], check=True,
+                       capture_output=True, text=True)
+
+    def __enter__(self) -> "PostgresServer":
+        self._call(f"{self.bindir}/initdb", "-D", self.data, "-U", "benchd", "--auth=trust", "--no-sync")
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        try:
+            self.stop()
+        except subprocess.CalledProcessError:
+            pass  # already stopped
+        shutil.rmtree(self.base, ignore_errors=True)

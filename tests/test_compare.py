@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from benchd.compare import Side, compare, itl_from_token_times
+from benchd.compare import Side, compare
 from benchd.report import comparison_html
 from tests.helpers import ROOT, Loader, daemon, free_port, spec, submit, wait_for
 
@@ -60,11 +60,6 @@ def test_too_few_samples_is_inconclusive():
     assert throughput.verdict == "inconclusive"  # one run a side says nothing about run-to-run spread
     runs = compare(side([], runs=[100, 101, 99]), side([], runs=[60, 61, 59]), min_runs=3)
     assert verdicts(runs, "output_tokens_per_s")["output_tokens_per_s"].verdict == "slower"
-
-
-def test_itl_from_stored_token_times_splits_chunks():
-    assert itl_from_token_times("1.0 1.3 1.3 1.3 1.4") == pytest.approx([0.1, 0.1, 0.1, 0.1])
-    assert itl_from_token_times("") == []
 
 
 def test_html_report_has_the_table_and_the_distributions():

@@ -1,10 +1,18 @@
-"""The run history store on SQLite and on a real PostgreSQL server: one schema, same answers."""
+"""The run history store on SQLite and on a real PostgreSQL server: one schema, same answers, migrations from
+what the last release wrote, and a journal that keeps every write through an outage."""
+
+import json
+import sqlite3
+from datetime import timedelta
 
 import pytest
 
+from benchd.records import RequestRecord
 from benchd.runner import run
-from benchd.store import Store
-from tests.helpers import make_spec
+from benchd.store import StageRequests, Store, StoreUnavailable, migrate
+from tests.helpers import ROOT, PostgresServer, make_spec
+
+FIXTURES = ROOT / "tests" / "data"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -14,69 +22,232 @@ def store_url(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
+def open_store(url, tmp_path, **kwargs) -> Store:
+    store = Store(url, spool_dir=tmp_path / "spool", **kwargs)
+    store.start()
+    assert store.wait_ready(30)
+    return store
+
+
 @pytest.fixture(scope="module")
 def outcome(tiny):
     return run(make_spec(workload={"warmup": {"requests": 2}, "stop": {"requests": 5}}), loaded=tiny)
 
 
-def test_a_run_round_trips_with_stages_and_requests(store_url, outcome):
-    store = Store(store_url)
+def finish(store, run_id, outcome):
+    writer = store.requests_writer(run_id)
+    writer.close((StageRequests(i, s.label, s.start_s), s.records) for i, s in enumerate(outcome.stages))
+    store.finish_run(run_id, status=outcome.status, error=None, error_stage=None, subject="tiny", label=None,
+                     summaries=[s.model_dump(mode="json") for s in outcome.summaries()],
+                     metadata=outcome.metadata.model_dump(mode="json"), hardware=None, timeline={"load": []})
+
+
+def test_a_run_round_trips_with_every_stamp(store_url, outcome, tmp_path):
+    store = open_store(store_url, tmp_path)
     spec = outcome.spec.model_dump(mode="json")
     store.create_run("r1", spec, schedule="nightly")
     assert store.get_run("r1")["status"] == "queued"
     store.mark_running("r1")
-    store.finish_run("r1", outcome)
+    finish(store, "r1", outcome)
+    assert store.flush()
     store.close()
 
-    reopened = Store(store_url)  # survives a restart
+    reopened = open_store(store_url, tmp_path)  # survives a restart
     row = reopened.get_run("r1")
     assert row["status"] == "succeeded" and row["schedule"] == "nightly" and row["spec"] == spec
-    assert row["summary"][0]["requests"] == 5
-    assert row["run_metadata"]["model"] == "tiny"
-    assert row["started_at"] <= row["finished_at"]
-    records = reopened.request_rows("r1")
-    assert len(records) == 7 and sum(r["warmup"] for r in records) == 2
-    first = records[0]
-    original = min(outcome.stages[0].records, key=lambda r: r.index)
-    assert first["ttft_s"] == pytest.approx(original.ttft_s)
-    assert len(first["token_times_s"].split()) == original.output_tokens
+    assert row["summary"][0]["requests"] == 5 and row["timeline"] == {"load": []}
+    assert row["run_metadata"]["model"] == "tiny" and row["node"] == reopened.node
+    assert row["created_at"].tzinfo is not None and row["started_at"] <= row["finished_at"]
+    rows = reopened.request_rows("r1")
+    assert len(rows) == 7 and sum(r["warmup"] for r in rows) == 2
+    stage = outcome.stages[0]
+    for original in stage.records:
+        stored = reopened.records("r1")[original.index]
+        assert stored.arrival_tokens == original.arrival_tokens
+        assert stored.arrival_s == pytest.approx([t - stage.start_s for t in original.arrival_s], abs=1e-12)
+        assert stored.itl_s() == pytest.approx(original.itl_s(), abs=1e-12)
+        assert stored.ttft_s == pytest.approx(original.ttft_s) and stored.warmup == original.warmup
     reopened.close()
 
 
-def test_listing_filters_and_pages(store_url, outcome):
-    store = Store(store_url)
+def test_chunks_keep_their_token_counts(store_url, tmp_path):
+    """ITL is per token: an arrival of three tokens is three equal gaps, read back exactly (no guessing)."""
+    store = open_store(store_url, tmp_path)
+    store.create_run("c", make_spec().model_dump(mode="json"))
+    record = RequestRecord(index=0, request_id="r0", warmup=False, prompt_tokens=4, max_new_tokens=5,
+                           scheduled_s=10.0, submitted_s=10.0, admitted_s=10.0, arrival_s=[10.1, 10.4, 10.5],
+                           arrival_tokens=[1, 3, 1], finished_s=10.5)
+    writer = store.requests_writer("c")
+    writer.close([(StageRequests(0, "s", 10.0), [record])])
+    assert store.flush()
+    (stored,) = store.records("c")
+    assert stored.itl_s() == pytest.approx([0.1, 0.1, 0.1, 0.1]) and stored.output_tokens == 5
+
+
+def test_listing_filters_and_pages(store_url, outcome, tmp_path):
+    store = open_store(store_url, tmp_path)
     for i in range(5):
         spec = {**outcome.spec.model_dump(mode="json"), "name": "a" if i % 2 else "b"}
         store.create_run(f"r{i}", spec)
-    store.set_status("r0", "failed", "boom")
+    store.set_status("r0", "failed", "boom", "load")
+    assert store.flush()
     assert store.list_runs().total == 5
     assert [r["id"] for r in store.list_runs(status="failed").items] == ["r0"]
     assert store.list_runs(workload="a").total == 2
     page = store.list_runs(limit=2, offset=2)
     assert page.total == 5 and len(page.items) == 2
-    assert store.get_run("r0")["error"] == "boom" and store.get_run("r0")["finished_at"] is not None
+    failed = store.get_run("r0")
+    assert (failed["error"], failed["error_stage"]) == ("boom", "load") and failed["finished_at"] is not None
     assert store.get_run("nope") is None
 
 
-def test_recovery_marks_running_interrupted(store_url, outcome):
-    store = Store(store_url)
+def test_recovery_marks_running_interrupted_with_its_rows(store_url, outcome, tmp_path):
+    store = open_store(store_url, tmp_path, node="node-a")
     spec = outcome.spec.model_dump(mode="json")
     for run_id in ("running", "queued", "done"):
         store.create_run(run_id, spec)
     store.mark_running("running")
+    stage = outcome.stages[0]
+    writer = store.requests_writer("running")
+    for record in stage.records[:4]:  # what had been flushed when the process died
+        writer.add(StageRequests(0, stage.label, stage.start_s), record)
     store.set_status("done", "succeeded")
+    assert store.flush()
     store.close()
-    restarted = Store(store_url)
-    assert restarted.recover() == 1
-    assert restarted.get_run("running")["status"] == "interrupted"
+    other = open_store(store_url, tmp_path / "b", node="node-b")  # another node's start leaves them alone
+    assert other.recovered == 0 and other.get_run("running")["status"] == "running"
+    other.close()
+
+    restarted = open_store(store_url, tmp_path, node="node-a")
+    assert restarted.recovered == 1
+    interrupted = restarted.get_run("running")
+    assert interrupted["status"] == "interrupted" and interrupted["error_stage"] == "run"
+    (summary,) = interrupted["summary"]
+    measured = [r for r in stage.records[:4] if not r.warmup]
+    assert summary["status"] == "interrupted" and summary["requests"] == len(measured)
+    assert summary["output_tokens"] == sum(r.output_tokens for r in measured)
     assert restarted.get_run("queued")["status"] == "cancelled"
     assert restarted.get_run("done")["status"] == "succeeded"
 
 
-def test_schedules_persist(store_url):
-    store = Store(store_url)
+def test_schedules_and_baselines_persist(store_url, outcome, tmp_path):
+    store = open_store(store_url, tmp_path)
     store.put_schedule("hourly", {"name": "x"}, 3600.0)
     store.put_schedule("hourly", {"name": "y"}, 60.0, enabled=False)  # replaced
-    (row,) = Store(store_url).list_schedules()
+    store.create_run("r", outcome.spec.model_dump(mode="json"))
+    store.set_baseline("w", "r")
+    store.set_baseline("w2", "missing")  # refused quietly: no such run
+    assert store.flush()
+    (row,) = store.list_schedules()
     assert (row["name"], row["spec"], row["interval_s"], row["enabled"]) == ("hourly", {"name": "y"}, 60.0, False)
-    assert store.delete_schedule("hourly") and not store.delete_schedule("hourly")
+    assert store.baseline("w") == "r" and store.baseline("w2") is None
+    store.delete_schedule("hourly")
+    assert store.flush() and store.list_schedules() == []
+
+
+# ---- migrations ----------------------------------------------------------------------------------
+
+
+def load_fixture(kind, tmp_path, postgres_server=None) -> str:
+    """A database written by the last release before migrations (commit 28a5763, tests/data)."""
+    if kind == "sqlite":
+        path = tmp_path / "old.db"
+        with sqlite3.connect(path) as db:
+            db.executescript((FIXTURES / "store-28a5763.sqlite.sql").read_text())
+        return f"sqlite:///{path}"
+    url = postgres_server.create_database("old_release")
+    postgres_server.psql("old_release", FIXTURES / "store-28a5763.postgresql.sql")
+    return url
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_upgrading_a_database_written_by_the_last_release_keeps_everything(kind, tmp_path):
+    if kind == "postgresql":
+        with PostgresServer() as server:
+            check_upgraded(load_fixture(kind, tmp_path, server), tmp_path)
+    else:
+        check_upgraded(load_fixture(kind, tmp_path), tmp_path)
+
+
+def check_upgraded(url, tmp_path):
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    with engine.connect() as db:
+        old = {(row.run_id, row.stage_index, row.index): row for row in db.execute(sa.text(
+            'SELECT run_id, stage_index, "index", token_times_s, ttft_s, warmup FROM requests'))}
+        runs_before = db.execute(sa.text("SELECT id, status, summary FROM runs")).all()
+    assert migrate.revision(engine) is None and len(old) > 50
+    store = open_store(url, tmp_path, node="elsewhere")
+    assert migrate.revision(store.engine) == "0002"
+    runs = store.list_runs(limit=100).items
+    assert {r["id"]: r["status"] for r in runs} == {row.id: row.status for row in runs_before}
+    assert all(r["created_at"].utcoffset() == timedelta(0) for r in runs)
+    assert sum(len(store.request_rows(run["id"])) for run in runs) == len(old)
+    for run in runs:
+        for row in store.request_rows(run["id"]):
+            before = old[run["id"], row["stage_index"], row["index"]]
+            stamps = [float(t) for t in before.token_times_s.split()]
+            assert sum(row["arrival_tokens"]) == len(stamps) and row["warmup"] == bool(before.warmup)
+            assert row["ttft_s"] == before.ttft_s
+            assert [t for t, n in zip(row["arrival_s"], row["arrival_tokens"]) for _ in range(n)] == stamps
+    assert store.list_schedules()[0]["name"] == "nightly" and store.list_baselines()[0]["workload"] == "fixture"
+    for row in runs_before:  # JSON stays as written (SQLite's raw read gives text, PostgreSQL's a value)
+        summary = json.loads(row.summary) if isinstance(row.summary, str) else row.summary
+        assert store.get_run(row.id)["summary"] == summary
+    store.close()
+    again = open_store(url, tmp_path)  # an up-to-date database is left as it is
+    assert migrate.revision(again.engine) == "0002"
+    again.close()
+
+
+# ---- outages -------------------------------------------------------------------------------------
+
+
+def test_writes_wait_in_the_journal_while_postgresql_is_down(tmp_path, outcome):
+    with PostgresServer() as server:
+        url = server.create_database("outage")
+        store = open_store(url, tmp_path)
+        spec = outcome.spec.model_dump(mode="json")
+        store.create_run("before", spec)
+        assert store.flush()
+        server.stop()
+        store.create_run("during", spec)
+        store.mark_running("during")
+        finish(store, "during", outcome)
+        assert not store.flush(2.0)
+        assert store.health.state == "degraded" and store.health.pending > 0
+        with pytest.raises(StoreUnavailable):
+            store.get_run("before")
+        server.start()
+        assert store.flush(30)
+        assert store.health.state == "ok" and store.get_run("during")["status"] == "succeeded"
+        assert len(store.request_rows("during")) == 7
+        store.close()
+
+
+def test_a_journal_left_by_a_killed_process_is_applied_at_the_next_start(tmp_path, outcome):
+    """The process died with writes journaled but not applied (the database was down): nothing is lost."""
+    with PostgresServer() as server:
+        url = server.create_database("replay")
+        store = open_store(url, tmp_path)
+        server.stop()
+        store.create_run("r", outcome.spec.model_dump(mode="json"))
+        store.mark_running("r")
+        store.spool._closing = True  # as if killed: the thread stops, the journal stays as it is
+        store.spool._thread.join(10)
+        server.start()
+        restarted = open_store(url, tmp_path)
+        # Replayed, then recovered: it was running when its process died.
+        assert restarted.get_run("r")["status"] == "interrupted"
+        restarted.close()
+
+
+def test_data_the_database_refuses_is_set_aside_and_later_writes_go_on(tmp_path, postgres_url, outcome):
+    store = open_store(postgres_url, tmp_path)
+    store.create_run("r", outcome.spec.model_dump(mode="json"))
+    store.set_status("r", "failed", "a NUL \x00 PostgreSQL cannot store")
+    store.set_status("r", "failed", "plain")
+    assert store.flush()
+    assert store.get_run("r")["error"] == "plain" and store.health.rejected == 1
+    assert "NUL" in (tmp_path / "spool" / "rejected.jsonl").read_text()

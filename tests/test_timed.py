@@ -11,6 +11,7 @@ from benchd.metrics import Metrics
 from benchd.models import load_model, parameter_count, preset_config
 from benchd.runner import StopSignal
 from benchd.spec import SpecError, parse_spec
+from benchd.scheduler import store_outcome
 from benchd.store import Store
 from benchd.telemetry import Telemetry
 from benchd.timed import run_timed
@@ -294,13 +295,14 @@ def store_url(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
-def test_timed_runs_round_trip_through_the_store(store_url):
-    store = Store(store_url)
+def test_timed_runs_round_trip_through_the_store(store_url, tmp_path):
+    store = Store(store_url, spool_dir=tmp_path / "spool")
+    store.start()
     for run_id, spec in (("t1", train_spec(steps=2, warmup_steps=1)),
                          ("k1", kernel_spec(op="matmul", shapes=[{"m": 16, "n": 16, "k": 16}]))):
         store.create_run(run_id, spec.model_dump(mode="json"))
         outcome = run_timed(spec)
-        store.finish_run(run_id, outcome)
+        store_outcome(store, run_id, outcome)
         row = store.get_run(run_id)
         assert row["status"] == "succeeded" and row["engine"] == spec.kind
         assert row["summary"] == [r.model_dump(mode="json") for r in outcome.results]

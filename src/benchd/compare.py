@@ -120,41 +120,21 @@ def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95,
 
 
 def side_from_store(store, run_ids: Sequence[str]) -> Side:
-    """Measured, successful requests of the runs (first stage of each: load levels are not mixed)."""
+    """Measured, successful requests of the runs (first stage of each: load levels are not mixed), with ITL
+    exactly as the records define it (each stored arrival keeps how many tokens it carried)."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
     throughput, energy = [], []
     for run_id in run_ids:
         row = store.get_run(run_id)
         if row is None:
             raise KeyError(run_id)
-        run: dict[str, list[float]] = {name: [] for name in LATENCIES}
-        for record in store.request_rows(run_id):
-            if record["warmup"] or record["error"] or record["stage"] != (row["summary"] or [{}])[0].get("stage"):
-                continue
-            for name in ("ttft_s", "tpot_s", "e2e_s"):
-                if record[name] is not None:
-                    run[name].append(record[name])
-            run["itl_s"].extend(itl_from_token_times(record["token_times_s"] or ""))
-        for name in LATENCIES:
-            samples[name].append(run[name])
+        good = [r for r in store.records(run_id, stage_index=0) if not r.warmup and r.ok]
+        samples["ttft_s"].append([r.ttft_s for r in good])
+        samples["e2e_s"].append([r.e2e_s for r in good])
+        samples["tpot_s"].append([t for r in good if (t := r.tpot_s) is not None])
+        samples["itl_s"].append([gap for r in good for gap in r.itl_s()])
         if row["summary"]:
             throughput.append(row["summary"][0]["output_tokens_per_s"])
         if row.get("energy_per_token_j") is not None:
             energy.append(row["energy_per_token_j"])
     return Side(run_ids=list(run_ids), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy)
-
-
-def itl_from_token_times(token_times: str) -> list[float]:
-    """Per-token gaps from a stored record, where a chunk of k tokens repeats its stamp k times: its gap is
-    split k ways, as the records define ITL."""
-    arrivals: list[list[float]] = []  # [stamp, tokens]
-    for text in token_times.split():
-        t = float(text)
-        if arrivals and arrivals[-1][0] == t:
-            arrivals[-1][1] += 1
-        else:
-            arrivals.append([t, 1])
-    gaps = []
-    for (t0, _), (t1, k) in zip(arrivals, arrivals[1:]):
-        gaps.extend([(t1 - t0) / k] * int(k))
-    return gaps

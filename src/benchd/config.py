@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -37,6 +38,12 @@ class Settings(BaseSettings):
     device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     database_url: str = "sqlite:///benchd.db"
+    # Every write is journaled here first and applied when the database answers; past spool_max_bytes of writes
+    # waiting for an unreachable database, new runs are refused.
+    spool_dir: Path = Path("benchd-spool")
+    spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20
+    store_start_timeout_s: Annotated[float, Field(ge=0)] = 10.0  # waited at start for migrations and recovery
+    node_name: str = Field(default_factory=socket.gethostname)  # stored with every run; a label on every series
     api_token: SecretStr | None = None
     label: str | None = None
     default_schedule: bool = True  # run a small workload on the daemon's model every interval

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
@@ -86,6 +87,34 @@ class RequestRecord:
             return False
         tpot = self.tpot_s
         return slo.tpot_s is None or tpot is None or tpot <= slo.tpot_s
+
+    def to_row(self, stage: str, origin: float) -> dict[str, Any]:
+        """The record as plain data with every stamp in seconds from origin (the stage's start): what the store
+        keeps and the API returns. from_row() gives the record back, so every latency can be derived again."""
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else t - origin
+
+        return {
+            "stage": stage, "index": self.index, "request_id": self.request_id, "warmup": self.warmup,
+            "prompt_tokens": self.prompt_tokens, "max_new_tokens": self.max_new_tokens,
+            "output_tokens": self.output_tokens, "scheduled_s": rel(self.scheduled_s),
+            "submitted_s": rel(self.submitted_s), "admitted_s": rel(self.admitted_s),
+            "finished_s": rel(self.finished_s), "dispatch_lag_s": self.dispatch_lag_s, "queue_s": self.queue_s,
+            "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s, "error": self.error,
+            "trace_id": self.trace_id, "arrival_s": [t - origin for t in self.arrival_s],
+            "arrival_tokens": list(self.arrival_tokens),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RequestRecord:
+        return cls(
+            index=row["index"], request_id=row["request_id"], warmup=bool(row["warmup"]),
+            prompt_tokens=row["prompt_tokens"], max_new_tokens=row["max_new_tokens"],
+            scheduled_s=row["scheduled_s"], submitted_s=row["submitted_s"], admitted_s=row["admitted_s"],
+            arrival_s=list(row["arrival_s"] or []), arrival_tokens=list(row["arrival_tokens"] or []),
+            finished_s=row["finished_s"], error=row["error"], trace_id=row["trace_id"],
+        )
 
 
 # ---- summaries ---------------------------------------------------------------------------------

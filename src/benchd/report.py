@@ -14,7 +14,7 @@ from rich.table import Table
 
 from benchd.compare import Comparison, Side
 from benchd.environment import RunMetadata
-from benchd.records import LatencyStats, RequestRecord, StageSummary
+from benchd.records import LatencyStats, StageSummary
 from benchd.runner import RunOutcome
 from benchd.sampler import HardwareSummary
 from benchd.spec import RunSpec
@@ -31,46 +31,22 @@ CSV_COLUMNS = [
 ]
 
 
-def _relative(t: float | None, origin: float) -> float | None:
-    return None if t is None else t - origin
-
-
-def request_row(stage: str, record: RequestRecord, origin: float) -> dict[str, object]:
-    """One request, stamps relative to the stage's start (s); token_times_s repeats a stamp per token it carried."""
-    stamps = record.arrival_s
-    token_times = " ".join(
-        f"{t - origin:.6f}" for t, n in zip(stamps, record.arrival_tokens) for _ in range(n)
-    )
-    return {
-        "stage": stage,
-        "index": record.index,
-        "request_id": record.request_id,
-        "warmup": int(record.warmup),
-        "prompt_tokens": record.prompt_tokens,
-        "max_new_tokens": record.max_new_tokens,
-        "output_tokens": record.output_tokens,
-        "scheduled_s": _relative(record.scheduled_s, origin),
-        "submitted_s": _relative(record.submitted_s, origin),
-        "admitted_s": _relative(record.admitted_s, origin),
-        "first_token_s": _relative(stamps[0] if stamps else None, origin),
-        "last_token_s": _relative(stamps[-1] if stamps else None, origin),
-        "finished_s": _relative(record.finished_s, origin),
-        "dispatch_lag_s": record.dispatch_lag_s,
-        "queue_s": record.queue_s,
-        "ttft_s": record.ttft_s,
-        "tpot_s": record.tpot_s,
-        "e2e_s": record.e2e_s,
-        "error": record.error,
-        "trace_id": record.trace_id,
-        "token_times_s": token_times,
-    }
+def csv_row(row: dict[str, object]) -> dict[str, object]:
+    """A request as a CSV row, from its stored form (RequestRecord.to_row): token_times_s repeats an arrival's
+    stamp once per token it carried."""
+    stamps, counts = row["arrival_s"] or [], row["arrival_tokens"] or []
+    token_times = " ".join(f"{t:.6f}" for t, n in zip(stamps, counts) for _ in range(n))
+    out = {key: row.get(key) for key in CSV_COLUMNS}
+    out.update(warmup=int(bool(row["warmup"])), first_token_s=stamps[0] if stamps else None,
+               last_token_s=stamps[-1] if stamps else None, token_times_s=token_times)
+    return out
 
 
 def write_csv(rows, file) -> None:
-    """None becomes an empty cell; floats keep full precision."""
+    """Stored request rows as CSV; None becomes an empty cell, floats keep full precision."""
     writer = csv.DictWriter(file, fieldnames=CSV_COLUMNS)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(csv_row(row) for row in rows)
 
 
 TIMING_COLUMNS = ["stage_index", "stage", "series", "index", "warmup", "seconds"]
@@ -98,7 +74,7 @@ def write_outputs(outcome: RunOutcome | TimedOutcome, out_dir: Path) -> list[Pat
                 writer.writerows(r.csv_row() for r in outcome.results)
             written.append(out_dir / "kernels.csv")
         return written
-    rows = [request_row(stage.label, record, stage.start_s)
+    rows = [record.to_row(stage.label, stage.start_s)
             for stage in outcome.stages for record in sorted(stage.records, key=lambda r: r.index)]
     with (out_dir / "requests.csv").open("w", newline="") as f:
         write_csv(rows, f)

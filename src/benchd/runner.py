@@ -66,8 +66,9 @@ class Recorder:
     """The TokenSink of one stage: writes engine events into the records and tells the observer
     (engine thread: keep it cheap)."""
 
-    def __init__(self, observer: RunTelemetry) -> None:
+    def __init__(self, observer: RunTelemetry, on_finished: Callable[[RequestRecord], None] | None = None) -> None:
         self.observer = observer
+        self.on_finished = on_finished  # e.g. the store's incremental writer
         self.records: dict[str, RequestRecord] = {}
         self.completions: queue.SimpleQueue[RequestRecord] = queue.SimpleQueue()
         self.measured_tokens = 0  # output tokens of non-warm-up requests so far
@@ -118,6 +119,8 @@ class Recorder:
             record.error = error
             record.finished_s = t
             self.observer.finished(record)
+            if self.on_finished is not None:
+                self.on_finished(record)
             self.completions.put(record)
 
 
@@ -134,6 +137,7 @@ class Stage:
         index: int = 0,
         stages: int = 1,
         clock: Callable[[], float] = time.perf_counter,
+        on_finished: Callable[[Stage, RequestRecord], None] | None = None,
     ) -> None:
         self.engine, self.spec, self.profile = engine, spec, profile
         self.workload = spec.workload
@@ -142,7 +146,7 @@ class Stage:
         self.index, self.stages = index, stages
         self.clock = clock
         self.observer = observer
-        self.recorder = Recorder(observer)
+        self.recorder = Recorder(observer, None if on_finished is None else lambda r: on_finished(self, r))
         self._measure_start: float | None = None  # the first measured request's scheduled time
         self.in_flight: dict[str, RequestRecord] = {}
         self.kv_peak: float | None = None
@@ -376,8 +380,10 @@ def run(
     telemetry: Telemetry | None = None,
     run_id: str | None = None,
     hardware: HardwareSampler | None = None,
+    on_finished: Callable[[Stage, RequestRecord], None] | None = None,
 ) -> RunOutcome:
-    """Load (unless given), run every stage, and return what was measured, whatever happened."""
+    """Load (unless given), run every stage, and return what was measured, whatever happened. on_finished gets
+    each record as it finishes (on the engine's thread)."""
     run_id = run_id or uuid.uuid4().hex
     server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
     if server:
@@ -416,7 +422,8 @@ def run(
         metadata.trace_id = observer.run_trace_id
         for index, profile in enumerate(stages):
             # Every stage sends the same request contents: load levels differ only in timing.
-            stage = Stage(engine, spec, profile, new_stream().__next__, observer, index, len(stages))
+            stage = Stage(engine, spec, profile, new_stream().__next__, observer, index, len(stages),
+                          on_finished=on_finished)
             outcome.stages.append(stage)
             stage.run(stop, on_progress)
         outcome.status, outcome.error = _judge(outcome.stages)

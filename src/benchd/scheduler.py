@@ -16,10 +16,10 @@ from benchd.config import Settings
 from benchd.engines import Engine, create_engine
 from benchd.events import RunEvent, RunEvents
 from benchd.models import LoadedModel, load_model
-from benchd.runner import Progress, RunOutcome, StopSignal, run
+from benchd.runner import Progress, RunOutcome, StopSignal, check_fits, run
 from benchd.spec import RunSpec, length_upper_bound
 from benchd.sampler import HardwareSampler
-from benchd.store import Store
+from benchd.store import StageRequests, Store, StoreUnavailable
 from benchd.telemetry import Telemetry
 from benchd.timed import TimedOutcome, run_timed
 
@@ -109,7 +109,12 @@ class Scheduler:
 
     def start(self) -> None:
         now = time.monotonic()
-        for row in self.store.list_schedules():
+        try:
+            rows = self.store.list_schedules()
+        except StoreUnavailable as error:
+            log.error("schedules could not be read: %s", error)
+            rows = []
+        for row in rows:
             spec = RunSpec.model_validate(row["spec"])
             self._schedules[row["name"]] = Schedule(row["name"], spec, row["interval_s"], row["enabled"], now)
         self._engine_thread.start()
@@ -125,7 +130,7 @@ class Scheduler:
             self._queue.clear()
             self._cond.notify_all()
         for job in dropped:
-            self._end(job.run_id, "cancelled", "the daemon stopped before the run started")
+            self._end(job.run_id, "cancelled", "the daemon stopped before the run started", "queue")
         self._engine_thread.join(timeout_s)
         self._schedule_thread.join(5)
 
@@ -159,7 +164,7 @@ class Scheduler:
             if job is None:
                 return None
             self._queue.remove(job)
-        self._end(run_id, "cancelled", "cancelled before it started")
+        self._end(run_id, "cancelled", "cancelled before it started", "queue")
         return "cancelled"
 
     def put_schedule(self, name: str, spec: RunSpec, interval_s: float, enabled: bool = True) -> Schedule:
@@ -172,8 +177,9 @@ class Scheduler:
 
     def delete_schedule(self, name: str) -> bool:
         with self._cond:
-            self._schedules.pop(name, None)
-        return self.store.delete_schedule(name)
+            found = self._schedules.pop(name, None) is not None
+        self.store.delete_schedule(name)
+        return found
 
     # ---- the engine thread ---------------------------------------------------------------------
 
@@ -209,15 +215,28 @@ class Scheduler:
             # Loading is part of the run: a model that fails to load fails this run, not the daemon.
             load_s = (None if spec.engine == "openai"  # the server holds the model
                       else self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code))
+            if self._loaded is not None and spec.engine != "openai":
+                check_fits(spec, self._loaded)
             engine = self._engine_for(spec)
         except Exception as error:  # the daemon's boundary around what precedes the runner's own
-            self._end(job.run_id, "failed", f"{type(error).__name__}: {error}")
+            self._end(job.run_id, "failed", f"{type(error).__name__}: {error}", "load")
             return
+        writer = self.store.requests_writer(job.run_id)
+        stages: dict[int, StageRequests] = {}
+
+        def written(stage, record) -> None:
+            key = stages.get(stage.index)
+            if key is None:
+                key = stages[stage.index] = StageRequests(stage.index, stage.label, stage.start_s)
+            writer.add(key, record)
+
         outcome = run(spec, loaded=self._loaded, engine=engine, stop=job.stop,
                       on_progress=self._progress_publisher(job.run_id), telemetry=self.telemetry, run_id=job.run_id,
-                      hardware=self.hardware)
+                      hardware=self.hardware, on_finished=written)
         if outcome.metadata is not None:
             outcome.metadata.model_load_s = load_s
+        writer.close((StageRequests(i, stage.label, stage.start_s), stage.records)
+                     for i, stage in enumerate(outcome.stages))
         self._record(job, outcome)
 
     def _execute_timed(self, job: Job) -> None:
@@ -236,14 +255,13 @@ class Scheduler:
         self._record(job, outcome)
 
     def _record(self, job: Job, outcome: RunOutcome | TimedOutcome) -> None:
-        self.store.finish_run(job.run_id, outcome)
+        summaries = store_outcome(self.store, job.run_id, outcome)
         if job.schedule in self._schedules:
             self._schedules[job.schedule].last_run_id = job.run_id
             # Baselines compare generation latencies; timed runs are compared with `benchd runs show`.
             if outcome.status == "succeeded" and job.spec.kind == "generate":
                 self._check_regression(job)
-        summary = {"status": outcome.status, "error": outcome.error,
-                   "stages": [s.model_dump(mode="json") for s in outcome.summaries()]}
+        summary = {"status": outcome.status, "error": outcome.error, "stages": summaries}
         self.events.publish(job.run_id, RunEvent("summary", summary, final=True))
 
     def _check_regression(self, job: Job) -> None:
@@ -261,8 +279,8 @@ class Scheduler:
             if change.relative_change is not None:
                 metrics.regression_change.labels(job.spec.name, change.metric).set(change.relative_change)
 
-    def _end(self, run_id: str, status: str, error: str | None) -> None:
-        self.store.set_status(run_id, status, error)
+    def _end(self, run_id: str, status: str, error: str | None, error_stage: str | None = None) -> None:
+        self.store.set_status(run_id, status, error, error_stage)
         self.events.publish(run_id, RunEvent("summary", {"status": status, "error": error, "stages": []},
                                              final=True))
 
@@ -343,6 +361,21 @@ class Scheduler:
             self.submit(schedule.spec, schedule=schedule.name)
         except QueueFull:
             schedule.skipped += 1
+
+
+def store_outcome(store: Store, run_id: str, outcome: RunOutcome | TimedOutcome) -> list[dict]:
+    """The run's end in the store; its stage summaries as stored."""
+    summaries = [s.model_dump(mode="json") for s in outcome.summaries()]
+    meta = outcome.metadata.model_dump(mode="json") if outcome.metadata else None
+    timings = ([{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
+                 "seconds": t.seconds} for t in outcome.timings] if isinstance(outcome, TimedOutcome) else [])
+    store.finish_run(
+        run_id, status=outcome.status, error=outcome.error,
+        error_stage="run" if outcome.status == "failed" else None, subject=outcome.spec.subject,
+        label=meta.get("label") if meta else outcome.spec.label, summaries=summaries, metadata=meta,
+        hardware=outcome.hardware.model_dump(mode="json") if outcome.hardware else None, timeline=None,
+        timings_rows=timings)
+    return summaries
 
 
 def _empty_cuda_cache() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
@@ -21,9 +22,12 @@ from benchd.models import LoadedModel, load_model
 from benchd.sampler import HardwareSampler
 from benchd.scheduler import DEFAULT_SCHEDULE_SPEC, Scheduler
 from benchd.spec import RunSpec
-from benchd.store import Store
+from benchd.store import Store, StoreUnavailable
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
+
+
+RETRY_AFTER_S = 5  # what a 503 (the database is unreachable) asks clients to wait
 
 
 def create_app(
@@ -35,8 +39,9 @@ def create_app(
     an NVML stand-in."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store(settings.database_url)
-        store.recover()
+        store = Store(settings.database_url, settings.spool_dir, settings.spool_max_bytes, settings.node_name)
+        store.start()
+        store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
         registry = CollectorRegistry()
         metrics = Metrics(registry, settings.buckets)
         telemetry = Telemetry(metrics, build_tracer_provider(
@@ -48,13 +53,12 @@ def create_app(
         sampler.start()
         events = RunEvents()
         scheduler = Scheduler(settings, store, events, loader, telemetry, sampler)
-        if settings.default_schedule:
-            spec = RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC)
-            store.put_schedule("default", spec.model_dump(mode="json", exclude_unset=True),
-                               settings.default_schedule_interval_s)
-        else:
-            store.delete_schedule("default")
         scheduler.start()  # the engine thread loads the model; /readyz says when it is ready
+        if settings.default_schedule:
+            scheduler.put_schedule("default", RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC),
+                                   settings.default_schedule_interval_s)
+        else:
+            scheduler.delete_schedule("default")
         app.state.services = Services(settings, store, scheduler, events, registry)
         try:
             yield
@@ -72,4 +76,9 @@ def create_app(
     )
     for module in (runs, schedules, compare, health):
         app.include_router(module.router)
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(request: Request, error: StoreUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
     return app

@@ -22,8 +22,12 @@ def healthz() -> dict[str, str]:
 @router.get("/readyz", responses={503: {"description": "The model is not loaded or the scheduler is not alive."}})
 def readyz(services: ServicesDep) -> JSONResponse:
     scheduler = services.scheduler
+    store = services.store.health
     body = {"model_loaded": scheduler.model_loaded, "scheduler_alive": scheduler.alive,
-            "model": services.settings.model, "queued": scheduler.queued(), "load_error": scheduler.load_error}
+            "model": services.settings.model, "queued": scheduler.queued(), "load_error": scheduler.load_error,
+            # degraded: the database is unreachable; runs go on and their writes wait in the journal
+            "store": store.state, "store_pending_writes": store.pending, "store_journal_bytes": store.journal_bytes,
+            "store_error": store.last_error}
     ready = scheduler.model_loaded and scheduler.alive
     return JSONResponse(body, status_code=status.HTTP_200_OK if ready else status.HTTP_503_SERVICE_UNAVAILABLE)
 

@@ -38,6 +38,9 @@ class RunView(BaseModel):
     spec: dict[str, Any]
     summary: list[StageSummary | TrainStepSummary | KernelResult] | None  # by the spec's kind
     error: str | None
+    error_stage: str | None = None  # where a run that did not succeed ended: queue, load, start, run, worker…
+    node: str | None = None  # the node (host) that ran it
+    pod: str | None = None
     metadata: dict[str, Any] | None
     hardware: dict[str, Any] | None
     energy_per_token_j: float | None
@@ -47,7 +50,8 @@ class RunView(BaseModel):
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> RunView:
-        return cls(metadata=row["run_metadata"], **{k: v for k, v in row.items() if k != "run_metadata"})
+        return cls(metadata=row["run_metadata"],
+                   **{k: v for k, v in row.items() if k not in ("run_metadata", "timeline")})
 
 
 class RunPage(BaseModel):

@@ -1,0 +1,339 @@
+"""Run history: runs, their stages, per-request records and timings, schedules and baselines; SQLite or
+PostgreSQL, one schema brought up to date by migrations. Writes go through the spool (journaled, applied in
+order, retried through outages); reads go to the database and raise StoreUnavailable while it is down."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchd.records import RequestRecord, summarize
+from benchd.spec import RunSpec
+from benchd.store import migrate
+from benchd.store.schema import baselines, requests, run_stages, runs, schedules, timings
+from benchd.store.spool import Spool, SpoolState, unreachable
+
+TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
+# How long a caller that needs its write visible (a new run's row) waits for it before going on spooled.
+VISIBLE_WAIT_S = 2.0
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be read right now (writes keep waiting in the spool)."""
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """SQLite gives back naive datetimes; everything benchd stores is UTC."""
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
+@dataclass(slots=True)
+class Page:
+    items: list[dict[str, Any]]
+    total: int
+
+
+@dataclass(slots=True)
+class StageRequests:
+    """One stage's records being written while the run goes on."""
+
+    index: int
+    label: str
+    origin: float  # the stage's start: stamps are stored relative to it
+
+
+class RequestWriter:
+    """A run's request records, written about once a second while it runs (and at its end), so a process killed
+    mid-run keeps what was measured up to the last flush. add() runs on the thread that finishes records."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        self._waiting: list[tuple[StageRequests, RequestRecord]] = []
+        self._added: set[tuple[int, int]] = set()
+        store.spool.add_buffer(run_id, self.drain)
+
+    def add(self, stage: StageRequests, record: RequestRecord) -> None:
+        self._added.add((stage.index, record.index))
+        self._waiting.append((stage, record))  # list.append: atomic, no lock on the finishing thread
+
+    def drain(self) -> dict[str, Any] | None:
+        waiting, self._waiting = self._waiting, []
+        if not waiting:
+            return None
+        rows = [{"stage_index": stage.index, **record.to_row(stage.label, stage.origin)} for stage, record in waiting]
+        return {"op": "requests", "run_id": self.run_id, "rows": rows}
+
+    def close(self, stages: Iterable[tuple[StageRequests, Iterable[RequestRecord]]] = ()) -> None:
+        """Journal what is left, with the stages' records that never finished, and stop flushing."""
+        self.store.spool.remove_buffer(self.run_id)
+        for stage, records in stages:
+            self._waiting.extend((stage, r) for r in records if (stage.index, r.index) not in self._added)
+        op = self.drain()
+        if op is not None:
+            self.store.spool.submit(op)
+
+
+class Store:
+    def __init__(self, url: str, spool_dir: str | Path = "benchd-spool", spool_max_bytes: int = 256 << 20,
+                 node: str | None = None, pod: str | None = None, on_error=lambda component: None) -> None:
+        self.url = url
+        self.node, self.pod = node or socket.gethostname(), pod
+        connect_args = {"connect_timeout": 5} if url.startswith("postgresql") else {}
+        self.engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        if self.engine.dialect.name == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.spool = Spool(Path(spool_dir), self._apply, spool_max_bytes, on_error)
+        self.recovered: int | None = None  # runs a crash had left running, once recovery ran
+
+    def start(self) -> None:
+        """Migrations, what the journal holds from before, and recovery run on the spool's thread: the daemon
+        starts even while the database is down, and catches up when it answers."""
+        self.spool.start(prepare=lambda: migrate.upgrade(self.engine), on_ready=self._recover)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Whether migrations and recovery have run (the database answered) within timeout_s."""
+        return self.spool.ready.wait(timeout_s)
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Whether every write so far reached the database within timeout_s."""
+        return self.spool.flush(timeout_s)
+
+    @property
+    def health(self) -> SpoolState:
+        return self.spool.status
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.spool.close(timeout_s)
+        self.engine.dispose()
+
+    # ---- writes (journaled) ----------------------------------------------------------------------
+
+    def create_run(self, run_id: str, spec: dict, schedule: str | None = None) -> None:
+        parsed = RunSpec.model_validate(spec)
+        self._visible({"op": "create_run", "run": {
+            "id": run_id, "status": "queued", "workload": parsed.name, "model": parsed.subject,
+            "engine": parsed.runner, "label": spec.get("label"), "schedule": schedule, "spec": spec,
+            "created_at": _iso(now())}})
+
+    def mark_running(self, run_id: str) -> None:
+        self._update(run_id, status="running", started_at=_iso(now()))
+
+    def set_status(self, run_id: str, status: str, error: str | None = None, error_stage: str | None = None) -> None:
+        values: dict[str, Any] = {"status": status, "error": error, "error_stage": error_stage}
+        if status in TERMINAL:
+            values["finished_at"] = _iso(now())
+        self._update(run_id, **values)
+
+    def requests_writer(self, run_id: str) -> RequestWriter:
+        return RequestWriter(self, run_id)
+
+    def finish_run(self, run_id: str, *, status: str, error: str | None, error_stage: str | None,
+                   subject: str, label: str | None, summaries: list[dict], metadata: dict | None,
+                   hardware: dict | None, timeline: dict | None, timings_rows: list[dict] = ()) -> None:
+        """The run's end: its figures, one row per generation stage for SQL, and a timed run's timings."""
+        stage_rows = [{
+            "stage_index": i, "stage": s["stage"], "status": s["status"], "requests": s["requests"],
+            "errors": s["errors"], "duration_s": s["duration_s"], "output_tokens_per_s": s["output_tokens_per_s"],
+            "requests_per_s": s["requests_per_s"], "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p99_s": s["ttft_s"]["p99"],
+            "itl_p50_s": s["itl_s"]["p50"], "itl_p99_s": s["itl_s"]["p99"], "tpot_p50_s": s["tpot_s"]["p50"],
+            "e2e_p99_s": s["e2e_s"]["p99"], "kv_cache_occupancy_peak": s["kv_cache_occupancy_peak"],
+        } for i, s in enumerate(summaries) if "ttft_s" in s]
+        energy = hardware.get("energy_per_output_token_joules") if hardware else None
+        self._visible({"op": "finish_run", "id": run_id, "values": {
+            "status": status, "error": error, "error_stage": error_stage, "finished_at": _iso(now()),
+            "summary": summaries, "run_metadata": metadata, "hardware": hardware, "timeline": timeline,
+            "energy_per_token_j": energy, "model": subject, "label": label,
+        }, "stages": stage_rows, "timings": list(timings_rows)})
+
+    def put_schedule(self, name: str, spec: dict, interval_s: float, enabled: bool = True) -> None:
+        self.spool.submit({"op": "put_schedule", "row": {"name": name, "spec": spec, "interval_s": interval_s,
+                                                         "enabled": enabled, "created_at": _iso(now())}})
+
+    def delete_schedule(self, name: str) -> None:
+        self.spool.submit({"op": "delete_schedule", "name": name})
+
+    def set_baseline(self, workload: str, run_id: str) -> None:
+        self.spool.submit({"op": "set_baseline", "row": {"workload": workload, "run_id": run_id,
+                                                         "set_at": _iso(now())}})
+
+    def _update(self, run_id: str, **values: Any) -> None:
+        self._visible({"op": "update_run", "id": run_id, "values": values})
+
+    def _visible(self, op: dict[str, Any]) -> None:
+        """A run's state changes are read back at once by clients: wait (briefly) until the database has it,
+        unless it is known to be down (then the journal holds it and the caller goes on)."""
+        seq = self.spool.submit(op)
+        if self.spool.status.state != "degraded":
+            self.spool.wait(seq, VISIBLE_WAIT_S)
+
+    # ---- applying operations (the spool's thread) --------------------------------------------------
+
+    def _apply(self, op: dict[str, Any]) -> None:
+        with self.engine.begin() as db:
+            kind = op["op"]
+            if kind == "create_run":
+                row = _dates(op["run"], "created_at")
+                if db.execute(sa.select(runs.c.id).where(runs.c.id == row["id"])).first() is None:
+                    db.execute(runs.insert().values(**row, node=self.node, pod=self.pod))
+            elif kind == "update_run":
+                db.execute(runs.update().where(runs.c.id == op["id"]).values(
+                    **_dates(op["values"], "started_at", "finished_at")))
+            elif kind == "requests":
+                _replace_requests(db, op["run_id"], op["rows"])
+            elif kind == "finish_run":
+                run_id = op["id"]
+                db.execute(runs.update().where(runs.c.id == run_id).values(**_dates(op["values"], "finished_at")))
+                db.execute(run_stages.delete().where(run_stages.c.run_id == run_id))
+                if op["stages"]:
+                    db.execute(run_stages.insert(), [{"run_id": run_id, **row} for row in op["stages"]])
+                db.execute(timings.delete().where(timings.c.run_id == run_id))
+                if op["timings"]:
+                    db.execute(timings.insert(), [{"run_id": run_id, **row} for row in op["timings"]])
+            elif kind == "put_schedule":
+                row = _dates(op["row"], "created_at")
+                db.execute(schedules.delete().where(schedules.c.name == row["name"]))
+                db.execute(schedules.insert().values(**row))
+            elif kind == "delete_schedule":
+                db.execute(schedules.delete().where(schedules.c.name == op["name"]))
+            elif kind == "set_baseline":
+                row = _dates(op["row"], "set_at")
+                db.execute(baselines.delete().where(baselines.c.workload == row["workload"]))
+                if db.execute(sa.select(runs.c.id).where(runs.c.id == row["run_id"])).first() is not None:
+                    db.execute(baselines.insert().values(**row))
+            else:
+                raise ValueError(f"unknown store operation {kind!r}")
+
+    def _recover(self) -> None:
+        """At start-up, after the journal is applied: this node's runs a crash left running become interrupted,
+        with a summary from the request rows written before it; queued ones (their queue was in memory) become
+        cancelled."""
+        with self.engine.begin() as db:
+            ended = now()
+            stale = db.execute(sa.select(runs.c.id, runs.c.spec).where(
+                runs.c.status == "running", sa.or_(runs.c.node == self.node, runs.c.node.is_(None)))).all()
+            for run_id, spec in stale:
+                summaries = self._summaries_from_rows(db, run_id, spec)
+                db.execute(runs.update().where(runs.c.id == run_id).values(
+                    status="interrupted", error="the daemon stopped while the run was in progress",
+                    error_stage="run", finished_at=ended, summary=summaries or None))
+            db.execute(runs.update().where(
+                runs.c.status == "queued", sa.or_(runs.c.node == self.node, runs.c.node.is_(None))).values(
+                status="cancelled", error="the daemon stopped before the run started", error_stage="queue",
+                finished_at=ended))
+        self.recovered = len(stale)
+
+    @staticmethod
+    def _summaries_from_rows(db: sa.Connection, run_id: str, spec: dict) -> list[dict]:
+        try:
+            slo = RunSpec.model_validate(spec).workload.slo
+        except ValueError:
+            slo = None
+        stages: dict[int, tuple[str, list[RequestRecord]]] = {}
+        for row in db.execute(requests.select().where(requests.c.run_id == run_id)
+                              .order_by(requests.c.stage_index, requests.c["index"])).mappings():
+            stages.setdefault(row["stage_index"], (row["stage"] or "", []))[1].append(RequestRecord.from_row(row))
+        return [summarize(label, "interrupted", records, slo).model_dump(mode="json")
+                for _, (label, records) in sorted(stages.items())]
+
+    # ---- reads -----------------------------------------------------------------------------------
+
+    def _read(self, query) -> list[dict[str, Any]]:
+        try:
+            with self.engine.connect() as db:
+                return [_row(r) for r in db.execute(query).mappings()]
+        except sa.exc.SQLAlchemyError as error:
+            if unreachable(error):
+                raise StoreUnavailable(f"the database is unreachable: {str(error).splitlines()[0]}") from None
+            raise
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._read(runs.select().where(runs.c.id == run_id))
+        return rows[0] if rows else None
+
+    def list_runs(self, status: str | None = None, model: str | None = None, workload: str | None = None,
+                  schedule: str | None = None, limit: int = 50, offset: int = 0) -> Page:
+        conditions = [column == value for column, value in (
+            (runs.c.status, status), (runs.c.model, model), (runs.c.workload, workload), (runs.c.schedule, schedule),
+        ) if value is not None]
+        query = runs.select().where(*conditions)
+        total = self._read(sa.select(sa.func.count().label("n")).select_from(query.subquery()))[0]["n"]
+        items = self._read(query.order_by(runs.c.created_at.desc(), runs.c.id).limit(limit).offset(offset))
+        return Page(items=items, total=total)
+
+    def request_rows(self, run_id: str) -> list[dict[str, Any]]:
+        query = (requests.select().where(requests.c.run_id == run_id)
+                 .order_by(requests.c.stage_index, requests.c["index"]))
+        return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
+
+    def records(self, run_id: str, stage_index: int = 0) -> list[RequestRecord]:
+        """A stage's records as measured (stamps relative to the stage's start)."""
+        query = (requests.select().where(requests.c.run_id == run_id, requests.c.stage_index == stage_index)
+                 .order_by(requests.c["index"]))
+        return [RequestRecord.from_row(row) for row in self._read(query)]
+
+    def timing_rows(self, run_id: str) -> list[dict[str, Any]]:
+        query = (timings.select().where(timings.c.run_id == run_id)
+                 .order_by(timings.c.stage_index, timings.c.series, timings.c["index"]))
+        return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
+
+    def latest_runs(self, workload: str, label: str | None, limit: int) -> list[str]:
+        """The newest succeeded runs of a workload (with that label, when given)."""
+        query = runs.select().where(runs.c.workload == workload, runs.c.status == "succeeded")
+        if label is not None:
+            query = query.where(runs.c.label == label)
+        return [row["id"] for row in self._read(query.order_by(runs.c.created_at.desc()).limit(limit))]
+
+    def baseline(self, workload: str) -> str | None:
+        rows = self._read(sa.select(baselines.c.run_id).where(baselines.c.workload == workload))
+        return rows[0]["run_id"] if rows else None
+
+    def list_baselines(self) -> list[dict[str, Any]]:
+        return self._read(baselines.select().order_by(baselines.c.workload))
+
+    def list_schedules(self) -> list[dict[str, Any]]:
+        return self._read(schedules.select().order_by(schedules.c.name))
+
+
+def _row(mapping) -> dict[str, Any]:
+    return {k: _aware(v) if isinstance(v, datetime) else v for k, v in mapping.items()}
+
+
+def _dates(values: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """Journaled operations carry ISO times; the columns take datetimes."""
+    out = dict(values)
+    for key in keys:
+        if out.get(key) is not None:
+            out[key] = datetime.fromisoformat(out[key])
+    return out
+
+
+def _replace_requests(db: sa.Connection, run_id: str, rows: list[dict[str, Any]]) -> None:
+    """Insert, replacing rows with the same keys: applying a journaled operation twice changes nothing."""
+    keys = [(row["stage_index"], row["index"]) for row in rows]
+    for start in range(0, len(keys), 500):
+        db.execute(requests.delete().where(
+            requests.c.run_id == run_id,
+            sa.tuple_(requests.c.stage_index, requests.c["index"]).in_(keys[start:start + 500])))
+    db.execute(requests.insert(), [{"run_id": run_id, **row} for row in rows])
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")  # readers (HTTP) never wait for the writer
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()

@@ -1,0 +1,117 @@
+"""The store's tables at the newest migration: what the code reads and writes (migrations/ gets a database there)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+JSON = sa.JSON().with_variant(JSONB(), "postgresql")
+TIMESTAMP = sa.DateTime(timezone=True)
+
+# Bounds shared by validation (spec, API) and the columns, so SQLite and PostgreSQL refuse the same things.
+NAME_MAX = 100  # workload and schedule names
+LABEL_MAX = 200
+MODEL_MAX = 500
+
+metadata = sa.MetaData()
+
+runs = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("workload", sa.String(NAME_MAX), nullable=False, index=True),
+    sa.Column("model", sa.String(MODEL_MAX), nullable=False, index=True),
+    sa.Column("engine", sa.String(32), nullable=False),
+    sa.Column("label", sa.String(LABEL_MAX)),
+    sa.Column("schedule", sa.String(NAME_MAX), index=True),
+    sa.Column("spec", JSON, nullable=False),
+    sa.Column("summary", JSON),  # list of stage summaries
+    sa.Column("run_metadata", JSON),
+    sa.Column("hardware", JSON),  # the run's hardware summary
+    sa.Column("timeline", JSON),  # engine load and hardware samples over the run (report pages)
+    sa.Column("energy_per_token_j", sa.Float),
+    sa.Column("error", sa.Text),
+    sa.Column("error_stage", sa.String(32)),  # where a failed run failed: queue, load, start, run, store…
+    sa.Column("node", sa.String(253), index=True),  # the node (host) that ran it: daemons may share a database
+    sa.Column("pod", sa.String(253)),
+    sa.Column("created_at", TIMESTAMP, nullable=False, index=True),
+    sa.Column("started_at", TIMESTAMP),
+    sa.Column("finished_at", TIMESTAMP),
+)
+
+# One row per stage with the figures dashboards plot, so SQL needs no JSON paths.
+run_stages = sa.Table(
+    "run_stages", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("stage_index", sa.Integer, primary_key=True),
+    sa.Column("stage", sa.String(100), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("requests", sa.Integer, nullable=False),
+    sa.Column("errors", sa.Integer, nullable=False),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("output_tokens_per_s", sa.Float, nullable=False),
+    sa.Column("requests_per_s", sa.Float, nullable=False),
+    sa.Column("ttft_p50_s", sa.Float),
+    sa.Column("ttft_p99_s", sa.Float),
+    sa.Column("itl_p50_s", sa.Float),
+    sa.Column("itl_p99_s", sa.Float),
+    sa.Column("tpot_p50_s", sa.Float),
+    sa.Column("e2e_p99_s", sa.Float),
+    sa.Column("kv_cache_occupancy_peak", sa.Float),
+)
+
+# One row per request. Stamps are seconds from the stage's start; arrival_s holds every arrival (a token or a
+# stream chunk) and arrival_tokens how many tokens each carried, so every latency can be derived again exactly.
+# The derived columns are kept for SQL.
+requests = sa.Table(
+    "requests", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("stage_index", sa.Integer, primary_key=True),
+    sa.Column("index", sa.Integer, primary_key=True),
+    sa.Column("stage", sa.String(100)),
+    sa.Column("request_id", sa.String(64)),
+    sa.Column("warmup", sa.Boolean, nullable=False),
+    sa.Column("prompt_tokens", sa.Integer),
+    sa.Column("max_new_tokens", sa.Integer),
+    sa.Column("output_tokens", sa.Integer),
+    sa.Column("scheduled_s", sa.Float),
+    sa.Column("submitted_s", sa.Float),
+    sa.Column("admitted_s", sa.Float),
+    sa.Column("finished_s", sa.Float),
+    sa.Column("dispatch_lag_s", sa.Float),
+    sa.Column("queue_s", sa.Float),
+    sa.Column("ttft_s", sa.Float),
+    sa.Column("tpot_s", sa.Float),
+    sa.Column("e2e_s", sa.Float),
+    sa.Column("error", sa.Text),
+    sa.Column("trace_id", sa.String(32)),
+    sa.Column("arrival_s", JSON),
+    sa.Column("arrival_tokens", JSON),
+)
+
+# Timed runs (training steps, kernels): every repetition, warm-up flagged, so nothing measured is lost.
+timings = sa.Table(
+    "timings", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("stage_index", sa.Integer, primary_key=True),
+    sa.Column("series", sa.String(32), primary_key=True),
+    sa.Column("index", sa.Integer, primary_key=True),
+    sa.Column("warmup", sa.Boolean, nullable=False),
+    sa.Column("seconds", sa.Float, nullable=False),
+)
+
+schedules = sa.Table(
+    "schedules", metadata,
+    sa.Column("name", sa.String(NAME_MAX), primary_key=True),
+    sa.Column("spec", JSON, nullable=False),
+    sa.Column("interval_s", sa.Float, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("created_at", TIMESTAMP, nullable=False),
+)
+
+baselines = sa.Table(
+    "baselines", metadata,
+    sa.Column("workload", sa.String(NAME_MAX), primary_key=True),
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("set_at", TIMESTAMP, nullable=False),
+)

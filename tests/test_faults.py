@@ -1,0 +1,63 @@
+"""Faults that must not stop the daemon or lose what it measured: a database outage mid-run, a kill -9."""
+
+import os
+import signal
+import time
+
+import httpx
+
+from benchd.store import Store
+from tests.helpers import PostgresServer, daemon, free_port, serve, spec, submit, wait_for
+
+
+def test_postgresql_down_and_back_during_a_run_loses_no_request(tmp_path):
+    with PostgresServer() as pg:
+        url = pg.create_database("outage")
+        with daemon(tmp_path, database_url=url, spool_dir=str(tmp_path / "spool")) as server:
+            server.wait_ready()
+            body = spec(duration=6, output=16, name="outage")
+            body["workload"]["arrivals"] = {"profile": "poisson", "rate": 25}
+            run_id = submit(server, body)
+            server.wait_status(run_id, "running")
+            time.sleep(1.0)
+            pg.stop()
+            wait_for(lambda: server.http.get("/readyz").json()["store"] == "degraded", 20, "a degraded store")
+            assert server.http.get("/readyz").status_code == 200  # it still runs benchmarks
+            assert server.http.get(f"/runs/{run_id}").status_code == 503  # reads wait for the database
+            time.sleep(4.0)  # the run ends while the database is down
+            pg.start()
+            run = server.wait_status(run_id, "succeeded", timeout_s=60)
+            stage = run["summary"][0]
+            rows = server.http.get(f"/runs/{run_id}/requests").json()
+            assert stage["requests"] > 100 and len(rows) == stage["requests"] + stage["errors"]
+            assert all(r["arrival_s"] and sum(r["arrival_tokens"]) == 16 for r in rows if r["error"] is None)
+            assert server.http.get("/readyz").json()["store"] == "ok"
+            after = server.wait_status(submit(server, spec(requests=4)), "succeeded")
+            assert after["summary"][0]["requests"] == 4
+
+
+def test_kill_9_mid_run_keeps_the_rows_written_before_it(tmp_path):
+    port = free_port()
+    process, url = serve(tmp_path, port, BENCHD_SPOOL_DIR=str(tmp_path / "spool"))
+    try:
+        http = httpx.Client(base_url=url, timeout=30)
+        long = spec(duration=120, output=16, concurrency=2, name="killed")
+        run_id = http.post("/runs", json=long).json()["id"]
+        wait_for(lambda: len(http.get(f"/runs/{run_id}/requests").json()) >= 20, 60, "rows written mid-run")
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+    written = Store(f"sqlite:///{tmp_path}/benchd.db").request_rows(run_id)  # read before the restart
+
+    process, url = serve(tmp_path, port, BENCHD_SPOOL_DIR=str(tmp_path / "spool"))
+    try:
+        run = httpx.get(f"{url}/runs/{run_id}").json()
+        assert run["status"] == "interrupted" and run["error_stage"] == "run"
+        rows = httpx.get(f"{url}/runs/{run_id}/requests").json()
+        assert len(rows) >= len(written) >= 20  # the journal may hold a flush the database had not applied
+        (stage,) = run["summary"]
+        assert stage["requests"] == sum(1 for r in rows if r["error"] is None and not r["warmup"])
+        assert stage["output_tokens"] == sum(sum(r["arrival_tokens"]) for r in rows)
+    finally:
+        process.terminate()
+        process.wait(30)
