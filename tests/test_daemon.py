@@ -129,7 +129,7 @@ def test_bad_specs_and_limits_are_422_naming_the_field(tmp_path, tiny_dir):
         assert "9 exceeds" in found["body.workload.arrivals"]
         assert "exceeds" in problems(post(spec(duration=31)))["body.workload.stop.duration_s"]
         rate = {"workload": {"arrivals": {"profile": "sweep", "over": "poisson", "values": [10, 60]}}}
-        assert "60 exceeds" in problems(post(rate))["body.workload.arrivals"]
+        assert "60 exceeds" in problems(post(rate))["body.workload.arrivals.values.1"]
 
         assert "cannot be enabled over HTTP" in problems(post({"trust_remote_code": True}))["body.trust_remote_code"]
         for ref in ("gpt2", "some-org/some-model", "/etc", "../../etc", f"{tiny_dir.parent}/../x"):

@@ -95,6 +95,45 @@ def test_series_stay_bounded_over_many_runs(tiny, registry):
     assert not any("run_id" in dict(labels) or "request_id" in dict(labels) for _, labels in before)
 
 
+def test_series_stay_bounded_whatever_workload_names_clients_send(registry):
+    """150 runs, each with its own name: at most max_workloads names keep series; the least recently run go."""
+    from benchd.records import RequestRecord
+
+    metrics = Metrics(registry, max_workloads=50)
+    telemetry = Telemetry(metrics)
+    for i in range(150):
+        observer = telemetry.for_run(f"run{i}", "tiny", "transformers", f"workload-{i}")
+        observer.run_started(0.0)
+        record = RequestRecord(index=0, request_id="r", warmup=False, prompt_tokens=4, max_new_tokens=2,
+                               scheduled_s=0.0, submitted_s=0.0, admitted_s=0.001)
+        observer.submitted(record)
+        observer.admitted(record)
+        for t in (0.01, 0.02):
+            record.arrival_s.append(t)
+            record.arrival_tokens.append(1)
+            observer.tokens(record, t, 1)
+        record.finished_s = 0.02
+        observer.finished(record)
+        observer.run_finished(0.03, "succeeded", None)
+    page = generate_latest(registry).decode()
+    workloads = {s.labels["workload"] for f in registry.collect() for s in f.samples if "workload" in s.labels}
+    assert workloads == {f"workload-{i}" for i in range(100, 150)}
+    assert registry.get_sample_value("benchd_series_evicted_total", {"reason": "max_workloads"}) == 100
+    assert registry.get_sample_value("benchd_workloads_tracked") == 50
+    per_workload = page.count('workload="workload-149"')
+    assert len(page.splitlines()) < 60 * (per_workload + 1)
+
+
+def test_the_daemon_caps_its_workloads(tmp_path):
+    with daemon(tmp_path, metrics={"max_workloads": 2}) as server:
+        server.wait_ready()
+        for name in ("one", "two", "three"):
+            server.wait_status(submit(server, spec(requests=1, output=2, name=name)), "succeeded")
+        page = server.http.get("/metrics").text
+        assert 'workload="one"' not in page and 'workload="two"' in page and 'workload="three"' in page
+        assert 'benchd_series_evicted_total{reason="max_workloads"} 1.0' in page
+
+
 def test_gauges_are_live_during_a_run(tiny, registry):
     spec = make_spec(workload={"arrivals": {"profile": "concurrent", "concurrency": 4}, "stop": {"requests": 24},
                                "output_tokens": {"dist": "fixed", "value": 48}})

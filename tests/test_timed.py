@@ -15,7 +15,7 @@ from benchd.scheduler import store_outcome
 from benchd.store import Store
 from benchd.telemetry import Telemetry
 from benchd.timed import run_timed
-from benchd.timed.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
+from benchd.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
 from benchd.timed.kernel import attention, attention_flops, matmul_flops
 from benchd.tracing import build_tracer_provider
 from tests.helpers import daemon, submit

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
-from benchd.metrics import HistogramBuckets
+from benchd.metrics import HistogramBuckets, MetricsSettings
 
 
 class Limits(BaseModel):
@@ -27,6 +27,12 @@ class Limits(BaseModel):
     max_stages: Annotated[int, Field(ge=1)] = 32  # load levels, warm-up study levels, kernel shapes × implementations
     max_steps: Annotated[int, Field(ge=1)] = 10_000  # a training step's warm-up + measured steps
     max_repeats: Annotated[int, Field(ge=1)] = 100_000  # a kernel's warm-up + measured calls
+    max_flush_bytes: Annotated[int, Field(ge=0)] = 2**30  # a kernel's cache-flush buffer
+    # What one run may need in memory (weights, KV cache, activations, a timed run's tensors; estimated from the
+    # spec): this many bytes, or unset: memory_fraction of the device's available memory (host RAM for a CPU, free
+    # GPU memory for CUDA, counting what benchd itself holds and would release).
+    memory_bytes: Annotated[int, Field(ge=1)] | None = None
+    memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
 
 
 class Settings(BaseSettings):
@@ -49,9 +55,11 @@ class Settings(BaseSettings):
     default_schedule: bool = True  # run a small workload on the daemon's model every interval
     default_schedule_interval_s: Annotated[float, Field(gt=0)] = 60.0
     queue_max: Annotated[int, Field(ge=1)] = 16
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 1 << 20  # a request body larger than this gets 413
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
     buckets: HistogramBuckets = HistogramBuckets()
+    metrics: MetricsSettings = MetricsSettings()
     compare_threshold: Annotated[float, Field(ge=0)] = 0.05  # a change smaller than this is no regression
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
     hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0  # the sampler behind each run's hardware summary

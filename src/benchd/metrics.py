@@ -6,16 +6,19 @@ import math
 import threading
 import time
 from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 LABELS = ("model", "engine", "workload")
+MAX_SERIES = 10_000  # per family, whatever clients send
 
 
 def _ladder(*decades: tuple[float, ...]) -> list[float]:
@@ -106,13 +109,17 @@ class _HotFamily(Collector):
     """Series by label values, for the per-token path: prometheus_client's Histogram takes two locks and validates
     exemplar labels on every observation (about 2 µs with an exemplar); these take a fraction of that. They assume
     one writing thread per series, which holds because one run at a time owns the engine and its token thread
-    (the dispatcher writes only its own series). Read by collect() at scrape time."""
+    (the dispatcher writes only its own series). Read by collect() at scrape time.
 
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
-                 registry: CollectorRegistry) -> None:
+    Series can be removed (a workload evicted from the live set) and there are at most max_series of them: beyond,
+    the least recently bound goes, so no client can grow the page without bound."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], registry: CollectorRegistry,
+                 max_series: int = MAX_SERIES, on_evict: Callable[[str, int], None] | None = None) -> None:
         self.name, self.documentation, self.labelnames = name, documentation, labelnames
-        self.series: dict[tuple[str, ...], Any] = {}
-        self._lock = threading.Lock()  # only for adding a series
+        self.series: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+        self.max_series, self.on_evict = max_series, on_evict
+        self._lock = threading.Lock()  # only for adding, binding and removing series
         registry.register(self)
 
     def _new_series(self) -> Any:
@@ -123,14 +130,31 @@ class _HotFamily(Collector):
             series = self.series.get(values)
             if series is None:
                 series = self.series[values] = self._new_series()
+                if len(self.series) > self.max_series:
+                    self.series.popitem(last=False)
+                    if self.on_evict is not None:
+                        self.on_evict("max_series", 1)
+            else:
+                self.series.move_to_end(values)
         return series
+
+    def forget(self, label: str, value: str) -> int:
+        """Remove every series whose label has this value; how many went."""
+        if label not in self.labelnames:
+            return 0
+        position = self.labelnames.index(label)
+        with self._lock:
+            gone = [values for values in self.series if values[position] == value]
+            for values in gone:
+                del self.series[values]
+        return len(gone)
 
 
 class HotHistogram(_HotFamily):
     def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: list[float],
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, **kwargs: Any) -> None:
         self.bounds = [*bounds, math.inf]
-        super().__init__(name, documentation, labelnames, registry)
+        super().__init__(name, documentation, labelnames, registry, **kwargs)
 
     def _new_series(self) -> _HistogramSeries:
         return _HistogramSeries(self.bounds)
@@ -165,12 +189,64 @@ class HotCounter(_HotFamily):
         return [family]
 
 
-class Metrics:
-    def __init__(self, registry: CollectorRegistry, buckets: HistogramBuckets | None = None) -> None:
-        b = buckets or HistogramBuckets()
+class _GaugeSeries:
+    __slots__ = ("value",)
 
-        def histogram(name: str, doc: str, bounds: list[float]) -> HotHistogram:
-            return HotHistogram(name, doc, LABELS, bounds, registry)
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def set(self, value: float) -> None:
+        self.value = float(value)
+
+    def set_to_current_time(self) -> None:
+        self.value = time.time()
+
+
+class HotGauge(_HotFamily):
+    def _new_series(self) -> _GaugeSeries:
+        return _GaugeSeries()
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, series in list(self.series.items()):
+            family.add_metric(values, series.value)
+        return [family]
+
+
+class MetricsSettings(BaseModel):
+    """BENCHD_METRICS__MAX_WORKLOADS: distinct workload label values live at once; the least recently run
+    workload's series are removed beyond it (its histograms start again if it runs later)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_workloads: Annotated[int, Field(ge=1)] = 50
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry, buckets: HistogramBuckets | None = None,
+                 max_workloads: int = MetricsSettings().max_workloads) -> None:
+        b = buckets or HistogramBuckets()
+        self.max_workloads = max_workloads
+        self._workloads: OrderedDict[str, None] = OrderedDict()  # least recently run first
+        self._lock = threading.Lock()
+        self.evicted = Counter("benchd_series_evicted", "Label sets removed to keep the series bounded: a workload "
+                               "beyond BENCHD_METRICS__MAX_WORKLOADS, or a family over its series cap.",
+                               ("reason",), registry=registry)
+        self.workloads = Gauge("benchd_workloads_tracked", "Distinct workload label values with live series.",
+                               registry=registry)
+        on_evict = lambda reason, n: self.evicted.labels(reason).inc(n)  # noqa: E731
+        self._families: list[_HotFamily] = []
+
+        def family(cls, name: str, doc: str, labels: tuple[str, ...] = LABELS, **kwargs: Any) -> Any:
+            made = cls(name, doc, labels, registry=registry, on_evict=on_evict, **kwargs)
+            self._families.append(made)
+            return made
+
+        def histogram(name: str, doc: str, bounds: list[float], labels: tuple[str, ...] = LABELS) -> HotHistogram:
+            return family(HotHistogram, name, doc, labels, bounds=bounds)
 
         self.ttft = histogram("benchd_time_to_first_token_seconds",
                               "First token − scheduled time, per request.", b.ttft_s)
@@ -185,51 +261,53 @@ class Metrics:
         self.dispatch_lag = histogram("benchd_dispatch_lag_seconds",
                                       "Submission − scheduled time: the dispatcher's own lateness.",
                                       b.dispatch_lag_s)
-        self.prompt_tokens = Counter("benchd_prompt_tokens", "Prompt tokens of admitted requests.", LABELS,
-                                     registry=registry)
-        self.generation_tokens = HotCounter("benchd_generation_tokens", "Output tokens generated.", LABELS,
-                                            registry)
-        self.requests = Counter("benchd_requests", "Finished requests by outcome (success, error, cancelled).",
-                                (*LABELS, "outcome"), registry=registry)
-        self.request_errors = Counter("benchd_request_errors", "Failed requests by error type (http_500, timeout, "
-                                      "disconnected, malformed_chunk, …).", (*LABELS, "error_type"),
-                                      registry=registry)
-        self.runs = Counter("benchd_runs", "Finished runs by status.", (*LABELS, "status"), registry=registry)
-        self.running = Gauge("benchd_requests_running", "Requests the engine is working on.", LABELS,
-                             registry=registry)
-        self.waiting = Gauge("benchd_requests_waiting", "Requests submitted but not yet admitted by the engine.",
-                             LABELS, registry=registry)
-        self.kv_usage = Gauge("benchd_kv_cache_usage_ratio", "Used / total blocks of the paged KV cache (0–1).",
-                              LABELS, registry=registry)
-        self.kv_used = Gauge("benchd_kv_cache_used_blocks", "KV-cache blocks referenced by requests.", LABELS,
-                             registry=registry)
-        self.kv_total = Gauge("benchd_kv_cache_capacity_blocks", "KV-cache blocks in all.", LABELS,
-                              registry=registry)
-        self.throughput = Gauge("benchd_run_output_tokens_per_second",
-                                "The current run's output tokens per second over its measured window so far.",
-                                LABELS, registry=registry)
-        self.in_progress = Gauge("benchd_run_in_progress", "1 while a run of this workload is in progress.",
-                                 LABELS, registry=registry)
-        self.energy_per_token = Gauge("benchd_run_energy_per_output_token_joules",
-                                      "GPU energy over the latest run's measured window per output token.", LABELS,
-                                      registry=registry)
-        self.last_success = Gauge("benchd_last_success_timestamp_seconds",
-                                  "When a run of this workload last succeeded (Unix time).", LABELS,
-                                  registry=registry)
-        self.regression = Gauge("benchd_regression_detected",
-                                "1 when the latest scheduled run is significantly slower than its workload's "
-                                "baseline on this metric.", ("workload", "metric"), registry=registry)
-        self.regression_change = Gauge("benchd_regression_relative_change",
-                                       "(latest − baseline) / baseline for this metric.", ("workload", "metric"),
-                                       registry=registry)
-        self.step_duration = Histogram("benchd_step_duration_seconds",
+        self.prompt_tokens = family(HotCounter, "benchd_prompt_tokens", "Prompt tokens of admitted requests.")
+        self.generation_tokens = family(HotCounter, "benchd_generation_tokens", "Output tokens generated.")
+        self.requests = family(HotCounter, "benchd_requests",
+                               "Finished requests by outcome (success, error, cancelled).", (*LABELS, "outcome"))
+        self.request_errors = family(HotCounter, "benchd_request_errors", "Failed requests by error type (http_500, "
+                                     "timeout, disconnected, malformed_chunk, …).", (*LABELS, "error_type"))
+        self.runs = family(HotCounter, "benchd_runs", "Finished runs by status.", (*LABELS, "status"))
+        self.running = family(HotGauge, "benchd_requests_running", "Requests the engine is working on.")
+        self.waiting = family(HotGauge, "benchd_requests_waiting",
+                              "Requests submitted but not yet admitted by the engine.")
+        self.kv_usage = family(HotGauge, "benchd_kv_cache_usage_ratio",
+                               "Used / total blocks of the paged KV cache (0–1).")
+        self.kv_used = family(HotGauge, "benchd_kv_cache_used_blocks", "KV-cache blocks referenced by requests.")
+        self.kv_total = family(HotGauge, "benchd_kv_cache_capacity_blocks", "KV-cache blocks in all.")
+        self.throughput = family(HotGauge, "benchd_run_output_tokens_per_second",
+                                 "The current run's output tokens per second over its measured window so far.")
+        self.in_progress = family(HotGauge, "benchd_run_in_progress", "1 while a run of this workload is in progress.")
+        self.energy_per_token = family(HotGauge, "benchd_run_energy_per_output_token_joules",
+                                       "GPU energy over the latest run's measured window per output token.")
+        self.last_success = family(HotGauge, "benchd_last_success_timestamp_seconds",
+                                   "When a run of this workload last succeeded (Unix time).")
+        self.regression = family(HotGauge, "benchd_regression_detected",
+                                 "1 when the latest scheduled run is significantly slower than its workload's "
+                                 "baseline on this metric.", ("workload", "metric"))
+        self.regression_change = family(HotGauge, "benchd_regression_relative_change",
+                                        "(latest − baseline) / baseline for this metric.", ("workload", "metric"))
+        self.step_duration = histogram("benchd_step_duration_seconds",
                                        "A measured training step's phase (forward, backward, optimizer) and the "
-                                       "whole step, timed on the device.", ("model", "workload", "phase"),
-                                       buckets=STEP_BUCKETS, registry=registry)
-        self.kernel_duration = Histogram("benchd_kernel_duration_seconds",
+                                       "whole step, timed on the device.", STEP_BUCKETS, ("model", "workload", "phase"))
+        self.kernel_duration = histogram("benchd_kernel_duration_seconds",
                                          "One measured call of a kernel, timed on the device with the cache flushed.",
-                                         ("workload", "kernel", "implementation", "shape", "dtype"),
-                                         buckets=KERNEL_BUCKETS, registry=registry)
+                                         KERNEL_BUCKETS, ("workload", "kernel", "implementation", "shape", "dtype"))
         self.spans_dropped = Counter("benchd_spans_dropped",
                                      "Spans not delivered to the collector (queue full, export failed).",
                                      ("reason",), registry=registry)
+
+    def touch(self, workload: str) -> None:
+        """A run of this workload starts: it becomes the most recent; beyond max_workloads the least recent
+        workload's series are removed from every family (never the one starting)."""
+        with self._lock:
+            self._workloads[workload] = None
+            self._workloads.move_to_end(workload)
+            evicted = []
+            while len(self._workloads) > self.max_workloads:
+                evicted.append(self._workloads.popitem(last=False)[0])
+            self.workloads.set(len(self._workloads))
+        for name in evicted:
+            for family in self._families:
+                family.forget("workload", name)
+            self.evicted.labels("max_workloads").inc()

@@ -108,6 +108,16 @@ class HardwareSampler:
         self._stop.set()
         self._thread.join(5)
 
+    def gpu_count(self) -> int:
+        return len(self.reader.nvml.devices)
+
+    def gpu_free_bytes(self, index: str) -> int | None:
+        """Free memory of the GPU with this NVML index, None when unknown."""
+        for reading in self.reader.nvml.read():
+            if reading.gpu == index and "memory_free_bytes" in reading.values:
+                return int(reading.values["memory_free_bytes"])
+        return None
+
     def begin(self) -> None:
         """Start recording a run's samples (a first one now)."""
         first = self.reader.read()

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from benchd.compare import compare, side_from_store
+from benchd.api.admission import device_name
 from benchd.config import Settings
+from benchd.footprint import dtype_bytes, model_shape_and_weights
 from benchd.engines import Engine, create_engine
 from benchd.events import RunEvent, RunEvents
 from benchd.models import LoadedModel, load_model
@@ -83,6 +85,7 @@ class Scheduler:
         self._loaded: LoadedModel | None = None
         self._loaded_key: tuple[str, str, str] | None = None
         self.load_error: str | None = None  # why the daemon's model is not loaded, for /readyz
+        self._loaded_once = False
         self._engine: Engine | None = None
         self._engine_key: tuple | None = None
         self._engine_thread = threading.Thread(target=self._engine_loop, name="benchd-engine", daemon=True)
@@ -95,8 +98,24 @@ class Scheduler:
         return self._loaded is not None
 
     @property
+    def ready(self) -> bool:
+        """The daemon's model loaded once and runs execute (a training step releasing it does not change that)."""
+        return self.alive and self._loaded_once and self.load_error is None
+
+    @property
     def alive(self) -> bool:
         return self._engine_thread.is_alive() and self._schedule_thread.is_alive()
+
+    def held_bytes(self, device: str) -> int:
+        """Memory the cached model holds on this device (estimated; released before another model loads)."""
+        if self._loaded_key is None:
+            return 0
+        ref, dtype, loaded_on = self._loaded_key
+        if device_name(loaded_on, 1 if device.startswith("cuda") else 0) != device:
+            return 0
+        device_type = "cuda" if device.startswith("cuda") else "cpu"
+        _, weights = model_shape_and_weights(ref, dtype_bytes(dtype, device_type))
+        return weights or 0
 
     def queued(self) -> int:
         return len(self._queue)
@@ -136,12 +155,15 @@ class Scheduler:
 
     # ---- submitting and cancelling -------------------------------------------------------------
 
-    def submit(self, spec: RunSpec, schedule: str | None = None) -> str:
-        # What the spec leaves unset comes from the daemon: its model, dtype, device and label.
+    def resolve(self, spec: RunSpec) -> RunSpec:
+        """What the spec leaves unset comes from the daemon: its model, dtype, device and label."""
         daemon = {"model": self.settings.model, "dtype": self.settings.dtype, "device": self.settings.device,
                   "label": self.settings.label}
         unset = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
-        spec = spec.model_copy(update=unset)
+        return spec.model_copy(update=unset)
+
+    def submit(self, spec: RunSpec, schedule: str | None = None) -> str:
+        spec = self.resolve(spec)
         with self._cond:
             if self._closing:
                 raise QueueFull("the daemon is shutting down")
@@ -311,6 +333,7 @@ class Scheduler:
         self._loaded = self.loader(ref, dtype, device, trust_remote_code=trust_remote_code)
         self._loaded_key = (ref, dtype, device)
         self.load_error = None
+        self._loaded_once = True
         return self._loaded.load_s
 
     def _engine_for(self, spec: RunSpec) -> Engine:

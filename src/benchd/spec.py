@@ -8,20 +8,32 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-PositiveInt = Annotated[int, Field(ge=1)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+# Bounds of what a spec may hold, whoever sends it: numbers stay far inside what arithmetic, torch and the
+# databases take, and strings fit the store's columns on SQLite and PostgreSQL alike.
+INT_MAX = 2**31 - 1
+FLOAT_MAX = 1e12
+NAME_MAX = 100  # workload and schedule names
+LABEL_MAX = 200
+MODEL_MAX = 500
+PATH_MAX = 4096
+
+PositiveInt = Annotated[int, Field(ge=1, le=INT_MAX)]
+PositiveFloat = Annotated[float, Field(gt=0, le=FLOAT_MAX)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=INT_MAX)]
+NonNegativeFloat = Annotated[float, Field(ge=0, le=FLOAT_MAX)]
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: true is not 1 and "5" is not 5; every float finite (NaN and infinities refused, 1e309 included).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 # ---- length distributions (token counts) ------------------------------------------------------
 
 
 class FixedLength(_Strict):
-    dist: Literal["fixed"] = "fixed"
+    dist: Literal["fixed"]
     value: PositiveInt
 
 
@@ -42,7 +54,7 @@ class NormalLength(_Strict):
 
     dist: Literal["normal"]
     mean: PositiveFloat
-    std: Annotated[float, Field(ge=0)]
+    std: NonNegativeFloat
     min: PositiveInt = 1
     max: PositiveInt
 
@@ -79,6 +91,9 @@ def length_upper_bound(dist: FixedLength | UniformLength | NormalLength | ListLe
 
 # ---- arrival profiles (guidellm's strategies) --------------------------------------------------
 
+# Gamma's shape: 1 is Poisson, < 1 burstier. Its scale is 1 / (rate · burstiness), which must stay finite.
+Burstiness = Annotated[float, Field(ge=0.001, le=1000)]
+
 
 class Synchronous(_Strict):
     """One request at a time: the next is scheduled when the previous finishes."""
@@ -112,7 +127,7 @@ class Gamma(_Strict):
 
     profile: Literal["gamma"]
     rate: PositiveFloat
-    burstiness: PositiveFloat = 1.0
+    burstiness: Burstiness = 1.0
 
 
 class Sweep(_Strict):
@@ -121,7 +136,7 @@ class Sweep(_Strict):
     profile: Literal["sweep"]
     over: Literal["concurrent", "constant", "poisson", "gamma"]
     values: Annotated[list[PositiveFloat], Field(min_length=1)]
-    burstiness: PositiveFloat = 1.0
+    burstiness: Burstiness = 1.0
 
     @model_validator(mode="after")
     def _integral_concurrency(self) -> Sweep:
@@ -176,8 +191,8 @@ class Stop(_Strict):
 class Warmup(_Strict):
     """Requests run before measuring, cut by their scheduled time; they never enter any figure."""
 
-    requests: Annotated[int, Field(ge=0)] = 0
-    seconds: Annotated[float, Field(ge=0)] = 0.0
+    requests: NonNegativeInt = 0
+    seconds: NonNegativeFloat = 0.0
 
     @model_validator(mode="after")
     def _one_kind(self) -> Warmup:
@@ -203,8 +218,8 @@ class Workload(_Strict):
     arrivals: Arrivals = Field(default_factory=lambda: Synchronous(profile="synchronous"))
     stop: Stop = Field(default_factory=lambda: Stop(requests=16))
     warmup: Warmup = Field(default_factory=Warmup)
-    prompt_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
-    output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
+    prompt_tokens: LengthDist = Field(default_factory=lambda: FixedLength(dist="fixed", value=128))
+    output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(dist="fixed", value=128))
     ignore_eos: bool = True
     slo: SLO | None = None
     dataset: TextDataset | None = None  # text prompts for the openai engine instead of synthetic ones
@@ -223,7 +238,7 @@ class Workload(_Strict):
 class TransformersOptions(_Strict):
     """Continuous batching settings. None means: benchd's default for the device (see engines)."""
 
-    block_size: PositiveInt | None = None
+    block_size: Annotated[int, Field(ge=4, le=INT_MAX)] | None = None  # transformers' paged cache minimum
     num_blocks: PositiveInt | None = None
     max_batch_tokens: PositiveInt | None = None
     max_requests_per_batch: PositiveInt | None = None
@@ -235,12 +250,6 @@ class TransformersOptions(_Strict):
     cpu_threads: PositiveInt | None = None
     library_defaults: bool = False  # pass nothing benchd would choose: transformers' own defaults
 
-    @model_validator(mode="after")
-    def _block_size(self) -> TransformersOptions:
-        if self.block_size is not None and self.block_size < 4:
-            raise ValueError("block_size must be at least 4 tokens (transformers' paged cache minimum)")
-        return self
-
 
 class StaticOptions(_Strict):
     batch_size: PositiveInt = 8
@@ -249,17 +258,17 @@ class StaticOptions(_Strict):
 class OpenAIOptions(_Strict):
     """An OpenAI-compatible server (vLLM, TGI, SGLang, `transformers serve`, …), driven with streaming requests."""
 
-    base_url: Annotated[str, Field(pattern=r"^https?://")] = "http://127.0.0.1:8000/v1"
-    model: Annotated[str, Field(min_length=1)] | None = None  # the served model's name; default: RunSpec.model
+    base_url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] = "http://127.0.0.1:8000/v1"
+    model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] | None = None  # the served model's name; default: RunSpec.model
     api: Literal["completions", "chat"] = "completions"
     # The output limit's field: max_tokens is read by vLLM, TGI, SGLang and transformers serve on both APIs;
     # OpenAI's own chat API wants max_completion_tokens.
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None  # read at run time
+    api_key_env: Annotated[str, Field(max_length=NAME_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None  # read at run time
     extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into every request (ignore_eos, …)
     # include_usage gives the final count; continuous_usage_stats (vLLM) a running count on every chunk.
     stream_options: dict[str, Any] | None = Field(default_factory=lambda: {"include_usage": True})
-    tokenizer: str | None = None  # a local directory: sizes synthetic prompts and counts tokens in text
+    tokenizer: Annotated[str, Field(max_length=PATH_MAX)] | None = None  # a local directory: sizes synthetic prompts and counts tokens in text
     max_connections: PositiveInt | None = None  # default: the workload's concurrency, or 1,024 in open loop
     connect_timeout_s: PositiveFloat = 10.0
     stall_timeout_s: PositiveFloat = 60.0  # no byte for this long: the request fails as a timeout
@@ -278,8 +287,8 @@ class TextDataset(_Strict):
     """Prompts from a file, sampled with the workload's seed (each is used once before any repeats)."""
 
     format: Literal["jsonl", "sharegpt"]
-    path: str
-    field: str = "prompt"  # jsonl: the key holding the prompt (a line may also be a bare JSON string)
+    path: Annotated[str, Field(min_length=1, max_length=PATH_MAX)]
+    field: Annotated[str, Field(min_length=1, max_length=NAME_MAX)] = "prompt"  # jsonl: the key holding the prompt (a line may also be a bare JSON string)
 
 
 EngineName = Literal["transformers", "static", "openai"]
@@ -330,8 +339,8 @@ class _Kernel(_Strict):
     repeats: PositiveInt = 100
     flush_l2: bool = True  # overwrite a buffer larger than the last-level cache before every repeat
     flush_bytes: PositiveInt = 256 * 2**20
-    implementations: Annotated[list[str], Field(min_length=1)] | None = None  # default: all that run here
-    reference: str | None = None  # the implementation others are compared with; default: the first
+    implementations: Annotated[list[Annotated[str, Field(max_length=NAME_MAX)]], Field(min_length=1)] | None = None
+    reference: Annotated[str, Field(max_length=NAME_MAX)] | None = None  # the implementation others are compared with; default: the first
 
     IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ()
     DEFAULT: ClassVar[tuple[str, ...]] = ()
@@ -381,13 +390,13 @@ RunKind = Literal["generate", "train_step", "kernel"]
 
 
 class RunSpec(_Strict):
-    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")] = "default"
-    model: Annotated[str, Field(min_length=1)] = "tiny"
+    name: Name = "default"
+    model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] = "tiny"
     engine: EngineName = "transformers"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
-    seed: Annotated[int, Field(ge=0)] = 0
-    label: str | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    label: Annotated[str, Field(max_length=LABEL_MAX)] | None = None
     trust_remote_code: bool = False
     workload: Workload = Field(default_factory=Workload)
     transformers: TransformersOptions = Field(default_factory=TransformersOptions)

@@ -58,6 +58,7 @@ class RunTelemetry:
         m = telemetry.metrics
         self.metrics = m
         if m is not None:
+            m.touch(workload)
             labels = (model, engine, workload)
             # Children bound once per run: the hot path never looks labels up.
             self.ttft, self.itl, self.tpot = m.ttft.labels(*labels), m.itl.labels(*labels), m.tpot.labels(*labels)

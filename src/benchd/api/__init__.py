@@ -6,13 +6,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
 import benchd
 from benchd.api import compare, health, runs, schedules
+from benchd.api.admission import Memory
 from benchd.api.deps import Services
+from benchd.api.guard import validation_detail
 from benchd.config import Settings
 from benchd.events import RunEvents
 from benchd.gauges import HardwareCollector
@@ -27,7 +30,7 @@ from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
 
 
-RETRY_AFTER_S = 5  # what a 503 (the database is unreachable) asks clients to wait
+from benchd.api.schemas import RETRY_AFTER_S
 
 
 def create_app(
@@ -43,7 +46,7 @@ def create_app(
         store.start()
         store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
         registry = CollectorRegistry()
-        metrics = Metrics(registry, settings.buckets)
+        metrics = Metrics(registry, settings.buckets, settings.metrics.max_workloads)
         telemetry = Telemetry(metrics, build_tracer_provider(
             on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
         # Two instances of one reader: the collector's CPU figures cover the time between scrapes, the
@@ -59,7 +62,8 @@ def create_app(
                                    settings.default_schedule_interval_s)
         else:
             scheduler.delete_schedule("default")
-        app.state.services = Services(settings, store, scheduler, events, registry)
+        memory = Memory(lambda device: _available(sampler, device), scheduler.held_bytes)
+        app.state.services = Services(settings, store, scheduler, events, registry, sampler, memory)
         try:
             yield
         finally:
@@ -81,4 +85,17 @@ def create_app(
     async def store_unavailable(request: Request, error: StoreUnavailable) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_detail(list(error.errors()))}, status_code=422)
+
     return app
+
+
+def _available(sampler: HardwareSampler, device: str) -> int | None:
+    """Host RAM available now for a CPU run, free memory of the GPU for a CUDA one."""
+    if device == "cpu":
+        import psutil
+
+        return psutil.virtual_memory().available
+    return sampler.gpu_free_bytes(device.partition(":")[2] or "0")

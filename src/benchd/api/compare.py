@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from benchd.api.deps import AuthDep, ServicesDep
+from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import errors
+from benchd.spec import Name
 from benchd.compare import Comparison, compare, side_from_store
 from benchd.report import comparison_html
 
-router = APIRouter(tags=["compare"])
+router = APIRouter(tags=["compare"], route_class=GuardedRoute)
+MAX_RUNS = 100  # run ids on one side
 
 
 class BaselineIn(BaseModel):
-    run_id: str
+    run_id: Annotated[str, Field(min_length=1, max_length=32)]
 
 
 class BaselineView(BaseModel):
@@ -28,13 +32,16 @@ class BaselineView(BaseModel):
 def _side(services, ids: str | None, workload: str | None, label: str | None, last: int, name: str) -> list[str]:
     if ids:
         run_ids = [i for i in ids.split(",") if i]
+        if len(run_ids) > MAX_RUNS:
+            raise RequestValidationError([{"type": "too_long", "loc": ("query", name),
+                                           "msg": f"at most {MAX_RUNS} run ids a side"}])
         missing = [i for i in run_ids if services.store.get_run(i) is None]
         if missing:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {', '.join(missing)}")
         return run_ids
     if workload is None:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
-                            f"{name}: give run ids, or a workload (with {name}_label) for its latest runs")
+        raise RequestValidationError([{"type": "missing", "loc": ("query", name),
+                                       "msg": f"give run ids, or a workload (with {name}_label) for its latest runs"}])
     run_ids = services.store.latest_runs(workload, label, last)
     if not run_ids:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"{name}: no succeeded run of {workload}"
@@ -42,7 +49,7 @@ def _side(services, ids: str | None, workload: str | None, label: str | None, la
     return run_ids
 
 
-@router.get("/compare", response_model=Comparison, responses={**errors(404, 422), 200: {
+@router.get("/compare", response_model=Comparison, responses={**errors(404, 422, 503), 200: {
     "content": {"application/json": {}, "text/html": {}}}})
 def compare_runs(
     services: ServicesDep,
@@ -68,21 +75,20 @@ def compare_runs(
     return result
 
 
-@router.get("/baselines", response_model=list[BaselineView])
+@router.get("/baselines", response_model=list[BaselineView], responses=errors(503))
 def list_baselines(services: ServicesDep) -> list[BaselineView]:
     return [BaselineView(workload=r["workload"], run_id=r["run_id"]) for r in services.store.list_baselines()]
 
 
-@router.put("/baselines/{workload}", response_model=BaselineView, responses=errors(401, 404, 422),
+@router.put("/baselines/{workload}", response_model=BaselineView, responses=errors(401, 404, 413, 422, 503),
             dependencies=[AuthDep])
-def set_baseline(workload: str, body: BaselineIn, services: ServicesDep) -> BaselineView:
+def set_baseline(workload: Annotated[Name, Path()], body: BaselineIn, services: ServicesDep) -> BaselineView:
     """Scheduled runs of this workload are compared with this run; regressions set benchd_regression_detected."""
     row = services.store.get_run(body.run_id)
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {body.run_id}")
     if row["workload"] != workload or row["status"] != "succeeded":
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
-                            f"run_id: run {body.run_id} is a {row['status']} run of {row['workload']}, "
-                            f"not a succeeded run of {workload}")
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "run_id"), "msg": (
+            f"run {body.run_id} is a {row['status']} run of {row['workload']}, not a succeeded run of {workload}")}])
     services.store.set_baseline(workload, body.run_id)
     return BaselineView(workload=workload, run_id=body.run_id)

@@ -9,8 +9,10 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from benchd.api.deps import ServicesDep
+from benchd.api.guard import GuardedRoute
+from benchd.api.schemas import Readiness
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=GuardedRoute)
 
 
 @router.get("/healthz")
@@ -19,17 +21,19 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "The model is not loaded or the scheduler is not alive."}})
+@router.get("/readyz", response_model=Readiness, responses={503: {
+    "model": Readiness, "description": "The daemon's model has not loaded (or failed to), or the run loop stopped."}})
 def readyz(services: ServicesDep) -> JSONResponse:
+    """Ready once the daemon's model has loaded and runs execute. A store that is degraded (the database is
+    unreachable) leaves the daemon ready: runs go on and their writes wait in the journal."""
     scheduler = services.scheduler
     store = services.store.health
-    body = {"model_loaded": scheduler.model_loaded, "scheduler_alive": scheduler.alive,
-            "model": services.settings.model, "queued": scheduler.queued(), "load_error": scheduler.load_error,
-            # degraded: the database is unreachable; runs go on and their writes wait in the journal
-            "store": store.state, "store_pending_writes": store.pending, "store_journal_bytes": store.journal_bytes,
-            "store_error": store.last_error}
-    ready = scheduler.model_loaded and scheduler.alive
-    return JSONResponse(body, status_code=status.HTTP_200_OK if ready else status.HTTP_503_SERVICE_UNAVAILABLE)
+    body = Readiness(ready=scheduler.ready, model_loaded=scheduler.model_loaded, scheduler_alive=scheduler.alive,
+                     model=services.settings.model, queued=scheduler.queued(), load_error=scheduler.load_error,
+                     store=store.state, store_pending_writes=store.pending, store_journal_bytes=store.journal_bytes,
+                     store_error=store.last_error)
+    return JSONResponse(body.model_dump(), status_code=status.HTTP_200_OK if body.ready
+                        else status.HTTP_503_SERVICE_UNAVAILABLE)
 
 
 @router.get("/metrics", responses={200: {"content": {CONTENT_TYPE_LATEST: {}, OPENMETRICS_TYPE: {}}}})

@@ -12,15 +12,17 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from benchd.api.deps import AuthDep, ServicesDep, admit
-from benchd.api.schemas import CancelResult, RunCreated, RunPage, RunView, errors
+from benchd.api.deps import AuthDep, ServicesDep
+from benchd.api.guard import GuardedRoute
+from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors
 from benchd.events import RunEvent
 from benchd.report import write_csv
 from benchd.scheduler import QueueFull
 from benchd.spec import RunSpec
 from benchd.store import TERMINAL
 
-router = APIRouter(prefix="/runs", tags=["runs"])
+router = APIRouter(prefix="/runs", tags=["runs"], route_class=GuardedRoute)
+OFFSET_MAX = 10**9
 
 KEEPALIVE_S = 15.0
 
@@ -33,20 +35,22 @@ def _run_or_404(services, run_id: str) -> dict:
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=RunCreated,
-             responses=errors(401, 422, 429), dependencies=[AuthDep])
+             responses=errors(401, 413, 422, 429, 503), dependencies=[AuthDep])
 def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response: Response) -> RunCreated:
-    """Queue a run; it starts when the runs before it have finished."""
-    admit(spec, services.settings)
+    """Queue a run; it starts when the runs before it have finished. What could not finish within the limits or
+    fit the device's memory is refused here (422), never accepted to fail later."""
+    spec = services.admit(spec)
     try:
         run_id = services.scheduler.submit(spec)
     except QueueFull as error:
-        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(error)) from None
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(error),
+                            headers={"Retry-After": str(RETRY_AFTER_S)}) from None
     url = str(request.url_for("get_run", run_id=run_id))
     response.headers["Location"] = url
     return RunCreated(id=run_id, url=url, status="queued")
 
 
-@router.get("", response_model=RunPage)
+@router.get("", response_model=RunPage, responses=errors(422, 503))
 def list_runs(
     services: ServicesDep,
     status_: Annotated[str | None, Query(alias="status")] = None,
@@ -54,20 +58,20 @@ def list_runs(
     workload: str | None = None,
     schedule: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=OFFSET_MAX)] = 0,
 ) -> RunPage:
     """Newest first."""
     page = services.store.list_runs(status_, model, workload, schedule, limit, offset)
     return RunPage(items=[RunView.of(r) for r in page.items], total=page.total, limit=limit, offset=offset)
 
 
-@router.get("/{run_id}", response_model=RunView, responses=errors(404))
+@router.get("/{run_id}", response_model=RunView, responses=errors(404, 422, 503))
 def get_run(run_id: str, services: ServicesDep) -> RunView:
     return RunView.of(_run_or_404(services, run_id))
 
 
-@router.delete("/{run_id}", response_model=CancelResult, responses={**errors(401, 404), 409: {
-    "description": "The run has already ended."}}, dependencies=[AuthDep])
+@router.delete("/{run_id}", response_model=CancelResult, responses=errors(401, 404, 409, 422, 503),
+               dependencies=[AuthDep])
 def cancel_run(run_id: str, services: ServicesDep) -> CancelResult:
     """Cancel a queued run, or stop a running one (it keeps what it measured)."""
     row = _run_or_404(services, run_id)
@@ -77,7 +81,7 @@ def cancel_run(run_id: str, services: ServicesDep) -> CancelResult:
     return CancelResult(id=run_id, status=result)
 
 
-@router.get("/{run_id}/events", responses={**errors(404), 200: {
+@router.get("/{run_id}/events", responses={**errors(404, 422, 503), 200: {
     "content": {"text/event-stream": {}},
     "description": "Server-sent events: `status` (queued, running), `progress` while running, and a final "
                    "`summary` (status, error, stages), after which the stream ends."}})
@@ -114,7 +118,7 @@ def _summary_of(row: dict) -> RunEvent:
                     final=True)
 
 
-@router.get("/{run_id}/requests", responses={**errors(404), 200: {
+@router.get("/{run_id}/requests", responses={**errors(404, 422, 503), 200: {
     "content": {"application/json": {}, "text/csv": {}},
     "description": "One record per request (warm-up flagged), stamps in seconds from the stage's start."}})
 def run_requests(run_id: str, services: ServicesDep,
@@ -129,7 +133,7 @@ def run_requests(run_id: str, services: ServicesDep,
     return JSONResponse(rows)
 
 
-@router.get("/{run_id}/timings", responses={**errors(404), 200: {
+@router.get("/{run_id}/timings", responses={**errors(404, 422, 503), 200: {
     "content": {"application/json": {}, "text/csv": {}},
     "description": "Training-step and kernel runs: every timed repetition (warm-up flagged), in seconds."}})
 def run_timings(run_id: str, services: ServicesDep, format: Literal["json", "csv"] = "json") -> Response:

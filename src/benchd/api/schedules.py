@@ -6,11 +6,12 @@ import time
 
 from fastapi import APIRouter, HTTPException, Response, status
 
-from benchd.api.deps import AuthDep, ServicesDep, admit
+from benchd.api.deps import AuthDep, ServicesDep
+from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import ScheduleIn, ScheduleView, errors
 from benchd.scheduler import Schedule
 
-router = APIRouter(prefix="/schedules", tags=["schedules"])
+router = APIRouter(prefix="/schedules", tags=["schedules"], route_class=GuardedRoute)
 
 
 def _view(schedule: Schedule) -> ScheduleView:
@@ -28,15 +29,15 @@ def list_schedules(services: ServicesDep) -> list[ScheduleView]:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ScheduleView,
-             responses=errors(401, 422), dependencies=[AuthDep])
+             responses=errors(401, 413, 422, 429, 503), dependencies=[AuthDep])
 def put_schedule(body: ScheduleIn, services: ServicesDep) -> ScheduleView:
     """Create or replace a schedule; its first run is due at once. A run still queued or running when the
     next is due makes the schedule skip that turn: it never piles up behind itself."""
-    admit(body.spec, services.settings, loc=("spec",))
+    services.admit(body.spec, loc=("spec",))  # checked as it will run; stored as given (the daemon's defaults may change)
     return _view(services.scheduler.put_schedule(body.name, body.spec, body.interval_s, body.enabled))
 
 
-@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(401, 404),
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(401, 404, 422),
                dependencies=[AuthDep])
 def delete_schedule(name: str, services: ServicesDep) -> Response:
     if not services.scheduler.delete_schedule(name):

@@ -8,17 +8,26 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from benchd.records import StageSummary
-from benchd.spec import RunSpec
+from benchd.spec import Name, RunSpec
 from benchd.timed.kernel import KernelResult
 from benchd.timed.train_step import TrainStepSummary
+
+
+RETRY_AFTER_S = 5  # what a 429 (the queue is full) or a 503 (the database is unreachable) asks clients to wait
 
 
 class Problem(BaseModel):
     detail: str
 
 
+class ValidationItem(BaseModel):
+    loc: list[str | int]  # where: body, query or path, then the field's path
+    msg: str  # why
+    type: str
+
+
 class ValidationProblem(BaseModel):
-    detail: list[dict[str, Any]]
+    detail: list[ValidationItem]
 
 
 class RunCreated(BaseModel):
@@ -66,8 +75,21 @@ class CancelResult(BaseModel):
     status: str  # cancelled (it was queued) | cancelling (it is running: it ends as cancelled)
 
 
+class Readiness(BaseModel):
+    ready: bool
+    model_loaded: bool  # now: a training step releases the model, which loads again at the next generation run
+    scheduler_alive: bool
+    model: str
+    queued: int
+    load_error: str | None
+    store: str  # starting | ok | degraded
+    store_pending_writes: int
+    store_journal_bytes: int
+    store_error: str | None
+
+
 class ScheduleIn(BaseModel):
-    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+    name: Name
     spec: RunSpec
     interval_s: Annotated[float, Field(gt=0)]
     enabled: bool = True
@@ -83,11 +105,18 @@ class ScheduleView(BaseModel):
     skipped: int
 
 
+_RETRY = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}
 ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": Problem, "description": "A bearer token is configured and this request lacks it."},
+    401: {"model": Problem, "description": "A bearer token is configured and this request lacks it.",
+          "headers": {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}}},
     404: {"model": Problem, "description": "No such run or schedule."},
+    409: {"model": Problem, "description": "The run has already ended."},
+    413: {"model": Problem, "description": "The body is larger than BENCHD_MAX_BODY_BYTES."},
     422: {"model": ValidationProblem, "description": "A field is invalid or over a limit: loc names it."},
-    429: {"model": Problem, "description": "The run queue is full."},
+    429: {"model": Problem, "description": "The run queue is full, or writes waiting for the database fill the "
+                                          "spool.", "headers": _RETRY},
+    503: {"model": Problem, "description": "The database is unreachable (runs go on; their writes wait).",
+          "headers": _RETRY},
 }
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from benchd.spec import LABEL_MAX, MODEL_MAX, NAME_MAX  # what validation admits fits these columns
+
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 TIMESTAMP = sa.DateTime(timezone=True)
 
-# Bounds shared by validation (spec, API) and the columns, so SQLite and PostgreSQL refuse the same things.
-NAME_MAX = 100  # workload and schedule names
-LABEL_MAX = 200
-MODEL_MAX = 500
 
 metadata = sa.MetaData()
 

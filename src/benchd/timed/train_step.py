@@ -16,7 +16,7 @@ from benchd.models import DTYPES, load_model, parameter_count
 from benchd.spec import SpecError
 from benchd.timed import TimedContext
 from benchd.timed.clock import DeviceClock, TimingStats
-from benchd.timed.flops import MemoryBreakdown, Shape, StepFlops, memory_breakdown, peak_tflops, step_flops
+from benchd.flops import MemoryBreakdown, Shape, StepFlops, memory_breakdown, peak_tflops, step_flops
 
 PHASES = {"forward": ("forward",), "forward_backward": ("forward", "backward"),
           "train": ("forward", "backward", "optimizer")}

@@ -1,0 +1,164 @@
+"""Admission of specs from HTTP: what cannot finish within the limits or fit the device's memory is refused with a
+422 naming the field and the reason, before it is queued."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi.exceptions import RequestValidationError
+
+from benchd.config import Settings
+from benchd.footprint import estimate, gib
+from benchd.presets import PRESETS
+from benchd.spec import ArrivalProfile, Concurrent, Constant, Gamma, Poisson, RunSpec, Sweep, length_upper_bound
+
+
+def problem(loc: tuple, message: str) -> dict:
+    return {"type": "value_error", "loc": ("body", *loc), "msg": message}
+
+
+class Memory:
+    """What a run on a device may use: the configured limit, or the device's available memory (host RAM for a
+    CPU, free GPU memory for CUDA) with what benchd itself holds and would release counted back in."""
+
+    def __init__(self, available: Callable[[str], int | None], held: Callable[[str], int] = lambda device: 0) -> None:
+        self.available, self.held = available, held
+
+    def limit(self, settings: Settings, device: str) -> int | None:
+        if settings.limits.memory_bytes is not None:
+            return settings.limits.memory_bytes
+        free = self.available(device)
+        return None if free is None else int((free + self.held(device)) * settings.limits.memory_fraction)
+
+
+def device_name(device: str, gpus: int) -> str:
+    """Where a spec's device runs, without torch: auto is the first GPU when NVML sees one, else the CPU."""
+    if device == "auto":
+        return "cuda:0" if gpus else "cpu"
+    return "cuda:0" if device == "cuda" else device
+
+
+def expected_duration_s(profile: ArrivalProfile, spec: RunSpec) -> float | None:
+    """How long an open-loop stage takes to send its requests (its warm-up included); None for a closed loop,
+    whose pace is the engine's."""
+    if not isinstance(profile, Constant | Poisson | Gamma):
+        return None
+    stop, warmup = spec.workload.stop, spec.workload.warmup
+    by_duration = None if stop.duration_s is None else stop.duration_s + warmup.seconds
+    by_requests = None if stop.requests is None else (stop.requests + warmup.requests) / profile.rate
+    if by_requests is not None and warmup.seconds:
+        by_requests += warmup.seconds
+    candidates = [d for d in (by_duration, by_requests) if d is not None]
+    return min(candidates) if candidates else None
+
+
+def admit(spec: RunSpec, settings: Settings, memory: Memory, device: str, loc: tuple = ()) -> None:
+    """Checks a spec from HTTP against the daemon's limits and model rules; 422 naming each field. device is where
+    it will run (cpu, cuda:N), the spec's own or the daemon's."""
+    problems = []
+    limits = settings.limits
+    workload = spec.workload
+
+    def over(value: float, limit: float, *field: str, setting: str) -> None:
+        if value > limit:
+            problems.append(problem((*loc, *field), f"{value:g} exceeds the limit of {limit:g} "
+                                                    f"(BENCHD_LIMITS__{setting.upper()})"))
+
+    if spec.trust_remote_code:
+        problems.append(problem((*loc, "trust_remote_code"), "cannot be enabled over HTTP"))
+    loads_model = spec.kind == "train_step" or (spec.kind == "generate" and spec.engine != "openai")
+    # (a served model's name is not a path; the daemon's own model is the operator's choice)
+    if loads_model and spec.model not in PRESETS and spec.model != settings.model:
+        reason = _local_model_problem(spec.model, settings.model_roots)
+        if reason:
+            problems.append(problem((*loc, "model"), reason))
+    if workload.stop.requests is not None:
+        over(workload.stop.requests, limits.max_requests, "workload", "stop", "requests", setting="max_requests")
+    over(workload.warmup.requests, limits.max_requests, "workload", "warmup", "requests", setting="max_requests")
+    duration = (workload.stop.duration_s or 0) + workload.warmup.seconds
+    over(duration, limits.max_duration_s, "workload", "stop", "duration_s", setting="max_duration_s")
+    over(length_upper_bound(workload.prompt_tokens), limits.max_prompt_tokens, "workload", "prompt_tokens",
+         setting="max_prompt_tokens")
+    over(length_upper_bound(workload.output_tokens), limits.max_output_tokens, "workload", "output_tokens",
+         setting="max_output_tokens")
+    stages = workload.stages()
+    sweep = isinstance(workload.arrivals, Sweep)
+    if sweep:
+        over(len(stages), limits.max_stages, "workload", "arrivals", "values", setting="max_stages")
+    for index, profile in enumerate(stages):
+        where = ("workload", "arrivals", "values", index) if sweep else ("workload", "arrivals")
+        if isinstance(profile, Concurrent):
+            over(profile.concurrency, limits.max_concurrency, *where, setting="max_concurrency")
+        elif isinstance(profile, Constant | Poisson | Gamma):
+            over(profile.rate, limits.max_rate, *where, setting="max_rate")
+            expected = expected_duration_s(profile, spec)
+            if expected is not None and expected > limits.max_duration_s:
+                problems.append(problem((*loc, *where), (
+                    f"at {profile.rate:g} requests/s the stage takes {expected:,.0f} s to send its requests, beyond "
+                    f"the limit of {limits.max_duration_s:g} s (BENCHD_LIMITS__MAX_DURATION_S): raise the rate or "
+                    f"send fewer requests")))
+    if spec.engine == "openai":  # files the daemon would read on the submitter's behalf stay under the roots
+        if spec.openai.tokenizer is not None and (reason := _path_problem(spec.openai.tokenizer, settings.model_roots)):
+            problems.append(problem((*loc, "openai", "tokenizer"), reason))
+        if workload.dataset is not None and (reason := _path_problem(workload.dataset.path, settings.model_roots)):
+            problems.append(problem((*loc, "workload", "dataset", "path"), reason))
+    if spec.kind == "train_step":
+        train = spec.train_step
+        for warmup in train.warmup_study or [train.warmup_steps]:
+            over(warmup + train.steps, limits.max_steps, "train_step", "steps", setting="max_steps")
+        over(len(train.warmup_study or [0]), limits.max_stages, "train_step", "warmup_study", setting="max_stages")
+    if spec.kind == "kernel" and spec.kernel is not None:
+        kernel = spec.kernel
+        over(kernel.warmup + kernel.repeats, limits.max_repeats, "kernel", "repeats", setting="max_repeats")
+        over(len(kernel.shapes) * len(kernel.chosen()), limits.max_stages, "kernel", "shapes",
+             setting="max_stages")
+        if kernel.flush_l2:
+            over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes", setting="max_flush_bytes")
+    if not problems:  # sizes are only worth estimating for a spec that is otherwise fine
+        problems.extend(_memory_problems(spec, settings, memory, device, loc))
+    if problems:
+        raise RequestValidationError(problems)
+
+
+def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, device: str, loc: tuple) -> list[dict]:
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    need = estimate(spec, device_type)
+    limit = memory.limit(settings, device)
+    if need is None or limit is None or need.total <= limit:
+        return []
+    field = {"kernel": ("kernel", "shapes"), "train_step": ("train_step", "batch_size")}.get(spec.kind, ("model",))
+    where = "host RAM" if device_type == "cpu" else f"free memory on {device}"
+    source = ("BENCHD_LIMITS__MEMORY_BYTES" if settings.limits.memory_bytes is not None
+              else f"{settings.limits.memory_fraction:.0%} of the {where}")
+    return [problem((*loc, *field), f"needs about {gib(need.total)} ({need.describe()}) in {spec.dtype} on "
+                                    f"{device}, more than the {gib(limit)} it may use ({source})")]
+
+
+def _path_problem(ref: str, roots: list[Path]) -> str | None:
+    allowed = "not under BENCHD_MODEL_ROOTS"
+    if not roots or not os.path.isabs(ref):
+        return f"{ref!r} is {allowed}" + ("" if roots else " (no roots are configured)")
+    path = Path(os.path.normpath(ref))
+    real = Path(os.path.realpath(path))
+    if not any(path.is_relative_to(root) and real.is_relative_to(Path(os.path.realpath(root))) for root in roots):
+        return f"{ref!r} is {allowed}"
+    return None
+
+
+def _local_model_problem(ref: str, roots: list[Path]) -> str | None:
+    """A non-preset model must be a directory under an allowed root, judged on the text of the path first so
+    that nothing outside the roots is ever looked at."""
+    allowed = "neither a preset nor a directory under BENCHD_MODEL_ROOTS"
+    if not roots or not os.path.isabs(ref):
+        return f"{ref!r} is {allowed}" + ("" if roots else " (no roots are configured)")
+    path = Path(os.path.normpath(ref))
+    if not any(path.is_relative_to(root) for root in roots):
+        return f"{ref!r} is {allowed}"
+    real = Path(os.path.realpath(path))  # a link inside a root must not lead outside it
+    if not any(real.is_relative_to(Path(os.path.realpath(root))) for root in roots):
+        return f"{ref!r} leads outside BENCHD_MODEL_ROOTS"
+    if not (real / "config.json").is_file():
+        return f"{ref!r} has no config.json"
+    return None

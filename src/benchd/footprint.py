@@ -1,0 +1,141 @@
+"""What a run needs in memory, estimated from the spec before anything loads (no torch): weights, KV cache,
+activations, and a timed run's tensors; admission compares it with the memory of the device it will run on."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchd.flops import Shape, memory_breakdown
+from benchd.presets import PRESETS, Preset, parameter_count
+from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, length_upper_bound
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+LOGIT_BYTES = 4  # logits are upcast to float32
+# What transformers' continuous batching takes by default where benchd sets nothing (engines/transformers_cb.py):
+# on CPU the cache is sized explicitly; on CUDA it sizes the cache from free memory itself.
+CPU_CACHE_TOKENS = 256 * 32
+CPU_BATCH_TOKENS = 256
+CUDA_BATCH_TOKENS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    weights: int = 0
+    kv_cache: int = 0
+    activations: int = 0
+    other: int = 0  # a timed run's tensors, the cache-flush buffer
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations + self.other
+
+    def describe(self) -> str:
+        parts = [(name, getattr(self, name)) for name in ("weights", "kv_cache", "activations", "other")]
+        return " + ".join(f"{name} {gib(n)}" for name, n in parts if n) or "nothing"
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def dtype_bytes(dtype: str, device_type: str) -> int:
+    return DTYPE_BYTES.get(dtype, 2 if device_type == "cuda" else 4)  # auto: bf16 on CUDA, fp32 on CPU
+
+
+def _preset_shape(p: Preset) -> Shape:
+    return Shape(hidden=p.hidden, ffn=p.ffn, layers=p.layers, heads=p.heads, kv_heads=p.kv_heads or p.heads,
+                 head_dim=p.hidden // p.heads, vocab=p.vocab)
+
+
+def _dir_shape(path: Path) -> Shape | None:
+    """A local model's shape from its config.json (decoder configs name these fields alike)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config", config)
+    try:
+        heads = int(config["num_attention_heads"])
+        hidden = int(config["hidden_size"])
+        return Shape(hidden=hidden, ffn=int(config.get("intermediate_size") or 4 * hidden),
+                     layers=int(config["num_hidden_layers"]), heads=heads,
+                     kv_heads=int(config.get("num_key_value_heads") or heads),
+                     head_dim=int(config.get("head_dim") or hidden // heads), vocab=int(config["vocab_size"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _dir_weight_bytes(path: Path, element_bytes: int) -> int | None:
+    """Weights on disk, scaled from the type they are stored in (taken as 2 bytes, the common case) to the type
+    the run loads them in."""
+    files = [f for pattern in ("*.safetensors", "*.bin") for f in path.glob(pattern)]
+    if not files:
+        return None
+    return sum(os.path.getsize(f) for f in files) * element_bytes // 2
+
+
+def model_shape_and_weights(ref: str, element_bytes: int) -> tuple[Shape | None, int | None]:
+    if ref in PRESETS:
+        preset = PRESETS[ref]
+        return _preset_shape(preset), parameter_count(preset) * element_bytes
+    path = Path(ref)
+    if not path.is_dir():
+        return None, None  # a hub id: nothing to read before it loads
+    return _dir_shape(path), _dir_weight_bytes(path, element_bytes)
+
+
+def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
+    """None when nothing can be said before loading (a hub id, a server)."""
+    element = dtype_bytes(spec.dtype, device_type)
+    if spec.kind == "kernel":
+        return _kernel(spec, element)
+    if spec.kind == "generate" and spec.engine == "openai":
+        return Footprint()
+    if spec.kind == "train_step":
+        element = dtype_bytes("float32" if spec.dtype == "auto" else spec.dtype, device_type)
+    shape, weights = model_shape_and_weights(spec.model, element)
+    if shape is None:
+        return None if weights is None else Footprint(weights=weights)
+    weights = weights or 0
+    if spec.kind == "train_step":
+        t = spec.train_step
+        activation = 2 if t.autocast or element == 2 else 4
+        breakdown = memory_breakdown(weights // element, shape, t.batch_size, t.context_length, element, activation,
+                                     t.mode)
+        return Footprint(weights=weights, other=breakdown.total - weights)
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * element
+    workload = spec.workload
+    sequence = length_upper_bound(workload.prompt_tokens) + length_upper_bound(workload.output_tokens)
+    if spec.engine == "static":
+        batch = spec.static.batch_size
+        return Footprint(weights=weights, kv_cache=batch * sequence * kv_per_token,
+                         activations=batch * shape.vocab * LOGIT_BYTES * 2)
+    options = spec.transformers
+    if options.num_blocks is not None:
+        cache_tokens = options.num_blocks * (options.block_size or 32)
+    else:
+        cache_tokens = CPU_CACHE_TOKENS if device_type == "cpu" else sequence  # CUDA sizes it from what is free
+    batch_tokens = options.max_batch_tokens or (CPU_BATCH_TOKENS if device_type == "cpu" else CUDA_BATCH_TOKENS)
+    per_token = shape.vocab * LOGIT_BYTES + (4 * shape.hidden + 3 * shape.ffn) * element
+    return Footprint(weights=weights, kv_cache=cache_tokens * kv_per_token, activations=batch_tokens * per_token)
+
+
+def _kernel(spec: RunSpec, element: int) -> Footprint:
+    kernel = spec.kernel
+    flush = kernel.flush_bytes if kernel.flush_l2 else 0
+    largest = 0
+    for shape in kernel.shapes:
+        if isinstance(kernel, MatmulKernel):
+            need = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * element
+        else:
+            assert isinstance(kernel, AttentionKernel)
+            qkvo = 4 * shape.batch * shape.heads * shape.seq_len * shape.head_dim * element
+            # eager: the scores and their float32 softmax, and the mask
+            scores = (shape.batch * shape.heads * shape.seq_len ** 2 * (element + LOGIT_BYTES)
+                      + shape.seq_len ** 2 if "eager" in kernel.chosen() else 0)
+            need = qkvo + scores
+        largest = max(largest, need)
+    return Footprint(other=largest + flush)
