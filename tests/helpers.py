@@ -146,8 +146,10 @@ def serve(tmp_path, port, **env):
     """`benchd serve` in its own process (SQLite under tmp_path), once ready: (process, url)."""
     env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{tmp_path}/benchd.db", "BENCHD_PORT": str(port),
            "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", **env}
+    log = open(tmp_path / f"serve-{port}.log", "a")  # a file, not a pipe: a daemon that logs much never blocks
     process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.DEVNULL, stderr=log, text=True)
+    process.log_path = Path(log.name)
     url = f"http://127.0.0.1:{port}"
 
     def up():

@@ -300,7 +300,7 @@ def test_sigterm_marks_the_current_run_interrupted_with_its_data(tmp_path):
     process.send_signal(signal.SIGTERM)
     # uvicorn shuts down cleanly, then re-raises the signal so that supervisors see how the process ended.
     assert process.wait(60) in (0, -signal.SIGTERM)
-    assert "Application shutdown complete" in process.stderr.read()
+    assert "Application shutdown complete" in process.log_path.read_text()
     store = Store(f"sqlite:///{tmp_path}/benchd.db")
     run = store.get_run(run_id)
     assert run["status"] == "interrupted"
