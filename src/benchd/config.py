@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from benchd.metrics import HistogramBuckets
@@ -47,13 +47,24 @@ class Settings(BaseSettings):
     buckets: HistogramBuckets = HistogramBuckets()
     compare_threshold: Annotated[float, Field(ge=0)] = 0.05  # a change smaller than this is no regression
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
-    hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0  # the sampler behind each run's hardware summary
+    # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
+    # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))
+    # means a hung driver call: the hardware series leave /metrics until a read completes.
+    hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0
+    hardware_stale_after_s: Annotated[float, Field(gt=0)] | None = None
 
     @field_validator("api_token", "label", mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
         """BENCHD_API_TOKEN= (as compose passes an unset variable) means no token, not an empty one."""
         return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _stale_after_an_interval(self) -> Settings:
+        if self.hardware_stale_after_s is not None and self.hardware_stale_after_s <= self.hardware_interval_s:
+            raise ValueError(f"hardware_stale_after_s ({self.hardware_stale_after_s}) must be longer than "
+                             f"hardware_interval_s ({self.hardware_interval_s}): a read is due every interval")
+        return self
 
     @field_validator("model_roots")
     @classmethod

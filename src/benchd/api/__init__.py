@@ -41,10 +41,9 @@ def create_app(
         metrics = Metrics(registry, settings.buckets)
         telemetry = Telemetry(metrics, build_tracer_provider(
             on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
-        # Two instances of one reader: the collector's CPU figures cover the time between scrapes, the
-        # sampler's the time between its samples.
-        registry.register(HardwareCollector(hardware_reader()))
-        sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s)
+        # One thread reads the hardware, for scrapes and runs alike: a scrape serves its latest snapshot.
+        sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s, settings.hardware_stale_after_s)
+        registry.register(HardwareCollector(sampler))
         sampler.start()
         events = RunEvents()
         scheduler = Scheduler(settings, store, events, loader, telemetry, sampler)
