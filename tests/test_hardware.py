@@ -9,11 +9,13 @@ from contextlib import contextmanager
 
 import psutil
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
 from benchd.gauges import HardwareCollector
 from benchd.hardware import HardwareReader
 from benchd.host import HostReader
+from benchd.metrics import NodeRegistry
 from benchd.nvml import NVMLReader, visible_devices
 from benchd.sampler import HardwareSampler
 from tests.fake_nvml import (
@@ -273,23 +275,46 @@ def test_a_worker_process_is_reported_beside_the_daemon_while_watched():
         assert "gone" not in sampler.latest.host.processes
 
 
+def test_the_node_label_reaches_every_series_and_exemplars_survive():
+    registry = NodeRegistry("node-7")
+    requests = Counter("benchd_things", "Things.", ("kind",), registry=registry)
+    requests.labels("a").inc(2, exemplar={"trace_id": "abc"})
+    registry.register(HardwareCollector(_served(reader(FakeGPU(UUID0)))))
+    samples = [s for f in registry.collect() for s in f.samples]
+    assert samples and all(s.labels["hostname"] == "node-7" for s in samples)
+    assert registry.get_sample_value("benchd_things_total", {"kind": "a", "hostname": "node-7"}) == 2
+    assert 'benchd_things_total{hostname="node-7",kind="a"} 2.0 # {trace_id="abc"} 2.0' in \
+        openmetrics(registry).decode()
+    assert registry.get_sample_value("benchd_gpu_power_watts", {"gpu": "0", "uuid": UUID0, "name": H100,
+                                                               "hostname": "node-7"}) == pytest.approx(523.456)
+
+
+def _served(hardware: HardwareReader) -> HardwareSampler:
+    sampler = HardwareSampler(hardware, interval_s=3600)
+    sampler.start()
+    wait_for(lambda: sampler.latest is not None, 30, "the first hardware snapshot")
+    sampler.stop()
+    return sampler
+
+
 def test_live_daemon_exports_gpu_gauges_and_stores_the_hardware_summary(tmp_path):
     from benchd.api import create_app
     from benchd.config import Settings
     from tests.helpers import LiveServer, spec, submit
 
     settings = Settings(database_url=f"sqlite:///{tmp_path}/benchd.db", device="cpu", default_schedule=False,
-                        hardware_interval_s=0.05)
+                        hardware_interval_s=0.05, node_name="gpu-node-3")
     built = []
     app = create_app(settings, hardware_reader=lambda: built.append(1) or reader(FakeGPU(UUID0)))
     with LiveServer(app) as server:
         run = server.wait_status(submit(server, spec(requests=12)), "succeeded", "failed")
         text = server.http.get("/metrics").text
     assert len(built) == 1  # one reader, behind one sampler thread, for scrapes and runs
-    assert f'benchd_gpu_power_watts{{gpu="0",name="{H100}",uuid="{UUID0}"}} 523.456' in text
-    assert 'benchd_host_process_resident_memory_bytes{process="daemon"}' in text
-    assert 'benchd_hardware_sampler_stalled 0.0' in text
+    assert f'benchd_gpu_power_watts{{gpu="0",hostname="gpu-node-3",name="{H100}",uuid="{UUID0}"}} 523.456' in text
+    assert 'benchd_host_process_resident_memory_bytes{hostname="gpu-node-3",process="daemon"}' in text
+    assert 'benchd_hardware_sampler_stalled{hostname="gpu-node-3"} 0.0' in text
     series = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert all('hostname="gpu-node-3"' in line for line in series)
     age = next(float(line.split()[-1]) for line in series if line.startswith("benchd_hardware_sample_age_seconds"))
     assert 0 <= age < 10
     assert run["status"] == "succeeded"

@@ -52,8 +52,11 @@ class Settings(BaseSettings):
     # means a hung driver call: the hardware series leave /metrics until a read completes.
     hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0
     hardware_stale_after_s: Annotated[float, Field(gt=0)] | None = None
+    # The value of the hostname label on every series (the Kubernetes downward API's spec.nodeName in a cluster);
+    # unset: this host's name.
+    node_name: Annotated[str, Field(min_length=1)] | None = None
 
-    @field_validator("api_token", "label", mode="before")
+    @field_validator("api_token", "label", "node_name", mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
         """BENCHD_API_TOKEN= (as compose passes an unset variable) means no token, not an empty one."""

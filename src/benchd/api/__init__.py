@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
-from prometheus_client import CollectorRegistry
 
 import benchd
 from benchd.api import compare, health, runs, schedules
@@ -16,7 +16,7 @@ from benchd.config import Settings
 from benchd.events import RunEvents
 from benchd.gauges import HardwareCollector
 from benchd.hardware import HardwareReader
-from benchd.metrics import Metrics
+from benchd.metrics import Metrics, NodeRegistry
 from benchd.models import LoadedModel, load_model
 from benchd.sampler import HardwareSampler
 from benchd.scheduler import DEFAULT_SCHEDULE_SPEC, Scheduler
@@ -37,7 +37,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = Store(settings.database_url)
         store.recover()
-        registry = CollectorRegistry()
+        registry = NodeRegistry(settings.node_name or socket.gethostname())
         metrics = Metrics(registry, settings.buckets)
         telemetry = Telemetry(metrics, build_tracer_provider(
             on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
