@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from benchd.gauges import HardwareCollector
 from benchd.readings import GPUReading, HostReading, MigInstance, Snapshot
 from benchd.runner import run
-from benchd.sampler import summarize
+from benchd.sampler import HardwareSampler, summarize
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.helpers import make_spec, wait_for
 from tests.test_hardware import H100, UUID0, reader, sampling
@@ -163,3 +163,15 @@ def test_a_gpu_failing_during_a_run_never_fails_it(tiny):
     with sampling(hardware, interval_s=0.01) as sampler:
         outcome = run(make_spec(workload={"stop": {"requests": 6}}), loaded=tiny, hardware=sampler)
     assert outcome.status == "succeeded" and outcome.hardware is not None
+
+
+def test_a_stale_threshold_within_one_interval_is_refused_naming_both_settings():
+    from pydantic import ValidationError
+
+    from benchd.config import Settings
+
+    with pytest.raises(ValidationError, match="hardware_stale_after_s .* must be longer than hardware_interval_s"):
+        Settings(hardware_interval_s=2.0, hardware_stale_after_s=1.5)
+    assert Settings(hardware_interval_s=2.0).hardware_stale_after_s is None  # max(5 s, 3 intervals)
+    assert HardwareSampler(reader(), interval_s=2.0).stale_after_s == 6.0
+    assert Settings(node_name="").node_name is None  # BENCHD_NODE_NAME= means the host's name
