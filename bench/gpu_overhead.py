@@ -200,8 +200,16 @@ def frozen(fn):
         gc.unfreeze()
 
 
-def instrumented(loaded, spec, telemetry, sampler) -> dict:
-    outcome = run(spec, loaded=loaded, telemetry=telemetry, hardware=sampler)
+def instrumented(loaded, spec, telemetry, hardware) -> dict:
+    # The sampler reads all the time in the daemon, so it runs beside each benchd run here, and never beside bare.
+    sampler = HardwareSampler(hardware, interval_s=1.0) if hardware is not None else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        outcome = run(spec, loaded=loaded, telemetry=telemetry, hardware=sampler)
+    finally:
+        if sampler is not None:
+            sampler.stop()
     s = outcome.summaries()[0]
     return {"output_tok_s": s.output_tokens_per_s, "tokens": s.output_tokens,
             "ttft_p50_ms": s.ttft_s.p50 * 1e3, "ttft_p90_ms": s.ttft_s.p90 * 1e3, "ttft_p99_ms": s.ttft_s.p99 * 1e3,
@@ -228,19 +236,19 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
     args = parser.parse_args()
-    # Each mode runs on what main() sets up below (loaded, telemetry, sampler, quiet): checked before that.
+    # Each mode runs on what main() sets up below (loaded, telemetry, hardware, quiet): checked before that.
     modes = {
         "bare": lambda spec: bare(loaded, spec),
         "bare-mrpb1024": lambda spec: bare(loaded, spec, max_requests_per_batch=1024),
         "bare-frozen": lambda spec: frozen(lambda: bare(loaded, spec)),
-        "benchd-frozen": lambda spec: frozen(lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-quiet": lambda spec: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, sampler)),
-        "benchd-50ms": lambda spec: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-frozen": lambda spec: frozen(lambda: instrumented(loaded, spec, telemetry, hardware)),
+        "benchd-quiet": lambda spec: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, hardware)),
+        "benchd-50ms": lambda spec: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, hardware)),
         "benchd-mrpb256": lambda spec: instrumented(loaded, with_options(spec, max_requests_per_batch=256),
-                                                    telemetry, sampler),
-        "benchd": lambda spec: instrumented(loaded, spec, telemetry, sampler),
+                                                    telemetry, hardware),
+        "benchd": lambda spec: instrumented(loaded, spec, telemetry, hardware),
         "benchd-off": lambda spec: instrumented(loaded, spec, quiet, None),
-        "benchd-si1ms": lambda spec: switching(0.001, lambda: instrumented(loaded, spec, telemetry, sampler)),
+        "benchd-si1ms": lambda spec: switching(0.001, lambda: instrumented(loaded, spec, telemetry, hardware)),
     }
     for mode in args.modes:
         try:
@@ -266,8 +274,7 @@ def main() -> None:
     provider = build_tracer_provider(lambda reason, n: dropped.append(n),
                                      exporter=OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"))
     telemetry = Telemetry(Metrics(CollectorRegistry()), provider)
-    sampler = HardwareSampler(HardwareReader.default(), interval_s=1.0)
-    sampler.start()
+    hardware = HardwareReader.default()
     quiet = Telemetry()  # benchd's runner and engine with nothing exported: the cost of the measuring itself
     rows = {mode: [] for mode in args.modes}
     accounting = Accounting()
@@ -289,7 +296,6 @@ def main() -> None:
                   f"KV read {row.get('kv_read_tokens', 0):.4g}, mask {row.get('mask_elements', 0):.4g}"
                   + (f", dispatch lag max {row['dispatch_lag_max_ms']:.1f} ms" if "dispatch_lag_max_ms" in row else ""),
                   flush=True)
-    sampler.stop()
     telemetry.shutdown()
     spans, _ = receiver.communicate("", timeout=60)
     median = {mode: {k: statistics.median(r.get(k) or 0.0 for r in runs) for k in set().union(*runs)}

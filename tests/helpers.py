@@ -6,11 +6,10 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import uvicorn
-
-from pathlib import Path
 
 from benchd.api import create_app
 from benchd.config import Settings
@@ -129,10 +128,14 @@ class Loader:
         return model
 
 
+NODE = "test-node"  # the node label of daemon()'s series
+
+
 def daemon(tmp_path, loader=None, **overrides) -> LiveServer:
-    """A live daemon on the tiny model with a SQLite store under tmp_path and no default schedule."""
+    """A live daemon on the tiny model with a SQLite store under tmp_path and no default schedule; its series are
+    labelled hostname=NODE."""
     values = {"database_url": f"sqlite:///{tmp_path}/benchd.db", "device": "cpu", "dtype": "float32",
-              "default_schedule": False, **overrides}
+              "default_schedule": False, "node_name": NODE, **overrides}
     return LiveServer(create_app(Settings(**values), loader or load_model))
 
 

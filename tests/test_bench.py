@@ -22,3 +22,94 @@ def test_overhead_script_accounts_for_both_paths(tmp_path):
         assert row["generation_cpu_s"] > 0 and row["batches"] > 0
     assert bare["q_tokens"] >= 16 * 32 and benchd["q_tokens"] >= 16 * 32  # every prompt token went through
     assert benchd["consumer_cpu_s"] > 0 and "consumer_cpu_s" not in bare
+
+
+def test_gauges_script_checks_every_reading_against_nvidia_smi_output(tmp_path):
+    """The GPU check's CPU smoke mode: the NVML stand-in against nvidia-smi's XML written from the same GPUs, every
+    check passing, the scrape paths timed and a (stand-in) XID counted."""
+    done = subprocess.run([sys.executable, "bench/gpu_gauges.py", "--smoke", "--seconds", "2", "--scrapes", "5",
+                           "--xid"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OUT": str(tmp_path)}, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "every reading matched nvidia-smi" in done.stdout
+    result = json.loads((tmp_path / "gauges.json").read_text())
+    checks = result["checks"]
+    for name in ("ecc_volatile_errors{correctable}", "remapped_rows{uncorrectable}", "pcie_replays",
+                 "encoder_utilization_ratio", "nvlink_transmit_bytes{link=1}", "info: pci_bus_id",
+                 "info: driver_version", "MIG 1g.10gb (2, 0) memory_used_bytes"):
+        assert checks[name]["n"] > 0 and checks[name]["ok"] == checks[name]["n"], name
+    assert set(result["scrape_ms"]) == {"NVML at scrape time (before)", "from the sampler, node label",
+                                        "from the sampler, no node label"}
+    assert result["xids"]["GPU-smoke-0"] == {"43": 1.0}
+
+
+OLDER_SMI = """<?xml version="1.0" ?>
+<nvidia_smi_log>
+<driver_version>525.85.12</driver_version>
+<cuda_version>12.0</cuda_version>
+<gpu id="00000000:07:00.0">
+  <product_name>NVIDIA A100-SXM4-40GB</product_name>
+  <mig_mode><current_mig>Enabled</current_mig><pending_mig>Enabled</pending_mig></mig_mode>
+  <mig_devices>
+    <mig_device>
+      <index>0</index><gpu_instance_id>1</gpu_instance_id><compute_instance_id>0</compute_instance_id>
+      <fb_memory_usage><total>19968 MiB</total><reserved>0 MiB</reserved><used>13 MiB</used>
+        <free>19954 MiB</free></fb_memory_usage>
+    </mig_device>
+  </mig_devices>
+  <uuid>GPU-6109dd5c-d378-24ee-f344-79b537574ea6</uuid>
+  <pci><pci_bus>07</pci_bus><pci_bus_id>00000000:07:00.0</pci_bus_id><replay_counter>2</replay_counter>
+    <replay_rollover_counter>0</replay_rollover_counter><tx_util>250 KB/s</tx_util><rx_util>N/A</rx_util></pci>
+  <fb_memory_usage><total>40960 MiB</total><reserved>571 MiB</reserved><used>33 MiB</used><free>40355 MiB</free>
+  </fb_memory_usage>
+  <utilization><gpu_util>N/A</gpu_util><memory_util>N/A</memory_util><encoder_util>N/A</encoder_util>
+    <decoder_util>N/A</decoder_util></utilization>
+  <ecc_mode><current_ecc>Enabled</current_ecc><pending_ecc>Enabled</pending_ecc></ecc_mode>
+  <ecc_errors>
+    <volatile><single_bit><device_memory>1</device_memory><total>3</total></single_bit>
+      <double_bit><device_memory>0</device_memory><total>0</total></double_bit></volatile>
+    <aggregate><sram_correctable>4</sram_correctable><sram_uncorrectable>1</sram_uncorrectable>
+      <dram_correctable>10</dram_correctable><dram_uncorrectable>2</dram_uncorrectable>
+      <sram_threshold_exceeded>No</sram_threshold_exceeded></aggregate>
+  </ecc_errors>
+  <remapped_rows><remapped_row_corr>5</remapped_row_corr><remapped_row_unc>0</remapped_row_unc>
+    <remapped_row_pending>Yes</remapped_row_pending><remapped_row_failure>No</remapped_row_failure>
+    <row_remapper_histogram><row_remapper_histogram_max>640 bank(s)</row_remapper_histogram_max>
+    </row_remapper_histogram></remapped_rows>
+  <temperature><gpu_temp>31 C</gpu_temp></temperature>
+  <power_readings><power_state>P0</power_state><power_draw>54.18 W</power_draw><power_limit>400.00 W</power_limit>
+    <enforced_power_limit>400.00 W</enforced_power_limit></power_readings>
+  <clocks><graphics_clock>210 MHz</graphics_clock><sm_clock>210 MHz</sm_clock><mem_clock>1215 MHz</mem_clock></clocks>
+  <clocks_throttle_reasons>
+    <clocks_throttle_reason_gpu_idle>Active</clocks_throttle_reason_gpu_idle>
+    <clocks_throttle_reason_sw_power_cap>Not Active</clocks_throttle_reason_sw_power_cap>
+  </clocks_throttle_reasons>
+</gpu>
+</nvidia_smi_log>"""
+
+
+def test_an_older_nvidia_smi_layout_reads_into_the_same_names():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from nvidia_smi import parse, parse_nvlink
+
+    smi = parse(OLDER_SMI)
+    assert (smi["driver_version"], smi["cuda_version"]) == ("525.85.12", "12.0")
+    gpu = smi["gpus"][0]
+    assert gpu["pci_bus_id"] == "00000000:07:00.0" and gpu["mig_mode"] == "Enabled"
+    values = gpu["values"]
+    assert "utilization_ratio" not in values and "pcie_receive_bytes_per_second" not in values  # N/A: absent
+    assert values["pcie_transmit_bytes_per_second"] == 250 * 1024 and values["pcie_replays"] == 2
+    assert values["memory_used_bytes"] == 33 * 2**20 and values["memory_total_bytes"] == 40960 * 2**20
+    assert values["power_watts"] == 54.18 and values["power_limit_watts"] == 400.0
+    assert values["sm_clock_hertz"] == 210e6 and values["temperature_celsius"] == 31
+    assert values["row_remap_pending"] == 1 and values["row_remap_failure"] == 0
+    assert gpu["labelled"]["ecc_volatile_errors"] == {"correctable": 3, "uncorrectable": 0}  # single/double bit
+    assert gpu["labelled"]["ecc_aggregate_errors"] == {"correctable": 14, "uncorrectable": 3}  # SRAM + DRAM
+    assert gpu["labelled"]["remapped_rows"] == {"correctable": 5, "uncorrectable": 0}
+    assert gpu["throttle"] == {"gpu_idle": True, "sw_power_cap": False}
+    assert gpu["migs"] == {(1, 0): {"memory_used_bytes": 13 * 2**20, "memory_free_bytes": 19954 * 2**20,
+                                    "memory_total_bytes": 19968 * 2**20}}
+    links = parse_nvlink("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)\n\t Link 0: Data Tx: 12 KiB\n"
+                         "\t Link 0: Data Rx: 34 KiB\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-y)\n")
+    assert links == {0: {"nvlink_transmit_bytes": {"0": 12 * 1024}, "nvlink_receive_bytes": {"0": 34 * 1024}},
+                     1: {"nvlink_transmit_bytes": {}, "nvlink_receive_bytes": {}}}

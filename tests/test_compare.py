@@ -11,7 +11,7 @@ import yaml
 
 from benchd.compare import Side, compare
 from benchd.report import comparison_html
-from tests.helpers import ROOT, Loader, daemon, free_port, spec, submit, wait_for
+from tests.helpers import NODE, ROOT, Loader, daemon, free_port, spec, submit, wait_for
 
 
 def side(values, name="ttft_s", runs=(), run_id="x"):
@@ -138,7 +138,7 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
 
             def gauge() -> float | None:
                 for line in server.http.get("/metrics").text.splitlines():
-                    if line.startswith('benchd_regression_detected{metric="itl_s.p50",workload="short"}'):
+                    if line.startswith(f'benchd_regression_detected{{hostname="{NODE}",metric="itl_s.p50",workload="short"}}'):
                         return float(line.split()[-1])
                 return None
 

@@ -1,68 +1,195 @@
-"""GPU gauges through an injected NVML stand-in, host gauges through the real psutil, run summaries."""
+"""GPU gauges and health through an injected NVML stand-in, host and process gauges through the real psutil, the
+node label, and the live daemon's /metrics."""
 
 import logging
 import os
+import subprocess
+import sys
+from contextlib import contextmanager
 
 import psutil
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
 from benchd.gauges import HardwareCollector
-from benchd.hardware import GPUReading, HardwareReader, HostReader, HostReading, NVMLReader, Snapshot, visible_devices
-from benchd.runner import run
-from benchd.sampler import HardwareSampler, summarize
-from tests.fake_nvml import FakeGPU, FakeNVML, NVMLError_LibraryNotFound
-from tests.helpers import make_spec
+from benchd.hardware import HardwareReader
+from benchd.host import HostReader
+from benchd.metrics import NodeRegistry
+from benchd.nvml import NVMLReader, visible_devices
+from benchd.sampler import HardwareSampler
+from tests.fake_nvml import (
+    FakeGPU,
+    FakeMig,
+    FakeNVML,
+    NVMLError_FunctionNotFound,
+    NVMLError_LibraryNotFound,
+    NVMLError_NoPermission,
+)
+from tests.helpers import wait_for
 
 UUID0, UUID1 = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-1111"
+H100 = "NVIDIA H100 80GB HBM3"
 
 
-def reader(*gpus, visible=None, init_error=None):
-    nvml = NVMLReader(FakeNVML(list(gpus), init_error), cuda_visible_devices=visible)
-    nvml.start()
-    return HardwareReader(nvml, HostReader())
+def reader(*gpus, visible=None, init_error=None, nvml=None):
+    nvml_reader = NVMLReader(nvml or FakeNVML(list(gpus), init_error), cuda_visible_devices=visible)
+    nvml_reader.start()
+    return HardwareReader(nvml_reader, HostReader())
 
 
-def scrape(hardware: HardwareReader) -> CollectorRegistry:
-    registry = CollectorRegistry()
-    registry.register(HardwareCollector(hardware))
-    return registry
+@contextmanager
+def sampling(hardware: HardwareReader, interval_s: float = 0.05, **options):
+    """A started sampler, once its first snapshot is in."""
+    sampler = HardwareSampler(hardware, interval_s, **options)
+    sampler.start()
+    try:
+        wait_for(lambda: sampler.latest is not None, 30, "the first hardware snapshot")
+        yield sampler
+    finally:
+        sampler.stop()
+
+
+@contextmanager
+def scraped(hardware: HardwareReader):
+    """A registry serving the hardware through a sampler, as the daemon does."""
+    with sampling(hardware) as sampler:
+        registry = CollectorRegistry()
+        registry.register(HardwareCollector(sampler))
+        yield registry
 
 
 def gpu_value(registry, name, gpu="0", uuid=UUID0, **extra):
-    return registry.get_sample_value(name, {"gpu": gpu, "uuid": uuid, "name": "NVIDIA H100 80GB HBM3", **extra})
+    return registry.get_sample_value(name, {"gpu": gpu, "uuid": uuid, "name": H100, **extra})
 
 
 def test_every_gpu_gauge_with_units_and_labels():
-    registry = scrape(reader(FakeGPU(UUID0), FakeGPU(UUID1, util_percent=3)))
-    assert gpu_value(registry, "benchd_gpu_utilization_ratio") == 0.87
-    assert gpu_value(registry, "benchd_gpu_utilization_ratio", gpu="1", uuid=UUID1) == 0.03
-    assert gpu_value(registry, "benchd_gpu_memory_utilization_ratio") == 0.41
-    assert gpu_value(registry, "benchd_gpu_memory_used_bytes") == 40 * 2**30  # v2: as nvidia-smi counts it
-    assert gpu_value(registry, "benchd_gpu_memory_free_bytes") == 40 * 2**30
-    assert gpu_value(registry, "benchd_gpu_memory_total_bytes") == 80 * 2**30
-    assert gpu_value(registry, "benchd_gpu_power_watts") == pytest.approx(523.456)  # mW → W
-    assert gpu_value(registry, "benchd_gpu_power_limit_watts") == 700.0
-    assert gpu_value(registry, "benchd_gpu_energy_joules_total") == 1000.0  # mJ → J, a counter
-    assert gpu_value(registry, "benchd_gpu_temperature_celsius") == 61
-    assert gpu_value(registry, "benchd_gpu_sm_clock_hertz") == 1980e6  # MHz → Hz
-    assert gpu_value(registry, "benchd_gpu_memory_clock_hertz") == 2619e6
-    assert gpu_value(registry, "benchd_gpu_pcie_transmit_bytes_per_second") == 1000 * 1024  # KB/s → B/s
-    assert gpu_value(registry, "benchd_gpu_pcie_receive_bytes_per_second") == 2000 * 1024
-    assert gpu_value(registry, "benchd_gpu_clock_throttle_reason", reason="sw_power_cap") == 1
-    assert gpu_value(registry, "benchd_gpu_clock_throttle_reason", reason="hw_thermal_slowdown") == 0
-    reasons = {s.labels["reason"] for f in registry.collect() if f.name == "benchd_gpu_clock_throttle_reason"
-               for s in f.samples if s.labels["gpu"] == "0"}
-    assert len(reasons) == 9
-    assert gpu_value(registry, "benchd_gpu_sm_activity_ratio") is None  # no GPM on this GPU
+    with scraped(reader(FakeGPU(UUID0), FakeGPU(UUID1, util_percent=3))) as registry:
+        assert gpu_value(registry, "benchd_gpu_utilization_ratio") == 0.87
+        assert gpu_value(registry, "benchd_gpu_utilization_ratio", gpu="1", uuid=UUID1) == 0.03
+        assert gpu_value(registry, "benchd_gpu_memory_utilization_ratio") == 0.41
+        assert gpu_value(registry, "benchd_gpu_memory_used_bytes") == 40 * 2**30  # v2: as nvidia-smi counts it
+        assert gpu_value(registry, "benchd_gpu_memory_free_bytes") == 40 * 2**30 - 512 * 2**20  # less the reserve
+        assert gpu_value(registry, "benchd_gpu_memory_total_bytes") == 80 * 2**30
+        assert gpu_value(registry, "benchd_gpu_power_watts") == pytest.approx(523.456)  # mW → W
+        assert gpu_value(registry, "benchd_gpu_power_limit_watts") == 700.0
+        assert gpu_value(registry, "benchd_gpu_energy_joules_total") == 1000.0  # mJ → J, a counter
+        assert gpu_value(registry, "benchd_gpu_temperature_celsius") == 61
+        assert gpu_value(registry, "benchd_gpu_sm_clock_hertz") == 1980e6  # MHz → Hz
+        assert gpu_value(registry, "benchd_gpu_memory_clock_hertz") == 2619e6
+        assert gpu_value(registry, "benchd_gpu_pcie_transmit_bytes_per_second") == 1000 * 1024  # KB/s → B/s
+        assert gpu_value(registry, "benchd_gpu_pcie_receive_bytes_per_second") == 2000 * 1024
+        assert gpu_value(registry, "benchd_gpu_clock_throttle_reason", reason="sw_power_cap") == 1
+        assert gpu_value(registry, "benchd_gpu_clock_throttle_reason", reason="hw_thermal_slowdown") == 0
+        reasons = {s.labels["reason"] for f in registry.collect() if f.name == "benchd_gpu_clock_throttle_reason"
+                   for s in f.samples if s.labels["gpu"] == "0"}
+        assert len(reasons) == 9
+        assert gpu_value(registry, "benchd_gpu_sm_activity_ratio") is None  # no GPM on this GPU
+
+
+def test_health_counters_and_the_info_series_as_dcgm_users_expect():
+    gpu = FakeGPU(UUID0, bus_id="00000000:9A:00.0", ecc={(0, 0): 2, (1, 0): 0, (0, 1): 12, (1, 1): 1},
+                  remapped_rows=(3, 1, 1, 0), pcie_replays=7, encoder_percent=3, decoder_percent=5)
+    with scraped(reader(gpu)) as registry:
+        assert gpu_value(registry, "benchd_gpu_ecc_volatile_errors_total", error_type="correctable") == 2
+        assert gpu_value(registry, "benchd_gpu_ecc_volatile_errors_total", error_type="uncorrectable") == 0
+        assert gpu_value(registry, "benchd_gpu_ecc_aggregate_errors_total", error_type="correctable") == 12
+        assert gpu_value(registry, "benchd_gpu_ecc_aggregate_errors_total", error_type="uncorrectable") == 1
+        assert gpu_value(registry, "benchd_gpu_remapped_rows_total", error_type="correctable") == 3
+        assert gpu_value(registry, "benchd_gpu_remapped_rows_total", error_type="uncorrectable") == 1
+        assert gpu_value(registry, "benchd_gpu_row_remap_pending") == 1
+        assert gpu_value(registry, "benchd_gpu_row_remap_failure") == 0
+        assert gpu_value(registry, "benchd_gpu_pcie_replays_total") == 7
+        assert gpu_value(registry, "benchd_gpu_encoder_utilization_ratio") == 0.03  # % → 0–1
+        assert gpu_value(registry, "benchd_gpu_decoder_utilization_ratio") == 0.05
+        assert gpu_value(registry, "benchd_gpu_last_xid_code") == 0  # watching, none yet
+        assert gpu_value(registry, "benchd_gpu_info", pci_bus_id="00000000:9A:00.0", driver_version="570.133.20",
+                         cuda_version="12.8") == 1
+
+
+def test_what_a_gpu_driver_or_binding_lacks_is_absent_never_an_error(caplog):
+    class OldBindings(FakeNVML):  # nvidia-ml-py from before row remapping and NVLink field values
+        def __getattribute__(self, name):
+            if name in ("nvmlDeviceGetRemappedRows", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"):
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    gpu = FakeGPU(UUID0, ecc_enabled=False, nvlink_kib={0: (1, 2)}, event_types=0x1,
+                  unsupported={"nvmlDeviceGetEncoderUtilization"},
+                  errors={"nvmlDeviceGetPcieReplayCounter": NVMLError_FunctionNotFound,
+                          "nvmlDeviceGetDecoderUtilization": NVMLError_NoPermission})
+    with caplog.at_level(logging.INFO, logger="benchd.hardware"):
+        hardware = reader(gpu, nvml=OldBindings([gpu]))
+        with scraped(hardware) as registry:
+            names = {f.name for f in registry.collect()}
+            assert gpu_value(registry, "benchd_gpu_power_watts") == pytest.approx(523.456)  # the rest is served
+    for absent in ("benchd_gpu_ecc_volatile_errors", "benchd_gpu_remapped_rows", "benchd_gpu_row_remap_pending",
+                   "benchd_gpu_nvlink_transmit_bytes", "benchd_gpu_pcie_replays", "benchd_gpu_encoder_utilization_ratio",
+                   "benchd_gpu_decoder_utilization_ratio", "benchd_gpu_xid_errors", "benchd_gpu_last_xid_code"):
+        assert absent not in names
+    assert "ECC is off" in caplog.text and "lacks nvmlDeviceGetRemappedRows" in caplog.text
+    assert "reports no XID events" in caplog.text
+
+
+def test_nvlink_bytes_per_active_link():
+    with scraped(reader(FakeGPU(UUID0, nvlink_kib={0: (100, 200), 2: (300, 400)}), FakeGPU(UUID1))) as registry:
+        assert gpu_value(registry, "benchd_gpu_nvlink_transmit_bytes_total", link="0") == 100 * 1024  # KiB → B
+        assert gpu_value(registry, "benchd_gpu_nvlink_receive_bytes_total", link="0") == 200 * 1024
+        assert gpu_value(registry, "benchd_gpu_nvlink_receive_bytes_total", link="2") == 400 * 1024
+        links = {(s.labels["gpu"], s.labels["link"]) for f in registry.collect()
+                 if f.name == "benchd_gpu_nvlink_transmit_bytes" for s in f.samples}
+        assert links == {("0", "0"), ("0", "2")}  # link 1 is down; the second GPU has no NVLink
+
+
+def test_xid_events_are_counted_by_code_with_a_bounded_label_set():
+    gpus = [FakeGPU(UUID0), FakeGPU(UUID1), FakeGPU("GPU-cccc")]
+    nvml = FakeNVML(gpus)
+    hardware = reader(nvml=nvml, visible="0,1")
+    for code in (79, 79, 48, 5000):
+        nvml.emit(gpus[0], 0x8, code)
+    nvml.emit(gpus[0], 0x1, 0)  # a single-bit ECC event: not an XID
+    nvml.emit(gpus[2], 0x8, 13)  # a GPU benchd does not watch
+    first = {g.uuid: g for g in hardware.read().gpus}
+    assert first[UUID0].labelled["xid_errors"] == {"79": 2, "48": 1, "other": 1}
+    assert first[UUID0].values["last_xid_code"] == 5000
+    assert first[UUID1].labelled["xid_errors"] == {} and first[UUID1].values["last_xid_code"] == 0
+    nvml.emit(gpus[1], 0x8, 31)
+    second = {g.uuid: g for g in hardware.read().gpus}
+    assert second[UUID0].labelled["xid_errors"] == {"79": 2, "48": 1, "other": 1}  # counts since start
+    assert second[UUID1].labelled["xid_errors"] == {"31": 1} and second[UUID1].values["last_xid_code"] == 31
+    with scraped(hardware) as registry:
+        assert gpu_value(registry, "benchd_gpu_xid_errors_total", xid="79") == 2
+        assert gpu_value(registry, "benchd_gpu_xid_errors_total", gpu="1", uuid=UUID1, xid="31") == 1
+
+
+def test_mig_instances_with_dcgm_labels_and_their_own_memory():
+    migs = [FakeMig(1, 0, "3g.40gb", "MIG-1111", memory_used=5 * 2**30, memory_total=40 * 2**30),
+            FakeMig(2, 0, "1g.10gb", "MIG-2222"), FakeMig(2, 1, "1g.10gb", "MIG-3333")]
+    hardware = reader(FakeGPU(UUID0, mig=migs))
+    with scraped(hardware) as registry:
+        labels = {"GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb", "GPU_CI_ID": "0"}
+        assert gpu_value(registry, "benchd_gpu_memory_used_bytes", **labels) == 5 * 2**30
+        assert gpu_value(registry, "benchd_gpu_memory_total_bytes", **labels) == 40 * 2**30
+        assert gpu_value(registry, "benchd_gpu_memory_used_bytes") == 40 * 2**30  # the whole GPU, no MIG labels
+        assert gpu_value(registry, "benchd_gpu_utilization_ratio") is None  # N/A in MIG mode
+        assert gpu_value(registry, "benchd_gpu_power_watts") == pytest.approx(523.456)
+        assert gpu_value(registry, "benchd_gpu_mig_info", mig_uuid="MIG-3333", GPU_I_ID="2", GPU_I_PROFILE="1g.10gb",
+                         GPU_CI_ID="1") == 1
+        instances = {(s.labels.get("GPU_I_ID"), s.labels.get("GPU_CI_ID")) for f in registry.collect()
+                     if f.name == "benchd_gpu_memory_used_bytes" for s in f.samples}
+        assert instances == {(None, None), ("1", "0"), ("2", "0"), ("2", "1")}
+    # CUDA_VISIBLE_DEVICES naming one MIG device: its GPU stays (its health is the instance's), with that instance.
+    only = reader(FakeGPU(UUID0, mig=migs), visible="MIG-2222")
+    assert [(gpu, m.uuid) for gpu, m in only.nvml.migs] == [("0", "MIG-2222")]
+    old_style = reader(FakeGPU(UUID0, mig=migs), visible=f"MIG-{UUID0}/2/1")
+    assert [m.uuid for _, m in old_style.nvml.migs] == ["MIG-3333"]
 
 
 def test_gpm_metrics_on_hopper_class_gpus():
-    hardware = reader(FakeGPU(UUID0, gpm=True))
-    registry = scrape(hardware)
-    assert gpu_value(registry, "benchd_gpu_sm_activity_ratio") == 0.55
-    assert gpu_value(registry, "benchd_gpu_tensor_activity_ratio") == 0.33
-    assert gpu_value(registry, "benchd_gpu_dram_bandwidth_utilization_ratio") == 0.22
+    with scraped(reader(FakeGPU(UUID0, gpm=True))) as registry:
+        assert gpu_value(registry, "benchd_gpu_sm_activity_ratio") == 0.55
+        assert gpu_value(registry, "benchd_gpu_tensor_activity_ratio") == 0.33
+        assert gpu_value(registry, "benchd_gpu_dram_bandwidth_utilization_ratio") == 0.22
 
 
 def test_cuda_visible_devices_is_respected():
@@ -77,12 +204,11 @@ def test_cuda_visible_devices_is_respected():
 def test_unsupported_fields_are_left_out_once(caplog):
     gpu = FakeGPU(UUID0, unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceGetPcieThroughput"})
     hardware = reader(gpu)
-    registry = scrape(hardware)
     with caplog.at_level(logging.WARNING, logger="benchd.hardware"):
-        for _ in range(2):  # every get_sample_value is a scrape
-            assert gpu_value(registry, "benchd_gpu_power_watts") is None
-            assert gpu_value(registry, "benchd_gpu_pcie_transmit_bytes_per_second") is None
-            assert gpu_value(registry, "benchd_gpu_temperature_celsius") == 61
+        for _ in range(3):
+            values = hardware.read().gpus[0].values
+            assert "power_watts" not in values and "pcie_transmit_bytes_per_second" not in values
+            assert values["temperature_celsius"] == 61
     assert sum("does not support power" in r.message for r in caplog.records) == 1
 
 
@@ -90,9 +216,9 @@ def test_no_nvml_means_no_gpu_gauges_and_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="benchd.hardware"):
         hardware = reader(FakeGPU(UUID0), init_error=NVMLError_LibraryNotFound("libnvidia-ml.so.1 not found"))
     assert not hardware.nvml.available and "NVML is not available" in caplog.text
-    registry = scrape(hardware)
-    assert not [f for f in registry.collect() if f.name.startswith("benchd_gpu")]
-    assert registry.get_sample_value("benchd_host_cpu_utilization_ratio") is not None
+    with scraped(hardware) as registry:
+        assert not [f for f in registry.collect() if f.name.startswith("benchd_gpu")]
+        assert registry.get_sample_value("benchd_host_cpu_utilization_ratio") is not None
 
 
 def test_a_gpu_failing_mid_run_pauses_its_gauges(caplog):
@@ -109,103 +235,66 @@ def test_a_gpu_failing_mid_run_pauses_its_gauges(caplog):
 
 
 def test_host_gauges_from_real_psutil():
-    registry = scrape(HardwareReader(NVMLReader(FakeNVML([])), HostReader()))
-    get = registry.get_sample_value
-    assert 0 <= get("benchd_host_cpu_utilization_ratio") <= 1
-    cores = [get("benchd_host_cpu_core_utilization_ratio", {"core": str(i)}) for i in range(psutil.cpu_count())]
-    assert all(0 <= c <= 1 for c in cores)
-    total = psutil.virtual_memory().total
-    assert get("benchd_host_memory_total_bytes") == total
-    assert 0 < get("benchd_host_memory_used_bytes") < total
-    assert 0 < get("benchd_host_memory_available_bytes") <= total
-    assert get("benchd_host_load_average", {"period": "1m"}) >= 0
-    rss = psutil.Process(os.getpid()).memory_info().rss
-    assert 0.5 * rss < get("benchd_host_process_resident_memory_bytes") < 2 * rss
-    assert 0 <= get("benchd_host_process_cpu_utilization_ratio") <= 1
+    with scraped(HardwareReader(NVMLReader(FakeNVML([])), HostReader())) as registry:
+        get = registry.get_sample_value
+        assert 0 <= get("benchd_host_cpu_utilization_ratio") <= 1
+        cores = [get("benchd_host_cpu_core_utilization_ratio", {"core": str(i)}) for i in range(psutil.cpu_count())]
+        assert all(0 <= c <= 1 for c in cores)
+        total = psutil.virtual_memory().total
+        assert get("benchd_host_memory_total_bytes") == total
+        assert 0 < get("benchd_host_memory_used_bytes") < total
+        assert 0 < get("benchd_host_memory_available_bytes") <= total
+        assert get("benchd_host_load_average", {"period": "1m"}) >= 0
+        rss = psutil.Process(os.getpid()).memory_info().rss
+        assert 0.5 * rss < get("benchd_host_process_resident_memory_bytes", {"process": "daemon"}) < 2 * rss
+        assert 0 <= get("benchd_host_process_cpu_utilization_ratio", {"process": "daemon"}) <= 1
 
 
-def snapshot(t, energy_j, util=0.5, memory=1e9, power=300.0, throttle=False):
-    reading = GPUReading("0", UUID0, "H100", {"utilization_ratio": util, "memory_used_bytes": memory,
-                                              "power_watts": power, "energy_joules": energy_j})
-    reading.throttle = {"sw_power_cap": throttle, "gpu_idle": False}
-    return Snapshot(t, [reading], HostReading(cpu_ratio=0.25))
+def test_a_worker_process_is_reported_beside_the_daemon_while_watched():
+    # A child that holds 64 MiB, as a worker holds its model.
+    child = subprocess.Popen([sys.executable, "-c", "import sys; b = bytearray(64 << 20); sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    hardware = HardwareReader(NVMLReader(FakeNVML([])), HostReader())
+    with sampling(hardware) as sampler:
+        try:
+            wait_for(lambda: psutil.Process(child.pid).memory_info().rss > 64 << 20, 30, "the child's memory")
+            sampler.watch_process("worker", child.pid)
+            wait_for(lambda: "worker" in sampler.latest.host.processes, 10, "a read with the worker")
+            worker = sampler.latest.host.processes["worker"]
+            assert worker.resident_bytes > 64 << 20 and 0 <= worker.cpu_ratio <= 1
+            assert "daemon" in sampler.latest.host.processes
+            sampler.unwatch_process("worker")
+            wait_for(lambda: "worker" not in sampler.latest.host.processes, 10, "a read without the worker")
+            sampler.watch_process("worker", child.pid)
+            wait_for(lambda: "worker" in sampler.latest.host.processes, 10, "the worker watched again")
+        finally:
+            child.communicate(b"")
+        # An exited worker leaves by itself.
+        wait_for(lambda: "worker" not in sampler.latest.host.processes, 10, "the exited worker to leave")
+        sampler.watch_process("gone", child.pid)  # a pid that no longer exists: logged, never raised
+        assert "gone" not in sampler.latest.host.processes
 
 
-def test_energy_per_token_from_known_counters():
-    # 100 J/s between t=0 and t=10; the window [2, 7] holds 500 J: 1000 output tokens → 0.5 J/token.
-    samples = [snapshot(t, 1000.0 + 100.0 * t, util=u, memory=m, throttle=th)
-               for t, u, m, th in ((0, 0.1, 1e9, False), (3, 0.8, 5e9, True), (6, 0.9, 4e9, False),
-                                   (10, 0.2, 1e9, False))]
-    s = summarize(samples, start=2.0, end=7.0, output_tokens=1000)
-    assert s.energy_joules == pytest.approx(500.0)
-    assert s.energy_per_output_token_joules == pytest.approx(0.5)
-    assert s.samples == 2 and s.window_s == 5.0
-    assert s.gpu_utilization_mean == pytest.approx(0.85) and s.gpu_utilization_max == 0.9
-    assert s.gpu_memory_peak_bytes == 5e9
-    assert s.throttled_fraction == 0.5 and s.power_mean_watts == 300.0
-    assert s.cpu_utilization_mean == 0.25
-    assert s.gpus[0].energy_joules == pytest.approx(500.0)
+def test_the_node_label_reaches_every_series_and_exemplars_survive():
+    registry = NodeRegistry("node-7")
+    requests = Counter("benchd_things", "Things.", ("kind",), registry=registry)
+    requests.labels("a").inc(2, exemplar={"trace_id": "abc"})
+    registry.register(HardwareCollector(_served(reader(FakeGPU(UUID0)))))
+    samples = [s for f in registry.collect() for s in f.samples]
+    assert samples and all(s.labels["hostname"] == "node-7" for s in samples)
+    assert registry.get_sample_value("benchd_things_total", {"kind": "a", "hostname": "node-7"}) == 2
+    assert 'benchd_things_total{hostname="node-7",kind="a"} 2.0 # {trace_id="abc"} 2.0' in \
+        openmetrics(registry).decode()
+    assert registry.get_sample_value("benchd_gpu_power_watts", {"gpu": "0", "uuid": UUID0, "name": H100,
+                                                               "hostname": "node-7"}) == pytest.approx(523.456)
 
 
-def test_run_summary_through_the_sampler(tiny):
-    gpu = FakeGPU(UUID0)
-    hardware = reader(gpu)
-    sampler = HardwareSampler(hardware, interval_s=0.05)
+def _served(hardware: HardwareReader) -> HardwareSampler:
+    sampler = HardwareSampler(hardware, interval_s=3600)
     sampler.start()
-
-    original = hardware.nvml.read
-
-    def read_with_energy():  # the counter grows 200 J per read, as a busy GPU's would
-        gpu.energy_mj += 200_000
-        return original()
-
-    hardware.nvml.read = read_with_energy
-    try:
-        outcome = run(make_spec(workload={"stop": {"requests": 8}}), loaded=tiny, hardware=sampler)
-    finally:
-        sampler.stop()
-    hw = outcome.hardware
-    assert hw is not None and hw.samples >= 1
-    assert hw.gpus[0].uuid == UUID0 and hw.gpu_utilization_mean == pytest.approx(0.87)
-    tokens = outcome.summaries()[0].output_tokens
-    assert hw.energy_joules > 0
-    assert hw.energy_per_output_token_joules == pytest.approx(hw.energy_joules / tokens)
-    assert hw.throttled_fraction == 1.0  # the stand-in is power-capped throughout
-    assert outcome.to_json()["hardware"]["energy_joules"] == hw.energy_joules
-
-
-def test_a_gpu_failing_during_a_run_never_fails_it(tiny):
-    gpu = FakeGPU(UUID0)
-    hardware = reader(gpu)
-    sampler = HardwareSampler(hardware, interval_s=0.01)
-    sampler.start()
-    original = hardware.nvml.read
-    calls = {"n": 0}
-
-    def failing():
-        calls["n"] += 1
-        gpu.lost = calls["n"] > 2
-        return original()
-
-    hardware.nvml.read = failing
-    try:
-        outcome = run(make_spec(workload={"stop": {"requests": 6}}), loaded=tiny, hardware=sampler)
-    finally:
-        sampler.stop()
-    assert outcome.status == "succeeded" and outcome.hardware is not None
-
-
-def test_nvidia_smi_readings_in_base_units():
-    from benchd.hardware import parse_nvidia_smi
-
-    text = ("0, GPU-aaaaaaaa-0000, 87, 41, 40960, 81559, 523.45, 700.00, 61, 1980, 2619, 123456789\n"
-            "1, GPU-bbbbbbbb-1111, 0, 0, 0, 81559, [N/A], 700.00, 30, 345, 2619, [N/A]\n")
-    first, second = parse_nvidia_smi(text)
-    assert first["uuid"] == UUID0 and first["utilization.gpu"] == 0.87
-    assert first["memory.used"] == 40960 * 2**20  # MiB → bytes
-    assert first["clocks.sm"] == 1980e6 and first["total_energy_consumption"] == pytest.approx(123456.789)
-    assert first["power.draw"] == 523.45
-    assert "power.draw" not in second and "total_energy_consumption" not in second
+    wait_for(lambda: sampler.latest is not None, 30, "the first hardware snapshot")
+    sampler.stop()
+    return sampler
 
 
 def test_live_daemon_exports_gpu_gauges_and_stores_the_hardware_summary(tmp_path):
@@ -214,12 +303,19 @@ def test_live_daemon_exports_gpu_gauges_and_stores_the_hardware_summary(tmp_path
     from tests.helpers import LiveServer, spec, submit
 
     settings = Settings(database_url=f"sqlite:///{tmp_path}/benchd.db", device="cpu", default_schedule=False,
-                        hardware_interval_s=0.05)
-    app = create_app(settings, hardware_reader=lambda: reader(FakeGPU(UUID0)))
+                        hardware_interval_s=0.05, node_name="gpu-node-3")
+    built = []
+    app = create_app(settings, hardware_reader=lambda: built.append(1) or reader(FakeGPU(UUID0)))
     with LiveServer(app) as server:
         run = server.wait_status(submit(server, spec(requests=12)), "succeeded", "failed")
         text = server.http.get("/metrics").text
-    assert f'benchd_gpu_power_watts{{gpu="0",name="NVIDIA H100 80GB HBM3",uuid="{UUID0}"}} 523.456' in text
-    assert "benchd_host_cpu_utilization_ratio" in text
+    assert len(built) == 1  # one reader, behind one sampler thread, for scrapes and runs
+    assert f'benchd_gpu_power_watts{{gpu="0",hostname="gpu-node-3",name="{H100}",uuid="{UUID0}"}} 523.456' in text
+    assert 'benchd_host_process_resident_memory_bytes{hostname="gpu-node-3",process="daemon"}' in text
+    assert 'benchd_hardware_sampler_stalled{hostname="gpu-node-3"} 0.0' in text
+    series = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert all('hostname="gpu-node-3"' in line for line in series)
+    age = next(float(line.split()[-1]) for line in series if line.startswith("benchd_hardware_sample_age_seconds"))
+    assert 0 <= age < 10
     assert run["status"] == "succeeded"
     assert run["hardware"]["gpus"][0]["uuid"] == UUID0 and run["hardware"]["gpu_utilization_mean"] == pytest.approx(0.87)

@@ -16,7 +16,7 @@ from benchd.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
 from benchd.runner import run
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
-from tests.helpers import daemon, free_port, make_spec, serve, spec, submit, wait_for
+from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
 from tests.otlp import GRPCReceiver, HTTPReceiver
 
 LABELS = {"model": "tiny", "engine": "transformers", "workload": "test"}
@@ -131,7 +131,7 @@ def test_the_daemon_caps_its_workloads(tmp_path):
             server.wait_status(submit(server, spec(requests=1, output=2, name=name)), "succeeded")
         page = server.http.get("/metrics").text
         assert 'workload="one"' not in page and 'workload="two"' in page and 'workload="three"' in page
-        assert 'benchd_series_evicted_total{reason="max_workloads"} 1.0' in page
+        assert 'benchd_series_evicted_total{hostname="test-node",reason="max_workloads"} 1.0' in page
 
 
 def test_gauges_are_live_during_a_run(tiny, registry):
@@ -314,7 +314,7 @@ def test_live_daemon_metrics_in_both_formats(tmp_path):
         assert om_response.text.endswith("# EOF\n")
         text_response = server.http.get("/metrics")
         assert text_response.headers["content-type"].startswith("text/plain")
-        labels = {"model": "tiny", "engine": "transformers", "workload": "short"}
+        labels = {"model": "tiny", "engine": "transformers", "workload": "short", "hostname": NODE}
         for families in (parse_openmetrics(om_response.text), parse_text(text_response.text)):
             samples = {(s.name, tuple(sorted(s.labels.items()))): s for f in families for s in f.samples}
 

@@ -18,7 +18,7 @@ from benchd.timed import run_timed
 from benchd.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
 from benchd.timed.kernel import attention, attention_flops, matmul_flops
 from benchd.tracing import build_tracer_provider
-from tests.helpers import daemon, submit
+from tests.helpers import NODE, daemon, submit
 from tests.otlp import HTTPReceiver
 
 
@@ -331,9 +331,10 @@ def test_daemon_runs_train_step_and_kernel_specs(tmp_path):
         text = server.http.get(f"/runs/{train}/timings", params={"format": "csv"}).text
         assert text.splitlines()[0] == "stage_index,series,index,warmup,seconds" and len(text.splitlines()) == 17
         metrics = server.http.get("/metrics").text
-        assert 'benchd_step_duration_seconds_count{model="tiny",phase="optimizer",workload="tr"} 3.0' in metrics
-        assert 'benchd_kernel_duration_seconds_count{dtype="float32",implementation="torch",kernel="matmul",' \
-               'shape="32x32x32",workload="mm"} 7.0' in metrics
+        assert f'benchd_step_duration_seconds_count{{hostname="{NODE}",model="tiny",phase="optimizer",workload="tr"}} ' \
+               '3.0' in metrics
+        assert f'benchd_kernel_duration_seconds_count{{dtype="float32",hostname="{NODE}",implementation="torch",' \
+               'kernel="matmul",shape="32x32x32",workload="mm"} 7.0' in metrics
         # A generation run after a training step loads the daemon's model again and runs.
         gen = submit(server, {"name": "after", "transformers": {"block_size": 16, "num_blocks": 64,
                                                                   "max_batch_tokens": 128},

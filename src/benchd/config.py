@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from benchd.metrics import HistogramBuckets, MetricsSettings
@@ -49,7 +49,6 @@ class Settings(BaseSettings):
     spool_dir: Path = Path("benchd-spool")
     spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20
     store_start_timeout_s: Annotated[float, Field(ge=0)] = 10.0  # waited at start for migrations and recovery
-    node_name: str = Field(default_factory=socket.gethostname)  # stored with every run; a label on every series
     api_token: SecretStr | None = None
     label: str | None = None
     default_schedule: bool = True  # run a small workload on the daemon's model every interval
@@ -62,13 +61,32 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     compare_threshold: Annotated[float, Field(ge=0)] = 0.05  # a change smaller than this is no regression
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
-    hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0  # the sampler behind each run's hardware summary
+    # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
+    # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))
+    # means a hung driver call: the hardware series leave /metrics until a read completes.
+    hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0
+    hardware_stale_after_s: Annotated[float, Field(gt=0)] | None = None
+    # The node: the value of the hostname label on every series and stored with every run (the Kubernetes downward
+    # API's spec.nodeName in a cluster); unset or empty: this host's name.
+    node_name: Annotated[str, Field(max_length=253)] = ""
 
     @field_validator("api_token", "label", mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
         """BENCHD_API_TOKEN= (as compose passes an unset variable) means no token, not an empty one."""
         return None if value == "" else value
+
+    @field_validator("node_name")
+    @classmethod
+    def _host_by_default(cls, value: str) -> str:
+        return value or socket.gethostname()
+
+    @model_validator(mode="after")
+    def _stale_after_an_interval(self) -> Settings:
+        if self.hardware_stale_after_s is not None and self.hardware_stale_after_s <= self.hardware_interval_s:
+            raise ValueError(f"hardware_stale_after_s ({self.hardware_stale_after_s}) must be longer than "
+                             f"hardware_interval_s ({self.hardware_interval_s}): a read is due every interval")
+        return self
 
     @field_validator("model_roots")
     @classmethod

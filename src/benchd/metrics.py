@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Exemplar
+from prometheus_client.samples import Exemplar, Sample
 from prometheus_client.utils import floatToGoString
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 LABELS = ("model", "engine", "workload")
 MAX_SERIES = 10_000  # per family, whatever clients send
+# The node's label on every series: DCGM exporter's name for it (released versions up to 4.5.3-4.8.2 spell it
+# Hostname; its main branch renamed it hostname, as Prometheus' lower-case convention has it), so that benchd's and
+# DCGM's series of one node join on it.
+NODE_LABEL = "hostname"
 
 
 def _ladder(*decades: tuple[float, ...]) -> list[float]:
@@ -74,6 +79,22 @@ class HistogramBuckets(BaseModel):
         if any(b <= a for a, b in zip(bounds, bounds[1:])) or bounds[0] <= 0:
             raise ValueError("bucket bounds must be positive and strictly increasing")
         return bounds
+
+
+class NodeRegistry(CollectorRegistry):
+    """A registry whose collect() adds the node label to every sample of every family, whoever registered it."""
+
+    def __init__(self, node: str, label: str = NODE_LABEL) -> None:
+        super().__init__()
+        self.node, self.label = node, label
+
+    def collect(self) -> Iterator[Metric]:
+        label, node = self.label, self.node
+        for family in super().collect():
+            labelled = copy.copy(family)  # collectors may keep their families: the copy gets the new samples
+            # Built positionally: a third of _replace's cost (scrapes copy every sample).
+            labelled.samples = [Sample(s[0], {label: node, **s[1]}, *s[2:]) for s in family.samples]
+            yield labelled
 
 
 class _HistogramSeries:

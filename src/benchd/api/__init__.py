@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -9,7 +10,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
-from prometheus_client import CollectorRegistry
 
 import benchd
 from benchd.api import compare, health, runs, schedules
@@ -20,7 +20,7 @@ from benchd.config import Settings
 from benchd.events import RunEvents
 from benchd.gauges import HardwareCollector
 from benchd.hardware import HardwareReader
-from benchd.metrics import Metrics
+from benchd.metrics import Metrics, NodeRegistry
 from benchd.models import LoadedModel, load_model
 from benchd.sampler import HardwareSampler
 from benchd.scheduler import DEFAULT_SCHEDULE_SPEC, Scheduler
@@ -45,14 +45,13 @@ def create_app(
         store = Store(settings.database_url, settings.spool_dir, settings.spool_max_bytes, settings.node_name)
         store.start()
         store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
-        registry = CollectorRegistry()
+        registry = NodeRegistry(settings.node_name)
         metrics = Metrics(registry, settings.buckets, settings.metrics.max_workloads)
         telemetry = Telemetry(metrics, build_tracer_provider(
             on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
-        # Two instances of one reader: the collector's CPU figures cover the time between scrapes, the
-        # sampler's the time between its samples.
-        registry.register(HardwareCollector(hardware_reader()))
-        sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s)
+        # One thread reads the hardware, for scrapes and runs alike: a scrape serves its latest snapshot.
+        sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s, settings.hardware_stale_after_s)
+        registry.register(HardwareCollector(sampler))
         sampler.start()
         events = RunEvents()
         scheduler = Scheduler(settings, store, events, loader, telemetry, sampler)
