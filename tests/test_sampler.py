@@ -76,7 +76,7 @@ def test_a_scrape_never_waits_on_a_hung_read_and_runs_wait_a_bounded_time():
             assert not scrape.is_alive() and scraped == [pytest.approx(523.456)]  # the latest snapshot, at once
             # A run begins while the read hangs: it waits wait_s at most, then goes on.
             started = time.perf_counter()
-            sampler.begin()
+            recording = sampler.begin()
             assert time.perf_counter() - started < 5
             wait_for(lambda: registry.get_sample_value("benchd_hardware_sampler_stalled") == 1, 10, "stalled")
             assert registry.get_sample_value("benchd_hardware_sample_age_seconds") > 0.5
@@ -86,7 +86,7 @@ def test_a_scrape_never_waits_on_a_hung_read_and_runs_wait_a_bounded_time():
             assert "benchd_gpu" in names  # benchd_gpu_info
             # Stalled, a run's end does not wait at all; no read bracketed the window's end, so no energy.
             started = time.perf_counter()
-            summary = sampler.end(time.perf_counter() - 0.1, time.perf_counter(), 10)
+            summary = recording.end(time.perf_counter() - 0.1, time.perf_counter(), 10)
             assert time.perf_counter() - started < 0.3
             assert summary.energy_joules is None and summary.gpus[0].power_mean_watts == pytest.approx(523.456)
         finally:
@@ -118,11 +118,11 @@ class LinearEnergy(FakeNVML):
 
 def test_a_run_gets_fresh_reads_at_both_ends_whatever_the_interval():
     with sampling(reader(nvml=LinearEnergy([FakeGPU(UUID0)])), interval_s=3600) as sampler:  # no periodic read
-        sampler.begin()
+        recording = sampler.begin()
         window_start = time.perf_counter()
         time.sleep(0.2)
         window_end = time.perf_counter()
-        summary = sampler.end(window_start, window_end, 10)
+        summary = recording.end(window_start, window_end, 10)
     # Without the reads at begin() and end() no counter would bracket the window, and there would be no figure.
     assert summary.energy_joules == pytest.approx(250.0 * (window_end - window_start), rel=0.01)
 

@@ -17,7 +17,9 @@ from benchd.engines import Engine, GenerationRequest, create_engine
 from benchd.environment import RunMetadata, collect, torch_threads, utc_now
 from benchd.models import LoadedModel, load_model
 from benchd.records import RequestRecord, StageSummary, summarize
-from benchd.sampler import HardwareSampler, HardwareSummary
+from benchd import timeline
+from benchd.sampler import HardwareSampler, HardwareSummary, Recording
+from benchd.timeline import LoadSample, StageSpan
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, describe_profile
 from benchd.telemetry import RunTelemetry, Telemetry
 from benchd.workload import RequestContent, contents, load_tokenizer, text_contents
@@ -150,6 +152,7 @@ class Stage:
         self._measure_start: float | None = None  # the first measured request's scheduled time
         self.in_flight: dict[str, RequestRecord] = {}
         self.kv_peak: float | None = None
+        self.load_samples: list[LoadSample] = []
         self.status = "pending"
         self.end_s: float | None = None
         self._t0 = 0.0
@@ -285,8 +288,11 @@ class Stage:
         occupancy = load.kv_occupancy
         if occupancy is not None and (self.kv_peak is None or occupancy > self.kv_peak):
             self.kv_peak = occupancy
-        window = self.clock() - self._measure_start if self._measure_start is not None else 0.0
-        self.observer.sample(load, self.recorder.measured_tokens / window if window > 0 else 0.0)
+        now = self.clock()
+        window = now - self._measure_start if self._measure_start is not None else 0.0
+        throughput = self.recorder.measured_tokens / window if window > 0 else 0.0
+        self.load_samples.append(LoadSample(now, load.running, load.waiting, occupancy, throughput))
+        self.observer.sample(load, throughput)
 
     def _report(self) -> None:
         if self._on_progress is None:
@@ -341,6 +347,7 @@ class RunOutcome:
     metadata: RunMetadata | None
     stages: list[Stage] = field(default_factory=list)
     hardware: HardwareSummary | None = None
+    timeline: dict | None = None
 
     def summaries(self) -> list[StageSummary]:
         return [stage.summary() for stage in self.stages]
@@ -406,7 +413,7 @@ def run(
     observer = (telemetry or Telemetry()).for_run(run_id, spec.model, engine.name, spec.name)
     stages = spec.workload.stages()
     stage: Stage | None = None
-    recording = False  # the hardware sampler is recording this run
+    recording: Recording | None = None  # the hardware sampler's, for this run
     started = time.perf_counter()
     try:
         if own_engine:
@@ -416,8 +423,7 @@ def run(
             metadata.torch_threads = torch_threads()  # as the engine set it
         started = time.perf_counter()
         if hardware is not None:
-            hardware.begin()
-            recording = True
+            recording = hardware.begin()
         observer.run_started(started)
         metadata.trace_id = observer.run_trace_id
         for index, profile in enumerate(stages):
@@ -443,12 +449,15 @@ def run(
         if own_engine:
             engine.stop()
         end = time.perf_counter()
-        if recording:
+        if recording is not None:
             windows = [w for stage in outcome.stages if (w := stage.window()) is not None]
             start, stop = (windows[0][0], windows[-1][1]) if windows else (started, end)
             tokens = sum(stage.recorder.measured_tokens for stage in outcome.stages)
-            outcome.hardware = hardware.end(start, stop, tokens)
+            outcome.hardware = recording.end(start, stop, tokens)
             observer.energy(outcome.hardware.energy_per_output_token_joules)
+        outcome.timeline = timeline.build(
+            started, [StageSpan(s.index, s.label, s.start_s, s.end_s or end) for s in outcome.stages],
+            [x for s in outcome.stages for x in s.load_samples], recording.snapshots if recording else [])
         observer.trace_requests([r for stage in outcome.stages for r in stage.records])
         observer.run_finished(end, outcome.status, outcome.error)
         metadata.finished_at = utc_now()

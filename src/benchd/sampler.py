@@ -104,6 +104,20 @@ def summarize(snapshots: list[Snapshot], start: float, end: float, output_tokens
     )
 
 
+class Recording:
+    """One run's snapshots, from begin() to end()."""
+
+    def __init__(self, sampler: HardwareSampler) -> None:
+        self.sampler = sampler
+        self.snapshots: list[Snapshot] = []
+
+    def end(self, start: float, end: float, output_tokens: int) -> HardwareSummary:
+        """Read once more (waited for at most the sampler's wait_s), stop recording and summarize the window
+        [start, end] (perf_counter seconds)."""
+        self.sampler._finish(self)
+        return summarize(self.snapshots, start, end, output_tokens)
+
+
 class HardwareSampler:
     """The only reader of the hardware. Its thread reads every interval_s (so /metrics' hardware gauges are at most
     about one interval old) and at once when a run begins or ends (so a run's energy is bracketed by counters read at
@@ -122,7 +136,7 @@ class HardwareSampler:
         self._wake = False  # a run asked for a read now
         self._stopping = False
         self._progress = time.perf_counter()  # when the latest read completed, or the thread started
-        self._recording: list[Snapshot] | None = None  # the current run's snapshots
+        self._recordings: list[Recording] = []  # the runs being recorded
         self._warned = False
         self._thread = threading.Thread(target=self._loop, name="benchd-hardware", daemon=True)
 
@@ -167,19 +181,22 @@ class HardwareSampler:
                 return int(reading.values["memory_free_bytes"])
         return None
 
-    def begin(self) -> None:
-        """Start recording a run's snapshots: the latest one, and one read now (waited for at most wait_s)."""
+    def begin(self) -> Recording:
+        """Start recording a run's snapshots: the latest one, and one read now (waited for at most wait_s). Runs may
+        overlap: each has its own recording."""
+        recording = Recording(self)
         with self._cond:
-            self._recording = [self._latest] if self._latest is not None else []
+            if self._latest is not None:
+                recording.snapshots.append(self._latest)
+            self._recordings.append(recording)
         self._read_now("begins")
+        return recording
 
-    def end(self, start: float, end: float, output_tokens: int) -> HardwareSummary:
-        """Read once more (waited for at most wait_s), stop recording and summarize the window [start, end]
-        (perf_counter seconds)."""
+    def _finish(self, recording: Recording) -> None:
         self._read_now("ends")
         with self._cond:
-            samples, self._recording = self._recording or [], None
-        return summarize(samples, start, end, output_tokens)
+            if recording in self._recordings:
+                self._recordings.remove(recording)
 
     def _read_now(self, moment: str) -> bool:
         with self._cond:
@@ -210,8 +227,8 @@ class HardwareSampler:
                 self._latest, self._progress = snapshot, time.perf_counter()
                 self._completed += 1
                 self._warned = False
-                if self._recording is not None:
-                    self._recording.append(snapshot)
+                for recording in self._recordings:
+                    recording.snapshots.append(snapshot)
                 self._cond.notify_all()
                 due = snapshot.t + self.interval_s
                 while not (self._wake or self._stopping) and (left := due - time.perf_counter()) > 0:

@@ -396,7 +396,8 @@ def store_outcome(store: Store, run_id: str, outcome: RunOutcome | TimedOutcome)
         run_id, status=outcome.status, error=outcome.error,
         error_stage="run" if outcome.status == "failed" else None, subject=outcome.spec.subject,
         label=meta.get("label") if meta else outcome.spec.label, summaries=summaries, metadata=meta,
-        hardware=outcome.hardware.model_dump(mode="json") if outcome.hardware else None, timeline=None,
+        hardware=outcome.hardware.model_dump(mode="json") if outcome.hardware else None,
+        timeline=getattr(outcome, "timeline", None),
         timings_rows=timings)
     return summaries
 

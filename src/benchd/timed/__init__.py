@@ -134,7 +134,7 @@ def run_timed(
     context = TimedContext(spec, outcome, observer, telemetry, stop, on_progress)
     started = time.perf_counter()
     if hardware is not None:
-        hardware.begin()
+        recording = hardware.begin()
     observer.run_started(started)
     metadata.trace_id = observer.run_trace_id
     try:
@@ -153,7 +153,7 @@ def run_timed(
     finally:
         end = time.perf_counter()
         if hardware is not None:
-            outcome.hardware = hardware.end(started, end, 0)
+            outcome.hardware = recording.end(started, end, 0)
         observer.run_finished(end, outcome.status, outcome.error)
         metadata.finished_at = utc_now()
     return outcome
