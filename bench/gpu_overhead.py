@@ -1,10 +1,12 @@
-"""benchd's own cost on the GPU: the reference workload through benchd with everything on (Prometheus
-histograms and exemplars, spans to a local OTLP receiver in its own process, the hardware sampler at 1 s)
-against bare `generate_batch` with the same continuous-batching configuration, alternating in one process
-(each round in the reverse order of the one before), with an account of where the generation thread's time
-went in each run (see Accounting) and the pairs' throughput ratios with a bootstrap interval.
+"""benchd's own cost on the GPU: the reference workload through a live benchd daemon (its engine in a worker
+process; Prometheus histograms and exemplars, spans to a local OTLP receiver in its own process, the hardware
+sampler at 1 s, and /metrics scraped every second as Prometheus would, each scrape timed) against bare
+`generate_batch` in this process with the same continuous-batching configuration, alternating (each round in the
+reverse order of the one before), with the pairs' throughput ratios and a bootstrap interval. The `local` mode
+runs benchd's worker core in this process instead (the runner and engine without the process split), with an
+account of where the generation thread's time went (see Accounting).
 
-    python bench/gpu_overhead.py [--repeats 8] [--modes bare benchd bare@16 benchd@16 …]
+    python bench/gpu_overhead.py [--repeats 8] [--modes bare daemon local bare@16 daemon@16 …]
     python bench/gpu_overhead.py --smoke      # the tiny model on the CPU: checks the script
 
 Bare generate_batch is timed from its own per-token timestamps (record_timestamps): throughput over
@@ -22,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -37,17 +40,19 @@ from transformers.generation.continuous_batching.continuous_api import (
 )
 from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingIOs
 
+import httpx
+
 from benchd import runner
-from benchd.engines import transformers_cb
 from benchd.engines.transformers_cb import TransformersEngine, cb_config, cpu_threads
 from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics
 from benchd.models import greedy_config, load_model
-from benchd.runner import run
-from benchd.sampler import HardwareSampler
+from benchd.records import StageSummary
+from benchd.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import parse_spec
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
+from benchd.workers.local import run_local
 from benchd.workload import contents
 
 LATENCIES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms")
@@ -179,16 +184,6 @@ class Accounting:
         return row
 
 
-def intervals(poll_s: float, sample_s: float, fn):
-    """benchd with the engine's live poll and the runner's load sampling at other intervals than its defaults."""
-    before = transformers_cb.LIVE_POLL_S, runner.LOAD_SAMPLE_INTERVAL_S
-    transformers_cb.LIVE_POLL_S, runner.LOAD_SAMPLE_INTERVAL_S = poll_s, sample_s
-    try:
-        return fn()
-    finally:
-        transformers_cb.LIVE_POLL_S, runner.LOAD_SAMPLE_INTERVAL_S = before
-
-
 def frozen(fn):
     """With every object alive before the run moved out of the garbage collector's reach (gc.freeze(), as vLLM does
     after start-up): its full passes then scan only what the run allocates."""
@@ -200,38 +195,96 @@ def frozen(fn):
         gc.unfreeze()
 
 
-def instrumented(loaded, spec, telemetry, hardware) -> dict:
-    # The sampler reads all the time in the daemon, so it runs beside each benchd run here, and never beside bare.
-    sampler = HardwareSampler(hardware, interval_s=1.0) if hardware is not None else None
-    if sampler is not None:
-        sampler.start()
-    try:
-        outcome = run(spec, loaded=loaded, telemetry=telemetry, hardware=sampler)
-    finally:
-        if sampler is not None:
-            sampler.stop()
-    s = outcome.summaries()[0]
+def row_of(summary, hardware=None) -> dict:
+    s = summary
     return {"output_tok_s": s.output_tokens_per_s, "tokens": s.output_tokens,
             "ttft_p50_ms": s.ttft_s.p50 * 1e3, "ttft_p90_ms": s.ttft_s.p90 * 1e3, "ttft_p99_ms": s.ttft_s.p99 * 1e3,
             "itl_p50_ms": s.itl_s.p50 * 1e3, "itl_p90_ms": s.itl_s.p90 * 1e3, "itl_p99_ms": s.itl_s.p99 * 1e3,
             "dispatch_lag_p50_ms": s.dispatch_lag_s.p50 * 1e3, "dispatch_lag_max_ms": s.dispatch_lag_s.max * 1e3,
-            "energy_per_token_mj": (outcome.hardware.energy_per_output_token_joules or 0) * 1e3
-            if outcome.hardware else None}
+            "energy_per_token_mj": (hardware.energy_per_output_token_joules or 0) * 1e3 if hardware else None}
+
+
+def local(loaded, spec, telemetry, hardware) -> dict:
+    """benchd's worker core and lifecycle in this process (no process split, no HTTP)."""
+    sampler = HardwareSampler(hardware, interval_s=1.0) if hardware is not None else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        outcome = run_local(spec, loaded=loaded, telemetry=telemetry, hardware=sampler)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    return row_of(outcome.summaries()[0], outcome.hardware)
+
+
+class Daemon:
+    """`benchd serve` in its own process, its worker warmed with the spec's model; scraped every second with the
+    OpenMetrics Accept header, as Prometheus does, each scrape's latency kept with its time."""
+
+    def __init__(self, spec, otlp_endpoint: str, work: str, port: int = 18765) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "BENCHD_PORT": str(port), "BENCHD_MODEL": spec.model, "BENCHD_DTYPE": spec.dtype,
+               "BENCHD_DEVICE": spec.device, "BENCHD_DEFAULT_SCHEDULE": "false",
+               "BENCHD_DATABASE_URL": f"sqlite:///{work}/benchd.db", "BENCHD_SPOOL_DIR": f"{work}/spool",
+               "BENCHD_WORKERS__LOG_DIR": f"{work}/workers", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint,
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        self.log = open(f"{work}/daemon.log", "w")
+        self.process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT,
+                                        stdout=self.log, stderr=self.log)
+        self.http = httpx.Client(base_url=self.url, timeout=60)
+        self.scrapes: list[tuple[float, float]] = []  # (when, seconds)
+        self._stop = threading.Event()
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                if self.http.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise SystemExit(f"the daemon did not get ready: see {work}/daemon.log")
+            time.sleep(0.5)
+        threading.Thread(target=self._scrape, daemon=True).start()
+
+    def _scrape(self) -> None:
+        headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
+        while not self._stop.wait(1.0):
+            start = time.perf_counter()
+            self.http.get("/metrics", headers=headers)
+            self.scrapes.append((start, time.perf_counter() - start))
+
+    def run(self, spec) -> dict:
+        started = time.perf_counter()
+        run_id = self.http.post("/runs", json=spec.model_dump(mode="json")).json()["id"]
+        while (run := self.http.get(f"/runs/{run_id}").json())["status"] in ("queued", "running"):
+            time.sleep(0.25)
+        if run["status"] != "succeeded":
+            raise SystemExit(f"the daemon's run {run['status']}: {run['error']}")
+        ended = time.perf_counter()
+        row = row_of(StageSummary.model_validate(run["summary"][0]),
+                     HardwareSummary.model_validate(run["hardware"]) if run["hardware"] else None)
+        during = sorted(seconds for t, seconds in self.scrapes if started <= t <= ended)
+        if during:
+            row.update(metrics_p50_ms=float(np.percentile(during, 50)) * 1e3,
+                       metrics_p99_ms=float(np.percentile(during, 99)) * 1e3, metrics_max_ms=during[-1] * 1e3,
+                       metrics_scrapes=len(during))
+        return row
+
+    def close(self) -> None:
+        self._stop.set()
+        self.process.terminate()
+        self.process.wait(120)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--modes", nargs="*", default=["bare", "benchd"],
+    parser.add_argument("--modes", nargs="*", default=["bare", "daemon"],
                         help="bare, bare-mrpb1024 (max_requests_per_batch 1,024, as benchd resolved it), "
-                             "benchd (everything on), benchd-off (nothing exported, no sampler), "
-                             "benchd-si1ms (everything on, the interpreter's GIL switch interval at 1 ms), "
-                             "benchd-quiet (everything on, live polling and load sampling every 10 s), "
-                             "benchd-50ms (everything on, live polling every 50 ms and load sampling every 20 ms), "
-                             "benchd-mrpb256 (everything on, max_requests_per_batch 256 as generate_batch resolves it), "
-                             "bare-frozen and benchd-frozen (gc.freeze() before the run); any mode as MODE@N runs the "
-                             "engine with torch at N intra-op threads (transformers.cpu_threads: bare@16, benchd@16), "
-                             "and is paired with bare@N")
+                             "bare-frozen (gc.freeze() before the run), daemon (through a live daemon, everything "
+                             "on), local (benchd's worker core in this process, everything on), local-off (nothing "
+                             "exported, no sampler); any mode as MODE@N runs the engine with torch at N intra-op "
+                             "threads (transformers.cpu_threads: bare@16, daemon@16), and is paired with bare@N")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
@@ -241,14 +294,9 @@ def main() -> None:
         "bare": lambda spec: bare(loaded, spec),
         "bare-mrpb1024": lambda spec: bare(loaded, spec, max_requests_per_batch=1024),
         "bare-frozen": lambda spec: frozen(lambda: bare(loaded, spec)),
-        "benchd-frozen": lambda spec: frozen(lambda: instrumented(loaded, spec, telemetry, hardware)),
-        "benchd-quiet": lambda spec: intervals(10.0, 10.0, lambda: instrumented(loaded, spec, telemetry, hardware)),
-        "benchd-50ms": lambda spec: intervals(0.05, 0.02, lambda: instrumented(loaded, spec, telemetry, hardware)),
-        "benchd-mrpb256": lambda spec: instrumented(loaded, with_options(spec, max_requests_per_batch=256),
-                                                    telemetry, hardware),
-        "benchd": lambda spec: instrumented(loaded, spec, telemetry, hardware),
-        "benchd-off": lambda spec: instrumented(loaded, spec, quiet, None),
-        "benchd-si1ms": lambda spec: switching(0.001, lambda: instrumented(loaded, spec, telemetry, hardware)),
+        "daemon": lambda spec: daemon.run(spec),
+        "local": lambda spec: local(loaded, spec, telemetry, hardware),
+        "local-off": lambda spec: local(loaded, spec, quiet, None),
     }
     for mode in args.modes:
         try:
@@ -276,6 +324,8 @@ def main() -> None:
     telemetry = Telemetry(Metrics(CollectorRegistry()), provider)
     hardware = HardwareReader.default()
     quiet = Telemetry()  # benchd's runner and engine with nothing exported: the cost of the measuring itself
+    daemon = Daemon(spec, endpoint, tempfile.mkdtemp(prefix="benchd-overhead-")) \
+        if any(split_mode(m)[0] == "daemon" for m in args.modes) else None
     rows = {mode: [] for mode in args.modes}
     accounting = Accounting()
     bare(loaded, spec)  # untimed: first-use costs of both paths
@@ -297,6 +347,8 @@ def main() -> None:
                   + (f", dispatch lag max {row['dispatch_lag_max_ms']:.1f} ms" if "dispatch_lag_max_ms" in row else ""),
                   flush=True)
     telemetry.shutdown()
+    if daemon is not None:
+        daemon.close()
     spans, _ = receiver.communicate("", timeout=60)
     median = {mode: {k: statistics.median(r.get(k) or 0.0 for r in runs) for k in set().union(*runs)}
               for mode, runs in rows.items()}
@@ -320,12 +372,15 @@ def main() -> None:
               + ", ".join(f"{key.removesuffix('_ms')} {ratio:.3f}" for key, ratio in latency.items()))
     print(f"\n{'figure (median of ' + str(args.repeats) + ')':28} "
           + " ".join(f"{mode:>14} {'/ base':>7}" for mode in args.modes))
-    for key in ("output_tok_s", *LATENCIES):
+    for key in ("output_tok_s", *LATENCIES, "metrics_p50_ms", "metrics_p99_ms", "metrics_max_ms"):
+        if not all(key in median[mode] for mode in args.modes if split_mode(mode)[0] == "daemon"):
+            continue
         cells = []
         for mode in args.modes:
             base = baseline(mode, args.modes)
-            ratio = f"{median[mode][key] / median[base][key]:7.3f}" if base else f"{'':7}"
-            cells.append(f"{median[mode][key]:14.2f} {ratio}")
+            value, reference = median[mode].get(key), median[base].get(key) if base else None
+            ratio = f"{value / reference:7.3f}" if value is not None and reference else f"{'':7}"
+            cells.append(f"{value if value is not None else float('nan'):14.2f} {ratio}")
         print(f"{key:28} " + " ".join(cells))
     print(f"\nwhere the time went (median of {args.repeats}; seconds unless named)")
     accounts = ("step_calls", "step_wall_s", "schedule_wall_s", "schedule_cpu_s", "schedule_gil_wait_s",
@@ -343,7 +398,7 @@ def with_options(spec, **options):
 
 
 def split_mode(mode: str) -> tuple[str, int | None]:
-    """'benchd@8' → ('benchd', 8): the mode, and torch's intra-op threads for its engine (None: benchd's default)."""
+    """'daemon@8' → ('daemon', 8): the mode, and torch's intra-op threads for its engine (None: benchd's default)."""
     name, _, threads = mode.partition("@")
     return name, int(threads) if threads else None
 
@@ -356,15 +411,6 @@ def baseline(mode: str, modes: list[str]) -> str | None:
         if base in modes and base != mode:
             return base
     return None
-
-
-def switching(interval_s: float, fn):
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(interval_s)
-    try:
-        return fn()
-    finally:
-        sys.setswitchinterval(before)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import uvicorn
 
 from benchd.api import create_app
 from benchd.config import Settings
-from benchd.models import load_model
 from benchd.spec import parse_spec
 
 
@@ -116,27 +115,16 @@ def spec(requests=6, output=8, concurrency=2, duration=None, name="short"):
 LONG = spec(duration=120, output=64, name="long")
 
 
-class Loader:
-    """Loads models for the daemon and keeps them, so a test can reach the model the daemon runs."""
-
-    def __init__(self):
-        self.loaded = []
-
-    def __call__(self, *args, **kwargs):
-        model = load_model(*args, **kwargs)
-        self.loaded.append(model)
-        return model
-
-
 NODE = "test-node"  # the node label of daemon()'s series
 
 
-def daemon(tmp_path, loader=None, **overrides) -> LiveServer:
-    """A live daemon on the tiny model with a SQLite store under tmp_path and no default schedule; its series are
-    labelled hostname=NODE."""
+def daemon(tmp_path, **overrides) -> LiveServer:
+    """A live daemon on the tiny model (in its worker process) with a SQLite store, its spool and its workers'
+    logs under tmp_path, and no default schedule; its series are labelled hostname=NODE."""
     values = {"database_url": f"sqlite:///{tmp_path}/benchd.db", "device": "cpu", "dtype": "float32",
-              "default_schedule": False, "node_name": NODE, **overrides}
-    return LiveServer(create_app(Settings(**values), loader or load_model))
+              "default_schedule": False, "node_name": NODE, "spool_dir": str(tmp_path / "spool"),
+              "workers": {"log_dir": str(tmp_path / "workers"), **overrides.pop("workers", {})}, **overrides}
+    return LiveServer(create_app(Settings(**values)))
 
 
 def submit(server, body) -> str:
@@ -148,7 +136,8 @@ def submit(server, body) -> str:
 def serve(tmp_path, port, **env):
     """`benchd serve` in its own process (SQLite under tmp_path), once ready: (process, url)."""
     env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{tmp_path}/benchd.db", "BENCHD_PORT": str(port),
-           "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", **env}
+           "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_SPOOL_DIR": str(tmp_path / "spool"),
+           "BENCHD_WORKERS__LOG_DIR": str(tmp_path / "workers"), **env}
     log = open(tmp_path / f"serve-{port}.log", "a")  # a file, not a pipe: a daemon that logs much never blocks
     process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=log, text=True)

@@ -125,7 +125,7 @@ def test_dashboards_are_what_the_generator_writes():
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     for name, build in module.DASHBOARDS.items():
-        assert (DASHBOARDS / name).read_text() == module.render(build), f"run python deploy/grafana/dashboards.py"
+        assert (DASHBOARDS / name).read_text() == module.render(build), "run python deploy/grafana/dashboards.py"
 
 
 def test_dashboards_are_well_formed():

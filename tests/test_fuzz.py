@@ -4,7 +4,6 @@ documented (status, content type, headers, body schema), none a server error, an
 without the token."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from benchd.engines.openai import apportion
 from benchd.metrics import Metrics
-from benchd.runner import StopSignal, run
+from benchd.stopping import StopSignal
+from benchd.workers.local import run_local as run
 from benchd.spec import SpecError, TextDataset, parse_spec
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider

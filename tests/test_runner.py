@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from benchd.records import LatencyStats
-from benchd.runner import StopSignal, run
+from benchd.stopping import StopSignal
+from benchd.workers.local import run_local as run
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -81,16 +82,16 @@ def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
 def test_request_contents_are_made_before_they_are_due(tiny, monkeypatch, arrivals):
     """Making a prompt takes time (~90 µs for 256 tokens over a 128k vocabulary; 20 ms here): a burst's contents
     are made before the stage starts, an open loop's while it waits, so none delays a request past its time."""
-    import benchd.runner
+    import benchd.workers.core
 
-    real = benchd.runner.contents
+    real = benchd.workers.core.contents
 
     def slow(*args, **kwargs):
         for content in real(*args, **kwargs):
             time.sleep(0.02)
             yield content
 
-    monkeypatch.setattr(benchd.runner, "contents", slow)
+    monkeypatch.setattr(benchd.workers.core, "contents", slow)
     spec = make_spec(workload={"arrivals": arrivals, "stop": {"requests": 6}, "output_tokens": {"dist": "fixed",
                                                                                              "value": 4}})
     records = run(spec, loaded=tiny).stages[0].records
@@ -158,11 +159,11 @@ def test_stop_signal_cancels_and_keeps_what_was_measured(tiny):
     stop = StopSignal()
     spec = make_spec(transformers={"block_size": 16, "num_blocks": 128, "max_batch_tokens": 128},
                      workload={"arrivals": {"profile": "concurrent", "concurrency": 2},
-                               "stop": {"duration_s": 60}, "output_tokens": {"dist": "fixed", "value": 800}})
-    threading.Timer(0.5, stop.set).start()  # the first two requests are a quarter through their 800 tokens
+                               "stop": {"duration_s": 60}, "output_tokens": {"dist": "fixed", "value": 2000}})
+    threading.Timer(1.5, stop.set).start()  # the engine has started, the first two requests are under way
     started = time.monotonic()
     outcome = run(spec, loaded=tiny, stop=stop)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 15
     assert outcome.status == "cancelled"
     records = outcome.stages[0].records
     assert all(r.done for r in records)

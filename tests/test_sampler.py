@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from benchd.gauges import HardwareCollector
 from benchd.readings import GPUReading, HostReading, MigInstance, Snapshot
-from benchd.runner import run
+from benchd.workers.local import run_local as run
 from benchd.sampler import HardwareSampler, summarize
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.helpers import make_spec, wait_for

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from benchd.records import RequestRecord
-from benchd.runner import run
+from benchd.workers.local import run_local
 from benchd.store import StageRequests, Store, StoreUnavailable, migrate
 from tests.helpers import ROOT, PostgresServer, make_spec
 
@@ -31,7 +31,7 @@ def open_store(url, tmp_path, **kwargs) -> Store:
 
 @pytest.fixture(scope="module")
 def outcome(tiny):
-    return run(make_spec(workload={"warmup": {"requests": 2}, "stop": {"requests": 5}}), loaded=tiny)
+    return run_local(make_spec(workload={"warmup": {"requests": 2}, "stop": {"requests": 5}}), loaded=tiny)
 
 
 def finish(store, run_id, outcome):

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from benchd.config import Settings
 from benchd.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
-from benchd.runner import run
+from benchd.workers.local import run_local as run
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
@@ -111,7 +111,7 @@ def test_series_stay_bounded_whatever_workload_names_clients_send(registry):
         for t in (0.01, 0.02):
             record.arrival_s.append(t)
             record.arrival_tokens.append(1)
-            observer.tokens(record, t, 1)
+            observer.arrivals(record, len(record.arrival_s) - 1)
         record.finished_s = 0.02
         observer.finished(record)
         observer.run_finished(0.03, "succeeded", None)
@@ -353,37 +353,33 @@ def test_daemon_exports_spans_configured_by_otel_variables(tmp_path):
     assert run["metadata"]["trace_id"] == run_span.trace_id.hex()
 
 
-def test_stamped_tokens_observe_what_tokens_one_at_a_time_would(registry):
-    """The transformers engine passes on runs of stamped tokens: every series, and which gaps carry exemplars,
-    must be what the same arrivals one call each would give."""
-    from benchd.records import RequestRecord
-    from benchd.runner import Recorder
+def test_arrivals_observed_in_runs_are_what_they_would_be_one_at_a_time(registry):
+    """Token arrivals reach the daemon in batches: every series, and which gaps carry exemplars, must be what the
+    same arrivals one at a time would give; an arrival of k tokens is k equal gaps."""
+    from benchd.records import RecordBook
 
     stamps = [1.0, 1.01, 1.03, 1.035, 1.2, 1.21, 1.22, 1.5, 1.5001]
+    counts = [1, 1, 1, 1, 3, 1, 1, 1, 1]
     registries = {"one at a time": registry, "in runs": CollectorRegistry()}
     exemplar_gaps = {}
     for mode, reg in registries.items():
         observer = Telemetry(Metrics(reg)).for_run("run-1", "tiny", "transformers", "test")
-        recorder = Recorder(observer)
-        record = RequestRecord(index=0, request_id="r0", warmup=False, prompt_tokens=4, max_new_tokens=9,
-                               scheduled_s=0.9)
-        recorder.records["r0"] = record
-        record.submitted_s = 0.9
+        book = RecordBook()
+        record = book.request(0, "r0", False, 4, 11, 0.9, submitted_s=0.9)
         observer.submitted(record)
-        if mode == "one at a time":
-            for i, t in enumerate(stamps):
-                recorder.tokens("r0", t, 1, (100 + i,))
-        else:
-            for start, end in ((0, 1), (1, 4), (4, 4), (4, 9)):  # an empty run passes nothing
-                recorder.stamped_tokens("r0", stamps[start:end], [100 + i for i in range(start, end)])
+        runs = [(i, i + 1) for i in range(9)] if mode == "one at a time" else [(0, 1), (1, 4), (4, 4), (4, 9)]
+        for start, end in runs:
+            changed = book.tokens("r0", stamps[start:end], counts[start:end], list(range(100 + start, 100 + end)))
+            if changed is not None:  # an empty run changes nothing
+                observer.arrivals(*changed)
         assert record.arrival_s == stamps and record.token_ids == list(range(100, 109))
-        assert record.arrival_tokens == [1] * 9 and recorder.measured_tokens == 9
+        assert record.arrival_tokens == counts and book.measured_tokens == 11
         families = {f.name: f for f in parse_openmetrics(generate_openmetrics(reg).decode())}
         exemplar_gaps[mode] = sorted(round(s.exemplar.value, 9) for s in
                                      families["benchd_inter_token_latency_seconds"].samples if s.exemplar)
     one, runs = ([line for line in generate_latest(r).decode().splitlines() if "_created" not in line]
                  for r in registries.values())
     assert one == runs
-    assert value(registry, "benchd_inter_token_latency_seconds_count") == 8
-    assert value(registry, "benchd_generation_tokens_total") == 9
+    assert value(registry, "benchd_inter_token_latency_seconds_count") == 10  # 8 gaps, the chunk's split in 3
+    assert value(registry, "benchd_generation_tokens_total") == 11
     assert exemplar_gaps["one at a time"] == exemplar_gaps["in runs"] != []

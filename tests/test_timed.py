@@ -9,12 +9,13 @@ from transformers import AutoModelForCausalLM
 
 from benchd.metrics import Metrics
 from benchd.models import load_model, parameter_count, preset_config
-from benchd.runner import StopSignal
+from benchd.stopping import StopSignal
 from benchd.spec import SpecError, parse_spec
-from benchd.scheduler import store_outcome
+from benchd.lifecycle import Lifecycle
+from benchd.workers.local import LocalPool
 from benchd.store import Store
 from benchd.telemetry import Telemetry
-from benchd.timed import run_timed
+from benchd.workers.local import run_local as run_timed
 from benchd.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
 from benchd.timed.kernel import attention, attention_flops, matmul_flops
 from benchd.tracing import build_tracer_provider
@@ -105,7 +106,7 @@ def test_train_step_times_every_phase_and_leaves_warmup_out():
     registry = CollectorRegistry()
     outcome = run_timed(train_spec(mode="train"), telemetry=Telemetry(Metrics(registry)))
     assert outcome.status == "succeeded", outcome.error
-    (summary,) = outcome.results
+    (summary,) = outcome.summaries()
     assert set(summary.phases) == {"forward", "backward", "optimizer", "step"}
     assert summary.steps == 4 and summary.warmup_steps == 2 and summary.parameters == 139_584
     for phase, stats in summary.phases.items():
@@ -129,20 +130,20 @@ def test_train_step_times_every_phase_and_leaves_warmup_out():
 
 def test_train_step_modes_and_mfu_against_a_given_peak():
     outcome = run_timed(train_spec(mode="forward", peak_tflops=0.5))
-    (summary,) = outcome.results
+    (summary,) = outcome.summaries()
     assert set(summary.phases) == {"forward", "step"} and summary.flops.backward == 0
     assert summary.mfu == pytest.approx(summary.achieved_tflops / 0.5)
     assert summary.memory.gradients == 0
     autocast = run_timed(train_spec(mode="forward_backward", autocast="bfloat16", warmup_steps=0, steps=2))
     assert autocast.status == "succeeded", autocast.error
-    assert autocast.results[0].matmul_precision == "bf16" and autocast.results[0].dtype == "float32"
+    assert autocast.summaries()[0].matmul_precision == "bf16" and autocast.summaries()[0].dtype == "float32"
 
 
 def test_warmup_study_runs_one_level_per_count():
     outcome = run_timed(train_spec(warmup_study=[0, 1, 3], steps=2))
-    assert [r.stage for r in outcome.results] == ["warmup=0", "warmup=1", "warmup=3"]
-    assert [r.warmup_steps for r in outcome.results] == [0, 1, 3]
-    assert all(r.steps == 2 for r in outcome.results)
+    assert [r.stage for r in outcome.summaries()] == ["warmup=0", "warmup=1", "warmup=3"]
+    assert [r.warmup_steps for r in outcome.summaries()] == [0, 1, 3]
+    assert all(r.steps == 2 for r in outcome.summaries())
     for index, warmups in enumerate((0, 1, 3)):
         forward = [t for t in outcome.timings if t.stage_index == index and t.series == "forward"]
         assert sum(t.warmup for t in forward) == warmups and len(forward) == warmups + 2
@@ -152,13 +153,14 @@ def test_a_stopped_train_step_keeps_its_measured_steps():
     stop = StopSignal()
 
     def progress(p):
-        if p.completed == 4:  # 2 warm-up + 2 measured
+        if p.completed >= 4:  # 2 warm-up + 2 measured at least
             stop.set("cancelled")
 
-    outcome = run_timed(train_spec(steps=50), stop=stop, on_progress=progress)
+    outcome = run_timed(train_spec(steps=500), stop=stop, on_progress=progress)
     assert outcome.status == "cancelled"
-    (summary,) = outcome.results
-    assert summary.status == "cancelled" and summary.steps == 2
+    (summary,) = outcome.summaries()
+    measured = [t for t in outcome.timings if t.series == "step" and not t.warmup]
+    assert summary.status == "cancelled" and 2 <= summary.steps == len(measured) < 500
 
 
 def test_context_beyond_the_model_is_a_clear_failure():
@@ -184,7 +186,7 @@ def test_train_step_spans_reach_a_collector(monkeypatch):
     (stage,) = [s for s in spans if s.name == "benchd.train_step warmup=1"]
     attrs = {a.key: a.value for a in stage.attributes}
     assert attrs["benchd.phases.step.count"].int_value == 3
-    assert attrs["benchd.phases.forward.mean"].double_value == outcome.results[0].phases["forward"].mean
+    assert attrs["benchd.phases.forward.mean"].double_value == outcome.summaries()[0].phases["forward"].mean
 
 
 # ---- kernel runs -------------------------------------------------------------------------------
@@ -210,7 +212,7 @@ def test_kernel_run_times_each_implementation_and_shape(tmp_path):
                                {"batch": 2, "heads": 2, "seq_len": 64, "head_dim": 16, "causal": False}])
     outcome = run_timed(spec, telemetry=Telemetry(Metrics(registry)))
     assert outcome.status == "succeeded", outcome.error
-    by = {(r.implementation, r.shape): r for r in outcome.results}
+    by = {(r.implementation, r.shape): r for r in outcome.summaries()}
     assert len(by) == 6
     for shape in ("b1h2s32d16c", "b2h2s64d16"):
         eager, sdpa, efficient = by["eager", shape], by["sdpa", shape], by["efficient", shape]
@@ -239,7 +241,7 @@ def test_kernel_run_times_each_implementation_and_shape(tmp_path):
 def test_matmul_torch_and_compiled():
     outcome = run_timed(kernel_spec(op="matmul", implementations=["torch", "compiled", "tf32"],
                                     shapes=[{"m": 64, "n": 48, "k": 32}]))
-    by = {r.implementation: r for r in outcome.results}
+    by = {r.implementation: r for r in outcome.summaries()}
     assert by["torch"].timing.count == by["compiled"].timing.count == 5
     assert by["torch"].flops == 2 * 64 * 48 * 32
     assert by["tf32"].status == "failed" and "tf32 needs a CUDA device" in by["tf32"].error
@@ -301,11 +303,13 @@ def test_timed_runs_round_trip_through_the_store(store_url, tmp_path):
     for run_id, spec in (("t1", train_spec(steps=2, warmup_steps=1)),
                          ("k1", kernel_spec(op="matmul", shapes=[{"m": 16, "n": 16, "k": 16}]))):
         store.create_run(run_id, spec.model_dump(mode="json"))
-        outcome = run_timed(spec)
-        store_outcome(store, run_id, outcome)
+        pool = LocalPool()
+        outcome = Lifecycle(pool, Telemetry(), store=store).execute(run_id, spec, spec.device, StopSignal())
+        pool.stop()
+        assert store.flush()
         row = store.get_run(run_id)
         assert row["status"] == "succeeded" and row["engine"] == spec.kind
-        assert row["summary"] == [r.model_dump(mode="json") for r in outcome.results]
+        assert row["summary"] == [r.model_dump(mode="json") for r in outcome.summaries()]
         rows = store.timing_rows(run_id)
         assert len(rows) == len(outcome.timings)
         assert sorted(r["seconds"] for r in rows) == sorted(t.seconds for t in outcome.timings)

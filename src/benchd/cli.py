@@ -67,16 +67,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.server is not None:
         return _run_on_server(args, spec, console)
 
-    # torch and transformers load only once the spec is known to be good.
+    return _run_here(args, spec, console)
+
+
+def _run_here(args: argparse.Namespace, spec, console) -> int:
+    """The run on a worker process of its own, through the daemon's lifecycle: the CLI measures as the daemon does."""
+    import signal
+    import tempfile
+    import uuid
+
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from benchd.hardware import HardwareReader
+    from benchd.lifecycle import Lifecycle
     from benchd.report import print_summary, write_outputs
-    from benchd.runner import run
     from benchd.sampler import HardwareSampler
+    from benchd.stopping import StopSignal
     from benchd.telemetry import Telemetry
-    from benchd.timed import run_timed
     from benchd.tracing import build_tracer_provider
+    from benchd.workers.handle import WorkerSettings
+    from benchd.workers.pool import WorkerPool
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=True)
@@ -84,28 +95,32 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def on_progress(p) -> None:
         if p.stage_index not in tasks:
+            if not console.is_terminal:  # logs get a line where a terminal gets the bar
+                console.print(f"measuring {p.stage} ({p.stage_index + 1}/{p.stages})", highlight=False)
             tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
         bar.update(tasks[p.stage_index], completed=p.completed)
 
+    pool = WorkerPool([spec.device], WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
+    pool.start()
     sampler = HardwareSampler(HardwareReader.default())
     sampler.start()
     dropped = {"spans": 0}
     telemetry = Telemetry(tracer_provider=build_tracer_provider(
         on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)))
+    stop = StopSignal()
+    signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
     console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
-    execute = run if spec.kind == "generate" else run_timed
     try:
         with bar:
-            outcome = execute(spec, on_progress=on_progress, telemetry=telemetry, hardware=sampler)
-    except SpecError as error:
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
+            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, stop,
+                                                                  on_progress)
+    finally:
+        pool.stop()
+        telemetry.shutdown()
+        sampler.stop()
+    if outcome.error and outcome.error.startswith("SpecError"):
+        console.print(f"[red]invalid spec[/red]\n{outcome.error.removeprefix('SpecError: ')}", highlight=False)
         return EXIT_BAD_SPEC
-    except KeyboardInterrupt:
-        console.print("interrupted before the first request: nothing was measured")
-        return EXIT_INTERRUPTED
-
-    telemetry.shutdown()
-    sampler.stop()
     if dropped["spans"]:
         console.print(f"{dropped['spans']} spans could not be delivered to the OTLP collector")
     print_summary(outcome, Console(width=None if sys.stdout.isatty() else 200))  # piped: no 80-column crop

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from benchd.metrics import HistogramBuckets, MetricsSettings
+from benchd.workers.faults import Faults
+from benchd.workers.handle import WorkerSettings
 
 
 class Limits(BaseModel):
@@ -59,6 +61,8 @@ class Settings(BaseSettings):
     limits: Limits = Limits()
     buckets: HistogramBuckets = HistogramBuckets()
     metrics: MetricsSettings = MetricsSettings()
+    workers: WorkerSettings = WorkerSettings()
+    faults: Faults = Faults()  # fault injection for tests and bench scripts: settings only, never HTTP
     compare_threshold: Annotated[float, Field(ge=0)] = 0.05  # a change smaller than this is no regression
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
     # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of

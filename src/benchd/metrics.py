@@ -314,6 +314,12 @@ class Metrics:
         self.kernel_duration = histogram("benchd_kernel_duration_seconds",
                                          "One measured call of a kernel, timed on the device with the cache flushed.",
                                          KERNEL_BUCKETS, ("workload", "kernel", "implementation", "shape", "dtype"))
+        self.internal_errors = Counter("benchd_internal_errors", "Errors a long-lived part of the daemon survived "
+                                       "(a schedule tick, a hook, a store write, …), by component.", ("component",),
+                                       registry=registry)
+        self.worker_restarts = Counter("benchd_worker_restarts", "Worker processes started again after one died or "
+                                       "hung, by reason (exit, signal, oom, no_heartbeat, no_progress, start).",
+                                       ("reason",), registry=registry)
         self.spans_dropped = Counter("benchd_spans_dropped",
                                      "Spans not delivered to the collector (queue full, export failed).",
                                      ("reason",), registry=registry)

@@ -117,6 +117,65 @@ class RequestRecord:
         )
 
 
+class RecordBook:
+    """A stage's records, changed only by the events engines report (the worker keeps one to dispatch, the daemon
+    one rebuilt from the worker's events to derive every figure): one definition of what an event does to a
+    record. Each method returns what changed, or None when the event changes nothing (a record already ended)."""
+
+    __slots__ = ("records", "measured_tokens")
+
+    def __init__(self) -> None:
+        self.records: dict[str, RequestRecord] = {}
+        self.measured_tokens = 0  # output tokens of non-warm-up requests so far
+
+    def request(self, index: int, request_id: str, warmup: bool, prompt_tokens: int, max_new_tokens: int,
+                scheduled_s: float, submitted_s: float | None = None) -> RequestRecord:
+        record = RequestRecord(index=index, request_id=request_id, warmup=warmup, prompt_tokens=prompt_tokens,
+                               max_new_tokens=max_new_tokens, scheduled_s=scheduled_s, submitted_s=submitted_s)
+        self.records[request_id] = record
+        return record
+
+    def submitted(self, request_id: str, t: float) -> RequestRecord:
+        record = self.records[request_id]
+        record.submitted_s = t
+        return record
+
+    def admitted(self, request_id: str, t: float) -> RequestRecord | None:
+        record = self.records[request_id]
+        if record.admitted_s is not None:
+            return None
+        record.admitted_s = t
+        return record
+
+    def tokens(self, request_id: str, stamps: Sequence[float], counts: Sequence[int] | None,
+               token_ids: Sequence[int] = ()) -> tuple[RequestRecord, int] | None:
+        """Arrivals at stamps, carrying counts tokens each (None: one each); the record and the index of its first
+        new arrival."""
+        record = self.records[request_id]
+        if record.finished_s is not None or not stamps:
+            return None
+        start = len(record.arrival_s)
+        record.arrival_s.extend(stamps)
+        record.arrival_tokens.extend(counts if counts is not None else [1] * len(stamps))
+        record.token_ids.extend(token_ids)
+        if not record.warmup:
+            self.measured_tokens += sum(counts) if counts is not None else len(stamps)
+        return record, start
+
+    def prompt(self, request_id: str, n: int) -> tuple[RequestRecord, int]:
+        """The prompt's length as a server counted it; the record and the change."""
+        record = self.records[request_id]
+        before, record.prompt_tokens = record.prompt_tokens, n
+        return record, n - before
+
+    def finished(self, request_id: str, t: float, error: str | None) -> RequestRecord | None:
+        record = self.records[request_id]
+        if record.finished_s is not None:  # the first end wins (a cancel can race the last token)
+            return None
+        record.error, record.finished_s = error, t
+        return record
+
+
 # ---- summaries ---------------------------------------------------------------------------------
 
 PERCENTILES = (50, 90, 95, 99)

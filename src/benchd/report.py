@@ -14,15 +14,12 @@ from rich.table import Table
 
 from benchd.compare import Comparison, Side
 from benchd.environment import RunMetadata
+from benchd.outcome import RunResult
 from benchd.records import LatencyStats, StageSummary
-from benchd.runner import RunOutcome
 from benchd.sampler import HardwareSummary
 from benchd.spec import RunSpec
-from benchd.timed import TimedOutcome
-from benchd.timed.clock import TimingStats
-from benchd.timed.kernel import CSV_COLUMNS as KERNEL_CSV_COLUMNS
-from benchd.timed.kernel import KernelResult
-from benchd.timed.train_step import TrainStepSummary
+from benchd.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
+from benchd.timings import KernelResult, TimingStats, TrainStepSummary
 
 CSV_COLUMNS = [
     "stage", "index", "request_id", "warmup", "prompt_tokens", "max_new_tokens", "output_tokens",
@@ -52,13 +49,14 @@ def write_csv(rows, file) -> None:
 TIMING_COLUMNS = ["stage_index", "stage", "series", "index", "warmup", "seconds"]
 
 
-def write_outputs(outcome: RunOutcome | TimedOutcome, out_dir: Path) -> list[Path]:
+def write_outputs(outcome: RunResult, out_dir: Path) -> list[Path]:
     """summary.json, and requests.csv (generation) or timings.csv (+ kernels.csv); the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
     written = [out_dir / "summary.json"]
-    if isinstance(outcome, TimedOutcome):
-        stages = [r.stage for r in outcome.results]
+    if outcome.spec.kind != "generate":
+        results = outcome.summaries()
+        stages = [r.stage for r in results]
         with (out_dir / "timings.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=TIMING_COLUMNS)
             writer.writeheader()
@@ -71,7 +69,7 @@ def write_outputs(outcome: RunOutcome | TimedOutcome, out_dir: Path) -> list[Pat
             with (out_dir / "kernels.csv").open("w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=KERNEL_CSV_COLUMNS)
                 writer.writeheader()
-                writer.writerows(r.csv_row() for r in outcome.results)
+                writer.writerows(r.csv_row() for r in results)
             written.append(out_dir / "kernels.csv")
         return written
     rows = [record.to_row(stage.label, stage.start_s)
@@ -215,10 +213,10 @@ def parse_summaries(kind: str, stages: list[dict]) -> list:
     return [model.model_validate(s) for s in stages]
 
 
-def print_summary(outcome: RunOutcome | TimedOutcome, console: Console | None = None) -> None:
+def print_summary(outcome: RunResult, console: Console | None = None) -> None:
     console = console or Console()
     title = run_title(outcome.spec, outcome.metadata)
-    if isinstance(outcome, TimedOutcome):
+    if outcome.spec.kind != "generate":
         table = timed_table(title, outcome.status, outcome.error, outcome.spec.kind, outcome.summaries())
     else:
         table = summary_table(title, outcome.status, outcome.error, outcome.summaries())

@@ -1,171 +1,91 @@
-"""Runs a workload on an engine: requests leave at their scheduled time, every stamp is recorded."""
+"""Runs a workload on an engine, in the worker: requests leave at their scheduled time and every event is recorded
+and passed on to the daemon (which derives every figure from them)."""
 
 from __future__ import annotations
 
 import itertools
 import queue
-import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from benchd import arrivals
-from benchd.engines import Engine, GenerationRequest, create_engine
-from benchd.environment import RunMetadata, collect, torch_threads, utc_now
-from benchd.models import LoadedModel, load_model
-from benchd.records import RequestRecord, StageSummary, summarize
-from benchd import timeline
-from benchd.sampler import HardwareSampler, HardwareSummary, Recording
-from benchd.timeline import LoadSample, StageSpan
-from benchd.spec import ArrivalProfile, RunSpec, SpecError, describe_profile
-from benchd.telemetry import RunTelemetry, Telemetry
-from benchd.workload import RequestContent, contents, load_tokenizer, text_contents
-
-if TYPE_CHECKING:
-    from benchd.timed import TimedOutcome
+from benchd.engines import Engine, GenerationRequest
+from benchd.records import RecordBook, RequestRecord
+from benchd.spec import ArrivalProfile, RunSpec, SpecError, Workload, describe_profile
+from benchd.stopping import StopSignal, Stopped
+from benchd.workers.outbox import Outbox
+from benchd.workload import RequestContent
 
 LOAD_SAMPLE_INTERVAL_S = 0.1  # how often the engine's load (KV-cache occupancy) is read during a stage
 
 
-class StopSignal:
-    """Set from another thread to end a run early; the reason becomes the run's status."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.reason = "cancelled"
-
-    def set(self, reason: str = "cancelled") -> None:
-        self.reason = reason
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-
-class Stopped(Exception):
-    """The stop signal was set: the run ends as cancelled or interrupted."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(slots=True)
-class Progress:
-    stage: str
-    stage_index: int
-    stages: int
-    completed: int
-    expected: int | None  # requests the stage will submit, when known in advance
-    elapsed_s: float
-    duration_s: float | None
-
-
 class Recorder:
-    """The TokenSink of one stage: writes engine events into the records and tells the observer
-    (engine thread: keep it cheap)."""
+    """The TokenSink of one stage (engine threads: keep it cheap): each engine event changes the stage's records and
+    is passed on as it came."""
 
-    def __init__(self, observer: RunTelemetry, on_finished: Callable[[RequestRecord], None] | None = None) -> None:
-        self.observer = observer
-        self.on_finished = on_finished  # e.g. the store's incremental writer
-        self.records: dict[str, RequestRecord] = {}
+    def __init__(self, outbox: Outbox) -> None:
+        self.book = RecordBook()
+        self.outbox = outbox
         self.completions: queue.SimpleQueue[RequestRecord] = queue.SimpleQueue()
-        self.measured_tokens = 0  # output tokens of non-warm-up requests so far
+
+    @property
+    def records(self) -> dict[str, RequestRecord]:
+        return self.book.records
 
     def admitted(self, request_id: str, t: float) -> None:
-        record = self.records[request_id]
-        if record.admitted_s is None:
-            record.admitted_s = t
-            self.observer.admitted(record)
+        if self.book.admitted(request_id, t) is not None:
+            self.outbox.put("admitted", request_id, t)
 
     def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None:
-        record = self.records[request_id]
-        if record.finished_s is None:
-            record.arrival_s.append(t)
-            record.arrival_tokens.append(n)
-            record.token_ids.extend(token_ids)
-            if not record.warmup:
-                self.measured_tokens += n
-            self.observer.tokens(record, t, n)
+        if self.book.tokens(request_id, (t,), (n,), token_ids) is not None:
+            self.outbox.put("tokens", request_id, (t,), (n,), tuple(token_ids))
 
     def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int]) -> None:
         """One token per stamp, passed on in a batch: the per-call costs once, not once per token."""
-        record = self.records[request_id]
-        if record.finished_s is None and stamps:
-            start = len(record.arrival_s)
-            record.arrival_s.extend(stamps)
-            record.arrival_tokens.extend([1] * len(stamps))
-            record.token_ids.extend(token_ids)
-            if not record.warmup:
-                self.measured_tokens += len(stamps)
-            self.observer.stamped_tokens(record, start)
+        if self.book.tokens(request_id, stamps, None, token_ids) is not None:
+            self.outbox.put("tokens", request_id, tuple(stamps), None, tuple(token_ids))
 
     def submitted(self, request_id: str, t: float) -> None:
         """From engines that send at the scheduled time themselves (the stage handed the request over early)."""
-        record = self.records[request_id]
-        record.submitted_s = t
-        self.observer.submitted(record)
+        self.book.submitted(request_id, t)
+        self.outbox.put("submitted", request_id, t)
 
     def prompt_tokens(self, request_id: str, n: int) -> None:
         """The prompt's length as the server counted it (a chat template included)."""
-        record = self.records[request_id]
-        before, record.prompt_tokens = record.prompt_tokens, n
-        self.observer.prompt_counted(record, n - before)
+        self.book.prompt(request_id, n)
+        self.outbox.put("prompt", request_id, n)
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None:
-        record = self.records[request_id]
-        if record.finished_s is None:  # the first end wins (a cancel can race the last token)
-            record.error = error
-            record.finished_s = t
-            self.observer.finished(record)
-            if self.on_finished is not None:
-                self.on_finished(record)
+        record = self.book.finished(request_id, t, error)
+        if record is not None:
+            self.outbox.put("finished", request_id, t, error)
             self.completions.put(record)
 
 
 class Stage:
     """One load level of a workload: dispatches its requests and waits for them."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        spec: RunSpec,
-        profile: ArrivalProfile,
-        content: Callable[[], RequestContent],
-        observer: RunTelemetry,
-        index: int = 0,
-        stages: int = 1,
-        clock: Callable[[], float] = time.perf_counter,
-        on_finished: Callable[[Stage, RequestRecord], None] | None = None,
-    ) -> None:
+    def __init__(self, engine: Engine, spec: RunSpec, profile: ArrivalProfile, content: Callable[[], RequestContent],
+                 outbox: Outbox, index: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
         self.engine, self.spec, self.profile = engine, spec, profile
-        self.workload = spec.workload
+        self.workload: Workload = spec.workload
         self.content = content
         self.label = describe_profile(profile)
-        self.index, self.stages = index, stages
+        self.index = index
         self.clock = clock
-        self.observer = observer
-        self.recorder = Recorder(observer, None if on_finished is None else lambda r: on_finished(self, r))
-        self._measure_start: float | None = None  # the first measured request's scheduled time
+        self.outbox = outbox
+        self.recorder = Recorder(outbox)
         self.in_flight: dict[str, RequestRecord] = {}
         self.kv_peak: float | None = None
-        self.load_samples: list[LoadSample] = []
         self.status = "pending"
         self.end_s: float | None = None
         self._t0 = 0.0
         self._next_sample = 0.0
         self._measured_submitted = 0
-        self._on_progress: Callable[[Progress], None] | None = None
         self._stop: StopSignal | None = None
         self._ready: deque[RequestContent] = deque()  # contents made ahead of their scheduled time
         self._dispatching = False
-
-    @property
-    def start_s(self) -> float:
-        return self._t0
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -173,12 +93,13 @@ class Stage:
 
     # ---- dispatch ------------------------------------------------------------------------------
 
-    def run(self, stop: StopSignal | None = None, on_progress: Callable[[Progress], None] | None = None) -> None:
-        self._stop, self._on_progress = stop, on_progress
+    def run(self, stop: StopSignal | None = None) -> None:
+        self._stop = stop
         self.status = "running"
         slots = arrivals.concurrency(self.profile)
         self._prepare(self._first_burst(slots))
         self._t0 = self.clock()
+        self.outbox.put("stage", self.index, self.label, self._t0)
         self._dispatching = True
         if slots is None:
             self._open_loop()
@@ -189,7 +110,7 @@ class Stage:
         while self.in_flight:
             self._wait(None)
         self.status = "succeeded"
-        self._report()
+        self.outbox.put("stage_end", self.index, self.status, None, self.kv_peak)
 
     def _open_loop(self) -> None:
         lead = self.engine.dispatch_lead_s  # an engine that sends at t_s itself gets the request this early
@@ -240,27 +161,21 @@ class Stage:
     def _submit(self, index: int, t_s: float) -> None:
         content = self._ready.popleft() if self._ready else self.content()
         request_id = f"s{self.index}-r{index}"
-        record = RequestRecord(
-            index=index,
-            request_id=request_id,
-            warmup=self._is_warmup(index, t_s),
-            prompt_tokens=content.prompt_tokens,
-            max_new_tokens=content.max_new_tokens,
-            scheduled_s=t_s,
-        )
-        self.recorder.records[request_id] = record
+        warmup = self._is_warmup(index, t_s)
+        leads = bool(self.engine.dispatch_lead_s)
+        submitted = None if leads else self.clock()  # an engine with a lead stamps it when it sends
+        record = self.recorder.book.request(index, request_id, warmup, content.prompt_tokens,
+                                            content.max_new_tokens, t_s, submitted)
+        self.outbox.put("request", self.index, index, request_id, warmup, content.prompt_tokens,
+                        content.max_new_tokens, t_s, submitted)
         self.in_flight[request_id] = record
-        if not record.warmup:
+        if not warmup:
             self._measured_submitted += 1
-            if self._measure_start is None:
-                self._measure_start = t_s
         request = GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens, content.prompt_text)
-        if self.engine.dispatch_lead_s:
-            self.engine.submit(request, self.recorder, at=t_s)  # it stamps submitted_s when it sends
-            return
-        record.submitted_s = self.clock()
-        self.observer.submitted(record)
-        self.engine.submit(request, self.recorder)
+        if leads:
+            self.engine.submit(request, self.recorder, at=t_s)
+        else:
+            self.engine.submit(request, self.recorder)
 
     # ---- waiting -------------------------------------------------------------------------------
 
@@ -272,7 +187,7 @@ class Stage:
             self._prepare(1)  # the next request's content, while there is time
         now = self.clock()
         if now >= self._next_sample:
-            self._sample_load()
+            self._sample_load(now)
             self._next_sample = now + LOAD_SAMPLE_INTERVAL_S
         limit = LOAD_SAMPLE_INTERVAL_S if timeout is None else min(timeout, LOAD_SAMPLE_INTERVAL_S)
         try:
@@ -280,30 +195,15 @@ class Stage:
         except queue.Empty:
             return None
         self.in_flight.pop(record.request_id, None)
-        self._report()
         return record
 
-    def _sample_load(self) -> None:
+    def _sample_load(self, now: float) -> None:
         load = self.engine.load()
         occupancy = load.kv_occupancy
         if occupancy is not None and (self.kv_peak is None or occupancy > self.kv_peak):
             self.kv_peak = occupancy
-        now = self.clock()
-        window = now - self._measure_start if self._measure_start is not None else 0.0
-        throughput = self.recorder.measured_tokens / window if window > 0 else 0.0
-        self.load_samples.append(LoadSample(now, load.running, load.waiting, occupancy, throughput))
-        self.observer.sample(load, throughput)
-
-    def _report(self) -> None:
-        if self._on_progress is None:
-            return
-        stop, warmup = self.workload.stop, self.workload.warmup
-        expected = stop.requests + warmup.requests if stop.requests is not None and not warmup.seconds else None
-        done = len(self.recorder.records) - len(self.in_flight)  # not a scan of every record per completion
-        duration = stop.duration_s + warmup.seconds if stop.duration_s is not None else None
-        self._on_progress(
-            Progress(self.label, self.index, self.stages, done, expected, self.clock() - self._t0, duration)
-        )
+        self.outbox.put("load", self.index, now, load.running, load.waiting, load.kv_blocks_used,
+                        load.kv_blocks_total)
 
     # ---- ending --------------------------------------------------------------------------------
 
@@ -320,154 +220,40 @@ class Stage:
             except queue.Empty:
                 continue
             self.in_flight.pop(record.request_id, None)
-        for record in self.in_flight.values():
-            if record.finished_s is None:
-                record.finished_s, record.error = self.end_s, reason
+        for request_id in list(self.in_flight):
+            self.recorder.finished(request_id, self.end_s, reason)
         self.in_flight.clear()
-
-    def window(self) -> tuple[float, float] | None:
-        """First measured scheduled time → last measured token (the end of an aborted stage)."""
-        ends = [r.arrival_s[-1] for r in self.recorder.records.values() if not r.warmup and r.arrival_s]
-        if self._measure_start is None or not ends:
-            return None
-        return self._measure_start, max(ends) if self.end_s is None else max(max(ends), self.end_s)
-
-    def summary(self) -> StageSummary:
-        return summarize(
-            self.label, self.status, self.records, self.workload.slo,
-            kv_cache_occupancy_peak=self.kv_peak, end_s=self.end_s,
-        )
+        self.outbox.put("stage_end", self.index, status, self.end_s, self.kv_peak)
 
 
-@dataclass
-class RunOutcome:
-    spec: RunSpec
-    status: str  # running | succeeded | failed | cancelled | interrupted
-    error: str | None
-    metadata: RunMetadata | None
-    stages: list[Stage] = field(default_factory=list)
-    hardware: HardwareSummary | None = None
-    timeline: dict | None = None
-
-    def summaries(self) -> list[StageSummary]:
-        return [stage.summary() for stage in self.stages]
-
-    def to_json(self) -> dict:
-        return outcome_json(self)
-
-
-def outcome_json(outcome: RunOutcome | TimedOutcome) -> dict:
-    """summary.json: the status, the spec, the stack, every stage's summary and the hardware's."""
-    return {
-        "status": outcome.status,
-        "error": outcome.error,
-        "spec": outcome.spec.model_dump(mode="json"),
-        "metadata": outcome.metadata.model_dump(mode="json") if outcome.metadata else None,
-        "stages": [s.model_dump(mode="json") for s in outcome.summaries()],
-        "hardware": outcome.hardware.model_dump(mode="json") if outcome.hardware else None,
-    }
-
-
-def check_fits(spec: RunSpec, loaded: LoadedModel) -> None:
-    limit = loaded.max_positions
+def check_fits(spec: RunSpec, max_positions: int | None) -> None:
     need = spec.workload.max_sequence_tokens()
-    if limit is not None and need > limit:
-        raise SpecError(
-            f"workload.prompt_tokens: prompt + output may reach {need} tokens, "
-            f"beyond the model's {limit} positions"
-        )
+    if max_positions is not None and need > max_positions:
+        raise SpecError(f"workload.prompt_tokens: prompt + output may reach {need} tokens, "
+                        f"beyond the model's {max_positions} positions")
 
 
-def run(
-    spec: RunSpec,
-    loaded: LoadedModel | None = None,
-    engine: Engine | None = None,
-    stop: StopSignal | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    telemetry: Telemetry | None = None,
-    run_id: str | None = None,
-    hardware: HardwareSampler | None = None,
-    on_finished: Callable[[Stage, RequestRecord], None] | None = None,
-) -> RunOutcome:
-    """Load (unless given), run every stage, and return what was measured, whatever happened. on_finished gets
-    each record as it finishes (on the engine's thread)."""
-    run_id = run_id or uuid.uuid4().hex
-    server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
-    if server:
-        tokenizer = load_tokenizer(spec.openai.tokenizer) if spec.openai.tokenizer else None
-        new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer)  # noqa: E731
-    else:
-        if loaded is None:
-            loaded = load_model(spec.model, spec.dtype, spec.device, spec.seed,
-                                trust_remote_code=spec.trust_remote_code)
-        check_fits(spec, loaded)
-        new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size, loaded.special_ids)  # noqa: E731
-    own_engine = engine is None
-    if engine is None:
-        engine = create_engine(loaded, spec)
-    metadata = collect(loaded.device if loaded else None, spec.model, spec.label, loaded.load_s if loaded else None)
-    if server:
-        metadata.device_name = spec.openai.base_url
-    metadata.run_id = run_id
-    outcome = RunOutcome(spec=spec, status="running", error=None, metadata=metadata)
-    observer = (telemetry or Telemetry()).for_run(run_id, spec.model, engine.name, spec.name)
-    stages = spec.workload.stages()
+def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[[], RequestContent]],
+               outbox: Outbox, stop: StopSignal | None = None) -> tuple[str, str | None]:
+    """Every stage in turn on a started engine; (status, error). Whatever happens, what was measured has been
+    passed on: a stage cut short cancels what is in flight and reports where its window ends."""
     stage: Stage | None = None
-    recording: Recording | None = None  # the hardware sampler's, for this run
-    started = time.perf_counter()
     try:
-        if own_engine:
-            engine.start()
-        metadata.engine_settings = engine.settings()
-        if loaded is not None:
-            metadata.torch_threads = torch_threads()  # as the engine set it
-        started = time.perf_counter()
-        if hardware is not None:
-            recording = hardware.begin()
-        observer.run_started(started)
-        metadata.trace_id = observer.run_trace_id
-        for index, profile in enumerate(stages):
+        for index, profile in enumerate(spec.workload.stages()):
             # Every stage sends the same request contents: load levels differ only in timing.
-            stage = Stage(engine, spec, profile, new_stream().__next__, observer, index, len(stages),
-                          on_finished=on_finished)
-            outcome.stages.append(stage)
-            stage.run(stop, on_progress)
-        outcome.status, outcome.error = _judge(outcome.stages)
+            stage = Stage(engine, spec, profile, new_stream(), outbox, index)
+            stage.run(stop)
+        return "succeeded", None
     except KeyboardInterrupt:
-        outcome.status = "interrupted"
         if stage is not None:
             stage.abort("interrupted", "interrupted")
+        return "interrupted", None
     except Stopped as stopped:
-        outcome.status = stopped.reason
         if stage is not None:
             stage.abort(stopped.reason, stopped.reason)
-    except Exception as error:  # the run's one boundary: record the failure with what was measured
-        outcome.status, outcome.error = "failed", f"{type(error).__name__}: {error}"
+        return stopped.reason, None
+    except Exception as error:  # the run's one boundary in the worker: the failure is recorded, measures kept
+        message = f"{type(error).__name__}: {error}"
         if stage is not None:
-            stage.abort("failed", outcome.error)
-    finally:
-        if own_engine:
-            engine.stop()
-        end = time.perf_counter()
-        if recording is not None:
-            windows = [w for stage in outcome.stages if (w := stage.window()) is not None]
-            start, stop = (windows[0][0], windows[-1][1]) if windows else (started, end)
-            tokens = sum(stage.recorder.measured_tokens for stage in outcome.stages)
-            outcome.hardware = recording.end(start, stop, tokens)
-            observer.energy(outcome.hardware.energy_per_output_token_joules)
-        outcome.timeline = timeline.build(
-            started, [StageSpan(s.index, s.label, s.start_s, s.end_s or end) for s in outcome.stages],
-            [x for s in outcome.stages for x in s.load_samples], recording.snapshots if recording else [])
-        observer.trace_requests([r for stage in outcome.stages for r in stage.records])
-        observer.run_finished(end, outcome.status, outcome.error)
-        metadata.finished_at = utc_now()
-    return outcome
-
-
-def _judge(stages: list[Stage]) -> tuple[str, str | None]:
-    """A run whose measured requests all failed has failed, with the first error as its reason."""
-    measured = [r for stage in stages for r in stage.records if not r.warmup]
-    if measured and not any(r.ok for r in measured):
-        first = min(measured, key=lambda r: r.index)
-        return "failed", f"all {len(measured)} measured requests failed; first: {first.error}"
-    return "succeeded", None
+            stage.abort("failed", message)
+        return "failed", message

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -126,8 +127,8 @@ class HardwareSampler:
     /metrics says so, and runs stop waiting for it until a read completes again."""
 
     def __init__(self, reader: HardwareReader, interval_s: float = 1.0, stale_after_s: float | None = None,
-                 wait_s: float = 2.0) -> None:
-        self.reader, self.interval_s, self.wait_s = reader, interval_s, wait_s
+                 wait_s: float = 2.0, on_error: Callable[[str], None] = lambda component: None) -> None:
+        self.reader, self.interval_s, self.wait_s, self.on_error = reader, interval_s, wait_s, on_error
         self.stale_after_s = stale_after_s if stale_after_s is not None else max(5.0, 3 * interval_s)
         self._cond = threading.Condition()
         self._latest: Snapshot | None = None
@@ -221,7 +222,15 @@ class HardwareSampler:
                 if self._stopping:
                     return
                 self._reading, self._wake = True, False
-            snapshot = self.reader.read()
+            try:
+                snapshot = self.reader.read()
+            except Exception:  # the thread's one boundary: a reader bug costs a sample, never the sampler
+                log.exception("a hardware read failed")
+                self.on_error("sampler")
+                with self._cond:
+                    self._reading = False
+                    self._cond.wait(self.interval_s)
+                continue
             with self._cond:
                 self._reading = False
                 self._latest, self._progress = snapshot, time.perf_counter()

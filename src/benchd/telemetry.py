@@ -133,6 +133,18 @@ class RunTelemetry:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=self.clock.ns(end_s))
 
+    def timing(self, kind: str, series: str, seconds: float, shape: str | None, dtype: str | None) -> None:
+        """A timed run's measured repetition: a training step's phase, or one call of a kernel (this run's subject
+        is the kernel's op)."""
+        if self.metrics is None:
+            return
+        exemplar = {"run_id": self.run_id, **({"trace_id": self.run_trace_id} if self.run_trace_id else {})}
+        if kind == "train_step":
+            self.metrics.step_duration.labels(self.model, self._workload, series).observe(seconds, exemplar)
+        else:
+            self.metrics.kernel_duration.labels(self._workload, self.model, series, shape or "",
+                                                dtype or "").observe(seconds, exemplar)
+
     def run_finished(self, t: float, status: str, error: str | None) -> None:
         if self.metrics is not None:
             self.in_progress.set(0)
@@ -186,40 +198,29 @@ class RunTelemetry:
             self.queue.observe(record.admitted_s - record.scheduled_s)
             self.prompt_tokens.inc(record.prompt_tokens)
 
-    def tokens(self, record: RequestRecord, t: float, n: int) -> None:
+    def arrivals(self, record: RequestRecord, start: int) -> None:
+        """The record's arrivals from index start on, just recorded: the first is the TTFT; every later one's gap is
+        split over the tokens it carried (ITL is per token). An ITL observation carries an exemplar when it is the
+        request's slowest gap so far (about ln(tokens) per request), so the exemplars on the tail buckets are the
+        outliers; an exemplar costs a few microseconds."""
         if self.metrics is None or record.warmup:
             return
-        self.generation_tokens.inc(n)
-        stamps = record.arrival_s
-        if len(stamps) == 1:
-            self.ttft.observe(t - record.scheduled_s, self.exemplars.get(record.request_id))
-            return
-        gap = (t - stamps[-2]) / n
-        # An exemplar costs a few microseconds: ITL observations carry one when they are the request's slowest
-        # gap so far (about ln(tokens) per request), so the exemplars on the tail buckets are the outliers.
-        exemplar = None
-        if gap > self.slowest_gap.get(record.request_id, 0.0):
-            self.slowest_gap[record.request_id] = gap
-            exemplar = self.exemplars.get(record.request_id)
-        for _ in range(n):
-            self.itl.observe(gap, exemplar)
-
-    def stamped_tokens(self, record: RequestRecord, start: int) -> None:
-        """Arrivals start… of the record, one token each, observed at once: what tokens() does for each of them."""
-        if self.metrics is None or record.warmup:
-            return
-        stamps = record.arrival_s
-        self.generation_tokens.inc(len(stamps) - start)
+        stamps, counts = record.arrival_s, record.arrival_tokens
+        self.generation_tokens.inc(sum(counts[start:]))
         if start == 0:
             self.ttft.observe(stamps[0] - record.scheduled_s, self.exemplars.get(record.request_id))
             start = 1
         observe, slowest = self.itl.observe, self.slowest_gap.get(record.request_id, 0.0)
         for i in range(start, len(stamps)):
-            gap = stamps[i] - stamps[i - 1]
+            n = counts[i]
+            if not n:
+                continue
+            gap = (stamps[i] - stamps[i - 1]) / n
             if gap > slowest:
                 slowest = gap
                 observe(gap, self.exemplars.get(record.request_id))
-            else:
+                n -= 1
+            for _ in range(n):
                 observe(gap)
         if len(stamps) > 1:
             self.slowest_gap[record.request_id] = slowest

@@ -110,7 +110,7 @@ def build_tracer_provider(
         exporter = otlp_exporter()
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "benchd"),
                                 "service.version": benchd.__version__})
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # Telemetry.shutdown bounds the flush
     provider.add_span_processor(DroppingBatchProcessor(exporter, on_drop))
     return provider
 

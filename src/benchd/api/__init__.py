@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -21,9 +20,9 @@ from benchd.events import RunEvents
 from benchd.gauges import HardwareCollector
 from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics, NodeRegistry
-from benchd.models import LoadedModel, load_model
 from benchd.sampler import HardwareSampler
-from benchd.scheduler import DEFAULT_SCHEDULE_SPEC, Scheduler
+from benchd.daemon import Daemon
+from benchd.schedules import DEFAULT_SCHEDULE_SPEC
 from benchd.spec import RunSpec
 from benchd.store import Store, StoreUnavailable
 from benchd.telemetry import Telemetry
@@ -33,40 +32,38 @@ from benchd.tracing import build_tracer_provider
 from benchd.api.schemas import RETRY_AFTER_S
 
 
-def create_app(
-    settings: Settings,
-    loader: Callable[..., LoadedModel] = load_model,
-    hardware_reader: Callable[[], HardwareReader] = HardwareReader.default,
-) -> FastAPI:
-    """The daemon's app. loader and hardware_reader are where tests bring a model loader they can reach and
-    an NVML stand-in."""
+def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader] = HardwareReader.default) -> FastAPI:
+    """The daemon's app; hardware_reader is where tests bring an NVML stand-in. The daemon process never imports
+    torch: models and engines live in its worker processes."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store(settings.database_url, settings.spool_dir, settings.spool_max_bytes, settings.node_name)
-        store.start()
-        store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
         registry = NodeRegistry(settings.node_name)
         metrics = Metrics(registry, settings.buckets, settings.metrics.max_workloads)
+        store = Store(settings.database_url, settings.spool_dir, settings.spool_max_bytes, settings.node_name,
+                      on_error=lambda component: metrics.internal_errors.labels(component).inc())
+        store.start()
+        store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
         telemetry = Telemetry(metrics, build_tracer_provider(
             on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
         # One thread reads the hardware, for scrapes and runs alike: a scrape serves its latest snapshot.
-        sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s, settings.hardware_stale_after_s)
+        sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s, settings.hardware_stale_after_s,
+                                  on_error=lambda component: metrics.internal_errors.labels(component).inc())
         registry.register(HardwareCollector(sampler))
         sampler.start()
         events = RunEvents()
-        scheduler = Scheduler(settings, store, events, loader, telemetry, sampler)
-        scheduler.start()  # the engine thread loads the model; /readyz says when it is ready
+        daemon = Daemon(settings, store, telemetry, sampler, events)
+        daemon.start()  # the workers start and load the model; /readyz says when they are ready
         if settings.default_schedule:
-            scheduler.put_schedule("default", RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC),
-                                   settings.default_schedule_interval_s)
+            daemon.schedules.put("default", RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC),
+                                 settings.default_schedule_interval_s)
         else:
-            scheduler.delete_schedule("default")
-        memory = Memory(lambda device: _available(sampler, device), scheduler.held_bytes)
-        app.state.services = Services(settings, store, scheduler, events, registry, sampler, memory)
+            daemon.schedules.delete("default")
+        memory = Memory(lambda device: _available(sampler, device), daemon.pool.held_bytes)
+        app.state.services = Services(settings, store, daemon, events, registry, sampler, memory)
         try:
             yield
         finally:
-            await run_in_threadpool(scheduler.stop)
+            await run_in_threadpool(daemon.stop)
             await run_in_threadpool(telemetry.shutdown)
             sampler.stop()
             store.close()

@@ -16,7 +16,7 @@ from benchd.config import Settings
 from benchd.spec import RunSpec
 from benchd.events import RunEvents
 from benchd.sampler import HardwareSampler
-from benchd.scheduler import Scheduler
+from benchd.daemon import Daemon
 from benchd.store import Store
 
 
@@ -24,7 +24,7 @@ from benchd.store import Store
 class Services:
     settings: Settings
     store: Store
-    scheduler: Scheduler
+    daemon: Daemon
     events: RunEvents
     registry: CollectorRegistry
     hardware: HardwareSampler
@@ -33,7 +33,7 @@ class Services:
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against
         the limits and the device's memory (422), and the store's spool (429 while it is full)."""
-        spec = self.scheduler.resolve(spec)
+        spec = self.daemon.resolve(spec)
         admit(spec, self.settings, self.memory, device_name(spec.device, self.hardware.gpu_count()), loc)
         if self.store.spool.full():
             raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,

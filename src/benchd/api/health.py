@@ -22,16 +22,18 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", response_model=Readiness, responses={503: {
-    "model": Readiness, "description": "The daemon's model has not loaded (or failed to), or the run loop stopped."}})
+    "model": Readiness, "description": "A worker is not up, the daemon's model has not loaded (or failed to), or the "
+                                       "run loop stopped."}})
 def readyz(services: ServicesDep) -> JSONResponse:
-    """Ready once the daemon's model has loaded and runs execute. A store that is degraded (the database is
-    unreachable) leaves the daemon ready: runs go on and their writes wait in the journal."""
-    scheduler = services.scheduler
+    """Ready once every worker answers with the daemon's model loaded and runs execute. A store that is degraded
+    (the database is unreachable) leaves the daemon ready: runs go on and their writes wait in the journal."""
+    daemon = services.daemon
     store = services.store.health
-    body = Readiness(ready=scheduler.ready, model_loaded=scheduler.model_loaded, scheduler_alive=scheduler.alive,
-                     model=services.settings.model, queued=scheduler.queued(), load_error=scheduler.load_error,
-                     store=store.state, store_pending_writes=store.pending, store_journal_bytes=store.journal_bytes,
-                     store_error=store.last_error)
+    body = Readiness(ready=daemon.ready, alive=daemon.alive, model=services.settings.model,
+                     queued=len(daemon.queue), load_error=daemon.pool.load_error(), workers=daemon.pool.describe(),
+                     worker_restarts=daemon.pool.restarts, last_restart_s=daemon.pool.last_restart_s,
+                     store=store.state, store_pending_writes=store.pending,
+                     store_journal_bytes=store.journal_bytes, store_error=store.last_error)
     return JSONResponse(body.model_dump(), status_code=status.HTTP_200_OK if body.ready
                         else status.HTTP_503_SERVICE_UNAVAILABLE)
 

@@ -17,7 +17,7 @@ from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors
 from benchd.events import RunEvent
 from benchd.report import write_csv
-from benchd.scheduler import QueueFull
+from benchd.runqueue import QueueFull
 from benchd.spec import RunSpec
 from benchd.store import TERMINAL
 
@@ -41,7 +41,7 @@ def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response:
     fit the device's memory is refused here (422), never accepted to fail later."""
     spec = services.admit(spec)
     try:
-        run_id = services.scheduler.submit(spec)
+        run_id = services.daemon.submit(spec)
     except QueueFull as error:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(error),
                             headers={"Retry-After": str(RETRY_AFTER_S)}) from None
@@ -75,7 +75,7 @@ def get_run(run_id: str, services: ServicesDep) -> RunView:
 def cancel_run(run_id: str, services: ServicesDep) -> CancelResult:
     """Cancel a queued run, or stop a running one (it keeps what it measured)."""
     row = _run_or_404(services, run_id)
-    result = services.scheduler.cancel(run_id)
+    result = services.daemon.cancel(run_id)
     if result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"run {run_id} has already ended ({row['status']})")
     return CancelResult(id=run_id, status=result)

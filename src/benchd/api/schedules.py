@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import ScheduleIn, ScheduleView, errors
-from benchd.scheduler import Schedule
+from benchd.schedules import Schedule
 
 router = APIRouter(prefix="/schedules", tags=["schedules"], route_class=GuardedRoute)
 
@@ -25,7 +25,7 @@ def _view(schedule: Schedule) -> ScheduleView:
 
 @router.get("", response_model=list[ScheduleView])
 def list_schedules(services: ServicesDep) -> list[ScheduleView]:
-    return [_view(s) for s in sorted(services.scheduler.schedules(), key=lambda s: s.name)]
+    return [_view(s) for s in sorted(services.daemon.schedules.list(), key=lambda s: s.name)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ScheduleView,
@@ -34,12 +34,12 @@ def put_schedule(body: ScheduleIn, services: ServicesDep) -> ScheduleView:
     """Create or replace a schedule; its first run is due at once. A run still queued or running when the
     next is due makes the schedule skip that turn: it never piles up behind itself."""
     services.admit(body.spec, loc=("spec",))  # checked as it will run; stored as given (the daemon's defaults may change)
-    return _view(services.scheduler.put_schedule(body.name, body.spec, body.interval_s, body.enabled))
+    return _view(services.daemon.schedules.put(body.name, body.spec, body.interval_s, body.enabled))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(401, 404, 422),
                dependencies=[AuthDep])
 def delete_schedule(name: str, services: ServicesDep) -> Response:
-    if not services.scheduler.delete_schedule(name):
+    if not services.daemon.schedules.delete(name):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no schedule {name}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -9,8 +9,7 @@ from pydantic import BaseModel, Field
 
 from benchd.records import StageSummary
 from benchd.spec import Name, RunSpec
-from benchd.timed.kernel import KernelResult
-from benchd.timed.train_step import TrainStepSummary
+from benchd.timings import KernelResult, TrainStepSummary
 
 
 RETRY_AFTER_S = 5  # what a 429 (the queue is full) or a 503 (the database is unreachable) asks clients to wait
@@ -75,13 +74,24 @@ class CancelResult(BaseModel):
     status: str  # cancelled (it was queued) | cancelling (it is running: it ends as cancelled)
 
 
+class WorkerView(BaseModel):
+    name: str
+    device: str
+    state: str  # starting | ready | dead | stopped
+    pid: int | None
+    busy: bool
+    load_error: str | None  # why the daemon's model did not load in it
+
+
 class Readiness(BaseModel):
     ready: bool
-    model_loaded: bool  # now: a training step releases the model, which loads again at the next generation run
-    scheduler_alive: bool
+    alive: bool  # the run loop and the schedules run
     model: str
     queued: int
     load_error: str | None
+    workers: list[WorkerView]
+    worker_restarts: int
+    last_restart_s: float | None  # the latest worker death to its replacement answering, in seconds
     store: str  # starting | ok | degraded
     store_pending_writes: int
     store_journal_bytes: int

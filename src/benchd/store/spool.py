@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,8 @@ class Spool:
 
     def __init__(self, directory: Path, apply: Callable[[dict[str, Any]], None], max_bytes: int,
                  on_error: Callable[[str], None] = lambda component: None) -> None:
-        self.journal = Journal(directory)
+        self.directory = directory
+        self.journal: Journal | None = None  # opened by start(): a store only read from writes no files
         self.apply, self.max_bytes, self.on_error = apply, max_bytes, on_error
         self.status = SpoolState()
         self._pending: deque[_Pending] = deque()
@@ -125,6 +126,7 @@ class Spool:
 
     def start(self, prepare: Callable[[], None], on_ready: Callable[[], None]) -> None:
         self._prepare, self._on_ready = prepare, on_ready
+        self.journal = Journal(self.directory)
         for op, end in self.journal.unapplied():
             self._seq += 1
             self._pending.append(_Pending(self._seq, op, end))
@@ -170,7 +172,7 @@ class Spool:
             self._buffers.pop(key, None)
 
     def full(self) -> bool:
-        return self.journal.unapplied_bytes > self.max_bytes
+        return self.journal is not None and self.journal.unapplied_bytes > self.max_bytes
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Apply what can be applied within timeout_s; the rest stays in the journal for the next start."""
@@ -179,7 +181,8 @@ class Spool:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
-        self.journal.close()
+        if self.journal is not None:
+            self.journal.close()
 
     # ---- the thread ------------------------------------------------------------------------------
 

@@ -4,28 +4,7 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
-from pydantic import BaseModel
-
-
-class TimingStats(BaseModel):
-    """Seconds over the measured repetitions; std is the sample standard deviation (n − 1)."""
-
-    count: int
-    mean: float | None = None
-    std: float | None = None
-    min: float | None = None
-    median: float | None = None
-    max: float | None = None
-
-    @classmethod
-    def of(cls, values: list[float]) -> TimingStats:
-        if not values:
-            return cls(count=0)
-        a = np.asarray(values, dtype=np.float64)
-        return cls(count=a.size, mean=float(a.mean()), std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
-                   min=float(a.min()), median=float(np.median(a)), max=float(a.max()))
 
 
 class DeviceClock:

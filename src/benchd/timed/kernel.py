@@ -8,40 +8,12 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel
 
 from benchd.models import resolve_device, resolve_dtype
 from benchd.spec import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
 from benchd.timed import TimedContext
-from benchd.timed.clock import CacheFlusher, DeviceClock, TimingStats
-
-CSV_COLUMNS = ["kernel", "implementation", "shape", "dtype", "warmup", "repeats", "mean_s", "std_s", "min_s",
-               "median_s", "max_s", "flops", "tflops", "reference", "speedup_vs_reference", "status", "error"]
-
-
-class KernelResult(BaseModel):
-    stage: str  # "<implementation> <shape>"
-    status: str
-    error: str | None = None
-    kernel: str
-    implementation: str
-    shape: str
-    dtype: str
-    warmup: int
-    timing: TimingStats  # seconds per call
-    flops: int
-    tflops: float | None  # flops / median time
-    reference: str
-    speedup_vs_reference: float | None = None  # reference's median / this one's, at the same shape
-
-    def csv_row(self) -> dict[str, object]:
-        t = self.timing
-        return {"kernel": self.kernel, "implementation": self.implementation, "shape": self.shape,
-                "dtype": self.dtype, "warmup": self.warmup, "repeats": t.count, "mean_s": t.mean, "std_s": t.std,
-                "min_s": t.min, "median_s": t.median, "max_s": t.max, "flops": self.flops, "tflops": self.tflops,
-                "reference": self.reference, "speedup_vs_reference": self.speedup_vs_reference,
-                "status": self.status, "error": self.error}
-
+from benchd.timed.clock import CacheFlusher, DeviceClock
+from benchd.timings import KernelResult, TimingStats
 
 class Unsupported(Exception):
     """This implementation cannot run this shape, type or device: its result records why."""
@@ -160,7 +132,8 @@ def execute(ctx: TimedContext) -> None:
             else:
                 at_shape[name] = ctx.close_stage()
             ctx.progress(f"{options.op} {shape.label()}", stages, ctx.stage_index, stages)
-        _relate(at_shape, reference)
+        if _relate(at_shape, reference):
+            ctx.restate_all()  # the summaries now carry their speed relative to the reference
 
 
 def _time(ctx: TimedContext, fn: Callable[[], object], scope: contextlib.AbstractContextManager,
@@ -185,18 +158,15 @@ def _time(ctx: TimedContext, fn: Callable[[], object], scope: contextlib.Abstrac
         clock.synchronize()
         times.extend(clock.seconds(a, b) for a, b in marks)
         for i, seconds in enumerate(times):
-            ctx.timing(name, options.warmup + i, False, seconds)
-        if ctx.metrics is not None and times:
-            child = ctx.metrics.kernel_duration.labels(ctx.spec.name, options.op, name, shape, dtype)
-            exemplar = ctx.exemplar()
-            for seconds in times:
-                child.observe(seconds, exemplar)
+            ctx.timing(name, options.warmup + i, False, seconds, shape, dtype)
 
 
-def _relate(results: dict[str, KernelResult], reference: str) -> None:
+def _relate(results: dict[str, KernelResult], reference: str) -> bool:
+    """Each implementation's speed relative to the reference at the same shape; whether any was set."""
     base = results.get(reference)
     if base is None or not base.timing.median:
-        return
+        return False
     for result in results.values():
         if result.timing.median:
             result.speedup_vs_reference = base.timing.median / result.timing.median
+    return True

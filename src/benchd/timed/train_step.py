@@ -10,40 +10,17 @@ import gc
 import time
 
 import torch
-from pydantic import BaseModel
 
 from benchd.models import DTYPES, load_model, parameter_count
 from benchd.spec import SpecError
 from benchd.timed import TimedContext
-from benchd.timed.clock import DeviceClock, TimingStats
-from benchd.flops import MemoryBreakdown, Shape, StepFlops, memory_breakdown, peak_tflops, step_flops
+from benchd.timed.clock import DeviceClock
+from benchd.timings import TrainStepSummary, TimingStats
+from benchd.flops import Shape, memory_breakdown, peak_tflops, step_flops
 
 PHASES = {"forward": ("forward",), "forward_backward": ("forward", "backward"),
           "train": ("forward", "backward", "optimizer")}
 PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-
-class TrainStepSummary(BaseModel):
-    stage: str  # "warmup=N"
-    status: str
-    error: str | None = None
-    model: str
-    parameters: int
-    mode: str
-    dtype: str  # the weights' type
-    autocast: str | None
-    matmul_precision: str  # bf16 | fp16 | tf32 | fp32: what the peak is taken for
-    batch_size: int
-    context_length: int
-    warmup_steps: int
-    steps: int  # measured steps completed
-    phases: dict[str, TimingStats]  # each phase and the whole step, seconds
-    tokens_per_s: float | None
-    flops: StepFlops
-    achieved_tflops: float | None
-    peak_tflops: float | None
-    mfu: float | None  # model FLOPs per step / mean step time / peak
-    memory: MemoryBreakdown
 
 
 def execute(ctx: TimedContext) -> None:
@@ -90,7 +67,7 @@ class _Level:
         self.flops = step_flops(self.shape, self.options.batch_size, self.options.context_length,
                                 backward=self.options.mode != "forward")
         self.precision = matmul_precision(self.weights, self.autocast)
-        self.peak = self.options.peak_tflops or peak_tflops(ctx.outcome.metadata.device_name, self.precision)
+        self.peak = self.options.peak_tflops or peak_tflops(ctx.metadata.device_name, self.precision)
         self.peak_allocated: int | None = None
         ctx.open_stage(self.summary)
 
@@ -143,12 +120,8 @@ class _Level:
             return
         for phase, seconds in durations.items():
             self.times[phase].append(seconds)
-        if ctx.metrics is not None:
-            exemplar = ctx.exemplar()
-            for phase, seconds in durations.items():
-                ctx.metrics.step_duration.labels(ctx.spec.subject, ctx.spec.name, phase).observe(seconds, exemplar)
-        ctx.observer.span(f"benchd.train_step.step {step}", start, end,
-                          {f"benchd.{phase}_s": seconds for phase, seconds in durations.items()})
+        ctx.span(f"benchd.train_step.step {step}", start, end,
+                 {f"benchd.{phase}_s": seconds for phase, seconds in durations.items()})
 
     def summary(self, status: str, error: str | None) -> TrainStepSummary:
         options = self.options

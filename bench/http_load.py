@@ -1,0 +1,160 @@
+"""Does HTTP load distort a measurement? The same seeded Poisson run on the tiny model, through a live daemon,
+unloaded and under 200 concurrent HTTP clients hammering GET /metrics and GET /runs, pairs alternating in one
+invocation (ABAB…): the run's TTFT p99, output tok/s and dispatch lag p99 side by side, and the scrape latency.
+
+    python bench/http_load.py [--pairs 3] [--clients 200] [--rate 5] [--requests 60]
+
+Runs on the project's 2-core CPU machine (no GPU); prints a table and writes results.json under --out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def workload(rate: float, requests: int) -> dict:
+    return {"name": "http-load", "transformers": {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256},
+            "workload": {"arrivals": {"profile": "poisson", "rate": rate}, "stop": {"requests": requests},
+                         "warmup": {"requests": 4}, "prompt_tokens": {"dist": "fixed", "value": 32},
+                         "output_tokens": {"dist": "fixed", "value": 32}}}
+
+
+def hammer(url: str, clients: int, seconds: float, results) -> None:
+    """clients concurrent loops, each: a request, its answer, the next (half /metrics as Prometheus asks for it,
+    half /runs); every /metrics latency is kept."""
+    import aiohttp
+
+    async def main() -> None:
+        latencies: list[float] = []
+        counts = {"metrics": 0, "runs": 0, "errors": 0}
+        deadline = time.perf_counter() + seconds
+        connector = aiohttp.TCPConnector(limit=clients)
+        async with aiohttp.ClientSession(base_url=url, connector=connector) as session:
+            async def client(i: int) -> None:
+                metrics = i % 2 == 0
+                while time.perf_counter() < deadline:
+                    start = time.perf_counter()
+                    try:
+                        if metrics:
+                            async with session.get("/metrics", headers={
+                                    "Accept": "application/openmetrics-text; version=1.0.0"}) as r:
+                                await r.read()
+                            latencies.append(time.perf_counter() - start)
+                            counts["metrics"] += 1
+                        else:
+                            async with session.get("/runs", params={"limit": "50"}) as r:
+                                await r.read()
+                            counts["runs"] += 1
+                    except aiohttp.ClientError:
+                        counts["errors"] += 1
+
+            await asyncio.gather(*(client(i) for i in range(clients)))
+        results.put({"metrics_latency_s": latencies, **counts})
+
+    asyncio.run(main())
+
+
+def measure(http: httpx.Client, body: dict) -> dict:
+    run_id = http.post("/runs", json=body).json()["id"]
+    while (run := http.get(f"/runs/{run_id}").json())["status"] in ("queued", "running"):
+        time.sleep(0.2)
+    stage = run["summary"][0]
+    return {"status": run["status"], "ttft_p99_s": stage["ttft_s"]["p99"], "ttft_p50_s": stage["ttft_s"]["p50"],
+            "output_tokens_per_s": stage["output_tokens_per_s"], "dispatch_lag_p99_s": stage["dispatch_lag_s"]["p99"],
+            "itl_p99_s": stage["itl_s"]["p99"]}
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=5.0)
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--port", type=int, default=18321)
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="benchd-http-load-"))
+    env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{work}/benchd.db", "BENCHD_PORT": str(args.port),
+           "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_SPOOL_DIR": str(work / "spool"),
+           "BENCHD_WORKERS__LOG_DIR": str(work / "workers")}
+    log = open(work / "daemon.log", "w")
+    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{args.port}"
+    http = httpx.Client(base_url=url, timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if http.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the daemon did not get ready: see {work / 'daemon.log'}")
+            time.sleep(0.2)
+        body = workload(args.rate, args.requests)
+        measure(http, body)  # warm: the engine starts and keeps its configuration
+        expected_s = (args.requests + 4) / args.rate + 5
+        rows = []
+        context = multiprocessing.get_context("spawn")
+        for pair in range(args.pairs):
+            quiet = measure(http, body)
+            results = context.Queue()
+            load = context.Process(target=hammer, args=(url, args.clients, expected_s, results))
+            load.start()
+            time.sleep(1.0)  # the clients are all going
+            loaded = measure(http, body)
+            scrapes = results.get(timeout=expected_s + 120)
+            load.join(30)
+            rows.append({"pair": pair, "unloaded": quiet, "loaded": loaded,
+                         "metrics_p50_s": percentile(scrapes["metrics_latency_s"], 50),
+                         "metrics_p99_s": percentile(scrapes["metrics_latency_s"], 99),
+                         "metrics_requests": scrapes["metrics"], "runs_requests": scrapes["runs"],
+                         "errors": scrapes["errors"]})
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        daemon.terminate()
+        daemon.wait(60)
+    Path(args.out, "http_load.json").write_text(json.dumps(rows, indent=2))
+
+    def ratio(key: str) -> list[float]:
+        return [r["loaded"][key] / r["unloaded"][key] for r in rows if r["unloaded"][key]]
+
+    print(f"\n{args.clients} clients on GET /metrics and /runs during a Poisson {args.rate:g}/s run "
+          f"({args.requests} requests, 32/32 tokens), tiny model, {os.cpu_count()} CPUs; {len(rows)} pairs")
+    print("| pair | TTFT p99 ms unloaded → loaded | tok/s unloaded → loaded | dispatch lag p99 ms | "
+          "/metrics p50 / p99 ms | requests served (metrics, runs) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        u, l = r["unloaded"], r["loaded"]
+        print(f"| {r['pair']} | {u['ttft_p99_s'] * 1e3:.1f} → {l['ttft_p99_s'] * 1e3:.1f} | "
+              f"{u['output_tokens_per_s']:.0f} → {l['output_tokens_per_s']:.0f} | "
+              f"{u['dispatch_lag_p99_s'] * 1e3:.2f} → {l['dispatch_lag_p99_s'] * 1e3:.2f} | "
+              f"{r['metrics_p50_s'] * 1e3:.1f} / {r['metrics_p99_s'] * 1e3:.1f} | "
+              f"{r['metrics_requests']}, {r['runs_requests']} |")
+    print(f"median loaded/unloaded: TTFT p99 {statistics.median(ratio('ttft_p99_s')):.3f}, "
+          f"tok/s {statistics.median(ratio('output_tokens_per_s')):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

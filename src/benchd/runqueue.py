@@ -1,0 +1,93 @@
+"""The run queue: runs wait here, first in first out, until the run loop takes them; bounded."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from benchd.spec import RunSpec
+from benchd.stopping import StopSignal
+
+
+class QueueFull(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Job:
+    run_id: str
+    spec: RunSpec
+    schedule: str | None = None
+    stop: StopSignal = field(default_factory=StopSignal)
+
+
+class RunQueue:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._jobs: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self.current: Job | None = None
+        self._closing = False
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def put(self, spec: RunSpec, schedule: str | None = None,
+            admitted: Callable[[Job], None] = lambda job: None) -> Job:
+        """Queue a run; admitted(job) runs once it has a place and before the run loop can take it (the store
+        records it as queued before anything can mark it running)."""
+        with self._cond:
+            if self._closing:
+                raise QueueFull("the daemon is shutting down")
+            if len(self._jobs) >= self.limit:
+                raise QueueFull(f"the run queue is full ({self.limit} runs)")
+            job = Job(uuid.uuid4().hex, spec, schedule)
+            admitted(job)
+            self._jobs.append(job)
+            self._cond.notify_all()
+            return job
+
+    def take(self, timeout_s: float) -> Job | None:
+        """The next run, now the current one; None after timeout_s or once closing."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._jobs or self._closing, timeout_s) or self._closing:
+                return None
+            self.current = self._jobs.popleft()
+            return self.current
+
+    def done(self) -> None:
+        with self._cond:
+            self.current = None
+            self._cond.notify_all()
+
+    def cancel(self, run_id: str) -> Job | None:
+        """A queued run leaves the queue and is returned; the current one is told to stop (and returned);
+        None when it is neither."""
+        with self._cond:
+            if self.current is not None and self.current.run_id == run_id:
+                self.current.stop.set("cancelled")
+                return self.current
+            job = next((j for j in self._jobs if j.run_id == run_id), None)
+            if job is not None:
+                self._jobs.remove(job)
+            return job
+
+    def busy(self, schedule: str) -> bool:
+        """A run of this schedule is queued or running."""
+        with self._cond:
+            return any(j.schedule == schedule for j in self._jobs) or (
+                self.current is not None and self.current.schedule == schedule)
+
+    def close(self) -> list[Job]:
+        """Stop taking runs: the current one is interrupted; the queued ones are returned."""
+        with self._cond:
+            self._closing = True
+            if self.current is not None:
+                self.current.stop.set("interrupted")
+            dropped = list(self._jobs)
+            self._jobs.clear()
+            self._cond.notify_all()
+            return dropped

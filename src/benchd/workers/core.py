@@ -1,0 +1,208 @@
+"""What a worker does, whatever carries its messages: keeps a model and an engine warm across runs, runs specs on
+them and reports every event; the process around it (workers/process.py) only moves messages."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchd.engines import Engine, create_engine
+from benchd.environment import RunMetadata, collect, torch_threads, utc_now
+from benchd.models import LoadedModel, load_model, resolve_device
+from benchd.runner import check_fits, run_stages
+from benchd.stopping import StopSignal
+from benchd.spec import RunSpec, length_upper_bound
+from benchd.timed import run_timed
+from benchd.workers import protocol
+from benchd.workers.faults import Faults, arm
+from benchd.workers.outbox import Outbox
+from benchd.workload import contents, load_tokenizer, text_contents
+
+Emit = Callable[[tuple[Any, ...]], None]
+
+
+class WorkerCore:
+    def __init__(self, emit: Emit, device: str = "auto", loader: Callable[..., LoadedModel] = load_model) -> None:
+        self.emit, self.device, self.loader = emit, device, loader
+        self._loaded: LoadedModel | None = None
+        self._loaded_key: tuple[str, str, str] | None = None
+        self._engine: Engine | None = None
+        self._engine_key: tuple | None = None
+        self._run: tuple[str, Outbox, StopSignal] | None = None
+        self._send = threading.Lock()  # a run's events leave before its "done"
+        self._cancelled: dict[str, str] = {}  # cancels that arrived before their run started
+        self.phase = "idle"
+
+    @property
+    def activity(self) -> int:
+        run = self._run
+        return run[1].progress if run is not None else 0
+
+    # ---- commands --------------------------------------------------------------------------------
+
+    def warm(self, model: str, dtype: str, device: str) -> None:
+        self.phase = "load"
+        try:
+            load_s = self._model_for(model, dtype, device)
+            self.emit((protocol.WARMED, model, None, load_s))
+        except Exception as error:  # the worker goes on: a run that names a loadable model can follow
+            self.emit((protocol.WARMED, model, f"{type(error).__name__}: {error}", None))
+        finally:
+            self.phase = "idle"
+
+    def cancel(self, run_id: str, reason: str) -> None:
+        """Stop the run now, or as it starts if its command is still waiting its turn."""
+        run = self._run
+        if run is not None and run[0] == run_id:
+            run[2].set(reason)
+        else:
+            self._cancelled[run_id] = reason
+
+    def interrupt(self) -> None:
+        """The worker is stopping: the run in progress ends as interrupted, with what it measured."""
+        run = self._run
+        if run is not None:
+            run[2].set("interrupted")
+
+    def run(self, run_id: str, spec_data: dict, faults: dict | None) -> None:
+        """One run, start to end; every outcome ends in a "done" message after the run's last events."""
+        outbox, stop = Outbox(), StopSignal()
+        if run_id in self._cancelled:
+            stop.set(self._cancelled.pop(run_id))
+        self._run = (run_id, outbox, stop)
+        spec = RunSpec.model_validate(spec_data)
+        metadata: RunMetadata | None = None
+        status, error, stage = "failed", None, "load"
+        try:
+            if spec.kind != "generate":
+                metadata, status, error = self._timed(spec, outbox, stop)
+                stage = "run"
+            else:
+                metadata, status, error, stage = self._generate(spec, outbox, stop, faults)
+        except Exception as failure:  # the worker's boundary around what precedes the runner's own
+            status, error = "failed", f"{type(failure).__name__}: {failure}"
+        finally:
+            self.phase = "idle"
+            if metadata is not None:
+                metadata.run_id = run_id
+                metadata.finished_at = utc_now()
+            with self._send:
+                self._flush()
+                self.emit((protocol.DONE, run_id, status, error, stage if status == "failed" else None,
+                           metadata.model_dump(mode="json") if metadata is not None else None))
+                self._run = None
+
+    def flush(self) -> None:
+        """Pass on the current run's events (the sender calls this every protocol.BATCH_S)."""
+        with self._send:
+            self._flush()
+
+    def _flush(self) -> None:
+        run = self._run
+        if run is not None and (batch := run[1].drain()):
+            self.emit((protocol.EVENTS, run[0], batch))
+
+    def close(self) -> None:
+        self._close_engine()
+        self._loaded = self._loaded_key = None
+
+    # ---- a generation run ------------------------------------------------------------------------
+
+    def _phase(self, outbox: Outbox, name: str) -> None:
+        self.phase = name
+        outbox.put("phase", name, time.perf_counter())
+
+    def _generate(self, spec: RunSpec, outbox: Outbox, stop: StopSignal,
+                  faults: dict | None) -> tuple[RunMetadata, str, str | None, str]:
+        server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
+        self._phase(outbox, "load")
+        load_s = None
+        if server:
+            tokenizer = load_tokenizer(spec.openai.tokenizer) if spec.openai.tokenizer else None
+            new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
+        else:
+            load_s = self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code, spec.seed)
+            check_fits(spec, self._loaded.max_positions)
+            loaded = self._loaded
+            new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
+                                          loaded.special_ids).__next__
+        self._phase(outbox, "start")
+        engine = self._engine_for(spec)
+        metadata = collect(self._loaded.device if not server else None, spec.model, spec.label, load_s)
+        if server:
+            metadata.device_name = spec.openai.base_url
+        metadata.engine_settings = engine.settings()
+        if not server:
+            metadata.torch_threads = torch_threads()  # as the engine set it
+        self._phase(outbox, "run")
+        fault = Faults.model_validate(faults) if faults else None
+        disarm = arm(fault, self._loaded.model if self._loaded else None) \
+            if fault is not None and fault.applies(spec.name, spec.label, self.device) else None
+        try:
+            status, error = run_stages(spec, engine, new_stream, outbox, stop)
+        finally:
+            if disarm is not None:
+                disarm.set()
+        return metadata, status, error, "run"
+
+    def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
+                   seed: int = 0) -> float | None:
+        """Keep the loaded model unless another is needed; the load time when this call loaded one."""
+        if self._loaded is not None and self._loaded_key == (ref, dtype, device):
+            return None
+        self._close_engine()
+        self._loaded = self._loaded_key = None
+        _release_memory()
+        self._loaded = self.loader(ref, dtype, device, seed, trust_remote_code=trust_remote_code)
+        self._loaded_key = (ref, dtype, device)
+        return self._loaded.load_s
+
+    def _engine_for(self, spec: RunSpec) -> Engine:
+        """One engine stays started across runs that would configure it identically (no new warm-up)."""
+        workload = spec.workload
+        key = (spec.engine, spec.transformers, spec.static, spec.openai, spec.model, workload.ignore_eos,
+               length_upper_bound(workload.prompt_tokens), length_upper_bound(workload.output_tokens))
+        if self._engine is not None and self._engine_key == key and self._engine.alive():
+            return self._engine
+        self._close_engine()
+        engine = create_engine(self._loaded, spec)
+        engine.start()
+        self._engine, self._engine_key = engine, key
+        return engine
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.stop()
+            self._engine = self._engine_key = None
+
+    # ---- a timed run -----------------------------------------------------------------------------
+
+    def _timed(self, spec: RunSpec, outbox: Outbox, stop: StopSignal) -> tuple[RunMetadata, str, str | None]:
+        # A timed run has the process to itself: no idle engine beside it holding its KV cache, its generation
+        # thread and its setting of torch's CPU threads. It starts again, warmed up, at the next generation run.
+        self._close_engine()
+        if spec.kind == "train_step":
+            # A training step builds its own model and needs the device's memory: the cached model is released
+            # too, and loads again at the next generation run.
+            self._loaded = self._loaded_key = None
+            _release_memory()
+        self._phase(outbox, "run")
+        metadata = collect(resolve_device(spec.device), spec.subject, spec.label)
+        status, error = run_timed(spec, outbox, metadata, stop)
+        return metadata, status, error
+
+    @property
+    def held(self) -> tuple[str, str, str] | None:
+        """The model kept loaded: (ref, dtype, device)."""
+        return self._loaded_key
+
+
+def _release_memory() -> None:
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,73 @@
+"""Fault injection, for tests and bench scripts only: settings (BENCHD_FAULTS__…), never HTTP. A fault fires in
+the worker during runs of one named workload, so the run after it shows the daemon recovered."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Action = Literal["abort", "exit", "kill", "segfault", "hang", "stall", "slow", "error"]
+
+
+class Faults(BaseModel):
+    """abort: SIGABRT; exit: the process exits with code 3; kill: SIGKILL (as the OOM killer does); segfault: a
+    NULL read; hang: a call that never returns and holds the GIL (a hung driver call: no heartbeat either); stall:
+    the model's forward pass never returns (the worker still answers heartbeats, but makes no progress); slow:
+    every forward pass takes delay_s longer (a slow GPU); error: every forward pass raises (an engine fault the
+    worker survives)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str | None = None  # runs of this workload (spec name); None: no fault
+    label: str | None = None  # and, when set, only those with this label
+    action: Action = "abort"
+    after_s: Annotated[float, Field(ge=0)] = 1.0  # into the run (abort, exit, kill, segfault, hang)
+    delay_s: Annotated[float, Field(ge=0)] = 0.0  # per forward pass (slow)
+    devices: list[str] | None = None  # only the workers on these devices (cpu, cuda:0, …); None: every worker
+
+    def applies(self, workload: str, label: str | None, device: str) -> bool:
+        return (self.workload == workload and (self.label is None or self.label == label)
+                and (self.devices is None or device in self.devices))
+
+
+def arm(faults: Faults, model=None) -> threading.Event:
+    """Start the fault for the run beginning now; setting the returned event disarms it (the run ended first)."""
+    disarmed = threading.Event()
+    if faults.action in ("slow", "stall", "error"):
+        if model is not None:
+            started = time.perf_counter()
+
+            def delay(module, args) -> None:
+                if faults.action == "slow":
+                    time.sleep(faults.delay_s)
+                elif faults.action == "error":
+                    raise RuntimeError("injected engine fault")
+                elif time.perf_counter() - started > faults.after_s:
+                    time.sleep(10**6)  # releases the GIL: heartbeats go on, tokens stop
+
+            hook = model.register_forward_pre_hook(delay)
+            threading.Thread(target=lambda: (disarmed.wait(), hook.remove()), daemon=True).start()
+        return disarmed
+
+    def fire() -> None:
+        if disarmed.wait(faults.after_s):
+            return
+        if faults.action == "abort":
+            os.abort()
+        elif faults.action == "exit":
+            os._exit(3)
+        elif faults.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif faults.action == "segfault":
+            ctypes.string_at(0)
+        elif faults.action == "hang":
+            ctypes.PyDLL(None).sleep(10**6)  # libc sleep through PyDLL keeps the GIL: every thread stops
+
+    threading.Thread(target=fire, name="benchd-fault", daemon=True).start()
+    return disarmed

@@ -1,0 +1,81 @@
+"""A worker in this process, behind the pool's interface: the same core, messages and batches without a process
+boundary. For tests and embedding; the daemon and the CLI always use worker processes (workers/pool.py)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from benchd.models import LoadedModel, load_model
+from benchd.workers import protocol
+from benchd.workers.core import WorkerCore
+from benchd.workers.handle import RunSink, WorkerSettings
+
+
+class LocalPool:
+    def __init__(self, loaded: LoadedModel | None = None, settings: WorkerSettings | None = None) -> None:
+        """loaded: a model the core uses for runs that name it (its ref, dtype and device), as if warmed."""
+        self.settings = settings or WorkerSettings()
+        self._sink: RunSink | None = None
+        self._lock = threading.Lock()
+        self.core = WorkerCore(self._emit, loader=self._load)
+        self._given = loaded
+        self._closing = threading.Event()
+        threading.Thread(target=self._pulse, name="benchd-local-pulse", daemon=True).start()
+
+    def _load(self, ref: str, dtype: str, device: str, seed: int = 0, **kwargs: Any) -> LoadedModel:
+        given = self._given
+        if given is not None and given.ref == ref:
+            return given
+        return load_model(ref, dtype, device, seed, **kwargs)
+
+    def _emit(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        sink = self._sink
+        if sink is None:
+            return
+        if kind == protocol.EVENTS:
+            sink.events(message[2])
+        elif kind == protocol.DONE:
+            self._sink = None
+            sink.done(*message[2:])
+
+    def _pulse(self) -> None:
+        while not self._closing.wait(protocol.BATCH_S):
+            self.core.flush()
+
+    def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
+               wait_s: float = 0.0) -> None:
+        self._sink = sink
+        threading.Thread(target=self.core.run, args=(run_id, spec, faults), name="benchd-local-run",
+                         daemon=True).start()
+
+    def cancel(self, device: str, run_id: str, reason: str) -> None:
+        self.core.cancel(run_id, reason)
+
+    def kill(self, device: str, reason: str, cause: str) -> None:
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink.died(cause)
+
+    def stop(self) -> None:
+        self._closing.set()
+        self.core.close()
+
+
+def run_local(spec, loaded: LoadedModel | None = None, telemetry=None, hardware=None, stop=None, on_progress=None,
+              run_id: str | None = None, faults: dict | None = None):
+    """Run a spec in this process through the daemon's lifecycle (records, summaries, telemetry, hardware) and
+    return its RunResult."""
+    import uuid
+
+    from benchd.lifecycle import Lifecycle
+    from benchd.stopping import StopSignal
+    from benchd.telemetry import Telemetry
+
+    pool = LocalPool(loaded)
+    try:
+        lifecycle = Lifecycle(pool, telemetry or Telemetry(), hardware, faults=faults)
+        return lifecycle.execute(run_id or uuid.uuid4().hex, spec, spec.device, stop or StopSignal(), on_progress)
+    finally:
+        pool.stop()

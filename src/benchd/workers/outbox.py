@@ -1,0 +1,33 @@
+"""A run's events on their way to the daemon: appended by whichever worker thread made them, sent in batches."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+
+# Events the dispatcher makes whatever the engine does: they are not progress (a stalled engine still gets
+# requests and has its load sampled).
+DISPATCH = frozenset({"request", "submitted", "load"})
+
+
+class Outbox:
+    """deque.append and popleft are atomic: engine threads append without a lock while the sender drains."""
+
+    def __init__(self) -> None:
+        self._events: deque[tuple[Any, ...]] = deque()
+        self.progress = 0  # events that show the run advancing (tokens, ends, stages): watched by the daemon
+
+    def put(self, *event: Any) -> None:
+        self._events.append(event)
+        if event[0] not in DISPATCH:
+            self.progress += 1
+
+    def drain(self) -> list[tuple[Any, ...]]:
+        out = []
+        pop = self._events.popleft
+        while True:
+            try:
+                out.append(pop())
+            except IndexError:
+                return out

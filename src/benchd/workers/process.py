@@ -1,0 +1,86 @@
+"""The worker process: started with spawn by the daemon (or the CLI), it owns torch and the device and runs one
+spec at a time; three threads move messages: commands in, events and heartbeats out, runs on the main thread."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from benchd.workers import protocol
+
+
+def main(conn: Connection, device: str, log_path: str | None) -> None:
+    if log_path is not None:  # fd 2 itself, so the C++ side's messages (CUDA errors, aborts) land there too
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 2)
+        os.dup2(log, 1)
+        sys.stderr = sys.stdout = os.fdopen(2, "w", buffering=1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops runs itself
+    lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with lock:
+            conn.send(message)
+
+    from benchd.workers.core import WorkerCore  # torch loads here, in the worker only
+
+    core = WorkerCore(send, device)
+    commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    closing = threading.Event()
+
+    def receive() -> None:
+        """Cancels act at once, on the run in progress; the rest waits its turn on the main thread."""
+        while True:
+            try:
+                command = conn.recv()
+            except (EOFError, OSError):  # the daemon is gone: stop what runs, and exit
+                command = (protocol.STOP,)
+            if command[0] == protocol.CANCEL:
+                core.cancel(command[1], command[2])
+                continue
+            if command[0] == protocol.STOP:
+                closing.set()
+                core.interrupt()
+            commands.put(command)
+            if command[0] == protocol.STOP:
+                return
+
+    def pulse() -> None:
+        next_beat = 0.0
+        while not closing.is_set():
+            core.flush()
+            now = time.perf_counter()
+            if now >= next_beat:
+                send((protocol.HEARTBEAT, now, core.activity, core.phase))
+                next_beat = now + protocol.HEARTBEAT_S
+            closing.wait(protocol.BATCH_S)
+
+    def terminate(*_: Any) -> None:
+        closing.set()
+        core.interrupt()
+        commands.put((protocol.STOP,))
+
+    signal.signal(signal.SIGTERM, terminate)
+    import torch
+
+    send((protocol.HELLO, os.getpid(), {"torch": str(torch.__version__), "device": device,
+                                         "cuda_devices": torch.cuda.device_count()}))
+    threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()
+    threading.Thread(target=pulse, name="benchd-worker-pulse", daemon=True).start()
+    while True:
+        command = commands.get()
+        kind = command[0]
+        if kind == protocol.RUN:
+            core.run(*command[1:])
+        elif kind == protocol.WARM:
+            core.warm(*command[1:])
+        elif kind == protocol.STOP:
+            break
+    core.close()
+    conn.close()

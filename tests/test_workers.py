@@ -1,0 +1,105 @@
+"""Engines in supervised worker processes: the daemon never imports torch, stamps from a worker are comparable with
+the daemon's, and a worker that aborts, exits, is killed, segfaults, hangs or stalls mid-run fails that run with
+the cause, keeps every record that reached the daemon, and is replaced before the next run, which succeeds."""
+
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.helpers import ROOT, daemon, spec, submit, wait_for
+
+
+def _clocks(queue) -> None:
+    queue.put((time.perf_counter(), time.clock_gettime(time.CLOCK_MONOTONIC)))
+
+
+def test_perf_counter_is_the_monotonic_clock_and_comparable_across_processes():
+    """Workers stamp with time.perf_counter(); on Linux that is CLOCK_MONOTONIC, one clock for every process."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    before = time.perf_counter()
+    child = context.Process(target=_clocks, args=(queue,))
+    child.start()
+    perf, monotonic = queue.get(timeout=60)
+    child.join(30)
+    after = time.perf_counter()
+    assert before < perf < after
+    assert abs(perf - monotonic) < 1e-3
+    assert abs(time.perf_counter() - time.clock_gettime(time.CLOCK_MONOTONIC)) < 1e-3
+
+
+def test_the_daemon_process_never_imports_torch(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time
+        from fastapi.testclient import TestClient
+        from benchd.api import create_app
+        from benchd.config import Settings
+        settings = Settings(database_url="sqlite:///{tmp_path}/b.db", spool_dir="{tmp_path}/spool", device="cpu",
+                            default_schedule=False, workers={{"log_dir": "{tmp_path}/workers"}})
+        with TestClient(create_app(settings)) as client:
+            run = client.post("/runs", json={{"transformers": {{"num_blocks": 32, "block_size": 16,
+                              "max_batch_tokens": 64}}, "workload": {{"stop": {{"requests": 2}},
+                              "prompt_tokens": {{"dist": "fixed", "value": 4}},
+                              "output_tokens": {{"dist": "fixed", "value": 4}}}}}}).json()["id"]
+            while client.get(f"/runs/{{run}}").json()["status"] not in ("succeeded", "failed"):
+                time.sleep(0.1)
+            assert client.get(f"/runs/{{run}}").json()["status"] == "succeeded"
+            page = client.get("/metrics").text
+        assert 'process="worker"' in page and 'process="daemon"' in page
+        print("torch" in sys.modules, "transformers" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "False"]
+
+
+FAULTS = [
+    ("abort", "SIGABRT"),
+    ("exit", "exited with code 3"),
+    ("kill", "SIGKILL"),
+    ("segfault", "SIGSEGV"),
+    ("hang", "no heartbeat"),
+    ("stall", "no progress"),
+]
+
+
+@pytest.mark.parametrize(("action", "cause"), FAULTS)
+def test_a_worker_fault_fails_one_run_and_the_next_succeeds(tmp_path, action, cause):
+    faults = {"workload": "crashme", "action": action, "after_s": 1.0}
+    workers = {"heartbeat_timeout_s": 3.0, "progress_timeout_s": 3.0}
+    with daemon(tmp_path, faults=faults, workers=workers) as server:
+        server.wait_ready()
+        first_pid = server.http.get("/readyz").json()["workers"][0]["pid"]
+        crash = spec(duration=30, output=16, concurrency=2, name="crashme")
+        run = server.wait_status(submit(server, crash), "failed", "succeeded", timeout_s=120)
+        assert run["status"] == "failed" and run["error_stage"] == "worker", run
+        assert cause in run["error"] and "the worker's last log lines" in run["error"], run["error"]
+        rows = server.http.get(f"/runs/{run['id']}/requests").json()
+        stage = run["summary"][0]
+        assert stage["requests"] > 0 and len(rows) == stage["requests"] + stage["errors"] + stage["warmup_requests"]
+        assert all(r["finished_s"] is not None for r in rows)
+        after = server.wait_status(submit(server, spec(requests=4)), "succeeded", "failed", timeout_s=120)
+        assert after["status"] == "succeeded", after["error"]
+        ready = server.http.get("/readyz").json()
+        assert ready["ready"] and ready["worker_restarts"] == 1 and ready["workers"][0]["pid"] != first_pid
+        page = server.http.get("/metrics").text
+        reason = {"abort": "signal", "exit": "exit", "kill": "signal", "segfault": "signal", "hang": "no_heartbeat",
+                  "stall": "no_progress"}[action]
+        assert f'benchd_worker_restarts_total{{hostname="test-node",reason="{reason}"}} 1.0' in page
+
+
+def test_a_run_past_its_deadline_is_stopped_and_failed(tmp_path):
+    from benchd.config import Limits
+
+    with daemon(tmp_path, limits=Limits(max_duration_s=2)) as server:
+        server.wait_ready()
+        started = time.monotonic()
+        slow = spec(requests=10_000, output=64, concurrency=1, name="endless")  # a closed loop nobody can time
+        run = server.wait_status(submit(server, slow), "failed", "succeeded", timeout_s=60)
+        assert run["status"] == "failed" and "went past its limit of 4 s" in run["error"]
+        assert time.monotonic() - started < 30 and run["summary"][0]["requests"] > 0
+        wait_for(lambda: server.http.get("/readyz").json()["ready"], 30)
