@@ -1,0 +1,1 @@
+"""Worker processes: each owns an engine and the device; the daemon supervises them."""
