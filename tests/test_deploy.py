@@ -1,6 +1,6 @@
 """The monitoring stack: the compose files against the Compose specification, Prometheus' own checks, the
 dashboards' structure, and end to end: benchd (tiny model, a PostgreSQL store, spans to an OTLP receiver, an
-NVML stand-in) scraped by a real Prometheus using prometheus/prometheus.yml; every PromQL expression of the live
+NVML stand-in) scraped by a real Prometheus using prometheus.yml; every PromQL expression of the live
 dashboard and every recording rule must return data, the TTFT histogram must carry trace-id exemplars, and every
 SQL query of the history dashboard must return rows from benchd's store."""
 
@@ -25,7 +25,8 @@ from tests.otlp import HTTPReceiver
 from tests.test_hardware import reader
 
 ROOT = Path(__file__).parent.parent
-DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+DASHBOARDS = ROOT / "grafana" / "dashboards"
+RULES = ROOT / "prometheus-rules"
 
 
 def compose_schema() -> dict:
@@ -105,13 +106,15 @@ def test_dockerfile():
 
 
 def test_promtool_checks_the_config_and_rules():
-    config = subprocess.run(["promtool", "check", "config", str(ROOT / "prometheus" / "prometheus.yml")],
+    config = subprocess.run(["promtool", "check", "config", str(ROOT / "prometheus.yml")],
                             capture_output=True, text=True)
     assert config.returncode == 0, config.stdout + config.stderr
-    rules = subprocess.run(["promtool", "check", "rules", *map(str, (ROOT / "prometheus" / "rules").glob("*.yml"))],
+    for path in RULES.glob("*.yml"):  # the config's rule_files pattern finds every rule file
+        assert f"{RULES.name}/{path.name}" in config.stdout, config.stdout
+    rules = subprocess.run(["promtool", "check", "rules", *map(str, RULES.glob("*.yml"))],
                            capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "benchd:8000" in (ROOT / "prometheus" / "prometheus.yml").read_text()
+    assert "benchd:8000" in (ROOT / "prometheus.yml").read_text()
 
 
 def dashboards() -> dict[str, dict]:
@@ -121,11 +124,11 @@ def dashboards() -> dict[str, dict]:
 def test_dashboards_are_what_the_generator_writes():
     import importlib.util
 
-    loaded = importlib.util.spec_from_file_location("dashboards", ROOT / "deploy" / "grafana" / "dashboards.py")
+    loaded = importlib.util.spec_from_file_location("dashboards", ROOT / "grafana" / "dashboards.py")
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     for name, build in module.DASHBOARDS.items():
-        assert (DASHBOARDS / name).read_text() == module.render(build), f"run python deploy/grafana/dashboards.py"
+        assert (DASHBOARDS / name).read_text() == module.render(build), f"run python grafana/dashboards.py"
 
 
 def test_dashboards_are_well_formed():
@@ -133,7 +136,7 @@ def test_dashboards_are_well_formed():
     assert set(found) == {"benchd-live.json", "benchd-history.json"}
     uids = [d["uid"] for d in found.values()]
     assert len(set(uids)) == len(uids)
-    provisioned = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/benchd.yml").read_text())
+    provisioned = yaml.safe_load((ROOT / "grafana/provisioning/datasources/benchd.yml").read_text())
     datasources = {d["uid"] for d in provisioned["datasources"]}
     assert datasources == {"prometheus", "tempo", "benchd-postgres"}
     prometheus = next(d for d in provisioned["datasources"] if d["uid"] == "prometheus")
@@ -183,10 +186,12 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
         app = create_app(settings, hardware_reader=lambda: reader(FakeGPU("GPU-e2e-0")))
         with LiveServer(app) as server:
             server.wait_ready()
-            # This repository's prometheus.yml and rules, the target pointed at the live daemon.
+            # This repository's prometheus.yml and rules, laid out as compose mounts them, the target pointed at
+            # the live daemon.
             config_dir = tmp_path / "prometheus"
-            shutil.copytree(ROOT / "prometheus", config_dir)
+            shutil.copytree(RULES, config_dir / RULES.name)
             config = config_dir / "prometheus.yml"
+            shutil.copy(ROOT / "prometheus.yml", config)
             config.write_text(config.read_text().replace("benchd:8000", f"127.0.0.1:{server.port}"))
             port = free_port()
             prometheus = subprocess.Popen(
@@ -209,7 +214,7 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                     assert body["status"] == "success", (expr, body)
                     return body["data"]["result"]
 
-                rules = [rule["record"] for path in (ROOT / "prometheus" / "rules").glob("*.yml")
+                rules = [rule["record"] for path in RULES.glob("*.yml")
                          for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]
                          if "record" in rule]
                 assert len(rules) >= 13
