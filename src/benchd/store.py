@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -115,7 +117,11 @@ class Page:
 class Store:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = sa.create_engine(url, future=True, pool_pre_ping=True)
+        # UTF-8 whatever the server's encoding: a SQL_ASCII database otherwise sends text undecoded (bytes),
+        # and refuses JSON's \u escapes above 0x7f, so JSON goes as UTF-8 text too.
+        connect_args = {"client_encoding": "utf8"} if sa.make_url(url).get_backend_name() == "postgresql" else {}
+        self.engine = sa.create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args,
+                                       json_serializer=partial(json.dumps, ensure_ascii=False))
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         metadata.create_all(self.engine)
