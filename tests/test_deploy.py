@@ -151,7 +151,7 @@ def test_the_cuda_image_is_the_stack_the_gpu_benchmarks_ran_on():
     base = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu(\d+\.\d+)", args["BASE_IMAGE"])
     assert base and base.group(1) + base.group(2) == cuda, args["BASE_IMAGE"]
     assert {"24.04": "3.12"}[base.group(3)] == python
-    assert re.search(r"NVIDIA driver.{0,40}580", (ROOT / "README.md").read_text(), re.S)
+    assert re.search(r"NVIDIA driver.{0,40}580", (ROOT / "README.md").read_text(), re.DOTALL)
 
 
 def test_promtool_checks_the_config_and_rules():
@@ -177,7 +177,7 @@ def test_dashboards_are_what_the_generator_writes():
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     for name, build in module.DASHBOARDS.items():
-        assert (DASHBOARDS / name).read_text() == module.render(build), f"run python grafana/dashboards.py"
+        assert (DASHBOARDS / name).read_text() == module.render(build), "run python grafana/dashboards.py"
 
 
 def test_dashboards_are_well_formed():
