@@ -29,9 +29,8 @@ def os_release() -> dict[str, str]:
     return {key: value.strip('"') for key, value in pairs}
 
 
-def debian_mirror(suite: str) -> str | None:
+def debian_mirror(suite: str, apt: Path = Path("/etc/apt")) -> str | None:
     """The first Debian mirror apt uses here for `suite` (deb822 .sources or one-line .list files)."""
-    apt = Path("/etc/apt")
     for path in sorted(apt.glob("sources.list.d/*.sources")):
         for stanza in path.read_text().split("\n\n"):
             lines = [line for line in stanza.splitlines() if ":" in line and line[0] not in "# "]

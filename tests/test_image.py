@@ -59,6 +59,21 @@ def benchd_image(base) -> str:
                         TORCH_VERSION=version("torch"))
 
 
+def test_the_debian_mirror_is_the_one_apt_uses(tmp_path):
+    """deb822 stanzas first (Debian 12's default), then one-line lists; a suite apt does not use has none."""
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text("# deb http://commented.example/debian bookworm main\n"
+                                           "deb [arch=amd64] http://list.example/debian bookworm main contrib\n")
+    assert podman.debian_mirror("bookworm", tmp_path) == "http://list.example/debian"
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+        "Types: deb\nURIs: http://security.example/debian-security\nSuites: bookworm-security\n"
+        "Components: main\n")
+    assert podman.debian_mirror("bookworm", tmp_path) == "http://mirror.example/debian"
+    assert podman.debian_mirror("trixie", tmp_path) is None
+
+
 def until(condition, timeout_s: float, what: str, container: str) -> None:
     """Polls `condition`; fails with the container's last logs when it stops or time runs out."""
     deadline = time.monotonic() + timeout_s
