@@ -33,14 +33,17 @@ serve: $(VENV)/.installed
 run: $(VENV)/.installed
 	$(VENV)/bin/benchd run examples/tiny-poisson.yaml --out runs/tiny-poisson
 
-# Real servers the tests start: PostgreSQL (the store) and Prometheus (scrapes the live daemon).
+# Real servers the tests start: PostgreSQL (the store), Prometheus (scrapes the live daemon), and podman with
+# debootstrap for the image and the compose stack (tests/test_image.py: runc, catatonit for compose's init,
+# netavark and aardvark-dns for the stack's network and its service names).
+SYSTEM_PACKAGES = postgresql prometheus podman buildah debootstrap runc catatonit netavark aardvark-dns
 system-deps:
-	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v promtool >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql prometheus >/dev/null; \
+	@if [ "$$(dpkg-query -W -f='$${db:Status-Abbrev}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c '^ii')" != $(words $(SYSTEM_PACKAGES)) ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
 test: system-deps $(VENV)/.installed $(VENV_NEWEST)/.installed
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -rs
 	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
 	$(VENV_NEWEST)/bin/python -m pytest -q -m engine
 

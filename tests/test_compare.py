@@ -112,7 +112,7 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
         prometheus_port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(ROOT / "prometheus" / "rules" / "benchd-regressions.yml")],
+            "rule_files": [str(ROOT / "prometheus-rules" / "benchd-regressions.yml")],
             "scrape_configs": [{"job_name": "benchd", "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}]}],
         }
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))

@@ -1,6 +1,6 @@
 """The monitoring stack: the compose files against the Compose specification, Prometheus' own checks, the
 dashboards' structure, and end to end: benchd (tiny model, a PostgreSQL store, spans to an OTLP receiver, an
-NVML stand-in) scraped by a real Prometheus using prometheus/prometheus.yml; every PromQL expression of the live
+NVML stand-in) scraped by a real Prometheus using prometheus.yml; every PromQL expression of the live
 dashboard and every recording rule must return data, the TTFT histogram must carry trace-id exemplars, and every
 SQL query of the history dashboard must return rows from benchd's store."""
 
@@ -25,7 +25,8 @@ from tests.otlp import HTTPReceiver
 from tests.test_hardware import reader
 
 ROOT = Path(__file__).parent.parent
-DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+DASHBOARDS = ROOT / "grafana" / "dashboards"
+RULES = ROOT / "prometheus-rules"
 
 
 def compose_schema() -> dict:
@@ -53,20 +54,44 @@ def test_compose_file_requirements():
     gpu = services["benchd"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
     for name, service in services.items():
-        assert "healthcheck" in service, name
+        # benchd's health check is the image's (the Dockerfile's HEALTHCHECK), so it follows BENCHD_PORT.
+        assert ("healthcheck" in service) == (name != "benchd"), name
         for dependency in service.get("depends_on", {}).values():
             assert dependency == {"condition": "service_healthy"}, name
+    assert any(kind == "HEALTHCHECK" for kind, _ in dockerfile())
     # Every store on a named volume.
     mounts = {name: [v.split(":")[0] for v in s.get("volumes", [])] for name, s in services.items()}
     for name, store in (("postgres", "postgres-data"), ("prometheus", "prometheus-data"), ("tempo", "tempo-data"),
                         ("grafana", "grafana-data")):
         assert store in mounts[name] and store in compose["volumes"], name
-    # No secret in the file: passwords come from required variables.
-    text = (ROOT / "docker-compose.yml").read_text()
-    for line in text.splitlines():
-        if re.search(r"PASSWORD\s*:", line):
-            assert "${" in line and ":?" in line, line
     assert "--enable-feature=exemplar-storage" in services["prometheus"]["command"]
+    # Worker processes: an init that reaps and forwards signals, shared memory beyond the default 64 MB.
+    assert services["benchd"]["init"] is True and services["benchd"]["shm_size"]
+
+
+def test_compose_is_safe_as_typed():
+    """`docker compose up` needs no variable; what it publishes listens on loopback unless BIND_ADDRESS says
+    otherwise; PostgreSQL is reachable on the stack's network only, so its default password exposes nothing;
+    Grafana shows the dashboards read-only to anyone and keeps editing for its admin."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert ":?" not in text  # no required variable
+    services = yaml.safe_load(text)["services"]
+    published = {name: s["ports"] for name, s in services.items() if "ports" in s}
+    assert set(published) == {"benchd", "prometheus", "grafana"}
+    for name, ports in published.items():
+        for port in ports:
+            assert re.fullmatch(r"\$\{BIND_ADDRESS:-127\.0\.0\.1\}:\$\{\w+_PORT:-\d+\}:\d+", port), (name, port)
+    assert not any("network_mode" in s for s in services.values())
+    # One PostgreSQL password, the variable's or the default, everywhere it is used; no literal secret.
+    used = re.findall(r"\$\{POSTGRES_PASSWORD[^}]*\}", text)
+    assert len(used) == 3 and set(used) == {"${POSTGRES_PASSWORD:-benchd}"}
+    for line in text.splitlines():
+        if re.search(r"PASSWORD\s*:", line.split("#")[0]):
+            assert "${" in line, line
+    grafana = services["grafana"]["environment"]
+    assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and grafana["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    # Grafana's own default, which it asks to change at the first login.
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD"] == "${GRAFANA_ADMIN_PASSWORD:-admin}"
 
 
 def test_the_cpu_override_validates_and_drops_the_gpu():
@@ -85,33 +110,60 @@ def test_the_cpu_override_validates_and_drops_the_gpu():
     jsonschema.validate(override, compose_schema())
 
 
-def test_dockerfile():
+def dockerfile() -> list[tuple[str, str]]:
     from dockerfile_parse import DockerfileParser
 
     parser = DockerfileParser(path=str(ROOT / "Dockerfile"))
-    instructions = [(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+    return [(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+
+
+def test_dockerfile():
+    instructions = dockerfile()
     kinds = [kind for kind, _ in instructions]
-    assert instructions[0] == ("ARG", "BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04")
-    assert ("FROM", "${BASE_IMAGE}") in instructions and ("ARG", "TORCH_INDEX=https://download.pytorch.org/whl/cu128") \
-        in instructions
-    # Dependencies are installed from pyproject.toml alone, before the sources are copied.
+    assert instructions[0][0] == "ARG" and instructions[0][1].startswith("BASE_IMAGE=")
+    assert ("FROM", "${BASE_IMAGE}") in instructions
+    # Dependencies are installed from pyproject.toml alone, before the sources are copied; benchd is built from
+    # a fresh copy of them and nothing of the build stays (tests/test_image.py starts what this builds).
     copies = [value for kind, value in instructions if kind == "COPY"]
-    assert copies == ["pyproject.toml README.md ./", "src ./src"]
+    assert copies == ["pyproject.toml /tmp/benchd/", "pyproject.toml README.md /tmp/benchd/", "src /tmp/benchd/src"]
     first_install = next(i for i, (kind, value) in enumerate(instructions) if kind == "RUN" and "pip install" in value)
     assert first_install < kinds.index("COPY", kinds.index("COPY") + 1)
+    assert "rm -rf /tmp/benchd" in instructions[kinds.index("RUN", kinds.index("COPY", first_install))][1]
+    # A numeric user other than root, so that Kubernetes' runAsNonRoot can check it.
     user = next(value for kind, value in instructions if kind == "USER")
-    assert user not in ("root", "0")
-    assert any(kind == "HEALTHCHECK" and "/healthz" in value for kind, value in instructions)
+    assert re.fullmatch(r"\d+(:\d+)?", user) and int(user.split(":")[0]) != 0
+    healthcheck = next(value for kind, value in instructions if kind == "HEALTHCHECK")
+    assert "/healthz" in healthcheck and "BENCHD_PORT" in healthcheck and "8000" not in healthcheck
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"build", "**/*.egg-info", ".git"} <= set(ignored)
+
+
+def test_the_cuda_image_is_the_stack_the_gpu_benchmarks_ran_on():
+    """torch, its CUDA build, transformers and Python as docs/benchmarks.md records them for the GPU runs."""
+    ran = set(re.findall(r"torch (\d+\.\d+\.\d+)\+cu(\d+), transformers (\d+\.\d+\.\d+), Python (\d+\.\d+)",
+                         (ROOT / "docs" / "benchmarks.md").read_text()))
+    assert len(ran) == 1, ran  # one stack for every GPU table
+    torch, cuda, transformers, python = ran.pop()
+    args = dict(value.split("=", 1) for kind, value in dockerfile() if kind == "ARG")
+    assert args["TORCH_VERSION"] == torch and args["TRANSFORMERS_VERSION"] == transformers
+    assert args["TORCH_INDEX"] == f"https://download.pytorch.org/whl/cu{cuda}"
+    # The base declares the same CUDA (the driver requirement) on Ubuntu 24.04, whose python3 is 3.12.
+    base = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu(\d+\.\d+)", args["BASE_IMAGE"])
+    assert base and base.group(1) + base.group(2) == cuda, args["BASE_IMAGE"]
+    assert {"24.04": "3.12"}[base.group(3)] == python
+    assert re.search(r"NVIDIA driver.{0,40}580", (ROOT / "README.md").read_text(), re.DOTALL)
 
 
 def test_promtool_checks_the_config_and_rules():
-    config = subprocess.run(["promtool", "check", "config", str(ROOT / "prometheus" / "prometheus.yml")],
+    config = subprocess.run(["promtool", "check", "config", str(ROOT / "prometheus.yml")],
                             capture_output=True, text=True)
     assert config.returncode == 0, config.stdout + config.stderr
-    rules = subprocess.run(["promtool", "check", "rules", *map(str, (ROOT / "prometheus" / "rules").glob("*.yml"))],
+    for path in RULES.glob("*.yml"):  # the config's rule_files pattern finds every rule file
+        assert f"{RULES.name}/{path.name}" in config.stdout, config.stdout
+    rules = subprocess.run(["promtool", "check", "rules", *map(str, RULES.glob("*.yml"))],
                            capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "benchd:8000" in (ROOT / "prometheus" / "prometheus.yml").read_text()
+    assert "benchd:8000" in (ROOT / "prometheus.yml").read_text()
 
 
 def dashboards() -> dict[str, dict]:
@@ -121,11 +173,11 @@ def dashboards() -> dict[str, dict]:
 def test_dashboards_are_what_the_generator_writes():
     import importlib.util
 
-    loaded = importlib.util.spec_from_file_location("dashboards", ROOT / "deploy" / "grafana" / "dashboards.py")
+    loaded = importlib.util.spec_from_file_location("dashboards", ROOT / "grafana" / "dashboards.py")
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     for name, build in module.DASHBOARDS.items():
-        assert (DASHBOARDS / name).read_text() == module.render(build), "run python deploy/grafana/dashboards.py"
+        assert (DASHBOARDS / name).read_text() == module.render(build), "run python grafana/dashboards.py"
 
 
 def test_dashboards_are_well_formed():
@@ -133,7 +185,7 @@ def test_dashboards_are_well_formed():
     assert set(found) == {"benchd-live.json", "benchd-history.json"}
     uids = [d["uid"] for d in found.values()]
     assert len(set(uids)) == len(uids)
-    provisioned = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/benchd.yml").read_text())
+    provisioned = yaml.safe_load((ROOT / "grafana/provisioning/datasources/benchd.yml").read_text())
     datasources = {d["uid"] for d in provisioned["datasources"]}
     assert datasources == {"prometheus", "tempo", "benchd-postgres"}
     prometheus = next(d for d in provisioned["datasources"] if d["uid"] == "prometheus")
@@ -183,10 +235,12 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
         app = create_app(settings, hardware_reader=lambda: reader(FakeGPU("GPU-e2e-0")))
         with LiveServer(app) as server:
             server.wait_ready()
-            # This repository's prometheus.yml and rules, the target pointed at the live daemon.
+            # This repository's prometheus.yml and rules, laid out as compose mounts them, the target pointed at
+            # the live daemon.
             config_dir = tmp_path / "prometheus"
-            shutil.copytree(ROOT / "prometheus", config_dir)
+            shutil.copytree(RULES, config_dir / RULES.name)
             config = config_dir / "prometheus.yml"
+            shutil.copy(ROOT / "prometheus.yml", config)
             config.write_text(config.read_text().replace("benchd:8000", f"127.0.0.1:{server.port}"))
             port = free_port()
             prometheus = subprocess.Popen(
@@ -212,7 +266,7 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                     assert body["status"] == "success", (expr, body)
                     return body["data"]["result"]
 
-                rules = [rule["record"] for path in (ROOT / "prometheus" / "rules").glob("*.yml")
+                rules = [rule["record"] for path in RULES.glob("*.yml")
                          for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]
                          if "record" in rule]
                 assert len(rules) >= 13

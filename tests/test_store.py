@@ -251,3 +251,28 @@ def test_data_the_database_refuses_is_set_aside_and_later_writes_go_on(tmp_path,
     assert store.flush()
     assert store.get_run("r")["error"] == "plain" and store.health.rejected == 1
     assert "NUL" in (tmp_path / "spool" / "rejected.jsonl").read_text()
+
+
+def test_a_sql_ascii_database_stores_text_as_utf8(postgres_url, outcome, tmp_path):
+    """PostgreSQL's SQL_ASCII databases send text undecoded: the store asks for UTF-8 when it connects."""
+    import sqlalchemy as sa
+
+    server, name = postgres_url.rsplit("/", 1)
+    admin = sa.create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as db:
+        db.execute(sa.text(f'DROP DATABASE "{name}"'))
+        db.execute(sa.text(f"CREATE DATABASE \"{name}\" ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' "
+                           "TEMPLATE template0"))
+    admin.dispose()
+    store = open_store(postgres_url, tmp_path)
+    spec = outcome.spec.model_dump(mode="json") | {"label": "väl-1 ✓"}
+    store.create_run("r1", spec)
+    queued = store.get_run("r1")
+    assert queued["label"] == "väl-1 ✓" and queued["spec"]["label"] == "väl-1 ✓"  # a column and JSON
+    store.mark_running("r1")
+    finish(store, "r1", outcome)
+    assert store.flush() and store.get_run("r1")["status"] == "succeeded"
+    assert len(store.request_rows("r1")) == len(outcome.stages[0].records)
+    with store.engine.connect() as db:
+        assert db.execute(sa.text("SHOW server_encoding")).scalar() == "SQL_ASCII"
+    store.close()

@@ -4,10 +4,12 @@ order, retried through outages); reads go to the database and raise StoreUnavail
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +94,12 @@ class Store:
                  node: str | None = None, pod: str | None = None, on_error=lambda component: None) -> None:
         self.url = url
         self.node, self.pod = node or socket.gethostname(), pod
-        connect_args = {"connect_timeout": 5} if url.startswith("postgresql") else {}
-        self.engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        # PostgreSQL: UTF-8 whatever the server's encoding (a SQL_ASCII database otherwise sends text undecoded, as
+        # bytes, and refuses JSON's \u escapes above 0x7f, so JSON goes as UTF-8 text too).
+        postgresql = sa.make_url(url).get_backend_name() == "postgresql"
+        connect_args = {"connect_timeout": 5, "client_encoding": "utf8"} if postgresql else {}
+        self.engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args,
+                                       json_serializer=partial(json.dumps, ensure_ascii=False))
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         self.spool = Spool(Path(spool_dir), self._apply, spool_max_bytes, on_error)

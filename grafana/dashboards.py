@@ -1,8 +1,8 @@
 """Builds benchd's Grafana dashboards (live: Prometheus; history: PostgreSQL) as JSON. Edit here, then run
 
-    python deploy/grafana/dashboards.py
+    python grafana/dashboards.py
 
-to rewrite deploy/grafana/dashboards/*.json (a test checks that the committed files are what this writes).
+to rewrite grafana/dashboards/*.json (a test checks that the committed files are what this writes).
 """
 
 from __future__ import annotations
