@@ -1,4 +1,4 @@
-"""A run's outputs: summary.json, requests.csv and the terminal's tables."""
+"""A run's outputs: summary.json, requests.csv, report.html and the terminal's tables."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from benchd.compare import Comparison
 from benchd.environment import RunMetadata
+from benchd.pages import run_page
 from benchd.records import StageSummary
 from benchd.runner import RunOutcome
 from benchd.spec import RunSpec
@@ -50,19 +51,21 @@ TIMING_COLUMNS = ["stage_index", "stage", "series", "index", "warmup", "seconds"
 
 
 def write_outputs(outcome: RunOutcome | TimedOutcome, out_dir: Path) -> list[Path]:
-    """summary.json, and requests.csv (generation) or timings.csv (+ kernels.csv); the paths written."""
+    """summary.json, requests.csv (generation) or timings.csv (+ kernels.csv), and report.html; the paths
+    written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
     written = [out_dir / "summary.json"]
     if isinstance(outcome, TimedOutcome):
         stages = [r.stage for r in outcome.results]
+        rows = [{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
+                 "seconds": t.seconds} for t in outcome.timings]  # as the store keeps them
         with (out_dir / "timings.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=TIMING_COLUMNS)
             writer.writeheader()
-            writer.writerows({"stage_index": t.stage_index, "series": t.series, "index": t.index,
-                              "warmup": int(t.warmup), "seconds": t.seconds,
-                              "stage": stages[t.stage_index] if t.stage_index < len(stages) else ""}
-                             for t in outcome.timings)
+            writer.writerows({**row, "warmup": int(row["warmup"]),
+                              "stage": stages[row["stage_index"]] if row["stage_index"] < len(stages) else ""}
+                             for row in rows)
         written.append(out_dir / "timings.csv")
         if outcome.spec.kind == "kernel":
             with (out_dir / "kernels.csv").open("w", newline="") as f:
@@ -70,12 +73,16 @@ def write_outputs(outcome: RunOutcome | TimedOutcome, out_dir: Path) -> list[Pat
                 writer.writeheader()
                 writer.writerows(r.csv_row() for r in outcome.results)
             written.append(out_dir / "kernels.csv")
-        return written
-    rows = [record.to_row(stage.label, stage.start_s)
-            for stage in outcome.stages for record in sorted(stage.records, key=lambda r: r.index)]
-    with (out_dir / "requests.csv").open("w", newline="") as f:
-        write_csv(rows, f)
-    return [*written, out_dir / "requests.csv"]
+    else:
+        rows = [{**record.to_row(stage.label, stage.start_s), "stage_index": stage.index}
+                for stage in outcome.stages for record in sorted(stage.records, key=lambda r: r.index)]
+        with (out_dir / "requests.csv").open("w", newline="") as f:
+            write_csv(rows, f)
+        written.append(out_dir / "requests.csv")
+    # The page the daemon serves at /runs/{id}/report, from the same run and rows.
+    run = {**outcome.to_json(), "timeline": getattr(outcome, "timeline", None)}
+    (out_dir / "report.html").write_text(run_page(run, rows))
+    return [*written, out_dir / "report.html"]
 
 
 def run_title(spec: RunSpec, metadata: RunMetadata | None) -> str:
