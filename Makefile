@@ -33,10 +33,15 @@ serve: $(VENV)/.installed
 run: $(VENV)/.installed
 	$(VENV)/bin/benchd run examples/tiny-poisson.yaml --out runs/tiny-poisson
 
-# Real servers the tests start: PostgreSQL (the store) and Prometheus (scrapes the live daemon).
+# Real servers the tests start: PostgreSQL (the store) and Prometheus (scrapes the live daemon); and chromium,
+# headless, which loads the report pages (no desktop recommends; a font for legible screenshots).
 system-deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v promtool >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql prometheus >/dev/null; \
+	fi
+	@if ! command -v chromium >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			chromium fonts-liberation >/dev/null; \
 	fi
 
 test: system-deps $(VENV)/.installed $(VENV_NEWEST)/.installed

@@ -344,5 +344,6 @@ def timeline(name: str, title: str, spans: Sequence[Span], bands: Sequence[Band]
     svg = _frame(x, y, clock, lambda v: f"{int(v):,}", "seconds from the run's start", "".join(body), height,
                  [t for t in y.ticks() if t == int(t)], width)
     if stride > 1:
-        note = (note + "; " if note else "") + f"every {stride}th of {total:,} requests drawn ({len(spans):,})"
+        drawn = f"{len(spans):,} of {total:,} requests drawn (one in {stride})"
+        note = f"{note}; {drawn}" if note else drawn
     return figure(name, title, svg, legend, note)
