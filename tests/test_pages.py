@@ -229,6 +229,19 @@ def test_a_large_run_gives_a_page_of_reasonable_size(tmp_path, chromium):
     assert "(n=9,900)" in loaded.charts["ttft"]["caption"] and "(n=2,524,500)" in loaded.charts["itl"]["caption"]
 
 
+def test_a_run_that_has_not_ended_or_failed_early_still_has_a_page():
+    for kind, extra in (("generate", {}), ("kernel", {"kernel": {"op": "matmul"}}), ("train_step", {})):
+        page = run_page({"id": "q", "status": "queued", "spec": {"name": "q", "kind": kind, **extra},
+                         "summary": None, "run_metadata": None, "hardware": None, "timeline": None}, [])
+        well_formed(page)
+        assert "no stack recorded: the run did not start" in page
+        assert ("the run has not ended: its timeline is stored when it does" in page if kind == "generate"
+                else "no timings recorded" in page)
+    failed = run_page({"id": "f", "status": "failed", "spec": {}, "summary": [], "error": "OSError: <no model>"}, [])
+    well_formed(failed)
+    assert '<span class="error">OSError: &lt;no model&gt;</span>' in failed
+
+
 # ---- the drawing itself -------------------------------------------------------------------------------
 
 
