@@ -262,7 +262,7 @@ def lines(name: str, title: str, series: Sequence[Line], fy: Format, bands: Sequ
         thinned |= cut
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         body.append(f'<path class="mark line" stroke="{color}"{dash} d="{_path(x(t), y(v))}"/>')
-        if markers:
+        if markers or np.isfinite(v).sum() < 3:  # a line through one or two points hardly shows
             body.extend(f'<circle class="mark" cx="{px:.1f}" cy="{py:.1f}" r="2.2" fill="{color}"/>'
                         for px, py in zip(x(t).tolist(), y(v).tolist()) if not math.isnan(py))
         legend.append((s.label, color))

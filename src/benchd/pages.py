@@ -203,7 +203,7 @@ def _load(stages: list[_Stage], timeline: dict | None, bands: list[Band], missin
     throughput = []
     if stamps:
         t, w = np.concatenate(stamps), np.concatenate(tokens)
-        width = max(0.25, charts.nice_step((t.max() - t.min()) / 120))
+        width = max(0.1, charts.nice_step((t.max() - t.min()) / 120))  # s; about 120 bins, none under 100 ms
         edges = np.arange(np.floor(t.min() / width) * width, t.max() + width, width)
         counts, _ = np.histogram(t, edges, weights=w)
         throughput.append(Line(f"from token stamps, {width:g} s bins",
