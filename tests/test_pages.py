@@ -131,7 +131,8 @@ def test_an_unknown_run_has_no_report_and_the_route_is_documented(live):
     response = server.http.get("/runs/nope/report")
     assert response.status_code == 404 and response.json() == {"detail": "no run nope"}
     responses = server.http.get("/openapi.json").json()["paths"]["/runs/{run_id}/report"]["get"]["responses"]
-    assert "text/html" in responses["200"]["content"] and {"404", "422", "503"} <= set(responses)
+    assert list(responses["200"]["content"]) == ["text/html"] and {"404", "422", "503"} <= set(responses)
+    assert responses["404"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Problem"}
 
 
 def test_the_comparison_page_has_the_same_look(live, chromium):

@@ -150,7 +150,15 @@ def run_timings(run_id: str, services: ServicesDep, format: Literal["json", "csv
     return JSONResponse(rows)
 
 
-@router.get("/{run_id}/report", response_class=HTMLResponse, responses={**errors(404, 422, 503), 200: {
+def _as_json(responses: dict) -> dict:
+    """Error responses documented as JSON on a route that answers HTML: FastAPI lists a response's `model` under the
+    route's own media type, so each body is named by its schema instead (the other routes register them)."""
+    return {code: {**{k: v for k, v in response.items() if k != "model"}, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{response['model'].__name__}"}}}}
+        for code, response in responses.items()}
+
+
+@router.get("/{run_id}/report", response_class=HTMLResponse, responses={**_as_json(errors(404, 422, 503)), 200: {
     "content": {"text/html": {}},
     "description": "The run's report: a self-contained page (inline CSS and SVG, nothing fetched) with its summary, "
                    "latency distributions, requests over time, engine load, hardware and stack."}})
