@@ -243,6 +243,27 @@ def test_a_run_that_has_not_ended_or_failed_early_still_has_a_page():
     assert '<span class="error">OSError: &lt;no model&gt;</span>' in failed
 
 
+def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
+    from rich.console import Console
+
+    from benchd.compare import Side, compare
+    from benchd.pages import comparison_page
+    from benchd.report import comparison_table
+
+    a = Side(run_ids=["a1", "a2"], samples={"ttft_s": [[0.010] * 30, [0.011] * 30]},
+             output_tokens_per_s=[100.0, 102.0], energy_per_token_j=[])
+    b = Side(run_ids=["b1", "b2"], samples={"ttft_s": [[0.020] * 60]}, output_tokens_per_s=[60.0, 62.0],
+             energy_per_token_j=[])
+    result = compare(a, b)
+    page = comparison_page(result, a, b)
+    assert "<td>ttft_s.p50</td><td>10.5 ms</td><td>20 ms</td>" in page
+    assert "<td>output_tokens_per_s</td><td>101</td><td>61</td>" in page
+    console = Console(width=200, record=True)
+    console.print(comparison_table(result))
+    text = console.export_text()
+    assert "ttft ms p50" in text and "10.500" in text and "101.000" in text and "101000" not in text
+
+
 # ---- the drawing itself -------------------------------------------------------------------------------
 
 

@@ -310,7 +310,7 @@ def comparison_page(result: Comparison, a: Side, b: Side) -> str:
     def value(metric: str, v: float | None) -> str:
         if v is None:
             return ""
-        return charts.seconds(v) if metric.split(".")[0].endswith("_s") else f"{v:.6g}"
+        return charts.seconds(v) if metric.split(".")[0] in LATENCIES else f"{v:.6g}"
 
     rows = "".join(
         f"<tr><td>{_esc(m.metric)}</td><td>{value(m.metric, m.a)}</td><td>{value(m.metric, m.b)}</td>"

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchd.compare import Comparison
+from benchd.compare import LATENCIES, Comparison
 from benchd.environment import RunMetadata
 from benchd.pages import run_page
 from benchd.records import StageSummary
@@ -153,7 +153,7 @@ def comparison_table(result: Comparison) -> Table:
     for column in ("metric", "A", "B", "change", "interval", "verdict"):
         table.add_column(column, justify="left" if column in ("metric", "verdict") else "right")
     for m in result.metrics:
-        unit = 1e3 if m.metric.split(".")[0].endswith("_s") else 1.0
+        unit = 1e3 if m.metric.split(".")[0] in LATENCIES else 1.0  # latencies in ms; output_tokens_per_s is not one
         fmt = (lambda v: "–" if v is None else f"{v * unit:.3f}")  # noqa: E731
         interval = "–" if m.ci_low is None else f"[{m.ci_low:+.1%}, {m.ci_high:+.1%}]"
         change = "–" if m.relative_change is None else f"{m.relative_change:+.1%}"
