@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from benchd.compare import Side, compare
-from benchd.report import comparison_html
+from benchd.pages import comparison_page
 from tests.helpers import NODE, ROOT, daemon, free_port, spec, submit, wait_for
 
 
@@ -64,9 +64,9 @@ def test_too_few_samples_is_inconclusive():
 def test_html_report_has_the_table_and_the_distributions():
     rng = np.random.default_rng(4)
     a, b = side(rng.lognormal(-3, 0.3, 100)), side(rng.lognormal(-2.5, 0.3, 100))
-    page = comparison_html(compare(a, b), a, b)
+    page = comparison_page(compare(a, b), a, b)
     assert page.startswith("<!doctype html>") and "ttft_s.p99" in page and page.count("<svg") == 1
-    assert "class='slower'" in page
+    assert 'class="text slower"' in page and 'data-chart="ttft"' in page
 
 
 # ---- real runs -----------------------------------------------------------------------------------

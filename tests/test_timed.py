@@ -380,7 +380,7 @@ def test_cli_runs_a_kernel_spec(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "b1h2s16d8c" in done.stdout and "eager" in done.stdout
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.json", "timings.csv", "kernels.csv"}
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.json", "timings.csv", "kernels.csv", "report.html"}
     refused = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--warmup-study"],
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--warmup-study: applies to train_step specs" in refused.stderr

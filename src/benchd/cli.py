@@ -274,8 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a workload, training step or kernel spec and print its summary")
     run.add_argument("spec", nargs="?", help="a RunSpec file (YAML or JSON); flags below override it")
-    run.add_argument("--out", help="write summary.json and requests.csv (timed runs: timings.csv, kernels.csv) "
-                                   "into this directory")
+    run.add_argument("--out", help="write summary.json, requests.csv (timed runs: timings.csv, kernels.csv) and "
+                                   "report.html into this directory")
     run.add_argument("--model", help="preset name, local directory or hub id")
     run.add_argument("--engine", help="transformers (continuous batching) or static")
     run.add_argument("--device", help="auto, cpu, cuda or cuda:N")

@@ -14,7 +14,7 @@ from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import errors
 from benchd.spec import Name
 from benchd.compare import Comparison, compare, side_from_store
-from benchd.report import comparison_html
+from benchd.pages import comparison_page
 
 router = APIRouter(tags=["compare"], route_class=GuardedRoute)
 MAX_RUNS = 100  # run ids on one side
@@ -71,7 +71,7 @@ def compare_runs(
     result = compare(*sides, threshold=settings.compare_threshold if threshold is None else threshold,
                      confidence=settings.compare_confidence if confidence is None else confidence)
     if format == "html":
-        return HTMLResponse(comparison_html(result, *sides))
+        return HTMLResponse(comparison_page(result, *sides))
     return result
 
 

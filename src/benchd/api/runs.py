@@ -10,12 +10,13 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors
 from benchd.events import RunEvent
+from benchd.pages import run_page
 from benchd.report import write_csv
 from benchd.runqueue import QueueFull
 from benchd.spec import RunSpec
@@ -147,3 +148,23 @@ def run_timings(run_id: str, services: ServicesDep, format: Literal["json", "csv
         return Response(buffer.getvalue(), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="{run_id}-timings.csv"'})
     return JSONResponse(rows)
+
+
+def _as_json(responses: dict) -> dict:
+    """Error responses documented as JSON on a route that answers HTML: FastAPI lists a response's `model` under the
+    route's own media type, so each body is named by its schema instead (the other routes register them)."""
+    return {code: {**{k: v for k, v in response.items() if k != "model"}, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{response['model'].__name__}"}}}}
+        for code, response in responses.items()}
+
+
+@router.get("/{run_id}/report", response_class=HTMLResponse, responses={**_as_json(errors(404, 422, 503)), 200: {
+    "content": {"text/html": {}},
+    "description": "The run's report: a self-contained page (inline CSS and SVG, nothing fetched) with its summary, "
+                   "latency distributions, requests over time, engine load, hardware and stack."}})
+def run_report(run_id: str, services: ServicesDep) -> HTMLResponse:
+    """A page for people: what GET /runs/{id}, /requests and /timings return, drawn."""
+    row = _run_or_404(services, run_id)
+    kind = (row["spec"] or {}).get("kind", "generate")
+    rows = services.store.request_rows(run_id) if kind == "generate" else services.store.timing_rows(run_id)
+    return HTMLResponse(run_page(row, rows))
