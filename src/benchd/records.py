@@ -29,6 +29,7 @@ class RequestRecord:
     finished_s: float | None = None
     error: str | None = None
     trace_id: str | None = None  # the request's span, when it was sampled
+    span_id: str | None = None  # its id, decided when it is sent (a server engine's traceparent header)
 
     @property
     def done(self) -> bool:

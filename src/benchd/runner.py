@@ -247,7 +247,8 @@ class Stage:
             self._measured_submitted += 1
             if self._measure_start is None:
                 self._measure_start = t_s
-        request = GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens, content.prompt_text)
+        request = GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens, content.prompt_text,
+                                    self.observer.traceparent(record) if content.prompt_text is not None else None)
         if self.engine.dispatch_lead_s:
             self.engine.submit(request, self.recorder, at=t_s)  # it stamps submitted_s when it sends
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 from opentelemetry import trace
@@ -11,7 +12,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from benchd.engines import EngineLoad
 from benchd.metrics import Metrics
 from benchd.records import RequestRecord
-from benchd.tracing import Clock
+from benchd.tracing import Clock, PresetSpanIds
 
 OPERATION = "text_completion"
 
@@ -29,6 +30,8 @@ class Telemetry:
         self.metrics = metrics
         self.tracer_provider = tracer_provider
         self.tracer = tracer_provider.get_tracer("benchd") if tracer_provider is not None else None
+        ids = getattr(tracer_provider, "id_generator", None)
+        self.span_ids = ids if isinstance(ids, PresetSpanIds) else None  # request span ids decided at send time
 
     def for_run(self, run_id: str, model: str, engine: str, workload: str) -> RunTelemetry:
         return RunTelemetry(self, run_id, model, engine, workload)
@@ -49,6 +52,7 @@ class RunTelemetry:
     def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str) -> None:
         self.run_id, self.model = run_id, model
         self.tracer = telemetry.tracer
+        self.span_ids = telemetry.span_ids
         self.clock = Clock()
         self.run_context = None
         self.run_trace_id: str | None = None
@@ -98,7 +102,23 @@ class RunTelemetry:
         for record in records:
             self._request_span(record)
 
+    def traceparent(self, record: RequestRecord) -> str | None:
+        """The W3C traceparent a server engine sends with the request: the run's trace and the request's span, whose
+        id is decided here and kept on the record (None when the run is not traced)."""
+        if self.span_ids is None or self.run_trace_id is None:
+            return None
+        record.trace_id = self.run_trace_id
+        record.span_id = format(random.getrandbits(64) or 1, "016x")
+        return f"00-{self.run_trace_id}-{record.span_id}-01"
+
     def _request_span(self, record: RequestRecord) -> None:
+        if record.span_id is not None and self.span_ids is not None:
+            with self.span_ids.preset(int(record.span_id, 16)):
+                self._start_request_span(record)
+        else:
+            self._start_request_span(record)
+
+    def _start_request_span(self, record: RequestRecord) -> None:
         span = self.tracer.start_span(
             f"{OPERATION} {self.model}", context=self.run_context, kind=SpanKind.CLIENT,
             start_time=self.clock.ns(record.scheduled_s),
