@@ -44,14 +44,15 @@ class Mock:
     def stamps(self, since: float, until: float) -> Truth:
         """The requests the mock read between two time.monotonic() readings (the same clock as its stamps)."""
         urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_flush", timeout=10).read()
-        ttft, itl = [], []
+        ttft, itl, received = [], [], []
         with self.stamps_path.open() as f:
             for line in f:
                 t = [int(x) for x in line.split()]
                 if since * 1e9 <= t[0] <= until * 1e9 and len(t) > 1:
+                    received.append(t[0] / 1e9)
                     ttft.append((t[1] - t[0]) / 1e9)
                     itl.extend((b - a) / 1e9 for a, b in zip(t[1:], t[2:]))
-        return Truth(np.array(ttft), np.array(itl))
+        return Truth(np.array(ttft), np.array(itl), np.array(sorted(received)))
 
     def stop(self) -> None:
         self.process.terminate()
@@ -62,6 +63,13 @@ class Mock:
 class Truth:
     ttft_s: np.ndarray  # first chunk written − request read, per request
     itl_s: np.ndarray  # gaps between chunk writes
+    received_s: np.ndarray  # when each request was read, sorted
+
+    @property
+    def received_rps(self) -> float:
+        """The rate the server saw: requests read per second between the first and the last."""
+        r = self.received_s
+        return (len(r) - 1) / (r[-1] - r[0]) if len(r) > 1 and r[-1] > r[0] else 0.0
 
     def pct(self, which: str, q: float) -> float | None:
         values = getattr(self, which)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Wheels for what a GPU host without network lacks (torch, transformers, numpy, psutil, prometheus-client,
 # nvidia-ml-py, pyyaml, rich, requests and grpcio come from the host). Python 3.12, manylinux x86_64.
+# orjson and uvloop: the openai engine's client (bench/loadgen_peers.py --processes needs nothing else).
 #   bash bench/wheelhouse.sh [DIR]        (default .whl; about 6 MB)
 # On the GPU host, from the repository root:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -16,5 +17,6 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
   opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 \
   opentelemetry-proto==1.45.2 googleapis-common-protos==1.76.0 opentelemetry-exporter-http-transport==0.66b2 \
-  opentelemetry-exporter-otlp-common==0.66b2
+  opentelemetry-exporter-otlp-common==0.66b2 \
+  orjson==3.13.0 uvloop==0.23.0
 ls "$dir"
