@@ -117,7 +117,7 @@ def scale(args, binary: Path, work: Path) -> list[Row]:
     first = max(cores(args.mock_cores)) + 1
     try:
         for n in args.processes:
-            args.client_cores = f"{first}-{first + n}"
+            args.client_cores = f"{first}-{min(first + n, os.cpu_count() - 1)}"
             for step in args.scale_rates:
                 rows.append(row := run_one(tool, case, step * n, mock, args, work, processes=n))
                 print_rows([row])
