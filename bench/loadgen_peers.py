@@ -77,14 +77,15 @@ def print_rows(rows: list[Row]) -> None:
               flush=True)
 
 
-def run_one(tool, case: Case, rate: float, mock: Mock, args, work: Path, processes: int = 1) -> Row:
+def run_one(tool, case: Case, rate: float, mock: Mock, args, work: Path, processes: int = 1,
+            dataset: str | None = None) -> Row:
     load = wait_idle()
     out = work / f"{tool.name}-{case.name}-{rate:g}-{processes}"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
         figures = tool.run(case, rate, args.seconds, mock.base_url, args.tokenizer, out, args.client_cores,
-                           processes)
+                           processes, dataset)
         note = ""
     except (subprocess.SubprocessError, OSError, ValueError, KeyError) as failure:
         figures, note = None, f"{type(failure).__name__}: {str(failure)[-300:]}"
@@ -110,8 +111,10 @@ def compare(args, binary: Path, work: Path) -> list[Row]:
 
 def scale(args, binary: Path, work: Path) -> list[Row]:
     """benchd with 1, 2, 4 … client processes, each on a core of its own (plus one for the dispatching process),
-    the mock on --mock-cores with a thread a core; rates climb until one is not clean."""
+    the mock on --mock-cores with a thread a core; rates climb until one is not clean. Prompts come from a file
+    made ahead (as the peers make theirs), so what scales is the clients, not prompt synthesis in one process."""
     case, tool, rows = CASES["short"], TOOLS["benchd"](args.peers), []
+    dataset = make_prompts(Path(args.tokenizer), case.prompt_tokens, work / "scale" / "prompts.jsonl")
     mock_threads = len(cores(args.mock_cores))
     mock = Mock(binary, work / "scale", case.ttft_ms, case.itl_ms, case.prompt_tokens, args.mock_cores, mock_threads)
     first = max(cores(args.mock_cores)) + 1
@@ -119,7 +122,7 @@ def scale(args, binary: Path, work: Path) -> list[Row]:
         for n in args.processes:
             args.client_cores = f"{first}-{min(first + n, os.cpu_count() - 1)}"
             for step in args.scale_rates:
-                rows.append(row := run_one(tool, case, step * n, mock, args, work, processes=n))
+                rows.append(row := run_one(tool, case, step * n, mock, args, work, processes=n, dataset=dataset))
                 print_rows([row])
                 if not row.clean:
                     break
@@ -138,6 +141,20 @@ def scale(args, binary: Path, work: Path) -> list[Row]:
         print(f"| {n} | {n + 1} | {best.rate:g} | {ms(f.lag_p99_s)} | "
               f"{ms(error(f.ttft_p99_s, t.pct('ttft_s', 99)), True)} | {ms(error(f.itl_p99_s, t.pct('itl_s', 99)), True)} |")
     return rows
+
+
+def make_prompts(tokenizer_dir: Path, tokens: int, path: Path, count: int = 2000) -> str:
+    """count prompts of exactly `tokens` tokens, one JSON object a line."""
+    import random
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from benchd.workload import clean_ids, load_tokenizer, sized_text
+
+    tokenizer = load_tokenizer(str(tokenizer_dir))
+    allowed, rng = clean_ids(tokenizer), random.Random(0)
+    path.write_text("".join(json.dumps({"prompt": sized_text(tokenizer, rng, allowed, tokens)[0]}) + "\n"
+                            for _ in range(count)))
+    return str(path)
 
 
 def cores(spec: str) -> list[int]:

@@ -60,13 +60,16 @@ class Benchd:
         return "benchd" if processes == 1 else f"benchd ×{processes}"
 
     def run(self, case: Case, rate: float, seconds: float, base_url: str, tokenizer: str, out: Path,
-            cores: str | None, processes: int) -> Figures:
+            cores: str | None, processes: int, dataset: str | None = None) -> Figures:
         spec = {"name": f"loadgen-{case.name}", "engine": "openai", "model": "mock",
                 "openai": {"base_url": base_url, "tokenizer": tokenizer, "client_processes": processes,
                            "stream_options": {"include_usage": True}},
                 "workload": {"arrivals": {"profile": "constant", "rate": rate}, "stop": {"duration_s": seconds},
                              "prompt_tokens": {"dist": "fixed", "value": case.prompt_tokens},
                              "output_tokens": {"dist": "fixed", "value": case.output_tokens}}}
+        if dataset is not None:  # prompts made ahead: the dispatching process does no tokenizer work per request
+            del spec["workload"]["prompt_tokens"]
+            spec["workload"]["dataset"] = {"format": "jsonl", "path": dataset}
         (out / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                                          os.environ.get("PYTHONPATH")]))}
@@ -102,7 +105,7 @@ class Guidellm(Peer):
     name, package = "guidellm", "guidellm==0.8.1"
 
     def run(self, case: Case, rate: float, seconds: float, base_url: str, tokenizer: str, out: Path,
-            cores: str | None, processes: int) -> Figures:
+            cores: str | None, processes: int, dataset: str | None = None) -> Figures:
         command = [str(self.env / "bin" / "guidellm"), "run",
                    "--backend", f"kind=openai_http,target={base_url.removesuffix('/v1')},model=mock,"
                                 "request_format=/v1/completions",
@@ -132,7 +135,7 @@ class Aiperf(Peer):
     name, package = "aiperf", "aiperf==0.13.0"
 
     def run(self, case: Case, rate: float, seconds: float, base_url: str, tokenizer: str, out: Path,
-            cores: str | None, processes: int) -> Figures:
+            cores: str | None, processes: int, dataset: str | None = None) -> Figures:
         command = [str(self.env / "bin" / "aiperf"), "profile", "--model", "mock", "--url",
                    base_url.removesuffix("/v1"), "--endpoint-type", "completions", "--streaming",
                    "--request-rate", f"{rate:g}", "--arrival-pattern", "constant",
