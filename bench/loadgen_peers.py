@@ -26,8 +26,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from loadgen_mock import Mock, Truth, build_mock, make_tokenizer, wait_idle  # noqa: E402
-from loadgen_tools import TOOLS, Case, Figures  # noqa: E402
+from loadgen_mock import Mock, Truth, build_mock, make_tokenizer, wait_idle
+from loadgen_tools import TOOLS, Case, Figures
 
 CASES = {
     "short": Case("short", ttft_ms=20, itl_ms=5, prompt_tokens=64, output_tokens=16),

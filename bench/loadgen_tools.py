@@ -107,13 +107,13 @@ class Guidellm(Peer):
     def run(self, case: Case, rate: float, seconds: float, base_url: str, tokenizer: str, out: Path,
             cores: str | None, processes: int, dataset: str | None = None) -> Figures:
         command = [str(self.env / "bin" / "guidellm"), "run",
-                   "--backend", f"kind=openai_http,target={base_url.removesuffix('/v1')},model=mock,"
-                                "request_format=/v1/completions",
+                   "--backend", (f"kind=openai_http,target={base_url.removesuffix('/v1')},model=mock,"
+                                 "request_format=/v1/completions"),
                    "--profile", f"kind=constant,rate={rate:g}",
                    "--constraint", f"kind=max_duration,seconds={seconds:g}",
                    "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
-                   "--data", f"kind=synthetic_text,prompt_tokens={case.prompt_tokens},"
-                             f"output_tokens={case.output_tokens}",
+                   "--data", (f"kind=synthetic_text,prompt_tokens={case.prompt_tokens},"
+                              f"output_tokens={case.output_tokens}"),
                    "--output", f"kind=json,path={out / 'benchmarks.json'}", "--disable-console-interactive"]
         run_logged(pinned(cores, command), out, seconds * 4 + 300, self.tool_env())
         report = json.loads((out / "benchmarks.json").read_text())
