@@ -62,11 +62,12 @@ class Benchd:
     def run(self, case: Case, rate: float, seconds: float, base_url: str, tokenizer: str, out: Path,
             cores: str | None, processes: int, dataset: str | None = None) -> Figures:
         spec = {"name": f"loadgen-{case.name}", "engine": "openai", "model": "mock",
-                "openai": {"base_url": base_url, "tokenizer": tokenizer, "client_processes": processes,
-                           "stream_options": {"include_usage": True}},
+                "openai": {"base_url": base_url, "tokenizer": tokenizer, "stream_options": {"include_usage": True}},
                 "workload": {"arrivals": {"profile": "constant", "rate": rate}, "stop": {"duration_s": seconds},
                              "prompt_tokens": {"dist": "fixed", "value": case.prompt_tokens},
                              "output_tokens": {"dist": "fixed", "value": case.output_tokens}}}
+        if processes > 1:
+            spec["openai"]["client_processes"] = processes
         if dataset is not None:  # prompts made ahead: the dispatching process does no tokenizer work per request
             del spec["workload"]["prompt_tokens"]
             spec["workload"]["dataset"] = {"format": "jsonl", "path": dataset}
