@@ -38,6 +38,7 @@ WORKER_START_TIMEOUT_S = 60.0
 
 
 def connections_for(workload: Workload) -> int:
+    """The highest concurrency of a closed-loop workload, or OPEN_LOOP_CONNECTIONS when any stage is open."""
     stages = workload.arrivals.stages() if isinstance(workload.arrivals, Sweep) else [workload.arrivals]
     if all(isinstance(s, Concurrent | Synchronous) for s in stages):
         return max(s.concurrency if isinstance(s, Concurrent) else 1 for s in stages)
@@ -63,6 +64,7 @@ class OpenAIEngine:
         self.options = options
         self.model = options.model or model
         self.max_connections = options.max_connections or connections_for(workload)
+        self.closed_loop = connections_for(workload) != OPEN_LOOP_CONNECTIONS
         self.processes = options.client_processes
         self.path = "completions" if options.api == "completions" else "chat/completions"
         self._tokenizer = None
@@ -114,6 +116,7 @@ class OpenAIEngine:
         pair; it exits when told to, or when this end closes."""
         ours, theirs = socket.socketpair()
         config = {"base_url": self.options.base_url, "path": self.path, "chat": self.options.api == "chat",
+                  "closed_loop": self.closed_loop,
                   "max_connections": math.ceil(self.max_connections / self.processes),
                   "connect_timeout_s": self.options.connect_timeout_s,
                   "stall_timeout_s": self.options.stall_timeout_s,

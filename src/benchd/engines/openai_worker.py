@@ -19,7 +19,8 @@ from benchd.engines.openai_dispatch import Dispatcher
 from benchd.engines.openai_http import Connection, Target
 from benchd.engines.openai_stream import Stream
 
-LIVE_FLUSH_S = 0.02  # token stamps wait at most this long to be handed over; ends go at once
+LIVE_FLUSH_S = 0.02  # token stamps wait at most this long to be handed over
+OPEN_LOOP_END_FLUSH_S = 0.005  # a request's end, in open loop: batched, fewer wake-ups of the engine's process
 FRAME = struct.Struct("<I")
 
 
@@ -84,7 +85,9 @@ class Worker:
         self.connections = 0  # open or opening
         self.out: list[tuple] = []
         self.flush_handle: asyncio.Handle | None = None
-        self.flush_urgent = False
+        self.flush_at = 0.0  # when the scheduled flush runs (loop time)
+        # A closed loop schedules the next request at this one's end: ends go at once there.
+        self.end_flush_s = 0.0 if config["closed_loop"] else OPEN_LOOP_END_FLUSH_S
         self.control: asyncio.Transport | None = None
         self.stopped = asyncio.Event()
         self.dispatcher = Dispatcher(loop, self.send, lambda request: request.finished)
@@ -112,7 +115,7 @@ class Worker:
     def send(self, request: Request) -> None:
         t = time.perf_counter()
         request.sent_t = request.last_t = t
-        self.emit(("s", request.request_id, t), False)
+        self.emit(("s", request.request_id, t), LIVE_FLUSH_S)
         if self.idle:
             self.idle.pop().start(request)
         else:
@@ -181,12 +184,12 @@ class Worker:
     # ---- what a request's connection reports -----------------------------------------------------------------
 
     def admitted(self, request: Request, t: float) -> None:
-        self.emit(("a", request.request_id, t), False)
+        self.emit(("a", request.request_id, t), LIVE_FLUSH_S)
 
     def live(self, request: Request) -> None:
         live = request.stream.live
         for t, n in live:
-            self.emit(("t", request.request_id, t, n), False)
+            self.emit(("t", request.request_id, t, n), LIVE_FLUSH_S)
         live.clear()
 
     def complete(self, request: Request, t: float) -> None:
@@ -203,7 +206,7 @@ class Worker:
         if s.live:
             self.live(request)
         self.emit(("f", request.request_id, t, error, s.pending_t, s.pending_text, s.pending_exact,
-                   s.prompt_tokens, s.completion_tokens, s.delivered), True)
+                   s.prompt_tokens, s.completion_tokens, s.delivered), self.end_flush_s)
 
     def check_timeouts(self) -> None:
         """Stalls and overlong requests, found by a scan every few ms rather than a timer reset on every read."""
@@ -223,17 +226,18 @@ class Worker:
 
     # ---- events out ------------------------------------------------------------------------------------------
 
-    def emit(self, event: tuple, urgent: bool) -> None:
+    def emit(self, event: tuple, within_s: float) -> None:
+        """Queue an event to be handed over within within_s seconds (0: at the loop's next turn)."""
         self.out.append(event)
-        if urgent and not self.flush_urgent:
+        at = self.loop.time() + within_s
+        if self.flush_handle is None or at < self.flush_at:
             if self.flush_handle is not None:
                 self.flush_handle.cancel()
-            self.flush_handle, self.flush_urgent = self.loop.call_soon(self.flush), True
-        elif self.flush_handle is None:
-            self.flush_handle = self.loop.call_later(LIVE_FLUSH_S, self.flush)
+            self.flush_at = at
+            self.flush_handle = self.loop.call_later(within_s, self.flush) if within_s else self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        self.flush_handle, self.flush_urgent = None, False
+        self.flush_handle = None
         if self.out and self.control is not None:
             data = pickle.dumps(self.out, protocol=pickle.HIGHEST_PROTOCOL)
             self.control.write(FRAME.pack(len(data)) + data)
