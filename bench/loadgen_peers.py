@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -43,6 +44,7 @@ class Row:
     figures: Figures | None
     truth: Truth
     load: float  # the 1-minute load average before the run
+    cpu_s: float = 0.0  # the tool's CPU time, every process of it, start-up included
     note: str = ""
 
     @property
@@ -62,18 +64,18 @@ def error(figure: float | None, truth: float | None) -> float | None:
 
 def print_rows(rows: list[Row]) -> None:
     print("\n| tool | case | rate | at the server | errors | lag p99 ms | TTFT p50 / p99 ms | truth p50 / p99 | "
-          "TTFT error p50 / p99 | ITL p50 / p99 ms | truth p99 | ITL error p99 | clean | load |")
-    print("| --- " * 14 + "|")
+          "TTFT error p50 / p99 | ITL p50 / p99 ms | truth p99 | ITL error p99 | clean | CPU s | load |")
+    print("| --- " * 15 + "|")
     for r in rows:
         f, t = r.figures, r.truth
         if f is None:
-            print(f"| {r.tool} | {r.case} | {r.rate:g} | failed: {r.note} |" + " |" * 10)
+            print(f"| {r.tool} | {r.case} | {r.rate:g} | failed: {r.note} |" + " |" * 11)
             continue
         print(f"| {r.tool} | {r.case} | {r.rate:g} | {r.truth.received_rps:.1f} | {f.errors} | {ms(f.lag_p99_s)} | "
               f"{ms(f.ttft_p50_s)} / {ms(f.ttft_p99_s)} | {ms(t.pct('ttft_s', 50))} / {ms(t.pct('ttft_s', 99))} | "
               f"{ms(error(f.ttft_p50_s, t.pct('ttft_s', 50)), True)} / {ms(error(f.ttft_p99_s, t.pct('ttft_s', 99)), True)} | "
               f"{ms(f.itl_p50_s)} / {ms(f.itl_p99_s)} | {ms(t.pct('itl_s', 99))} | "
-              f"{ms(error(f.itl_p99_s, t.pct('itl_s', 99)), True)} | {'yes' if r.clean else 'no'} | {r.load:.2f} |",
+              f"{ms(error(f.itl_p99_s, t.pct('itl_s', 99)), True)} | {'yes' if r.clean else 'no'} | {r.cpu_s:.1f} | {r.load:.2f} |",
               flush=True)
 
 
@@ -82,7 +84,7 @@ def run_one(tool, case: Case, rate: float, mock: Mock, args, work: Path, process
     load = wait_idle()
     out = work / f"{tool.name}-{case.name}-{rate:g}-{processes}"
     out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         figures = tool.run(case, rate, args.seconds, mock.base_url, args.tokenizer, out, args.client_cores,
                            processes, dataset)
@@ -90,7 +92,9 @@ def run_one(tool, case: Case, rate: float, mock: Mock, args, work: Path, process
     except (subprocess.SubprocessError, OSError, ValueError, KeyError) as failure:
         figures, note = None, f"{type(failure).__name__}: {str(failure)[-300:]}"
     truth = mock.stamps(started, time.monotonic())
-    return Row(tool.label(processes), case.name, rate, figures, truth, load, note)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
+    return Row(tool.label(processes), case.name, rate, figures, truth, load, cpu_s, note)
 
 
 def compare(args, binary: Path, work: Path) -> list[Row]:
