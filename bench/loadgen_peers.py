@@ -103,9 +103,9 @@ def compare(args, binary: Path, work: Path) -> list[Row]:
         case = CASES[case_name]
         mock = Mock(binary, work / case.name, case.ttft_ms, case.itl_ms, case.prompt_tokens, args.mock_cores)
         try:
-            for name in args.tools:
-                tool = TOOLS[name](args.peers)
-                for rate in case.rates or args.rates:
+            tools = [TOOLS[name](args.peers) for name in args.tools]
+            for rate in case.rates or args.rates:
+                for tool in tools:  # the tools take turns at each rate: a shared machine's noise hits them alike
                     rows.append(row := run_one(tool, case, rate, mock, args, work))
                     print_rows([row])
         finally:
