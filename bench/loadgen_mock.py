@@ -44,7 +44,7 @@ class Mock:
     def stamps(self, since: float, until: float) -> Truth:
         """The requests the mock read between two time.monotonic() readings (the same clock as its stamps)."""
         urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_flush", timeout=10).read()
-        ttft, itl, received = [], [], []
+        ttft, itl, itl_request, received = [], [], [], []
         with self.stamps_path.open() as f:
             for line in f:
                 t = [int(x) for x in line.split()]
@@ -52,7 +52,9 @@ class Mock:
                     received.append(t[0] / 1e9)
                     ttft.append((t[1] - t[0]) / 1e9)
                     itl.extend((b - a) / 1e9 for a, b in zip(t[1:], t[2:]))
-        return Truth(np.array(ttft), np.array(itl), np.array(sorted(received)))
+                    if len(t) > 2:
+                        itl_request.append((t[-1] - t[1]) / 1e9 / (len(t) - 2))
+        return Truth(np.array(ttft), np.array(itl), np.array(itl_request), np.array(sorted(received)))
 
     def stop(self) -> None:
         self.process.terminate()
@@ -63,6 +65,7 @@ class Mock:
 class Truth:
     ttft_s: np.ndarray  # first chunk written − request read, per request
     itl_s: np.ndarray  # gaps between chunk writes
+    itl_request_s: np.ndarray  # each request's mean gap: (last chunk − first) / (chunks − 1)
     received_s: np.ndarray  # when each request was read, sorted
 
     @property

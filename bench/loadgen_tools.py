@@ -35,6 +35,7 @@ class Figures:
     itl_p50_s: float | None
     itl_p99_s: float | None
     lag_p99_s: float | None = None  # dispatch lag, where the tool reports it
+    itl_per_request: bool = False  # ITL is each request's mean gap, not every gap
 
 
 def pinned(cores: str | None, command: list[str]) -> list[str]:
@@ -129,7 +130,8 @@ class Guidellm(Peer):
         # guidellm's ITL is per request: (latency − TTFT) / (output tokens − 1)
         return Figures(totals["successful"], totals["errored"], metrics["requests_per_second"]["successful"]["mean"],
                        pct("time_to_first_token_ms", "p50"), pct("time_to_first_token_ms", "p99"),
-                       pct("inter_token_latency_ms", "p50"), pct("inter_token_latency_ms", "p99"), delay)
+                       pct("inter_token_latency_ms", "p50"), pct("inter_token_latency_ms", "p99"), delay,
+                       itl_per_request=True)
 
 
 class Aiperf(Peer):

@@ -63,9 +63,11 @@ class OpenAIEngine:
     def __init__(self, options: OpenAIOptions, workload: Workload, model: str) -> None:
         self.options = options
         self.model = options.model or model
-        self.max_connections = options.max_connections or connections_for(workload)
-        self.closed_loop = connections_for(workload) != OPEN_LOOP_CONNECTIONS
         self.processes = options.client_processes
+        self.closed_loop = connections_for(workload) != OPEN_LOOP_CONNECTIONS
+        # Open loop: 1,024 connections a client process, so that more processes hold a higher rate.
+        self.max_connections = options.max_connections or (
+            connections_for(workload) if self.closed_loop else OPEN_LOOP_CONNECTIONS * self.processes)
         self.path = "completions" if options.api == "completions" else "chat/completions"
         self._tokenizer = None
         self._target: Target | None = None
