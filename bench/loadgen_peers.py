@@ -120,7 +120,7 @@ def compare(args, binary: Path, work: Path) -> list[Row]:
 
 def scale(args, binary: Path, work: Path) -> list[Row]:
     """benchd with 1, 2, 4 … client processes, each on a core of its own (plus one for the dispatching process),
-    the mock on --mock-cores with a thread a core; rates climb until one is not clean. Prompts come from a file
+    the mock on --mock-cores with a thread a core; rates climb until two in a row are not clean. Prompts come from a file
     made ahead (as the peers make theirs), so what scales is the clients, not prompt synthesis in one process."""
     case, tool, rows = CASES["short"], TOOLS["benchd"](args.peers), []
     dataset = make_prompts(Path(args.tokenizer), case.prompt_tokens, work / "scale" / "prompts.jsonl")
@@ -130,10 +130,12 @@ def scale(args, binary: Path, work: Path) -> list[Row]:
     try:
         for n in args.processes:
             args.client_cores = f"{first}-{min(first + n, os.cpu_count() - 1)}"
+            unclean = 0
             for step in args.scale_rates:
                 rows.append(row := run_one(tool, case, step * n, mock, args, work, processes=n, dataset=dataset))
                 print_rows([row])
-                if not row.clean:
+                unclean = 0 if row.clean else unclean + 1
+                if unclean == 2:  # two in a row: past the limit, not one unlucky run
                     break
     finally:
         mock.stop()
@@ -199,7 +201,7 @@ def main() -> None:
                         help="scaling mode: benchd alone with this many client processes each")
     parser.add_argument("--scale-rates", default="400,600,800,1000,1200",
                         type=lambda s: [float(x) for x in s.split(",")],
-                        help="scaling mode: rates per client process, climbed until one is not clean")
+                        help="scaling mode: rates per client process, climbed until two in a row are not clean")
     parser.add_argument("--out", default=str(ROOT / "runs" / "loadgen"))
     parser.add_argument("--peers", help="where guidellm's and AIPerf's virtual environments are (default: OUT/peers)")
     args = parser.parse_args()
