@@ -2,6 +2,7 @@
 # Wheels for what a GPU host without network lacks (torch, transformers, numpy, psutil, prometheus-client,
 # nvidia-ml-py, pyyaml, rich, requests, grpcio, httpx, anyio, h11, click, jinja2/markupsafe come from the host),
 # enough to run the daemon there (FastAPI, uvicorn, SQLAlchemy with Alembic). Python 3.12, manylinux x86_64.
+# orjson and uvloop: the openai engine's client (bench/loadgen_peers.py --processes needs nothing else).
 #   bash bench/wheelhouse.sh [DIR]        (default .whl; about 6 MB)
 # On the GPU host, from the repository root:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -19,5 +20,6 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   opentelemetry-proto==1.45.2 googleapis-common-protos==1.76.0 opentelemetry-exporter-http-transport==0.66b2 \
   opentelemetry-exporter-otlp-common==0.66b2 \
   fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.54.0 sqlalchemy==2.1.9 greenlet \
-  alembic==1.20.1 mako==1.4.3 pydantic-settings==2.16.3 python-dotenv==1.2.4
+  alembic==1.20.1 mako==1.4.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
+  orjson==3.13.0 uvloop==0.23.0
 ls "$dir"

@@ -14,6 +14,9 @@ The request's `model` picks the behaviour:
   malformed       one chunk, then a line that is not JSON
   error-event     one chunk, then an SSE error payload
   mixed           by arrival order: ok, http500, disconnect, malformed, ok, …
+  split           as ok, each event written in two halves (an SSE line and an HTTP chunk cut across reads)
+  length          as ok, with the whole body sent at once under a Content-Length (no chunked encoding)
+  until-close     as ok, an HTTP/1.0-style body that ends when the server closes the connection
 
     python -m tests.openai_server [--port N] [--delay S]    (prints its base URL, serves until stdin closes)
 """
@@ -116,12 +119,30 @@ class OpenAIServer:
         tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
         per_chunk = int(behaviour.split("-")[1]) if behaviour.startswith(("chunks-", "ids-")) else 1
         running = bool((body.get("stream_options") or {}).get("continuous_usage_stats")) and behaviour == "ok"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        framing = behaviour if behaviour in ("length", "until-close") else "chunked"
+        held: list[bytes] = []  # a Content-Length body is sent whole at the end
+        if framing == "chunked":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        elif framing == "until-close":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
 
         def event(payload: dict | str) -> None:
             data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
             frame = b"data: " + data + b"\n\n"
-            writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+            if framing == "length":
+                held.append(frame)
+            elif framing == "until-close":
+                writer.write(frame)
+            elif behaviour == "split":
+                while halves:  # the previous event's second half first
+                    writer.write(halves.pop(0))
+                wire = f"{len(frame):x}\r\n".encode() + frame + b"\r\n"
+                halves.append(wire[len(wire) // 2:])
+                writer.write(wire[:len(wire) // 2])
+            else:
+                writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+
+        halves: list[bytes] = []
 
         def choice(text: str | None = None, role: bool = False, finish: str | None = None, ids=None) -> dict:
             if chat:
@@ -147,6 +168,9 @@ class OpenAIServer:
                 chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
             event(chunk)
             await writer.drain()
+            if halves:
+                await asyncio.sleep(0.001)
+                writer.write(halves.pop())
             if behaviour == "disconnect" and sent == 2:
                 writer.transport.abort()
                 return False
@@ -165,7 +189,17 @@ class OpenAIServer:
             final["usage"] = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
             event(final)
             event("[DONE]")
-        writer.write(b"0\r\n\r\n")
+            while halves:
+                writer.write(halves.pop(0))
+        if framing == "length":
+            body = b"".join(held)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        elif framing == "until-close":
+            await writer.drain()
+            return False
+        else:
+            writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
 

@@ -11,7 +11,8 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from benchd.engines.openai import apportion
+from benchd.engines.openai import OpenAIEngine, apportion
+from benchd.engines.openai_counts import chunk_counts, text_counts
 from benchd.metrics import Metrics
 from benchd.stopping import StopSignal
 from benchd.workers.local import run_local as run
@@ -259,6 +260,94 @@ def test_datasets_are_read_and_sampled_with_the_seed(tmp_path, prompts):
     bad.write_text('{"text": "no prompt key"}\n')
     with pytest.raises(SpecError, match="workload.dataset.field: .* line 1 has no string 'prompt'"):
         read_dataset(TextDataset(format="jsonl", path=str(bad)))
+
+
+@pytest.mark.parametrize("shape", ["split", "length", "until-close"])
+def test_response_framings_and_reads_cut_anywhere(server, prompts, shape):
+    outcome = run(openai_spec(server.base_url, model=shape, prompts=prompts, requests=4, output=5))
+    assert outcome.status == "succeeded", outcome.error
+    for record in records(outcome):
+        assert record.error is None and record.output_tokens == 5
+        if shape == "split":  # every chunk is its own arrival, stamped by the read that completed it
+            assert record.arrival_tokens == [1] * 5
+            assert record.arrival_s == sorted(record.arrival_s) and record.arrival_s[-1] - record.arrival_s[0] > 0
+
+
+def test_traceparent_names_the_request_span_the_otlp_receiver_gets(server, prompts, monkeypatch):
+    with HTTPReceiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        telemetry = Telemetry(None, build_tracer_provider(lambda *_: None))
+        before = len(server.headers)
+        outcome = run(openai_spec(server.base_url, prompts=prompts, requests=3), telemetry=telemetry)
+        telemetry.shutdown()
+        spans = receiver.wait_for_spans(4)
+    sent = [h["traceparent"] for h in server.headers[before:]]
+    assert len(sent) == 3
+    run_span = next(s for s in spans if s.name.startswith("benchd.run"))
+    by_id = {s.span_id.hex(): s for s in spans}
+    for header, record in zip(sorted(sent), sorted(records(outcome), key=lambda r: r.span_id)):
+        version, trace_id, span_id, flags = header.split("-")
+        assert (version, flags) == ("00", "01") and len(span_id) == 16
+        assert span_id == record.span_id and trace_id == record.trace_id == outcome.metadata.trace_id
+        span = by_id[span_id]  # the exported request span has the id the server was told
+        assert span.trace_id.hex() == trace_id and span.parent_span_id == run_span.span_id
+        assert span.name == "text_completion ok"
+
+
+def test_no_traceparent_when_the_run_is_not_traced(server, prompts):
+    before = len(server.headers)
+    run(openai_spec(server.base_url, prompts=prompts, requests=2))
+    assert all("traceparent" not in h for h in server.headers[before:])
+
+
+def test_several_client_processes_share_the_schedule(server, prompts):
+    spec = openai_spec(server.base_url, prompts=prompts, requests=30, output=3, client_processes=3,
+                       arrivals={"profile": "constant", "rate": 100})
+    outcome = run(spec)
+    assert outcome.status == "succeeded" and outcome.metadata.engine_settings["client_processes"] == 3
+    got = records(outcome)
+    assert len(got) == 30 and all(r.error is None and r.output_tokens == 3 for r in got)
+    lags = sorted(r.dispatch_lag_s for r in got)
+    assert lags[0] >= -1e-6 and lags[len(lags) // 2] < 0.005  # stamps of other processes, on the same clock
+    assert all(r.submitted_s <= r.admitted_s <= r.arrival_s[0] <= r.finished_s for r in got)
+
+
+def test_a_client_process_that_dies_ends_its_requests(server, prompts):
+    spec = openai_spec(server.base_url, model="stall", prompts=prompts, requests=2, stall_timeout_s=60)
+    engine = OpenAIEngine(spec.openai, spec.workload, spec.model)
+    engine.start()
+    done = []
+
+    class Sink:
+        def __getattr__(self, name):
+            return lambda *args: done.append((name, args))
+
+    from benchd.engines import GenerationRequest
+
+    engine.submit(GenerationRequest("r0", [], 4, "hello"), Sink(), at=time.perf_counter())
+    wait_for(lambda: any(name == "admitted" for name, _ in done), 10, "the server to answer")
+    engine._clients[0].process.kill()
+    wait_for(lambda: any(name == "finished" for name, _ in done), 10, "the request to end")
+    finished = [args for name, args in done if name == "finished"]
+    assert finished[0][0] == "r0" and finished[0][2] == "client_error: the client process exited"
+    assert not engine.alive()
+    engine.stop()
+
+
+def test_chunk_counts_from_the_whole_text(served_dir):
+    tokenizer = load_tokenizer(str(served_dir))
+    texts = ["hello wor", "ld this is", " a te", "st"]
+    counts = text_counts(tokenizer, texts)
+    assert sum(counts) == len(tokenizer.encode("".join(texts), add_special_tokens=False))
+    # each token is counted where its last character arrived: the prefix up to a boundary holds that many
+    for i in range(1, len(texts) + 1):
+        prefix = tokenizer("".join(texts), add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        boundary = sum(len(t) for t in texts[:i])
+        assert sum(counts[:i]) == sum(1 for _, end in prefix if end <= boundary)
+    assert chunk_counts(["x"] * 5, [None] * 5, 5, tokenizer) == [1] * 5  # a token a chunk needs no tokenizer
+    assert chunk_counts(texts, [None, 2, None, None], 40, tokenizer)[1] > 2  # scaled up to the final count
+    assert sum(chunk_counts(texts, [None] * 4, 40, tokenizer)) == 40
+    assert chunk_counts(texts, [None] * 4, None, None) == [1, 1, 1, 1]
 
 
 def test_apportion_keeps_the_total_and_a_token_per_chunk():

@@ -101,10 +101,10 @@ class RunIngest:
         self.result.stages.append(stage.result)
 
     def _request(self, stage_index: int, index: int, request_id: str, warmup: bool, prompt_tokens: int,
-                 max_new_tokens: int, scheduled_s: float, submitted_s: float | None) -> None:
+                 max_new_tokens: int, scheduled_s: float, submitted_s: float | None, span_id: str | None) -> None:
         stage = self.stages[stage_index]
         record = stage.book.request(index, request_id, warmup, prompt_tokens, max_new_tokens, scheduled_s,
-                                    submitted_s)
+                                    submitted_s, span_id)
         stage.result.records.append(record)
         self._requests[request_id] = stage
         if submitted_s is not None:

@@ -52,7 +52,7 @@ class Lifecycle:
             started = time.perf_counter()
             observer.run_started(started)
             self.pool.submit(device, run_id, spec.model_dump(mode="json"), self.faults, ingest,
-                             wait_s=self.pool.settings.start_timeout_s)
+                             wait_s=self.pool.settings.start_timeout_s, trace_id=observer.run_trace_id)
             self._wait(run_id, device, ingest, stop, started, deadline_s)
         except Exception as error:  # the run's one boundary in the daemon: the failure is recorded, measures kept
             log.exception("run %s failed in the daemon", run_id)

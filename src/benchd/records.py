@@ -30,6 +30,7 @@ class RequestRecord:
     finished_s: float | None = None
     error: str | None = None
     trace_id: str | None = None  # the request's span, when it was sampled
+    span_id: str | None = None  # its id, decided when it is sent (a server engine's traceparent header)
 
     @property
     def done(self) -> bool:
@@ -129,9 +130,10 @@ class RecordBook:
         self.measured_tokens = 0  # output tokens of non-warm-up requests so far
 
     def request(self, index: int, request_id: str, warmup: bool, prompt_tokens: int, max_new_tokens: int,
-                scheduled_s: float, submitted_s: float | None = None) -> RequestRecord:
+                scheduled_s: float, submitted_s: float | None = None, span_id: str | None = None) -> RequestRecord:
         record = RequestRecord(index=index, request_id=request_id, warmup=warmup, prompt_tokens=prompt_tokens,
-                               max_new_tokens=max_new_tokens, scheduled_s=scheduled_s, submitted_s=submitted_s)
+                               max_new_tokens=max_new_tokens, scheduled_s=scheduled_s, submitted_s=submitted_s,
+                               span_id=span_id)
         self.records[request_id] = record
         return record
 

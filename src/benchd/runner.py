@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import queue
+import random
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -18,6 +20,7 @@ from benchd.workers.outbox import Outbox
 from benchd.workload import RequestContent
 
 LOAD_SAMPLE_INTERVAL_S = 0.1  # how often the engine's load (KV-cache occupancy) is read during a stage
+STOP_CHECK_S = 0.1  # how soon a waiting dispatcher notices a stop
 
 
 class Recorder:
@@ -67,8 +70,10 @@ class Stage:
     """One load level of a workload: dispatches its requests and waits for them."""
 
     def __init__(self, engine: Engine, spec: RunSpec, profile: ArrivalProfile, content: Callable[[], RequestContent],
-                 outbox: Outbox, index: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
+                 outbox: Outbox, index: int = 0, clock: Callable[[], float] = time.perf_counter,
+                 trace_id: str | None = None) -> None:
         self.engine, self.spec, self.profile = engine, spec, profile
+        self.trace_id = trace_id  # the run's trace, when it is traced: a server engine's requests join it
         self.workload: Workload = spec.workload
         self.content = content
         self.label = describe_profile(profile)
@@ -81,7 +86,7 @@ class Stage:
         self.status = "pending"
         self.end_s: float | None = None
         self._t0 = 0.0
-        self._next_sample = 0.0
+        self._sampled = threading.Event()  # set when the stage ends: load sampling stops
         self._measured_submitted = 0
         self._stop: StopSignal | None = None
         self._ready: deque[RequestContent] = deque()  # contents made ahead of their scheduled time
@@ -100,15 +105,21 @@ class Stage:
         self._prepare(self._first_burst(slots))
         self._t0 = self.clock()
         self.outbox.put("stage", self.index, self.label, self._t0)
-        self._dispatching = True
-        if slots is None:
-            self._open_loop()
-        else:
-            self._closed_loop(slots)
-        self._dispatching = False
-        self._ready.clear()
-        while self.in_flight:
-            self._wait(None)
+        sampling = threading.Thread(target=self._sample_load, name="benchd-load", daemon=True)
+        sampling.start()
+        try:
+            self._dispatching = True
+            if slots is None:
+                self._open_loop()
+            else:
+                self._closed_loop(slots)
+            self._dispatching = False
+            self._ready.clear()
+            while self.in_flight:
+                self._wait(None)
+        finally:
+            self._sampled.set()
+            sampling.join()
         self.status = "succeeded"
         self.outbox.put("stage_end", self.index, self.status, None, self.kv_peak)
 
@@ -164,14 +175,20 @@ class Stage:
         warmup = self._is_warmup(index, t_s)
         leads = bool(self.engine.dispatch_lead_s)
         submitted = None if leads else self.clock()  # an engine with a lead stamps it when it sends
+        span_id = traceparent = None
+        if self.trace_id is not None and content.prompt_text is not None:
+            # A server that traces puts its span under this request's span, made later with this id.
+            span_id = format(random.getrandbits(64) or 1, "016x")
+            traceparent = f"00-{self.trace_id}-{span_id}-01"
         record = self.recorder.book.request(index, request_id, warmup, content.prompt_tokens,
-                                            content.max_new_tokens, t_s, submitted)
+                                            content.max_new_tokens, t_s, submitted, span_id)
         self.outbox.put("request", self.index, index, request_id, warmup, content.prompt_tokens,
-                        content.max_new_tokens, t_s, submitted)
+                        content.max_new_tokens, t_s, submitted, span_id)
         self.in_flight[request_id] = record
         if not warmup:
             self._measured_submitted += 1
-        request = GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens, content.prompt_text)
+        request = GenerationRequest(request_id, content.prompt_ids, content.max_new_tokens, content.prompt_text,
+                                    traceparent)
         if leads:
             self.engine.submit(request, self.recorder, at=t_s)
         else:
@@ -180,16 +197,12 @@ class Stage:
     # ---- waiting -------------------------------------------------------------------------------
 
     def _wait(self, timeout: float | None) -> RequestRecord | None:
-        """Wait up to timeout for one completion, sampling the engine's load meanwhile."""
+        """Wait up to timeout (at most a stop check's interval) for one completion."""
         if self._stop is not None and self._stop.is_set():
             raise Stopped(self._stop.reason)
         if self._dispatching:
             self._prepare(1)  # the next request's content, while there is time
-        now = self.clock()
-        if now >= self._next_sample:
-            self._sample_load(now)
-            self._next_sample = now + LOAD_SAMPLE_INTERVAL_S
-        limit = LOAD_SAMPLE_INTERVAL_S if timeout is None else min(timeout, LOAD_SAMPLE_INTERVAL_S)
+        limit = STOP_CHECK_S if timeout is None else min(timeout, STOP_CHECK_S)
         try:
             record = self.recorder.completions.get(timeout=max(limit, 0.0))
         except queue.Empty:
@@ -197,18 +210,25 @@ class Stage:
         self.in_flight.pop(record.request_id, None)
         return record
 
-    def _sample_load(self, now: float) -> None:
-        load = self.engine.load()
-        occupancy = load.kv_occupancy
-        if occupancy is not None and (self.kv_peak is None or occupancy > self.kv_peak):
-            self.kv_peak = occupancy
-        self.outbox.put("load", self.index, now, load.running, load.waiting, load.kv_blocks_used,
-                        load.kv_blocks_total)
+    def _sample_load(self) -> None:
+        """The engine's load every LOAD_SAMPLE_INTERVAL_S on a thread of its own, so samples fall anywhere in the
+        engine's work, not where the dispatcher wakes (at completions, which a closed loop's requests share)."""
+        while True:
+            now = self.clock()
+            load = self.engine.load()
+            occupancy = load.kv_occupancy
+            if occupancy is not None and (self.kv_peak is None or occupancy > self.kv_peak):
+                self.kv_peak = occupancy
+            self.outbox.put("load", self.index, now, load.running, load.waiting, load.kv_blocks_used,
+                            load.kv_blocks_total)
+            if self._sampled.wait(LOAD_SAMPLE_INTERVAL_S):
+                return
 
     # ---- ending --------------------------------------------------------------------------------
 
     def abort(self, status: str, reason: str, grace_s: float = 2.0) -> None:
         """Cancel what is in flight and keep everything measured so far."""
+        self._sampled.set()
         self.status = status
         self.end_s = self.clock()
         for request_id in list(self.in_flight):
@@ -234,14 +254,14 @@ def check_fits(spec: RunSpec, max_positions: int | None) -> None:
 
 
 def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[[], RequestContent]],
-               outbox: Outbox, stop: StopSignal | None = None) -> tuple[str, str | None]:
+               outbox: Outbox, stop: StopSignal | None = None, trace_id: str | None = None) -> tuple[str, str | None]:
     """Every stage in turn on a started engine; (status, error). Whatever happens, what was measured has been
     passed on: a stage cut short cancels what is in flight and reports where its window ends."""
     stage: Stage | None = None
     try:
         for index, profile in enumerate(spec.workload.stages()):
             # Every stage sends the same request contents: load levels differ only in timing.
-            stage = Stage(engine, spec, profile, new_stream(), outbox, index)
+            stage = Stage(engine, spec, profile, new_stream(), outbox, index, trace_id=trace_id)
             stage.run(stop)
         return "succeeded", None
     except KeyboardInterrupt:

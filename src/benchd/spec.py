@@ -269,7 +269,11 @@ class OpenAIOptions(_Strict):
     # include_usage gives the final count; continuous_usage_stats (vLLM) a running count on every chunk.
     stream_options: dict[str, Any] | None = Field(default_factory=lambda: {"include_usage": True})
     tokenizer: Annotated[str, Field(max_length=PATH_MAX)] | None = None  # a local directory: sizes synthetic prompts and counts tokens in text
-    max_connections: PositiveInt | None = None  # default: the workload's concurrency, or 1,024 in open loop
+    # default: the workload's concurrency, or 1,024 a client process in open loop
+    max_connections: PositiveInt | None = None
+    # Client processes sharing the arrival schedule (round robin), each an event loop on a core of its own:
+    # one holds about 800 requests/s on time (docs/benchmarks.md); more for higher rates on more cores.
+    client_processes: Annotated[int, Field(ge=1, le=64)] = 1
     connect_timeout_s: PositiveFloat = 10.0
     stall_timeout_s: PositiveFloat = 60.0  # no byte for this long: the request fails as a timeout
     request_timeout_s: PositiveFloat | None = None  # whole request, first byte to last

@@ -11,7 +11,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from benchd.engines import EngineLoad
 from benchd.metrics import Metrics
 from benchd.records import RequestRecord
-from benchd.tracing import Clock
+from benchd.tracing import Clock, PresetSpanIds
 
 OPERATION = "text_completion"
 
@@ -29,6 +29,8 @@ class Telemetry:
         self.metrics = metrics
         self.tracer_provider = tracer_provider
         self.tracer = tracer_provider.get_tracer("benchd") if tracer_provider is not None else None
+        ids = getattr(tracer_provider, "id_generator", None)
+        self.span_ids = ids if isinstance(ids, PresetSpanIds) else None  # request span ids decided at send time
 
     def for_run(self, run_id: str, model: str, engine: str, workload: str) -> RunTelemetry:
         return RunTelemetry(self, run_id, model, engine, workload)
@@ -49,6 +51,7 @@ class RunTelemetry:
     def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str) -> None:
         self.run_id, self.model = run_id, model
         self.tracer = telemetry.tracer
+        self.span_ids = telemetry.span_ids
         self.clock = Clock()
         self.run_context = None
         self.run_trace_id: str | None = None
@@ -100,6 +103,13 @@ class RunTelemetry:
             self._request_span(record)
 
     def _request_span(self, record: RequestRecord) -> None:
+        if record.span_id is not None and self.span_ids is not None:
+            with self.span_ids.preset(int(record.span_id, 16)):
+                self._start_request_span(record)
+        else:
+            self._start_request_span(record)
+
+    def _start_request_span(self, record: RequestRecord) -> None:
         span = self.tracer.start_span(
             f"{OPERATION} {self.model}", context=self.run_context, kind=SpanKind.CLIENT,
             start_time=self.clock.ns(record.scheduled_s),

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 import benchd
 
@@ -98,6 +100,29 @@ class DroppingBatchProcessor(SpanProcessor):
         return self.batch.force_flush(timeout_millis)
 
 
+class PresetSpanIds(RandomIdGenerator):
+    """Span ids chosen before their span is made: a request's id leaves in its traceparent header when it is sent,
+    and its span, made from the record after the run, takes that id (on the thread that presets it)."""
+
+    def __init__(self) -> None:
+        self._next = threading.local()
+
+    @contextmanager
+    def preset(self, span_id: int) -> Iterator[None]:
+        self._next.span_id = span_id
+        try:
+            yield
+        finally:
+            self._next.span_id = None
+
+    def generate_span_id(self) -> int:
+        span_id = getattr(self._next, "span_id", None)
+        if span_id:
+            self._next.span_id = None
+            return span_id
+        return super().generate_span_id()
+
+
 def build_tracer_provider(
     on_drop: Callable[[str, int], None],
     exporter: SpanExporter | None = None,
@@ -110,7 +135,8 @@ def build_tracer_provider(
         exporter = otlp_exporter()
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "benchd"),
                                 "service.version": benchd.__version__})
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # Telemetry.shutdown bounds the flush
+    # Telemetry.shutdown bounds the flush; span ids can be decided before their span (traceparent headers).
+    provider = TracerProvider(resource=resource, id_generator=PresetSpanIds(), shutdown_on_exit=False)
     provider.add_span_processor(DroppingBatchProcessor(exporter, on_drop))
     return provider
 

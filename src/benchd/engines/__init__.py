@@ -17,6 +17,7 @@ class GenerationRequest:
     prompt_ids: list[int]
     max_new_tokens: int
     prompt_text: str | None = None  # what a server engine sends
+    traceparent: str | None = None  # W3C trace context a server engine sends: the request's span, decided here
 
 
 class TokenSink(Protocol):

@@ -1,60 +1,61 @@
-"""Any OpenAI-compatible server: streaming /v1/completions or /v1/chat/completions over one asyncio loop.
+"""Any OpenAI-compatible server: streaming /v1/completions or /v1/chat/completions from client processes of its own.
 
-Requests are handed over ahead of time and sent by the loop at their scheduled time (loop.call_later), so the
-dispatch lag is the loop's own lateness, measured when each request leaves. Each SSE chunk is stamped as it is
-read. ITL is per token: a chunk's token count comes, in order of preference, from a running usage count on the
-chunk (vLLM's continuous_usage_stats), the server's token ids, its logprobs, or else from the text (the
-tokenizer's count, or the characters) scaled so that the request's total equals the final usage count."""
+Requests are handed over ahead of time and each is sent at its scheduled time by one of `client_processes` client
+loops (openai_worker), round robin: the dispatch lag is the loop's own lateness, measured when the request leaves.
+Each read of a response is stamped as it arrives. The client processes hand their stamps back in batches; this
+process, on a thread of its own, turns them into sink events and counts the tokens the server did not: ITL is per
+token, and a chunk's count comes, in order of preference, from a running usage count on the chunk (vLLM's
+continuous_usage_stats), the server's token ids, its logprobs, or else from the text (the tokenizer's count, or the
+characters) scaled so that the request's total equals the final usage count."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import os
+import selectors
+import socket
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from benchd.engines import EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.openai_counts import apportion, chunk_counts
+from benchd.engines.openai_http import Target
+from benchd.engines.openai_worker import FrameReader, send_frame
 from benchd.spec import Concurrent, OpenAIOptions, Sweep, Synchronous, Workload
 
-DISPATCH_LEAD_S = 0.05
+__all__ = ["OpenAIEngine", "apportion", "connections_for"]
+
+# Requests are handed to the client processes this early: a pause of the dispatching process (a full garbage
+# collection over torch's and transformers' objects took ~250 ms at 800 requests/s) must not delay a send.
+DISPATCH_LEAD_S = 1.0
 OPEN_LOOP_CONNECTIONS = 1024
-
-
-class RequestFailed(Exception):
-    """A request that ended badly: str() is "<error type>: <detail>"."""
-
-
-@dataclass(slots=True)
-class _Chunk:
-    t: float
-    text: str
-    exact: int | None  # tokens, when the server said
-
-
-@dataclass(slots=True)
-class _Stream:
-    """One request's parse state: what has been delivered to the sink and what waits for its count."""
-
-    request: GenerationRequest
-    sink: TokenSink
-    pending: list[_Chunk] = field(default_factory=list)
-    delivered: int = 0
-    usage_seen: int = 0  # the latest running completion_tokens on a chunk
-    final_usage: dict | None = None
-    finish_reason: str | None = None
-    done: bool = False
+WORKER_START_TIMEOUT_S = 60.0
 
 
 def connections_for(workload: Workload) -> int:
+    """The highest concurrency of a closed-loop workload, or OPEN_LOOP_CONNECTIONS when any stage is open."""
     stages = workload.arrivals.stages() if isinstance(workload.arrivals, Sweep) else [workload.arrivals]
     if all(isinstance(s, Concurrent | Synchronous) for s in stages):
         return max(s.concurrency if isinstance(s, Concurrent) else 1 for s in stages)
     return OPEN_LOOP_CONNECTIONS
+
+
+@dataclass(slots=True)
+class _Client:
+    """One client process and the engine's end of its socket pair."""
+
+    process: subprocess.Popen
+    sock: socket.socket
+    lock: threading.Lock
+    reader: FrameReader
+    requests: set[str]  # handed to it and not finished
 
 
 class OpenAIEngine:
@@ -64,15 +65,19 @@ class OpenAIEngine:
     def __init__(self, options: OpenAIOptions, workload: Workload, model: str) -> None:
         self.options = options
         self.model = options.model or model
-        self.max_connections = options.max_connections or connections_for(workload)
+        self.processes = options.client_processes
+        self.closed_loop = connections_for(workload) != OPEN_LOOP_CONNECTIONS
+        # Open loop: 1,024 connections a client process, so that more processes hold a higher rate.
+        self.max_connections = options.max_connections or (
+            connections_for(workload) if self.closed_loop else OPEN_LOOP_CONNECTIONS * self.processes)
         self.path = "completions" if options.api == "completions" else "chat/completions"
         self._tokenizer = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._client: aiohttp.ClientSession | None = None
-        self._tasks: dict[str, asyncio.Task] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._reasons: dict[str, str] = {}
+        self._target: Target | None = None
+        self._clients: list[_Client] = []
+        self._sinks: dict[str, tuple[TokenSink, _Client]] = {}
+        self._unsent: dict[str, float] = {}  # handed over, not sent yet: its scheduled time
+        self._next = 0
+        self._receiver: threading.Thread | None = None
         self._alive = False
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -82,108 +87,118 @@ class OpenAIEngine:
             from benchd.workload import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.options.tokenizer)
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._run_loop, args=(ready,), name="benchd-openai", daemon=True)
-        self._thread.start()
-        ready.wait()
+        headers = {}
+        if self.options.api_key_env is not None and (key := os.environ.get(self.options.api_key_env)):
+            headers["Authorization"] = f"Bearer {key}"
+        self._target = Target(self.options.base_url, self.path, headers)
+        self._check_server(headers)
         try:
-            asyncio.run_coroutine_threadsafe(self._check_server(), self._loop).result()
-        except Exception:
+            for _ in range(self.processes):
+                self._clients.append(self._spawn())
+        except BaseException:
             self.stop()
             raise
+        self._receiver = threading.Thread(target=self._receive, name="benchd-openai-records", daemon=True)
+        self._receiver.start()
         self._alive = True
 
-    def _run_loop(self, ready: threading.Event) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._open_session())
-        ready.set()
-        self._loop.run_forever()
-
-    async def _open_session(self) -> None:
-        headers = {"Accept": "text/event-stream"}
-        if self.options.api_key_env is not None:
-            key = os.environ.get(self.options.api_key_env)
-            if key:
-                headers["Authorization"] = f"Bearer {key}"
-        o = self.options
-        # Waiting for a free connection is the client's own queue: unbounded, it shows as queue time.
-        self._client = aiohttp.ClientSession(
-            base_url=o.base_url.rstrip("/") + "/", headers=headers,
-            connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=None),
-            timeout=aiohttp.ClientTimeout(total=None, connect=o.connect_timeout_s, sock_read=o.stall_timeout_s),
-        )
-
-    async def _check_server(self) -> None:
-        """Fail the run before any request if nothing answers at base_url."""
-        # Its own connection, closed after: a server that fails /models may also close the connection it used.
+    def _check_server(self, headers: dict[str, str]) -> None:
+        """Fail the run before any request if nothing answers at base_url (any HTTP answer will do)."""
+        url = self.options.base_url.rstrip("/") + "/models"
         try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-                async with session.get(self.options.base_url.rstrip("/") + "/models",
-                                       headers=self._client.headers,
-                                       timeout=aiohttp.ClientTimeout(total=self.options.connect_timeout_s)):
-                    pass
-        except (aiohttp.ClientError, TimeoutError) as error:
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                   timeout=self.options.connect_timeout_s).close()
+        except urllib.error.HTTPError:
+            pass
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
             raise ConnectionError(f"openai.base_url: nothing answers at {self.options.base_url}: "
-                                  f"{type(error).__name__}: {error}") from None
+                                  f"{type(reason).__name__}: {reason}") from None
+
+    def _spawn(self) -> _Client:
+        """A fresh interpreter (nothing forked from this process) running openai_worker on one end of a socket
+        pair; it exits when told to, or when this end closes."""
+        ours, theirs = socket.socketpair()
+        config = {"base_url": self.options.base_url, "path": self.path, "chat": self.options.api == "chat",
+                  "closed_loop": self.closed_loop,
+                  "max_connections": math.ceil(self.max_connections / self.processes),
+                  "connect_timeout_s": self.options.connect_timeout_s,
+                  "stall_timeout_s": self.options.stall_timeout_s,
+                  "request_timeout_s": self.options.request_timeout_s}
+        src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "benchd.engines.openai_worker", str(theirs.fileno()), json.dumps(config)],
+            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        ours.settimeout(WORKER_START_TIMEOUT_S)
+        try:
+            if ours.recv(1) != b"+":  # the worker's loop is up
+                raise RuntimeError(f"openai client process exited at start (status {process.wait(10)})")
+        except TimeoutError:
+            process.kill()
+            raise RuntimeError("openai client process did not start within "
+                               f"{WORKER_START_TIMEOUT_S:g} s") from None
+        ours.settimeout(None)
+        return _Client(process, ours, threading.Lock(), FrameReader(), set())
 
     def alive(self) -> bool:
-        return self._alive and self._thread is not None and self._thread.is_alive()
+        return (self._alive and self._receiver is not None and self._receiver.is_alive()
+                and all(c.process.poll() is None for c in self._clients))
 
     def stop(self) -> None:
-        loop = self._loop
-        if loop is None or not loop.is_running():
-            return
+        """Every request still out ends as cancelled; the client processes exit and are waited for."""
         self._alive = False
-
-        async def close() -> None:
-            for handle in self._timers.values():
-                handle.cancel()
-            for task in list(self._tasks.values()):
-                task.cancel()
-            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-            await self._client.close()
-
-        asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(10)
+        for client in self._clients:
+            try:
+                with client.lock:
+                    send_frame(client.sock, [("x",)])
+            except OSError:
+                pass
+        if self._receiver is not None:
+            self._receiver.join(30)
+        for client in self._clients:
+            try:
+                client.process.wait(10)
+            except subprocess.TimeoutExpired:
+                client.process.kill()
+                client.process.wait(10)
+            client.sock.close()
+        self._clients = []
 
     def settings(self) -> dict[str, Any]:
         o = self.options
         return {"base_url": o.base_url, "model": self.model, "api": o.api, "max_connections": self.max_connections,
+                "client_processes": self.processes,
                 "stream_options": o.stream_options, "extra_body": o.extra_body, "tokenizer": o.tokenizer,
                 "max_tokens_field": o.max_tokens_field,
                 "stall_timeout_s": o.stall_timeout_s, "request_timeout_s": o.request_timeout_s,
                 "dispatch_lead_s": self.dispatch_lead_s}
 
     def load(self) -> EngineLoad:
-        return EngineLoad(running=len(self._tasks), waiting=len(self._timers))
+        now = time.perf_counter()
+        waiting = sum(at <= now for at in list(self._unsent.values()))  # due and not sent: the client's queue
+        return EngineLoad(running=max(len(self._sinks) - len(self._unsent), 0), waiting=waiting)
 
     # ---- requests ------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest, sink: TokenSink, at: float | None = None) -> None:
-        self._loop.call_soon_threadsafe(self._schedule, request, sink, time.perf_counter() if at is None else at)
+        client = self._clients[self._next % len(self._clients)]  # round robin: the clients share the schedule
+        self._next += 1
+        request_id = request.request_id
+        self._sinks[request_id] = (sink, client)
+        at = time.perf_counter() if at is None else at
+        self._unsent[request_id] = at
+        client.requests.add(request_id)
+        data = self._target.request(self._body(request), request.traceparent)
+        with client.lock:
+            send_frame(client.sock, [("r", request_id, at, data)])
 
     def cancel(self, request_id: str, reason: str = "cancelled") -> None:
-        self._loop.call_soon_threadsafe(self._cancel, request_id, reason)
-
-    def _schedule(self, request: GenerationRequest, sink: TokenSink, at: float) -> None:
-        delay = at - time.perf_counter()
-        self._timers[request.request_id] = self._loop.call_later(max(delay, 0.0), self._send, request, sink)
-
-    def _send(self, request: GenerationRequest, sink: TokenSink) -> None:
-        self._timers.pop(request.request_id, None)
-        sink.submitted(request.request_id, time.perf_counter())
-        self._tasks[request.request_id] = self._loop.create_task(self._request(request, sink))
-
-    def _cancel(self, request_id: str, reason: str) -> None:
-        self._reasons[request_id] = reason
-        timer = self._timers.pop(request_id, None)
-        if timer is not None:
-            timer.cancel()
-        task = self._tasks.get(request_id)
-        if task is not None:
-            task.cancel()
+        entry = self._sinks.get(request_id)
+        if entry is not None:
+            with entry[1].lock:
+                send_frame(entry[1].sock, [("c", request_id, reason)])
 
     def _body(self, request: GenerationRequest) -> dict[str, Any]:
         o = self.options
@@ -197,136 +212,67 @@ class OpenAIEngine:
             body["messages"] = [{"role": "user", "content": request.prompt_text}]
         return body
 
-    async def _request(self, request: GenerationRequest, sink: TokenSink) -> None:
-        stream = _Stream(request, sink)
-        error: str | None = None
-        deadline = asyncio.timeout(self.options.request_timeout_s)  # None: no limit
-        try:
-            async with deadline:
-                await self._exchange(stream)
-        except RequestFailed as failure:
-            error = str(failure)
-        except TimeoutError:
-            error = (f"timeout: the request took over {self.options.request_timeout_s:g} s" if deadline.expired()
-                     else f"timeout: no data for {self.options.stall_timeout_s:g} s")
-        except aiohttp.ClientConnectorError as failure:
-            error = f"connect_error: {failure}"
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as failure:
-            error = f"disconnected: {type(failure).__name__}: {failure}"
-        except aiohttp.ClientError as failure:
-            error = f"client_error: {type(failure).__name__}: {failure}"
-        except asyncio.CancelledError:
-            error = self._reasons.pop(request.request_id, "cancelled")
-        finally:
-            self._tasks.pop(request.request_id, None)
-        end = time.perf_counter()
-        self._settle(stream)
-        sink.finished(request.request_id, end, error)
+    # ---- records coming back -------------------------------------------------------------------
 
-    async def _exchange(self, stream: _Stream) -> None:
-        request = stream.request
-        async with self._client.post(self.path, json=self._body(request)) as response:
-            if response.status >= 400:
-                detail = (await response.content.read(300)).decode(errors="replace").strip()
-                raise RequestFailed(f"http_{response.status}: {detail}")
-            stream.sink.admitted(request.request_id, time.perf_counter())  # the server answered: it took it
-            async for raw in response.content:  # one SSE line at a time, as the bytes arrive
-                if not raw.startswith(b"data:"):
-                    continue  # blank separators, comments, event: lines
-                data = raw[5:].strip()
-                if data == b"[DONE]":
-                    stream.done = True
-                    break
-                self._chunk(stream, data, time.perf_counter())
-        if not stream.done and stream.finish_reason is None:
-            raise RequestFailed("incomplete: the stream ended without a finish_reason or [DONE]")
+    def _receive(self) -> None:
+        """Reads every client's event batches until all have closed; off the clients' loops, so counting tokens
+        and the sinks' work never delay a stamp."""
+        selector = selectors.DefaultSelector()
+        for client in self._clients:
+            selector.register(client.sock, selectors.EVENT_READ, client)
+        open_clients = len(self._clients)
+        while open_clients:
+            for key, _ in selector.select():
+                client: _Client = key.data
+                data = client.sock.recv(1 << 20)
+                if not data:
+                    selector.unregister(client.sock)
+                    open_clients -= 1
+                    self._orphan(client)
+                    continue
+                for event in client.reader.feed(data):
+                    self._event(event)
+        selector.close()
 
-    def _chunk(self, stream: _Stream, data: bytes, t: float) -> None:
-        try:
-            chunk = json.loads(data)
-        except ValueError:  # not JSON, or not UTF-8
-            raise RequestFailed(f"malformed_chunk: {data[:100].decode(errors='replace')!r}") from None
-        if not isinstance(chunk, dict):
-            raise RequestFailed(f"malformed_chunk: {data[:100].decode(errors='replace')!r}")
-        if "error" in chunk:
-            detail = chunk["error"]
-            message = detail.get("message", detail) if isinstance(detail, dict) else detail
-            raise RequestFailed(f"server_error: {message}")
-        text, exact = "", None
-        choices = chunk.get("choices") or []
-        if choices and isinstance(choices[0], dict):
-            choice = choices[0]
-            if self.options.api == "completions":
-                text = choice.get("text") or ""
-                logprobs = (choice.get("logprobs") or {}).get("tokens")
-            else:
-                delta = choice.get("delta") or {}
-                text = "".join(delta.get(k) or "" for k in ("reasoning_content", "reasoning", "content"))
-                logprobs = (choice.get("logprobs") or {}).get("content")
-            ids = choice.get("token_ids")
-            if isinstance(ids, list):
-                exact = len(ids)
-            elif isinstance(logprobs, list):
-                exact = len(logprobs)
-            stream.finish_reason = choice.get("finish_reason") or stream.finish_reason
-        usage = chunk.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            if (text or exact) and exact is None:
-                exact = usage["completion_tokens"] - stream.usage_seen  # a running count on a content chunk
-            stream.usage_seen = usage["completion_tokens"]
-            stream.final_usage = usage
-        if not text and not exact:
-            return  # role-only, empty or usage-only: not a token
-        if exact is not None and not stream.pending:
-            stream.delivered += exact
-            stream.sink.tokens(stream.request.request_id, t, exact)
-        else:
-            stream.pending.append(_Chunk(t, text, exact))
-
-    def _settle(self, stream: _Stream) -> None:
-        """Deliver the chunks whose counts had to wait for the end: the final usage fixes their total."""
-        request_id = stream.request.request_id
-        usage = stream.final_usage
-        if usage is not None and isinstance(usage.get("prompt_tokens"), int):
-            stream.sink.prompt_tokens(request_id, usage["prompt_tokens"])
-        if not stream.pending:
+    def _event(self, event: tuple) -> None:
+        kind, request_id = event[0], event[1]
+        entry = self._sinks.get(request_id)
+        if entry is None:
             return
-        total = usage["completion_tokens"] - stream.delivered if usage is not None else None
-        for chunk, n in zip(stream.pending, self._counts(stream.pending, total)):
-            stream.sink.tokens(request_id, chunk.t, n)
+        sink = entry[0]
+        if kind == "t":
+            sink.tokens(request_id, event[2], event[3])
+        elif kind == "s":
+            self._unsent.pop(request_id, None)
+            sink.submitted(request_id, event[2])
+        elif kind == "a":
+            sink.admitted(request_id, event[2])
+        elif kind == "f":
+            self._finish(sink, *event[1:])
 
-    def _counts(self, chunks: list[_Chunk], total: int | None) -> list[int]:
-        estimates = [c.exact for c in chunks]
-        if any(e is None for e in estimates):
-            if self._tokenizer is not None:
-                texts, seen, counted = "", 0, []
-                for chunk in chunks:
-                    texts += chunk.text
-                    n = len(self._tokenizer.encode(texts, add_special_tokens=False))
-                    counted.append(max(n - seen, 0))
-                    seen = max(seen, n)
-                estimates = [c.exact if c.exact is not None else e for c, e in zip(chunks, counted)]
-            elif total is None:
-                return [c.exact or 1 for c in chunks]  # no count anywhere: a token per content chunk
+    def _finish(self, sink: TokenSink, request_id: str, t: float, error: str | None, stamps: list[float],
+                texts: list[str], exact: list[int | None], prompt_tokens: int | None,
+                completion_tokens: int | None, delivered: int) -> None:
+        """The chunks whose counts waited for the end, counted now from the final usage and the whole text."""
+        if prompt_tokens is not None:
+            sink.prompt_tokens(request_id, prompt_tokens)
+        if stamps:
+            total = completion_tokens - delivered if completion_tokens is not None else None
+            counts = chunk_counts(texts, exact, total, self._tokenizer)
+            if all(n == 1 for n in counts):
+                sink.stamped_tokens(request_id, stamps, ())
             else:
-                estimates = [c.exact if c.exact is not None else len(c.text) for c in chunks]  # weights only
-        if total is None or total < len(chunks):
-            return [max(1, e) for e in estimates]  # no total to honour: every content chunk holds a token
-        return apportion(estimates, total)
+                for stamp, n in zip(stamps, counts):
+                    sink.tokens(request_id, stamp, n)
+        entry = self._sinks.pop(request_id)
+        entry[1].requests.discard(request_id)
+        self._unsent.pop(request_id, None)
+        sink.finished(request_id, t, error)
 
-
-def apportion(weights: list[int], total: int) -> list[int]:
-    """total split over the chunks, each at least 1, the rest in proportion to weight − 1 (largest remainder)."""
-    counts = [1] * len(weights)
-    rest = total - len(weights)
-    extra = [max(w - 1, 0) for w in weights]
-    if rest <= 0:
-        return counts
-    if not sum(extra):
-        extra = [1] * len(weights)
-    shares = [rest * e / sum(extra) for e in extra]
-    floors = [int(s) for s in shares]
-    left = rest - sum(floors)
-    for i in sorted(range(len(shares)), key=lambda i: shares[i] - floors[i], reverse=True)[:left]:
-        floors[i] += 1
-    return [c + f for c, f in zip(counts, floors)]
+    def _orphan(self, client: _Client) -> None:
+        """A client process that went away ends what it still had."""
+        for request_id in list(client.requests):
+            if (entry := self._sinks.pop(request_id, None)) is not None:
+                self._unsent.pop(request_id, None)
+                entry[0].finished(request_id, time.perf_counter(), "client_error: the client process exited")
+        client.requests.clear()

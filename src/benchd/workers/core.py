@@ -67,7 +67,7 @@ class WorkerCore:
         if run is not None:
             run[2].set("interrupted")
 
-    def run(self, run_id: str, spec_data: dict, faults: dict | None) -> None:
+    def run(self, run_id: str, spec_data: dict, faults: dict | None, trace_id: str | None = None) -> None:
         """One run, start to end; every outcome ends in a "done" message after the run's last events."""
         outbox, stop = Outbox(), StopSignal()
         if run_id in self._cancelled:
@@ -81,7 +81,7 @@ class WorkerCore:
                 metadata, status, error = self._timed(spec, outbox, stop)
                 stage = "run"
             else:
-                metadata, status, error, stage = self._generate(spec, outbox, stop, faults)
+                metadata, status, error, stage = self._generate(spec, outbox, stop, faults, trace_id)
         except Exception as failure:  # the worker's boundary around what precedes the runner's own
             status, error = "failed", f"{type(failure).__name__}: {failure}"
         finally:
@@ -115,8 +115,8 @@ class WorkerCore:
         self.phase = name
         outbox.put("phase", name, time.perf_counter())
 
-    def _generate(self, spec: RunSpec, outbox: Outbox, stop: StopSignal,
-                  faults: dict | None) -> tuple[RunMetadata, str, str | None, str]:
+    def _generate(self, spec: RunSpec, outbox: Outbox, stop: StopSignal, faults: dict | None,
+                  trace_id: str | None) -> tuple[RunMetadata, str, str | None, str]:
         server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
         self._phase(outbox, "load")
         load_s = None
@@ -142,7 +142,7 @@ class WorkerCore:
         disarm = arm(fault, self._loaded.model if self._loaded else None) \
             if fault is not None and fault.applies(spec.name, spec.label, self.device) else None
         try:
-            status, error = run_stages(spec, engine, new_stream, outbox, stop)
+            status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id)
         finally:
             if disarm is not None:
                 disarm.set()

@@ -143,10 +143,10 @@ class WorkerHandle:
             return (self.death.cause if self.death else f"no answer within {timeout_s:g} s"), None
         return self._warm.get("error"), self._warm.get("load_s")
 
-    def submit(self, run_id: str, spec: dict, faults: dict | None, sink: RunSink) -> None:
+    def submit(self, run_id: str, spec: dict, faults: dict | None, sink: RunSink, trace_id: str | None = None) -> None:
         self._run = (run_id, sink)
         self._progress = time.perf_counter()
-        if not self._send((protocol.RUN, run_id, spec, faults)):
+        if not self._send((protocol.RUN, run_id, spec, faults, trace_id)):
             self._run = None
             sink.died(self.death.cause if self.death else "the worker is not running")
 

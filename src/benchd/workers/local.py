@@ -45,9 +45,9 @@ class LocalPool:
             self.core.flush()
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
-               wait_s: float = 0.0) -> None:
+               wait_s: float = 0.0, trace_id: str | None = None) -> None:
         self._sink = sink
-        threading.Thread(target=self.core.run, args=(run_id, spec, faults), name="benchd-local-run",
+        threading.Thread(target=self.core.run, args=(run_id, spec, faults, trace_id), name="benchd-local-run",
                          daemon=True).start()
 
     def cancel(self, device: str, run_id: str, reason: str) -> None:

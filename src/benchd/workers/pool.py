@@ -70,13 +70,13 @@ class WorkerPool:
                                             else None)
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
-               wait_s: float = 0.0) -> None:
+               wait_s: float = 0.0, trace_id: str | None = None) -> None:
         """Hand the run to the device's worker, waiting up to wait_s for one being (re)started."""
         deadline = time.perf_counter() + wait_s
         while True:
             worker = self.worker_for(device)
             if worker is not None and worker.state == "ready":
-                worker.submit(run_id, spec, faults, sink)
+                worker.submit(run_id, spec, faults, sink, trace_id)
                 return
             if time.perf_counter() >= deadline:
                 state = worker.state if worker is not None else "missing"

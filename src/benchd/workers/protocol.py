@@ -1,7 +1,8 @@
 """The messages between the daemon and a worker process: plain tuples over a multiprocessing pipe.
 
 Commands, daemon → worker:
-  ("run", run_id, spec, faults)      run a RunSpec (a dict); faults: the fault-injection settings or None
+  ("run", run_id, spec, faults, trace_id)   run a RunSpec (a dict); faults: the fault-injection settings or
+                                     None; trace_id: the run's trace, when traced (a server's requests join it)
   ("cancel", run_id, reason)         end that run early (reason: cancelled | interrupted)
   ("warm", model, dtype, device)     load a model ahead of runs (the daemon's own, at start)
   ("stop",)                          finish, release the device and exit
@@ -17,7 +18,7 @@ Events of a run (worker-side stamps are time.perf_counter(): CLOCK_MONOTONIC on 
 processes, so every latency is derived in the daemon exactly as it would be in the worker):
   ("phase", name, t)                                   load | start | run: what a quiet worker is busy with
   ("stage", index, label, t0)                          a load level starts dispatching at t0
-  ("request", stage, index, request_id, warmup, prompt_tokens, max_new_tokens, scheduled_s, submitted_s)
+  ("request", stage, index, request_id, warmup, prompt_tokens, max_new_tokens, scheduled_s, submitted_s, span_id)
   ("submitted", request_id, t)                         an engine that sends at the scheduled time itself did
   ("admitted", request_id, t)
   ("tokens", request_id, stamps, counts, token_ids)    counts None: one token per stamp
