@@ -4,7 +4,7 @@ slowed by a concurrent matmul load (which the comparison of siblings must flag, 
 
     python bench/gpu_fleet.py [--model llama-3.2-1b] [--tp-model llama-3.1-8b] [--phases every_gpu slowed tp]
 
-On a 2-GPU host, about 8 minutes. With no GPU it runs as a smoke test on two CPU workers and the tiny model
+On a 2-GPU host, about 6 minutes. With no GPU it runs as a smoke test on two CPU workers and the tiny model
 (BENCHD_DEVICES=cpu:0,cpu:1, small requests). Prints, per phase and GPU: output tok/s, TTFT p99, ITL p50, and the
 verdicts (relative throughput with its bootstrap interval, outlier or not); writes fleet.json under --out."""
 
@@ -85,6 +85,8 @@ def main() -> int:
     parser.add_argument("--phases", nargs="+", default=["every_gpu", "slowed", "tp"])
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--tokens", type=int, default=256, help="prompt and output tokens of each request")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs of each phase in a row: the first after a load is cold (CUDA graphs, allocator)")
     parser.add_argument("--port", type=int, default=18432)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
@@ -111,7 +113,11 @@ def main() -> int:
                               stderr=log)
     results = []
 
-    def run(title: str, body: dict) -> dict:
+    def run(title: str, body: dict) -> None:
+        for repeat in range(args.repeats):
+            once(f"{title} [{'cold' if repeat == 0 else f'warm {repeat}'}]", body)
+
+    def once(title: str, body: dict) -> dict:
         started = time.perf_counter()
         response = http.post("/runs", json={"workload": workload, **cache, **body})
         if response.status_code != 202:

@@ -60,15 +60,20 @@ class WorkerPool:
                  "busy": w.busy, "load_error": self.load_errors.get(w.slot.key)} for w in self.workers.values()]
 
     def held_bytes(self, device: str) -> int:
-        """What the daemon's model, kept loaded on this device, holds (estimated): released before another loads;
-        a group's rank holds its share."""
+        """What benchd holds on this device and releases before another model loads: on a GPU, what its worker's
+        allocator reports (the model and its warm engine's KV cache, which transformers sizes to most of the free
+        memory); otherwise the daemon's model, estimated. A group's rank holds its share."""
         slot = pick(self.slots, device)
-        if self.model is None or slot is None:
+        if slot is None:
+            return 0
+        holder = next((w for w in list(self.workers.values()) if slot.key in w.slot.devices), None)
+        if holder is not None and holder.held_bytes:
+            return holder.held_bytes  # rank 0's: every rank holds as much
+        if self.model is None:
             return 0
         ref, dtype = self.model
         _, weights = model_shape_and_weights(ref, dtype_bytes(dtype, slot.local))
-        holder = next((w.slot for w in list(self.workers.values()) if slot.key in w.slot.devices), slot)
-        return (weights or 0) // holder.size
+        return (weights or 0) // (holder.slot.size if holder is not None else 1)
 
     # ---- runs --------------------------------------------------------------------------------------
 

@@ -72,7 +72,8 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
             core.flush()
             now = time.perf_counter()
             if now >= next_beat:
-                send((protocol.HEARTBEAT, now, core.activity, core.phase))
+                held = torch.cuda.memory_reserved() if torch.cuda.is_initialized() else 0  # no sync, no init
+                send((protocol.HEARTBEAT, now, core.activity, core.phase, held))
                 next_beat = now + protocol.HEARTBEAT_S
             closing.wait(protocol.BATCH_S)
 
