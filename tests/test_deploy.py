@@ -166,6 +166,16 @@ def test_promtool_checks_the_config_and_rules():
     assert "benchd:8000" in (ROOT / "prometheus.yml").read_text()
 
 
+def test_alerts_fire_per_node_and_gpu_on_what_they_name():
+    """promtool's rule unit tests (tests/data/promtool): the GPU-health alerts on XIDs (a code's first event
+    included), uncorrectable ECC errors, row remapping and a stalled sampler, and throttling on two nodes as two
+    alerts."""
+    tests = sorted((ROOT / "tests" / "data" / "promtool").glob("*.test.yml"))
+    assert tests
+    done = subprocess.run(["promtool", "test", "rules", *map(str, tests)], capture_output=True, text=True)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
 def dashboards() -> dict[str, dict]:
     return {path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS.glob("*.json"))}
 
