@@ -19,9 +19,6 @@ NODE = 'hostname=~"$node"'
 SEL = f'{NODE}, model=~"$model", workload=~"$workload"'
 GPU = f'{NODE}, gpu=~"$gpu"'
 THROTTLING = "sw_power_cap|hw_slowdown|sw_thermal_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"
-# Metrics the fleet dashboard reads that the daemon exports from the multi-GPU work on (every_gpu runs): until a
-# daemon exports them, their panels stay empty (tests/test_deploy.py checks that nothing else is missing).
-AWAITED = ("benchd_gpu_relative_throughput", "benchd_gpu_outlier")
 
 
 class Layout:
@@ -102,6 +99,12 @@ def live() -> dict:
     layout.add(prom_panel("Energy per output token (latest run)", "J", [
         (f"benchd_run_energy_per_output_token_joules{{{SEL}}}", "{{workload}} {{hostname}} {{gpu}}"),
     ]))
+    layout.add(prom_panel("Every GPU: output tok/s ÷ its siblings' median (latest run)", "percentunit", [
+        (f'benchd_gpu_relative_throughput{{{NODE}, workload=~"$workload"}}', "{{hostname}} {{workload}} GPU {{gpu}}"),
+        (f'benchd_gpu_outlier{{{NODE}, workload=~"$workload"}}',
+         "{{hostname}} {{workload}} GPU {{gpu}} slow (1) or not (0)"),
+    ], description="Runs with placement every_gpu: each GPU against the median of the others; a GPU marked slow is "
+                   "slower beyond the threshold with the bootstrap interval agreeing (alert BenchdGPUOutlier)."))
     layout.add(prom_panel("GPU utilization", "percentunit", [
         (f"benchd_gpu_utilization_ratio{{{GPU}}}", "{{hostname}} GPU {{gpu}} {{name}}"),
     ]))
@@ -303,7 +306,9 @@ LEGEND = ("r.node || ' · ' || r.model || ' · ' || r.workload || ' · ' || "
 
 
 def series_sql(value: str, joined: bool = True) -> str:
-    source = "runs r JOIN run_stages s ON s.run_id = r.id AND s.stage_index = 0" if joined else "runs r"
+    # gpu = '': the whole run (a run on every GPU keeps a row per GPU beside it)
+    source = ("runs r JOIN run_stages s ON s.run_id = r.id AND s.stage_index = 0 AND s.gpu = ''" if joined
+              else "runs r")
     return (f"SELECT r.finished_at AS \"time\", {LEGEND} AS metric, {value} AS value\n"
             f"FROM {source}\n"
             f"WHERE $__timeFilter(r.finished_at) AND r.status = 'succeeded' AND {FILTER} AND {value} IS NOT NULL\n"
