@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from benchd.config import Settings
+from benchd.devices import resolve
 from tests import podman
 from tests.helpers import free_port
 from tests.test_image import base, benchd_image, until  # noqa: F401 - fixtures: the CPU image, built and cached
@@ -265,7 +266,10 @@ def test_an_existing_secret_and_reserved_gpus(helm):
     assert resources["requests"]["nvidia.com/gpu"] == 2 and resources["limits"] == {"memory": "32Gi",
                                                                                     "nvidia.com/gpu": 2}
     assert "NVIDIA_VISIBLE_DEVICES" not in variables  # the device plugin says which GPUs
-    assert variables["BENCHD_DEVICES"]["value"] == "0,1"
+    # A value the daemon takes: the two GPUs the device plugin gives, as CUDA numbers them in the container.
+    assert variables["BENCHD_DEVICES"]["value"] == "cuda:0,cuda:1"
+    gpus = [("3", "GPU-a", "H100"), ("5", "GPU-b", "H100")]
+    assert [s.gpu for s in resolve(variables["BENCHD_DEVICES"]["value"], gpus)] == ["3", "5"]
     dashboards = [c for c in kinds["ConfigMap"] if c["metadata"]["labels"].get("grafana_dashboard") == "1"]
     assert {c["metadata"]["namespace"] for c in dashboards} == {"monitoring"}
     assert all(c["metadata"]["annotations"] == {"grafana_folder": "benchd"} for c in dashboards)
