@@ -168,8 +168,8 @@ def test_promtool_checks_the_config_and_rules():
 
 def test_alerts_fire_per_node_and_gpu_on_what_they_name():
     """promtool's rule unit tests (tests/data/promtool): the GPU-health alerts on XIDs (a code's first event
-    included), uncorrectable ECC errors, row remapping and a stalled sampler, and throttling on two nodes as two
-    alerts."""
+    included), uncorrectable ECC errors, row remapping and a stalled sampler, throttling on two nodes as two
+    alerts, and a slow GPU on one of two nodes (its description reading that node's relative throughput)."""
     tests = sorted((ROOT / "tests" / "data" / "promtool").glob("*.test.yml"))
     assert tests
     done = subprocess.run(["promtool", "test", "rules", *map(str, tests)], capture_output=True, text=True)
