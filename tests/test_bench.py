@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,6 +27,20 @@ def test_overhead_script_accounts_for_both_paths(tmp_path):
     assert bare["q_tokens"] >= 16 * 32 and local["q_tokens"] >= 16 * 32  # every prompt token went through
     assert local["consumer_cpu_s"] > 0 and "consumer_cpu_s" not in bare
     assert daemon["tokens"] == 16 * 32 and daemon["output_tok_s"] > 0
+
+
+def test_node_cost_script_measures_the_daemon_and_its_worker_idle_and_in_a_run():
+    port = free_port()
+    done = subprocess.run([sys.executable, "bench/node_cost.py", "--idle-s", "3", "--run-s", "3", "--port", str(port)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "succeeded"
+    for phase in ("idle", "run"):
+        daemon, worker, every = (result[phase][kind] for kind in ("daemon", "worker", "all"))
+        assert 50 < daemon["rss_max_mib"] < every["rss_max_mib"] and worker["pss_max_mib"] > 50
+        assert every["cpu_mean_cores"] >= daemon["cpu_mean_cores"]
+    assert result["run"]["worker"]["cpu_mean_cores"] > 0  # the engine ran in the worker
 
 
 def test_gauges_script_checks_every_reading_against_nvidia_smi_output(tmp_path):

@@ -42,7 +42,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         registry = NodeRegistry(settings.node_name)
         metrics = Metrics(registry, settings.buckets, settings.metrics.max_workloads)
         store = Store(settings.database_url, settings.spool_dir, settings.spool_max_bytes, settings.node_name,
-                      on_error=lambda component: metrics.internal_errors.labels(component).inc())
+                      settings.pod_name, on_error=lambda component: metrics.internal_errors.labels(component).inc())
         store.start()
         store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
         telemetry = Telemetry(metrics, build_tracer_provider(
@@ -54,6 +54,8 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         sampler.start()
         events = RunEvents()
         daemon = Daemon(settings, store, telemetry, sampler, events, daemon_slots(settings, sampler))
+        for declared in settings.schedules:  # before the schedules' thread first reads the stored ones
+            daemon.schedules.declare(declared.name, declared.spec, declared.interval_s, declared.enabled)
         daemon.start()  # the workers start and load the model; /readyz says when they are ready
         if settings.default_schedule:
             daemon.schedules.put("default", RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC),
