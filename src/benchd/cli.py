@@ -100,6 +100,7 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
 
     from benchd.hardware import HardwareReader
     from benchd.lifecycle import Lifecycle
+    from benchd.otel import build_genai_metrics
     from benchd.report import print_summary, write_outputs
     from benchd.sampler import HardwareSampler
     from benchd.stopping import StopSignal
@@ -119,15 +120,15 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
             tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
         bar.update(tasks[p.stage_index], completed=p.completed)
 
+    dropped = {"spans": 0}  # OTEL_* variables are read first: a bad one stops the command before anything starts
+    telemetry = Telemetry(tracer_provider=build_tracer_provider(
+        on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)), genai=build_genai_metrics())
     worker_settings = WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers")
     worker_log = worker_settings.log_dir
     pool = WorkerPool([spec.device], worker_settings)
     pool.start()
     sampler = HardwareSampler(HardwareReader.default())
     sampler.start()
-    dropped = {"spans": 0}
-    telemetry = Telemetry(tracer_provider=build_tracer_provider(
-        on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)))
     stop = StopSignal()
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
     console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)

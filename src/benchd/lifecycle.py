@@ -35,7 +35,7 @@ class Lifecycle:
                 on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None) -> RunResult:
         """Run the spec on the device's worker and return what it left, whatever happens; with a store, every
         request is written as it finishes and the run's end once it is known."""
-        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name)
+        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, spec)
         writer = self.store.requests_writer(run_id) if self.store is not None else None
         keys: dict[int, StageRequests] = {}
 
