@@ -21,13 +21,14 @@ from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submi
 from tests.otlp import GRPCReceiver, HTTPReceiver
 
 # The GenAI semantic conventions' recommended buckets (docs/gen-ai/gen-ai-metrics.md of
-# open-telemetry/semantic-conventions v1.56.0), written out here, not imported: the test checks the module.
+# open-telemetry/semantic-conventions v1.56.0, the same in open-telemetry/semantic-conventions-genai now), written
+# out here, not imported: the test checks the module.
 SEMCONV_DURATION = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 SEMCONV_TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
 SEMCONV_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
 SEMCONV_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
 
-LABELS = {"model": "tiny", "engine": "transformers", "workload": "test"}
+LABELS = {"model": "tiny", "engine": "transformers", "workload": "test", "gpu": ""}
 
 
 def value(registry, name, **labels):
@@ -475,8 +476,8 @@ def test_timed_runs_make_no_genai_series(registry):
     genai = GenAIMetrics(max_series=1)
     telemetry = Telemetry(Metrics(registry), None, genai)
     kernel = make_spec(kind="kernel", kernel={"op": "matmul", "shapes": [{"m": 8, "n": 8, "k": 8}]})
-    telemetry.for_run("r1", kernel.subject, kernel.runner, "k", kernel).run_finished(0.0, "succeeded", None)
-    generate = telemetry.for_run("r2", "tiny", "transformers", "test", make_spec())
+    telemetry.for_run("r1", kernel.subject, kernel.runner, "k", spec=kernel).run_finished(0.0, "succeeded", None)
+    generate = telemetry.for_run("r2", "tiny", "transformers", "test", spec=make_spec())
     assert [s.attributes for s in generate.otel_series[:1]] == [SERVER_ATTRIBUTES]  # not the overflow set
 
 
@@ -547,7 +548,7 @@ def test_live_daemon_metrics_in_both_formats(tmp_path):
         assert om_response.text.endswith("# EOF\n")
         text_response = server.http.get("/metrics")
         assert text_response.headers["content-type"].startswith("text/plain")
-        labels = {"model": "tiny", "engine": "transformers", "workload": "short", "hostname": NODE}
+        labels = {"model": "tiny", "engine": "transformers", "workload": "short", "gpu": "", "hostname": NODE}
         for families in (parse_openmetrics(om_response.text), parse_text(text_response.text)):
             samples = {(s.name, tuple(sorted(s.labels.items()))): s for f in families for s in f.samples}
 

@@ -35,9 +35,10 @@ class Telemetry:
         ids = getattr(tracer_provider, "id_generator", None)
         self.span_ids = ids if isinstance(ids, PresetSpanIds) else None  # request span ids decided at send time
 
-    def for_run(self, run_id: str, model: str, engine: str, workload: str, spec=None) -> RunTelemetry:
+    def for_run(self, run_id: str, model: str, engine: str, workload: str, gpu: str = "",
+                spec=None) -> RunTelemetry:
         """spec (a RunSpec) says what the GenAI conventions' attributes need: an openai run's API and server."""
-        return RunTelemetry(self, run_id, model, engine, workload, spec)
+        return RunTelemetry(self, run_id, model, engine, workload, gpu, spec=spec)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush what spans and metrics it can within timeout_s, both at once; a dead collector must not hold the
@@ -53,12 +54,13 @@ class Telemetry:
 
 
 class RunTelemetry:
-    """One run's observer. Hot path: tokens() runs on the engine's thread for every token; request spans
-    wait for the end of the run (trace_requests)."""
+    """One run's observer (or one GPU's part of a run on every GPU: see part()), fed by ingest as the worker's
+    events arrive. Request spans wait for the end of the run (trace_requests)."""
 
-    def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str,
-                 spec=None) -> None:
-        self.run_id, self.model = run_id, model
+    def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str, gpu: str = "",
+                 parent: RunTelemetry | None = None, spec=None) -> None:
+        self.run_id, self.model, self.gpu, self.parent = run_id, model, gpu, parent
+        self.telemetry, self.spec = telemetry, spec
         self.genai = GenAIRequest.of(spec, model, engine)
         self.tracer = telemetry.tracer
         self.span_ids = telemetry.span_ids
@@ -72,7 +74,7 @@ class RunTelemetry:
         self.metrics = m
         if m is not None:
             m.touch(workload)
-            labels = (model, engine, workload)
+            labels = (model, engine, workload, gpu)
             # Children bound once per run: the hot path never looks labels up.
             self.ttft, self.itl, self.tpot = m.ttft.labels(*labels), m.itl.labels(*labels), m.tpot.labels(*labels)
             self.e2e, self.queue, self.lag = m.e2e.labels(*labels), m.queue.labels(*labels), m.dispatch_lag.labels(*labels)
@@ -119,11 +121,21 @@ class RunTelemetry:
                 CLIENT_DURATION if self.genai.client else SERVER_DURATION, **{"error.type": kind})
         return series
 
+    def part(self, gpu: str) -> RunTelemetry:
+        """The observer of one GPU's share of this run (placement every_gpu): its series carry gpu; its requests'
+        spans are children of this run's span; its GenAI series are its own (one writer each) with the run's
+        attributes (the conventions name no GPU), so they add up to the run's."""
+        return RunTelemetry(self.telemetry, self.run_id, self.model, self._engine, self._workload, gpu, parent=self,
+                            spec=self.spec)
+
     # ---- the run -------------------------------------------------------------------------------
 
     def run_started(self, t: float) -> None:
         if self.metrics is not None:
             self.in_progress.set(1)
+        if self.parent is not None:  # the run's span is the parent's
+            self.run_context, self.run_trace_id = self.parent.run_context, self.parent.run_trace_id
+            return
         if self.tracer is not None:
             self.run_span = self.tracer.start_span(
                 f"benchd.run {self._workload}", kind=SpanKind.INTERNAL, start_time=self.clock.ns(t),
@@ -208,7 +220,8 @@ class RunTelemetry:
             self.waiting.set(0)
             self.runs(status).inc()
             if status == "succeeded":
-                self.metrics.last_success.labels(self.model, self._engine, self._workload).set_to_current_time()
+                self.metrics.last_success.labels(self.model, self._engine, self._workload,
+                                                 self.gpu).set_to_current_time()
         if self.run_span is not None:
             self.run_span.set_attribute("benchd.status", status)
             if status == "failed":
@@ -217,7 +230,7 @@ class RunTelemetry:
 
     def energy(self, joules_per_output_token: float | None) -> None:
         if self.metrics is not None and joules_per_output_token is not None:
-            self.metrics.energy_per_token.labels(self.model, self._engine, self._workload).set(
+            self.metrics.energy_per_token.labels(self.model, self._engine, self._workload, self.gpu).set(
                 joules_per_output_token)
 
     def sample(self, load: EngineLoad, output_tokens_per_s: float) -> None:
