@@ -481,6 +481,31 @@ def test_timed_runs_make_no_genai_series(registry):
     assert [s.attributes for s in generate.otel_series[:1]] == [SERVER_ATTRIBUTES]  # not the overflow set
 
 
+def test_a_run_on_every_gpu_is_one_set_of_genai_series(registry):
+    """Each GPU's part writes series of its own (one writer each); they add up under the run's attributes, while
+    Prometheus keeps a child per gpu."""
+    from opentelemetry.sdk.resources import Resource
+
+    from benchd.otel import GenAIMetrics
+    from benchd.records import RequestRecord
+
+    genai = GenAIMetrics()
+    observer = Telemetry(Metrics(registry), None, genai).for_run("r", "tiny", "transformers", "test", spec=make_spec())
+    parts = [observer.part(gpu) for gpu in ("GPU-0", "GPU-1")]
+    for i, (part, ttft) in enumerate(zip(parts * 2, (0.01, 0.02, 0.03, 0.5))):
+        record = RequestRecord(i, f"q{i}", False, 8, 4, scheduled_s=1.0, admitted_s=1.0,
+                               arrival_s=[1.0 + ttft, 1.1 + ttft], arrival_tokens=[1, 3], finished_s=1.1 + ttft)
+        part.arrivals(record, 0)
+        part.finished(record)
+    for part in (*parts, observer):
+        part.run_finished(2.0, "succeeded", None)
+    metrics = {m.name: m for m in genai.collect(Resource.create({})).resource_metrics[0].scope_metrics[0].metrics}
+    (point,) = metrics["gen_ai.server.time_to_first_token"].data.data_points
+    assert dict(point.attributes) == SERVER_ATTRIBUTES and point.count == 4
+    assert point.sum == pytest.approx(0.56)
+    assert [value(registry, "benchd_time_to_first_token_seconds_count", gpu=gpu) for gpu in ("GPU-0", "GPU-1")] == [2, 2]
+
+
 def test_genai_metrics_follow_the_otel_variables(monkeypatch):
     from benchd.otel import metrics_enabled
 
