@@ -99,7 +99,7 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchd.devices import DeviceError, pick, resolve
+    from benchd.devices import DeviceError, resolve, targets
     from benchd.hardware import HardwareReader
     from benchd.lifecycle import Lifecycle
     from benchd.otel import build_genai_metrics
@@ -129,25 +129,24 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     sampler = HardwareSampler(HardwareReader.default())
     sampler.start()
     try:
-        slots = resolve(os.environ.get("BENCHD_DEVICES", "all") if not spec.device.startswith("cpu") else [spec.device],
+        setting = os.environ.get("BENCHD_DEVICES", "all")  # CPU workers (cpu:N) when it names them
+        slots = resolve([spec.device] if spec.device.startswith("cpu") and "cpu" not in setting else setting,
                         sampler.reader.nvml.devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if spec.placement != "every_gpu":  # one worker, where the spec runs
-            slots = [s for s in [pick(slots, spec.device)] if s is not None]
-        if not slots:
-            raise DeviceError(f"device: {spec.device} is not here")
+        # the devices the run takes, their workers started by the run (one each, or a tensor-parallel group's)
+        chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
+        slots = [s for s in slots if any(s.key in c.devices for c in chosen)]
     except DeviceError as error:
         sampler.stop()
         console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
         return EXIT_BAD_SPEC
     worker_log = Path(tempfile.gettempdir()) / "benchd-workers"
-    pool = WorkerPool(slots, WorkerSettings(log_dir=worker_log))
-    pool.start()
+    pool = WorkerPool(slots, WorkerSettings(log_dir=worker_log))  # the run starts the workers it takes
     stop = StopSignal()
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
     console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
     try:
         with bar:
-            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, slots[0].key, stop,
+            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, stop,
                                                                   on_progress)
     finally:
         pool.stop()

@@ -32,6 +32,12 @@ class Footprint:
     def total(self) -> int:
         return self.weights + self.kv_cache + self.activations + self.other
 
+    def sharded(self, ranks: int) -> Footprint:
+        """What each rank of a tensor-parallel group holds: its share of the weights and of the KV heads; the
+        activations are counted whole (the logits, the largest of them, are gathered on every rank)."""
+        return Footprint(weights=self.weights // ranks, kv_cache=self.kv_cache // ranks,
+                         activations=self.activations, other=self.other // ranks)
+
     def describe(self) -> str:
         parts = [(name, getattr(self, name)) for name in ("weights", "kv_cache", "activations", "other")]
         return " + ".join(f"{name} {gib(n)}" for name, n in parts if n) or "nothing"

@@ -77,7 +77,8 @@ class CancelResult(BaseModel):
 
 class WorkerView(BaseModel):
     name: str
-    device: str
+    device: str  # its slot: cuda:0, or cuda:0+cuda:1 for a tensor-parallel group
+    gpu: str  # the gpu label of its series: NVML's index (0+1 for a group), cpu:N for CPU workers, "" for the CPU
     state: str  # starting | ready | dead | stopped
     pid: int | None
     busy: bool

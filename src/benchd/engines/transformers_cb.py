@@ -121,6 +121,25 @@ class TransformersEngine:
             )
 
     def start(self) -> None:
+        self._start_manager()
+        self._stopping.clear()
+        self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
+        self._consumer.start()
+
+    def follow(self) -> None:
+        """On a tensor-parallel rank other than the driver (rank 0): run the batching loop in step with the
+        driver's, which broadcasts the requests it admits and its stop, until it stops."""
+        self._start_manager()
+        try:
+            while self._manager.is_running():
+                time.sleep(0.05)
+        finally:
+            self._manager.stop(block=True, timeout=10)
+            self._manager.destroy()
+            self._manager = None
+            self._restore_threads()
+
+    def _start_manager(self) -> None:
         if self._threads is not None:
             # Process-wide while the engine runs; set before the generation thread starts, which takes the count on
             # its first parallel op.
@@ -137,9 +156,6 @@ class TransformersEngine:
         except BaseException:
             self._restore_threads()
             raise
-        self._stopping.clear()
-        self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
-        self._consumer.start()
 
     def _restore_threads(self) -> None:
         if self._threads_before is not None:

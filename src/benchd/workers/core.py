@@ -25,9 +25,12 @@ Emit = Callable[[tuple[Any, ...]], None]
 
 
 class WorkerCore:
-    def __init__(self, emit: Emit, device: str = "cpu", loader: Callable[..., LoadedModel] = load_model) -> None:
-        """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0)."""
-        self.emit, self.device, self.loader = emit, device, loader
+    def __init__(self, emit: Emit, device: str = "cpu", loader: Callable[..., LoadedModel] = load_model,
+                 group: Any = None) -> None:
+        """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0, cuda:0+cuda:1);
+        group: the tensor-parallel group this worker is rank 0 of (workers/parallel.Group), which loads and starts
+        with it."""
+        self.emit, self.device, self.loader, self.group = emit, device, loader, group
         self._loaded: LoadedModel | None = None
         self._loaded_key: tuple[str, str, str] | None = None
         self._engine: Engine | None = None
@@ -78,6 +81,8 @@ class WorkerCore:
         metadata: RunMetadata | None = None
         status, error, stage = "failed", None, "load"
         try:
+            if self.group is not None and (spec.kind != "generate" or spec.engine != "transformers"):
+                raise ValueError(f"a tensor-parallel worker runs transformers generation, not {spec.kind}/{spec.engine}")
             if spec.kind != "generate":
                 metadata, status, error = self._timed(spec, outbox, stop)
                 stage = "run"
@@ -109,6 +114,8 @@ class WorkerCore:
     def close(self) -> None:
         self._close_engine()
         self._loaded = self._loaded_key = None
+        if self.group is not None:
+            self.group.tell("exit")
 
     # ---- a generation run ------------------------------------------------------------------------
 
@@ -157,7 +164,8 @@ class WorkerCore:
         self._close_engine()
         self._loaded = self._loaded_key = None
         _release_memory()
-        self._loaded = self.loader(ref, dtype, device, seed, trust_remote_code=trust_remote_code)
+        load = self.group.load if self.group is not None else self.loader  # a group's ranks load their shards
+        self._loaded = load(ref, dtype, device, seed, trust_remote_code=trust_remote_code)
         self._loaded_key = (ref, dtype, device)
         return self._loaded.load_s
 
@@ -170,6 +178,8 @@ class WorkerCore:
             return self._engine
         self._close_engine()
         engine = create_engine(self._loaded, spec)
+        if self.group is not None:  # the other ranks start theirs with it: the start is collective
+            self.group.tell("start", spec.model_dump(mode="json"))
         engine.start()
         self._engine, self._engine_key = engine, key
         return engine

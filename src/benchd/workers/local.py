@@ -46,8 +46,9 @@ class LocalPool:
         while not self._closing.wait(protocol.BATCH_S):
             self.core.flush()
 
-    def slot_for(self, device: str) -> Slot:
-        return self.slots[0]
+    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[Slot]:
+        """One core in this process: every run takes it."""
+        return self.slots
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                wait_s: float = 0.0, trace_id: str | None = None) -> None:
