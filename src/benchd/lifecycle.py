@@ -53,7 +53,8 @@ class Lifecycle:
         the run's end once known."""
         slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel)
         single = len(slots) == 1
-        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "")
+        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "",
+                                          spec)
         writer = self.store.requests_writer(run_id) if self.store is not None else None
         progress = ProgressSum(on_progress, len(slots))
         parts = []

@@ -21,6 +21,7 @@ from benchd.events import RunEvents
 from benchd.gauges import HardwareCollector
 from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics, NodeRegistry
+from benchd.otel import build_genai_metrics
 from benchd.sampler import HardwareSampler
 from benchd.daemon import Daemon
 from benchd.devices import Slot, resolve
@@ -46,7 +47,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         store.start()
         store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
         telemetry = Telemetry(metrics, build_tracer_provider(
-            on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
+            on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)), build_genai_metrics())
         # One thread reads the hardware, for scrapes and runs alike: a scrape serves its latest snapshot.
         sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s, settings.hardware_stale_after_s,
                                   on_error=lambda component: metrics.internal_errors.labels(component).inc())
