@@ -15,6 +15,15 @@ from tests.helpers import ROOT, PostgresServer, make_spec
 FIXTURES = ROOT / "tests" / "data"
 
 
+def _head() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(ROOT / "src" / "benchd" / "store" / "migrations")).get_current_head()
+
+
+HEAD_REVISION = _head()  # the newest migration
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     if request.param == "sqlite":
@@ -64,6 +73,8 @@ def test_a_run_round_trips_with_every_stamp(store_url, outcome, tmp_path):
     for original in stage.records:
         stored = reopened.records("r1")[original.index]
         assert stored.arrival_tokens == original.arrival_tokens
+        # the generated token ids too (a matrix compares greedy tokens with its baseline's)
+        assert stored.token_ids == original.token_ids and len(stored.token_ids) == original.output_tokens > 0
         assert stored.arrival_s == pytest.approx([t - stage.start_s for t in original.arrival_s], abs=1e-12)
         assert stored.itl_s() == pytest.approx(original.itl_s(), abs=1e-12)
         assert stored.ttft_s == pytest.approx(original.ttft_s) and stored.warmup == original.warmup
@@ -179,7 +190,7 @@ def check_upgraded(url, tmp_path):
         runs_before = db.execute(sa.text("SELECT id, status, summary FROM runs")).all()
     assert migrate.revision(engine) is None and len(old) > 50
     store = open_store(url, tmp_path, node="elsewhere")
-    assert migrate.revision(store.engine) == "0002"
+    assert migrate.revision(store.engine) == HEAD_REVISION
     runs = store.list_runs(limit=100).items
     assert {r["id"]: r["status"] for r in runs} == {row.id: row.status for row in runs_before}
     assert all(r["created_at"].utcoffset() == timedelta(0) for r in runs)
@@ -197,7 +208,7 @@ def check_upgraded(url, tmp_path):
         assert store.get_run(row.id)["summary"] == summary
     store.close()
     again = open_store(url, tmp_path)  # an up-to-date database is left as it is
-    assert migrate.revision(again.engine) == "0002"
+    assert migrate.revision(again.engine) == HEAD_REVISION
     again.close()
 
 
