@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from benchd.config import Settings
 from benchd.footprint import estimate, gib
 from benchd.presets import PRESETS
+from benchd.stack import unavailable
 from benchd.spec import ArrivalProfile, Concurrent, Constant, Gamma, Poisson, RunSpec, Sweep, length_upper_bound
 
 
@@ -104,6 +105,11 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, device: str, loc: t
             problems.append(problem((*loc, "openai", "tokenizer"), reason))
         if workload.dataset is not None and (reason := _path_problem(workload.dataset.path, settings.model_roots)):
             problems.append(problem((*loc, "workload", "dataset", "path"), reason))
+    # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
+    # as it loads, with torch: a GPU's generation for float8).
+    for field, why in unavailable(spec.quantization, spec.attn_implementation,
+                                  "cuda" if device.startswith("cuda") else "cpu"):
+        problems.append(problem((*loc, field), why))
     if spec.kind == "train_step":
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:

@@ -32,6 +32,7 @@ runs = sa.Table(
     sa.Column("error_stage", sa.String(32)),  # where a failed run failed: queue, load, start, run, store…
     sa.Column("node", sa.String(253), index=True),  # the node (host) that ran it: daemons may share a database
     sa.Column("pod", sa.String(253)),
+    sa.Column("matrix_id", sa.String(32), index=True),  # the matrix it is a variant's run of
     sa.Column("created_at", TIMESTAMP, nullable=False, index=True),
     sa.Column("started_at", TIMESTAMP),
     sa.Column("finished_at", TIMESTAMP),

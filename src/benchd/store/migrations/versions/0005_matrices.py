@@ -1,5 +1,5 @@
 """Matrices (a spec's variants run interleaved and compared with a baseline) get a table of their own, and requests
-keep the token ids they generated, so a variant's greedy tokens can be compared with the baseline's."""
+keep the token ids they generated and runs the matrix they belong to, so a variant's greedy tokens can be compared with the baseline's."""
 
 import sqlalchemy as sa
 from alembic import op
@@ -15,6 +15,9 @@ TIMESTAMP = sa.DateTime(timezone=True)
 def upgrade() -> None:
     with op.batch_alter_table("requests") as batch:
         batch.add_column(sa.Column("token_ids", JSON))
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("matrix_id", sa.String(32)))
+        batch.create_index("ix_runs_matrix_id", ["matrix_id"])
     op.create_table(
         "matrices",
         sa.Column("id", sa.String(32), primary_key=True),
