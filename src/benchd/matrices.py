@@ -47,18 +47,19 @@ class MatrixOutcome:
         return "succeeded" if statuses == {"succeeded"} else "failed"
 
 
-def run_matrix(matrix: MatrixSpec, execute: Callable[[str, RunSpec], RunResult], stop: StopSignal | None = None,
+def run_matrix(matrix: MatrixSpec, execute: Callable[[str, Variant], RunResult], stop: StopSignal | None = None,
                on_run: Callable[[int, Variant, RunResult], None] | None = None, threshold: float = 0.05,
                confidence: float = 0.95) -> MatrixOutcome:
-    """Every variant once a round, `repeats` rounds, each run through execute(run_id, spec) (a Lifecycle's); then
-    the comparison. A stop ends the matrix after the run in progress, compared on what ran."""
+    """Every variant once a round, `repeats` rounds, each run through execute; then
+    the comparison. execute(run_id, variant) runs the variant's spec (a Lifecycle's execute). A stop ends the matrix
+    after the run in progress, compared on what ran."""
     variants = matrix.variants()
     outcome = MatrixOutcome(matrix, variants, matrix.baseline_index(variants))
     for round_, index in interleaved(len(variants), matrix.repeats):
         if stop is not None and stop.is_set():
             break
         run_id = uuid.uuid4().hex
-        result = execute(run_id, variants[index].spec)
+        result = execute(run_id, variants[index])
         outcome.runs.append((round_, index, run_id, result))
         if on_run is not None:
             on_run(round_, variants[index], result)
