@@ -216,3 +216,19 @@ def test_a_matrix_through_the_daemon_is_stored_linked_compared_exported_and_draw
              "the second matrix to end")
     page = live.http.get("/metrics").text
     assert variants[1]["label"] not in page and 'variant="static.batch_size=4"' in page
+
+
+def test_static_generate_compiles_when_asked_and_computes_the_same_tokens(tiny):
+    import torch._dynamo
+
+    small = {"arrivals": {"profile": "concurrent", "concurrency": 4}, "stop": {"requests": 4},
+             "prompt_tokens": {"dist": "fixed", "value": 8}, "output_tokens": {"dist": "fixed", "value": 3}}
+    plain = run_local(make_spec(engine="static", workload=small), loaded=tiny)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = run_local(make_spec(engine="static", compile="default", workload=small), loaded=tiny)
+    assert compiled.status == "succeeded" and compiled.metadata.engine_settings["compile"] == "default"
+    assert compiled.metadata.compile == "default" and plain.metadata.compile == "off"
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the forward pass went through dynamo
+    tokens = lambda result: {r.index: r.token_ids for r in result.stages[0].records}  # noqa: E731
+    assert tokens(compiled) == tokens(plain)
