@@ -7,7 +7,7 @@ batching, plus what each method needed (library and configuration, quantized lay
     PYTHONPATH=/tmp/site:src python3 bench/gpu_matrix.py --repeats 3 --budget-s 900
     python3 bench/gpu_matrix.py --smoke                                  # CPU: the tiny model, about a minute
 
-Needs torchao on the GPU host (bash bench/wheelhouse.sh puts torchao 0.17.0, built for torch 2.11, in .whl/).
+Needs torchao on the GPU host (bash bench/wheelhouse_stack.sh puts torchao 0.17.0, built for torch 2.11, in .whl/).
 The workload is the reference's shape at half its size each way (128 requests × 128 prompt × 128 output tokens,
 64 at once; static batches of 64) so that 16 variants × 2 rounds fit: each run also loads and quantizes its variant
 (outside the measured window) and continuous batching captures its CUDA graphs. --budget-s stops starting runs once
@@ -20,6 +20,7 @@ import argparse
 import copy
 import importlib.metadata
 import json
+import os
 import sys
 import tempfile
 import time
@@ -30,7 +31,8 @@ from common import REFERENCE, environment
 from benchd.lifecycle import Lifecycle
 from benchd.matrices import run_matrix
 from benchd.matrix import parse_matrix
-from benchd.matrix_cli import comparison_table
+from benchd.matrix_cli import comparison_table, local_slots
+from benchd.nvml import NVMLReader
 from benchd.stopping import StopSignal
 from benchd.telemetry import Telemetry
 from benchd.workers.handle import WorkerSettings
@@ -88,7 +90,11 @@ def main() -> int:
 
     matrix = parse_matrix(document(args))
     variants = matrix.variants()
-    device = variants[0].spec.device
+    # the GPU benchd run would take (BENCHD_DEVICES, else the first visible), its worker pinned to it
+    reader = NVMLReader(cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    reader.start()
+    device = local_slots({variants[0].spec.device}, reader.devices)[variants[0].spec.device]
+    reader.close()
     print(environment(), "·", versions(), flush=True)
     print(f"{len(variants)} variants × {matrix.repeats} rounds, interleaved; budget {args.budget_s:g} s", flush=True)
     pool = WorkerPool([device], WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
@@ -100,7 +106,7 @@ def main() -> int:
 
     def execute(run_id, variant):
         begun = time.perf_counter()
-        result = lifecycle.execute(run_id, variant.spec, device, StopSignal())
+        result = lifecycle.execute(run_id, variant.spec, device.key, StopSignal())
         took = time.perf_counter() - begun
         longest[0] = max(longest[0], took)
         m = result.metadata

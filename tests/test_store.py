@@ -15,15 +15,6 @@ from tests.helpers import ROOT, PostgresServer, make_spec
 FIXTURES = ROOT / "tests" / "data"
 
 
-def _head() -> str:
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory(str(ROOT / "src" / "benchd" / "store" / "migrations")).get_current_head()
-
-
-HEAD_REVISION = _head()  # the newest migration
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     if request.param == "sqlite":
@@ -190,7 +181,7 @@ def check_upgraded(url, tmp_path):
         runs_before = db.execute(sa.text("SELECT id, status, summary FROM runs")).all()
     assert migrate.revision(engine) is None and len(old) > 50
     store = open_store(url, tmp_path, node="elsewhere")
-    assert migrate.revision(store.engine) == HEAD_REVISION
+    assert migrate.revision(store.engine) == migrate.head()
     runs = store.list_runs(limit=100).items
     assert {r["id"]: r["status"] for r in runs} == {row.id: row.status for row in runs_before}
     assert all(r["created_at"].utcoffset() == timedelta(0) for r in runs)
@@ -208,7 +199,7 @@ def check_upgraded(url, tmp_path):
         assert store.get_run(row.id)["summary"] == summary
     store.close()
     again = open_store(url, tmp_path)  # an up-to-date database is left as it is
-    assert migrate.revision(again.engine) == HEAD_REVISION
+    assert migrate.revision(again.engine) == migrate.head()
     again.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from benchd.devices import DeviceError, Slot, pick, resolve
 from benchd.matrix import MatrixSpec, parse_matrix
 from benchd.matrix_compare import MatrixComparison
 from benchd.matrix_page import SUMMARY_HEAD, matrix_page, summary_rows
@@ -34,6 +36,18 @@ def comparison_table(title: str, comparison: MatrixComparison, status: str, erro
 
 def _out() -> Console:
     return Console(width=None if sys.stdout.isatty() else 240)  # piped: no 80-column crop
+
+
+def local_slots(devices: set[str], gpus) -> dict[str, Slot]:
+    """The worker slot of each device the variants name, found as `benchd run` finds its one (BENCHD_DEVICES, else
+    every visible GPU; a CPU device names its own slot). gpus: NVML's (index, uuid, name) of the visible GPUs."""
+    cpu = all(d.startswith("cpu") for d in devices)
+    every = resolve(sorted(devices) if cpu else os.environ.get("BENCHD_DEVICES", "all"), gpus,
+                    os.environ.get("CUDA_VISIBLE_DEVICES"))
+    found = {d: pick(every, d) for d in sorted(devices)}
+    if missing := [d for d, slot in found.items() if slot is None]:
+        raise DeviceError(f"device: {', '.join(missing)} is not here")
+    return found  # type: ignore[return-value]
 
 
 def run(data: dict[str, Any], args, console: Console) -> int:
@@ -62,11 +76,17 @@ def _here(matrix: MatrixSpec, args, console: Console) -> int:
     from benchd.workers.pool import WorkerPool
 
     variants = matrix.variants()
-    devices = sorted({v.spec.device for v in variants})
-    pool = WorkerPool(devices, WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
-    pool.start()
     sampler = HardwareSampler(HardwareReader.default())
     sampler.start()
+    try:
+        slots = local_slots({v.spec.device for v in variants}, sampler.reader.nvml.devices)
+    except DeviceError as error:
+        sampler.stop()
+        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
+        return EXIT_BAD_SPEC
+    pool = WorkerPool(list({s.key: s for s in slots.values()}.values()),
+                      WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
+    pool.start()
     stop = StopSignal()
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))
     lifecycle = Lifecycle(pool, Telemetry(), sampler)
@@ -75,7 +95,7 @@ def _here(matrix: MatrixSpec, args, console: Console) -> int:
 
     def execute(run_id: str, variant):
         console.print(f"run {done[0] + 1}/{total}: variant {variant.index}: {variant.label}", highlight=False)
-        return lifecycle.execute(run_id, variant.spec, variant.spec.device, stop)
+        return lifecycle.execute(run_id, variant.spec, slots[variant.spec.device].key, stop)
 
     def on_run(round_: int, variant, result) -> None:
         done[0] += 1

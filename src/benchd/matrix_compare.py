@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from benchd.compare import LATENCIES, MetricChange, Side, _change, compare
+from benchd.compare import LATENCIES, MetricChange, Side, compare, metric_change
 
 # Figures every run has once: compared over runs, like throughput. Weight bytes are exact (no noise): one run a side
 # says it; peak memory varies a little with what the allocator did, so it takes two.
@@ -163,8 +163,8 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
             for name, min_runs in RUN_FIGURES:
                 a = [getattr(r, name) for r in base if getattr(r, name) is not None]
                 b = [getattr(r, name) for r in mine if getattr(r, name) is not None]
-                metrics.append(_change(name, [a], [b], np.mean, threshold, confidence, min_runs,
-                                       higher_is_worse=True, rng=rng, resamples=2000))
+                metrics.append(metric_change(name, [a], [b], np.mean, threshold, confidence, min_runs,
+                                             higher_is_worse=True, rng=rng, resamples=2000))
             tokens = agreement(runs.get(baseline, []), every)
         stack = next((r.stack for r in mine), next((r.stack for r in every if r is not None), {}))
         out.append(VariantComparison(

@@ -52,6 +52,7 @@ class RunView(BaseModel):
     matrix_id: str | None = None  # the matrix it is a variant's run of
     metadata: dict[str, Any] | None
     hardware: dict[str, Any] | None
+    parts: dict[str, Any] | None = None  # a run on every GPU: each GPU's status and stages, and the verdicts
     energy_per_token_j: float | None
     created_at: datetime
     started_at: datetime | None
