@@ -1,7 +1,12 @@
 """Matrices: expansion, interleaving, the comparison with its greedy-token agreement, the 422 for a stack this host
 cannot run, and a matrix through a live daemon (stored, linked, exported, drawn), on the tiny model."""
 
+import json
+import subprocess
+import sys
+
 import pytest
+import yaml
 
 from benchd.lifecycle import Lifecycle
 from benchd.matrices import run_matrix
@@ -11,7 +16,7 @@ from benchd.stopping import StopSignal
 from benchd.telemetry import Telemetry
 from benchd.workers.local import LocalPool, run_local
 from tests.browser import Chromium
-from tests.helpers import daemon, make_spec, spec, wait_for
+from tests.helpers import ROOT, daemon, make_spec, spec, wait_for
 
 BASE = make_spec().model_dump(mode="json", exclude_unset=True)
 
@@ -51,6 +56,8 @@ def test_a_matrix_expands_into_the_cross_product_on_one_seed_and_one_workload():
     ({"quantization": ["none", "int3"]}, {}, "quantization", "variant quantization=int3"),
     ({"engine": ["static"], "attn_implementation": ["paged|sdpa"]}, {}, "matrix", "for continuous batching"),
     ({"compile": ["default"]}, {}, "matrix", "transformers.compile_level"),
+    ({"placement": ["one", "every_gpu"]}, {}, "matrix.placement", "one device"),
+    ({"quantization": ["none"]}, {"placement": "every_gpu"}, "placement", "one device"),
     ({"quantization": ["none"]}, {"baseline": 3}, "baseline", "does not exist"),
     ({"static.batch_size": [1, 2], "quantization": ["none", "int8_weight_only"]},
      {"baseline": {"quantization": "none"}}, "baseline", "matches 2 variants"),
@@ -218,17 +225,48 @@ def test_a_matrix_through_the_daemon_is_stored_linked_compared_exported_and_draw
     assert variants[1]["label"] not in page and 'variant="static.batch_size=4"' in page
 
 
+@pytest.mark.engine
 def test_static_generate_compiles_when_asked_and_computes_the_same_tokens(tiny):
+    # compile alone sets the variants apart: one warm model, and the worker must still start each variant's engine
     import torch._dynamo
 
-    small = {"arrivals": {"profile": "concurrent", "concurrency": 4}, "stop": {"requests": 4},
-             "prompt_tokens": {"dist": "fixed", "value": 8}, "output_tokens": {"dist": "fixed", "value": 3}}
-    plain = run_local(make_spec(engine="static", workload=small), loaded=tiny)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = run_local(make_spec(engine="static", compile="default", workload=small), loaded=tiny)
-    assert compiled.status == "succeeded" and compiled.metadata.engine_settings["compile"] == "default"
+    small = {"arrivals": {"profile": "concurrent", "concurrency": 4}, "stop": {"requests": 4},
+             "prompt_tokens": {"dist": "fixed", "value": 8}, "output_tokens": {"dist": "fixed", "value": 3}}
+    pool = LocalPool(tiny)
+    lifecycle = Lifecycle(pool, Telemetry())
+    m = parse_matrix({**BASE, "engine": "static", "workload": small, "matrix": {"compile": ["off", "default"]},
+                      "repeats": 1})
+    try:
+        result = run_matrix(m, lambda run_id, v: lifecycle.execute(run_id, v.spec, v.spec.device, StopSignal()))
+    finally:
+        pool.stop()
+    (_, _, _, plain), (_, _, _, compiled) = result.runs
+    assert result.status == "succeeded" and compiled.metadata.engine_settings["compile"] == "default"
     assert compiled.metadata.compile == "default" and plain.metadata.compile == "off"
+    assert plain.metadata.engine_settings["compile"] == "off"
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the forward pass went through dynamo
-    tokens = lambda result: {r.index: r.token_ids for r in result.stages[0].records}  # noqa: E731
+    tokens = lambda run: {r.index: r.token_ids for r in run.stages[0].records}  # noqa: E731
     assert tokens(compiled) == tokens(plain)
+    assert result.comparison.variants[1].tokens.ratio == 1.0
+
+
+@pytest.mark.engine
+def test_benchd_run_of_a_matrix_file_runs_it_on_a_worker_process_and_writes_the_comparison(tmp_path):
+    document = {**BASE, "engine": "static", "static": {"batch_size": 2},
+                "workload": {"arrivals": {"profile": "concurrent", "concurrency": 2}, "stop": {"requests": 4},
+                             "prompt_tokens": {"dist": "fixed", "value": 8},
+                             "output_tokens": {"dist": "fixed", "value": 4}},
+                "matrix": {"attn_implementation": ["sdpa", "eager"]}, "repeats": 2}
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(document))
+    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "2 variants × 2 rounds" in done.stdout and "0 (baseline)" in done.stdout and "│ eager " in done.stdout
+    row = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert row["status"] == "succeeded" and [(r["round"], r["variant"]) for r in row["runs"]] == interleaved(2, 2)
+    eager = row["comparison"]["variants"][1]
+    assert eager["stack"]["attn_implementation"] == "eager" and eager["tokens"]["ratio"] >= 0.99
+    assert "greedy tokens = baseline" in (tmp_path / "out" / "matrix.html").read_text()

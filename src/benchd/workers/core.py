@@ -174,7 +174,8 @@ class WorkerCore:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
         key = (spec.engine, spec.transformers, spec.static, spec.openai, spec.model, workload.ignore_eos,
-               length_upper_bound(workload.prompt_tokens), length_upper_bound(workload.output_tokens))
+               length_upper_bound(workload.prompt_tokens), length_upper_bound(workload.output_tokens),
+               spec.compile, spec.attn_implementation)  # a matrix may vary only these on one loaded model
         if self._engine is not None and self._engine_key == key and self._engine.alive():
             return self._engine
         self._close_engine()
