@@ -17,7 +17,9 @@ MAX_VARIANTS = 64  # whatever the daemon's limits: a matrix is one comparison, n
 MAX_REPEATS = 100
 LABEL_MAX = 200  # a variant's label is a Prometheus label value and a table heading
 FIXED = {"name": "every variant runs the one workload", "seed": "every variant runs on the one seed",
-         "kind": "a matrix compares generation runs"}
+         "kind": "a matrix compares generation runs",
+         # on every GPU a run's requests are the GPUs' side by side: its greedy tokens would not pair by request
+         "placement": "a matrix runs each variant on one device (placement one)"}
 RESERVED = ("matrix", "repeats", "baseline")  # a matrix document's own keys beside the spec's
 
 
@@ -139,6 +141,9 @@ def expand(matrix: MatrixSpec) -> list[Variant]:
             continue
         if spec.kind != "generate":
             problems.append((("kind",), FIXED["kind"]))
+            break
+        if spec.placement != "one":
+            problems.append((("placement",), FIXED["placement"]))
             break
         variants.append(Variant(index, label_of(values), values, spec))
     if problems:
