@@ -114,7 +114,7 @@ def test_running_usage_gives_live_per_token_counts(server, prompts):
     assert outcome.status == "succeeded"
     for record in records(outcome):
         assert record.arrival_tokens == [1] * 7 and record.error is None
-    labels = {"model": "ok", "engine": "openai", "workload": "oa"}
+    labels = {"model": "ok", "engine": "openai", "workload": "oa", "gpu": ""}
     assert registry.get_sample_value("benchd_inter_token_latency_seconds_count", labels) == 4 * 6
     assert registry.get_sample_value("benchd_generation_tokens_total", labels) == 28
     body = server.bodies[-1]
@@ -167,7 +167,7 @@ def test_failures_are_recorded_by_type_and_the_run_goes_on(server, prompts, monk
     assert disconnected.output_tokens == 2  # what arrived before the drop is kept
     summary = outcome.summaries()[0]
     assert (summary.requests, summary.errors) == (2, 6)
-    labels = {"model": "mixed", "engine": "openai", "workload": "oa"}
+    labels = {"model": "mixed", "engine": "openai", "workload": "oa", "gpu": ""}
     for kind in ("http_500", "disconnected", "malformed_chunk"):
         assert registry.get_sample_value("benchd_request_errors_total", {**labels, "error_type": kind}) == 2
     types = sorted(a.value.string_value for s in spans for a in s.attributes if a.key == "error.type")
