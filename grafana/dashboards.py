@@ -105,6 +105,17 @@ def live() -> dict:
          "{{hostname}} {{workload}} GPU {{gpu}} slow (1) or not (0)"),
     ], description="Runs with placement every_gpu: each GPU against the median of the others; a GPU marked slow is "
                    "slower beyond the threshold with the bootstrap interval agreeing (alert BenchdGPUOutlier)."))
+    matrix = ("The latest matrix of each workload (POST /matrices), a series per variant: its values name it "
+              "(quantization=int8_weight_only,attn_implementation=eager); its report page has every metric.")
+    layout.add(prom_panel("Matrix variants: output tok/s (latest matrix)", "none", [
+        ('benchd_matrix_variant_output_tokens_per_second{workload=~"$workload"}', "{{workload}} {{variant}}"),
+    ], description=matrix))
+    layout.add(prom_panel("Matrix variants against the baseline (latest matrix)", "percentunit", [
+        ('benchd_matrix_variant_relative_change{workload=~"$workload", '
+         'metric=~"output_tokens_per_s|ttft_s.p50|itl_s.p50|weight_bytes"}', "{{variant}}: {{metric}} change"),
+        ('benchd_matrix_variant_token_agreement_ratio{workload=~"$workload"}', "{{variant}}: greedy tokens = baseline"),
+    ], description=matrix + " Change: (variant − baseline) / baseline; greedy tokens: the share identical to the "
+                   "baseline's for the same prompts."))
     layout.add(prom_panel("GPU utilization", "percentunit", [
         (f"benchd_gpu_utilization_ratio{{{GPU}}}", "{{hostname}} GPU {{gpu}} {{name}}"),
     ]))

@@ -164,3 +164,18 @@ def test_loadgen_scaling_mode_prints_its_table(tmp_path):
     runs = [line for line in done.stdout.splitlines() if line.startswith("| benchd ×2 | short | 40 |")]
     assert runs and int(runs[0].split("|")[5]) == 0  # 40 requests/s over two client processes, none failed
     assert len((tmp_path / "scale" / "prompts.jsonl").read_text().splitlines()) == 2000
+
+
+def test_the_stack_matrix_script_prints_its_table_and_what_each_method_needed(tmp_path):
+    out = tmp_path / "matrix.json"
+    done = subprocess.run([sys.executable, "bench/gpu_matrix.py", "--smoke", "--repeats", "1", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "8 of 8 runs" in done.stdout and "× bf16 sdpa" in done.stdout
+    assert "torchao 0.17" in done.stdout or "torchao 0.1" in done.stdout  # the method and its version
+    result = json.loads(out.read_text())
+    variants = result["comparison"]["variants"]
+    assert len(variants) == 8 and variants[0]["baseline"] and not result["errors"]
+    assert {v["values"]["engine"] for v in variants} == {"transformers", "static"}
+    int8 = [v for v in variants if v["values"]["quantization"] == "int8_weight_only"]
+    assert all(v["stack"]["quantized_layers"] == 14 and v["tokens"]["ratio"] > 0 for v in int8)

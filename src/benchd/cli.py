@@ -74,10 +74,34 @@ def _spec(args: argparse.Namespace):
     return parse_spec(data)
 
 
+def _matrix_document(args: argparse.Namespace, console) -> dict[str, Any] | int | None:
+    """A spec file with `matrix:` (benchd.matrix), flags applied to its spec; None for a plain spec; an exit code
+    when the file cannot be read."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(args.spec).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        console.print(f"[red]invalid spec[/red]\nspec file {args.spec}: {error}", highlight=False)
+        return EXIT_BAD_SPEC
+    if not isinstance(data, dict) or "matrix" not in data:
+        return None
+    for key in ("model", "engine", "device", "dtype", "seed", "label"):
+        if getattr(args, key) is not None:
+            data[key] = getattr(args, key)
+    return data
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
+    if args.spec is not None and (matrix := _matrix_document(args, console)) is not None:
+        if isinstance(matrix, int):
+            return matrix
+        from benchd import matrix_cli
+
+        return matrix_cli.run(matrix, args, console)
     try:
         spec = _spec(args)
     except SpecError as error:
@@ -254,6 +278,12 @@ def _fraction(low: float, high: float | None, says: str):
     return parse
 
 
+def cmd_matrices(args: argparse.Namespace) -> int:
+    from benchd import matrix_cli
+
+    return matrix_cli.show(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from benchd import results
 
@@ -264,10 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", parents=[debug], help="run a workload, training step or kernel spec and print its summary")
-    run.add_argument("spec", nargs="?", help="a RunSpec file (YAML or JSON); flags below override it")
+    run = commands.add_parser("run", parents=[debug],
+                              help="run a workload, training step or kernel spec and print its summary")
+    run.add_argument("spec", nargs="?", help="a RunSpec file (YAML or JSON); flags below override it. With `matrix:` "
+                                             "its variants run interleaved and are compared with the baseline")
     run.add_argument("--out", help="write summary.json, requests.csv (timed runs: timings.csv, kernels.csv) and "
-                                   "report.html into this directory")
+                                   "report.html into this directory (a matrix: matrix.json and matrix.html)")
     run.add_argument("--model", help="preset name, local directory or hub id")
     run.add_argument("--engine", help="transformers (continuous batching) or static")
     run.add_argument("--device", help="auto, cpu, cuda or cuda:N")
@@ -316,6 +348,14 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--json", action="store_true", help="print JSON instead of a table")
     comparison.add_argument("--html", help="also write an HTML report with the distributions side by side")
     comparison.set_defaults(handler=results.cmd_compare)
+
+    matrices = commands.add_parser("matrices", parents=[debug], help="a matrix stored by a daemon: its variants against the baseline")
+    matrices.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
+    matrices_commands = matrices.add_subparsers(dest="matrices_command", required=True)
+    matrix_show = matrices_commands.add_parser("show")
+    matrix_show.add_argument("id")
+    matrix_show.add_argument("--json", action="store_true", help="print the stored matrix as JSON")
+    matrices.set_defaults(handler=cmd_matrices)
 
     baseline = commands.add_parser("baseline", parents=[debug], help="mark a run as its workload's baseline")
     baseline.add_argument("workload")

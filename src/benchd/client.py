@@ -95,6 +95,9 @@ class Client:
             return response.text
         return self._check(response)
 
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._check(self.http.post(path, json=body))
+
     def put(self, path: str, body: dict[str, Any]) -> Any:
         return self._check(self.http.put(path, json=body))
 

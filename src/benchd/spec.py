@@ -8,6 +8,8 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from benchd.stack import AttnImplementation, CompileMode, Quantization, stack_problems
+
 # Bounds of what a spec may hold, whoever sends it: numbers stay far inside what arithmetic, torch and the
 # databases take, and strings fit the store's columns on SQLite and PostgreSQL alike.
 INT_MAX = 2**31 - 1
@@ -415,6 +417,17 @@ class RunSpec(_Strict):
     kind: RunKind = "generate"  # generation (the workload), a training step, or single kernels
     train_step: TrainStepOptions = Field(default_factory=TrainStepOptions)
     kernel: KernelOptions | None = None
+    # ---- the stack (benchd.stack): what a matrix varies beside dtype and the engine's options ----
+    quantization: Quantization = "none"
+    attn_implementation: AttnImplementation | None = None  # None: sdpa (continuous batching may pick flash itself)
+    compile: CompileMode = "off"
+
+    @model_validator(mode="after")
+    def _stack(self) -> RunSpec:
+        problems = stack_problems(self.quantization, self.attn_implementation, self.compile, self.engine, self.kind)
+        if problems:
+            raise ValueError("; ".join(f"{field}: {why}" for field, why in problems))
+        return self
 
     @model_validator(mode="after")
     def _kind_options(self) -> RunSpec:
@@ -428,6 +441,8 @@ class RunSpec(_Strict):
         if self.tensor_parallel > 1 and (self.kind != "generate" or self.engine != "transformers"):
             raise ValueError("tensor_parallel: shards a model for transformers' continuous batching (kind generate, "
                              f"engine transformers), not {self.runner}")
+        if self.tensor_parallel > 1 and self.quantization != "none":
+            raise ValueError("tensor_parallel: shards the model's weights unquantized; quantization must be none")
         if self.kind == "train_step" and self.train_step.autocast and self.dtype not in ("auto", "float32"):
             raise ValueError("train_step.autocast: needs float32 weights (dtype auto or float32), "
                              f"not {self.dtype}")

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 
 import benchd
-from benchd.api import compare, health, runs, schedules
+from benchd.api import compare, health, matrices, runs, schedules
 from benchd.api.admission import Memory
 from benchd.api.deps import Services
 from benchd.api.guard import validation_detail
@@ -79,7 +79,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         summary="Continuous, exact measurement of LLM generation speed.",
         lifespan=lifespan,
     )
-    for module in (runs, schedules, compare, health):
+    for module in (runs, matrices, schedules, compare, health):
         app.include_router(module.router)
 
     @app.exception_handler(StoreUnavailable)

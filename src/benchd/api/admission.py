@@ -13,6 +13,7 @@ from benchd.config import Settings
 from benchd.devices import DeviceError, Slot, targets
 from benchd.footprint import estimate, gib
 from benchd.presets import PRESETS
+from benchd.stack import unavailable
 from benchd.spec import ArrivalProfile, Concurrent, Constant, Gamma, Poisson, RunSpec, Sweep, length_upper_bound
 
 
@@ -103,6 +104,11 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
             problems.append(problem((*loc, "openai", "tokenizer"), reason))
         if workload.dataset is not None and (reason := _path_problem(workload.dataset.path, settings.model_roots)):
             problems.append(problem((*loc, "workload", "dataset", "path"), reason))
+    # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
+    # as it loads, with torch: a GPU's generation for float8).
+    for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in targets}):
+        for field, why in unavailable(spec.quantization, spec.attn_implementation, device_type):
+            problems.append(problem((*loc, field), why))
     if spec.kind == "train_step":
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:

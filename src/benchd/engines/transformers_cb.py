@@ -15,6 +15,7 @@ from transformers.generation.continuous_batching.utils import WorkloadHints
 from benchd.engines import EngineLoad, GenerationRequest, TokenSink
 from benchd.models import LoadedModel, greedy_config
 from benchd.spec import SpecError, TransformersOptions, Workload, length_upper_bound
+from benchd.stack import base_attention
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
@@ -94,8 +95,13 @@ class TransformersEngine:
     name = "transformers"
     dispatch_lead_s = 0.0  # the stage submits at the scheduled time
 
-    def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload) -> None:
+    def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload,
+                 attn_implementation: str | None = None) -> None:
         self._loaded = loaded
+        # An attention implementation the spec names is run as its paged variant, as named: transformers would
+        # otherwise switch sdpa to flash attention by itself where flash-attn is installed.
+        self._attention = None if attn_implementation is None else "paged|" + base_attention(attn_implementation)
+        self._attention_before: str | None = None
         self._config = cb_config(options, loaded.device.type)
         self._threads = cpu_threads(options, loaded.device.type)
         self._threads_before: int | None = None
@@ -146,6 +152,10 @@ class TransformersEngine:
             self._threads_before = torch.get_num_threads()
             torch.set_num_threads(self._threads)
         try:
+            model = self._loaded.model
+            if self._attention is not None and model.config._attn_implementation != self._attention:
+                self._attention_before = model.config._attn_implementation
+                model.set_attn_implementation(self._attention)
             self._manager = self._loaded.model.init_continuous_batching(
                 generation_config=self._generation,
                 continuous_batching_config=self._config,
@@ -155,7 +165,14 @@ class TransformersEngine:
             self._manager.start()
         except BaseException:
             self._restore_threads()
+            self._restore_attention()
             raise
+
+    def _restore_attention(self) -> None:
+        """The model is shared with the next engine (a static one runs the unpaged implementation)."""
+        if self._attention_before is not None:
+            self._loaded.model.set_attn_implementation(self._attention_before)
+            self._attention_before = None
 
     def _restore_threads(self) -> None:
         if self._threads_before is not None:
@@ -297,3 +314,4 @@ class TransformersEngine:
         self._manager.destroy()
         self._manager = None
         self._restore_threads()
+        self._restore_attention()

@@ -27,7 +27,8 @@ class LocalPool:
 
     def _load(self, ref: str, dtype: str, device: str, seed: int = 0, **kwargs: Any) -> LoadedModel:
         given = self._given
-        if given is not None and given.ref == ref:
+        if (given is not None and given.ref == ref and given.quantization == kwargs.get("quantization", "none")
+                and given.model.config._attn_implementation == kwargs.get("attn_implementation", "sdpa")):
             return given
         return load_model(ref, dtype, device, seed, **kwargs)
 

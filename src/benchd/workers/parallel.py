@@ -84,12 +84,13 @@ class Group:
     def tell(self, *command: Any) -> None:
         dist.broadcast_object_list([command], src=0, group=self.control)
 
-    def load(self, ref: str, dtype: str, device: str, seed: int = 0, *, trust_remote_code: bool = False) -> LoadedModel:
+    def load(self, ref: str, dtype: str, device: str, seed: int = 0, *, trust_remote_code: bool = False,
+             attn_implementation: str = "sdpa", quantization: str = "none") -> LoadedModel:
         """The model, sharded over the group: a preset is saved once with its seeded weights, then every rank
-        loads it with from_pretrained and tp_plan="auto"."""
+        loads it with from_pretrained and tp_plan="auto" (unquantized: the spec refuses quantization with it)."""
         path = materialize(ref, dtype, seed) if ref in PRESETS else ref
-        self.tell("load", ref, path, dtype, trust_remote_code)
-        return load_sharded(ref, path, dtype, trust_remote_code)
+        self.tell("load", ref, path, dtype, trust_remote_code, attn_implementation)
+        return load_sharded(ref, path, dtype, trust_remote_code, attn_implementation)
 
 
 def materialize(ref: str, dtype: str, seed: int) -> str:
@@ -108,14 +109,15 @@ def materialize(ref: str, dtype: str, seed: int) -> str:
     return str(path)
 
 
-def load_sharded(ref: str, path: str, dtype: str, trust_remote_code: bool = False) -> LoadedModel:
+def load_sharded(ref: str, path: str, dtype: str, trust_remote_code: bool = False,
+                 attn_implementation: str = "sdpa") -> LoadedModel:
     from transformers import AutoModelForCausalLM
     from transformers.distributed import DistributedConfig
 
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     torch_dtype = resolve_dtype(dtype, device)
     start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation="sdpa",
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
                                                  distributed_config=DistributedConfig(tp_plan="auto"),
                                                  trust_remote_code=trust_remote_code)
     model.eval()
