@@ -103,3 +103,25 @@ def test_a_run_past_its_deadline_is_stopped_and_failed(tmp_path):
         assert run["status"] == "failed" and "went past its limit of 4 s" in run["error"]
         assert time.monotonic() - started < 30 and run["summary"][0]["requests"] > 0
         wait_for(lambda: server.http.get("/readyz").json()["ready"], 30)
+
+
+def test_a_run_that_breaks_its_device_fails_and_the_worker_is_replaced(tmp_path):
+    """A device-side assert leaves a CUDA context unusable: the run ends failed with what the device said, its
+    records kept, and the worker exits after its "done" so that the next run gets a fresh one (on a CPU worker the
+    fault hook's stand-in marks the device broken as a real assert would; bench/worker_recovery.py --fault
+    device_assert triggers the real one on a GPU)."""
+    faults = {"workload": "assertme", "action": "device_assert", "after_s": 1.0}
+    with daemon(tmp_path, faults=faults) as server:
+        server.wait_ready()
+        first_pid = server.http.get("/readyz").json()["workers"][0]["pid"]
+        run = server.wait_status(submit(server, spec(duration=8, output=16, concurrency=2, name="assertme")),
+                                 "failed", "succeeded", timeout_s=120)
+        assert run["status"] == "failed", run
+        assert "device-side assert triggered" in run["error"] and "the worker is replaced" in run["error"], run["error"]
+        assert run["summary"][0]["requests"] > 0  # what was measured before the fault is kept
+        after = server.wait_status(submit(server, spec(requests=4)), "succeeded", "failed", timeout_s=120)
+        assert after["status"] == "succeeded", after["error"]
+        ready = server.http.get("/readyz").json()
+        assert ready["worker_restarts"] == 1 and ready["workers"][0]["pid"] != first_pid
+        page = server.http.get("/metrics").text
+        assert 'benchd_worker_restarts_total{hostname="test-node",reason="device_error"} 1.0' in page

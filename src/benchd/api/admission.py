@@ -106,7 +106,7 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
             problems.append(problem((*loc, "workload", "dataset", "path"), reason))
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
-    for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in targets}):
+    for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in chosen}):
         for field, why in unavailable(spec.quantization, spec.attn_implementation, device_type):
             problems.append(problem((*loc, field), why))
     if spec.kind == "train_step":

@@ -18,7 +18,7 @@ from benchd.spec import RunSpec, length_upper_bound
 from benchd.stack import base_attention
 from benchd.timed import run_timed
 from benchd.workers import protocol
-from benchd.workers.faults import Faults, arm
+from benchd.workers.faults import INJECTED_DEVICE_FAULT, Faults, arm
 from benchd.workers.outbox import Outbox
 from benchd.workload import contents, load_tokenizer, text_contents
 
@@ -40,6 +40,7 @@ class WorkerCore:
         self._send = threading.Lock()  # a run's events leave before its "done"
         self._cancelled: dict[str, str] = {}  # cancels that arrived before their run started
         self.phase = "idle"
+        self.broken: str | None = None  # a device error that outlives the run: the process must be replaced
 
     @property
     def activity(self) -> int:
@@ -96,6 +97,12 @@ class WorkerCore:
             if metadata is not None:
                 metadata.run_id = run_id
                 metadata.finished_at = utc_now()
+            self.broken = device_fault(None if spec.kind == "generate" and spec.engine == "openai"
+                                       else resolve_device(spec.device))
+            if self.broken:
+                status, stage = "failed", stage if status == "failed" else "run"
+                error = (f"{error}; " if error else "") + (f"the device is unusable after this run ({self.broken}): "
+                                                           "the worker is replaced before the next")
             with self._send:
                 self._flush()
                 self.emit((protocol.DONE, run_id, status, error, stage if status == "failed" else None,
@@ -219,6 +226,23 @@ class WorkerCore:
     def held(self) -> tuple[str, ...] | None:
         """The model kept loaded: (ref, dtype, device, quantization, attention implementation)."""
         return self._loaded_key
+
+
+def device_fault(device) -> str | None:
+    """Whether the device still works after a run: a CUDA device-side assert or illegal address leaves the process's
+    context unusable (every later call fails), which only a new process cures."""
+    if INJECTED_DEVICE_FAULT:
+        return INJECTED_DEVICE_FAULT[-1]
+    if device is None or device.type != "cuda":
+        return None
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+    except Exception as error:  # what the driver says, first line
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return None
 
 
 def _release_memory() -> None:

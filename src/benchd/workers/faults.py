@@ -12,7 +12,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Action = Literal["abort", "exit", "kill", "segfault", "hang", "stall", "slow", "error"]
+Action = Literal["abort", "exit", "kill", "segfault", "hang", "stall", "slow", "error", "device_assert"]
+# What an injected device fault left behind on a CPU worker, where no real device-side assert can happen: the
+# worker treats it as it treats a CUDA context a real one broke (workers/core.device_fault).
+INJECTED_DEVICE_FAULT: list[str] = []
 
 
 class Faults(BaseModel):
@@ -20,7 +23,9 @@ class Faults(BaseModel):
     NULL read; hang: a call that never returns and holds the GIL (a hung driver call: no heartbeat either); stall:
     the model's forward pass never returns (the worker still answers heartbeats, but makes no progress); slow:
     every forward pass takes delay_s longer (a slow GPU); error: every forward pass raises (an engine fault the
-    worker survives)."""
+    worker survives); device_assert: after after_s, a forward pass indexes out of bounds on the model's device (a
+    real device-side assert on CUDA, which leaves the process's CUDA context unusable; on a CPU, a stand-in that
+    marks the device broken the same way)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -39,7 +44,7 @@ class Faults(BaseModel):
 def arm(faults: Faults, model=None) -> threading.Event:
     """Start the fault for the run beginning now; setting the returned event disarms it (the run ended first)."""
     disarmed = threading.Event()
-    if faults.action in ("slow", "stall", "error"):
+    if faults.action in ("slow", "stall", "error", "device_assert"):
         if model is not None:
             started = time.perf_counter()
 
@@ -48,6 +53,9 @@ def arm(faults: Faults, model=None) -> threading.Event:
                     time.sleep(faults.delay_s)
                 elif faults.action == "error":
                     raise RuntimeError("injected engine fault")
+                elif faults.action == "device_assert":
+                    if time.perf_counter() - started > faults.after_s:
+                        device_assert(next(module.parameters()).device)
                 elif time.perf_counter() - started > faults.after_s:
                     time.sleep(10**6)  # releases the GIL: heartbeats go on, tokens stop
 
@@ -71,3 +79,14 @@ def arm(faults: Faults, model=None) -> threading.Event:
 
     threading.Thread(target=fire, name="benchd-fault", daemon=True).start()
     return disarmed
+
+
+def device_assert(device) -> None:
+    """An out-of-bounds index on the device: on CUDA the kernel's assert fires asynchronously and every later call
+    in the process fails with "device-side assert triggered"."""
+    import torch
+
+    if device.type == "cuda":
+        torch.zeros(1, device=device)[torch.full((1,), 2, device=device)].cpu()
+    INJECTED_DEVICE_FAULT.append("RuntimeError: device-side assert triggered (injected on the CPU)")
+    raise RuntimeError(INJECTED_DEVICE_FAULT[-1])

@@ -49,7 +49,7 @@ class RunSink(Protocol):
 
 @dataclass(slots=True)
 class Death:
-    reason: str  # exit | signal | oom | no_heartbeat | no_progress | start
+    reason: str  # exit | signal | oom | no_heartbeat | no_progress | start | device_error
     cause: str  # one line for the run's error, then the worker's last log lines
 
 
@@ -182,8 +182,16 @@ class WorkerHandle:
                 self._kill(death)
                 return
             if not self._process.is_alive():
+                self._drain(conn)  # what it sent before it ended (its last events, a "done") counts
                 self._died()
                 return
+
+    def _drain(self, conn) -> None:
+        try:
+            while conn.poll(0):
+                self._receive(conn.recv())
+        except (EOFError, OSError):
+            pass
 
     def _receive(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -243,6 +251,9 @@ class WorkerHandle:
         elif code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             death = Death("signal", f"the worker was killed by {name}")
+        elif code == protocol.EXIT_DEVICE_FAULT:
+            death = Death("device_error", "a run left the worker's device unusable (a CUDA device-side assert or "
+                                          "illegal address): a new worker gets a new CUDA context")
         else:
             death = Death("exit", f"the worker exited with code {code}")
         self._end(Death(death.reason, death.cause + self._log_tail()))

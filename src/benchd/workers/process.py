@@ -98,6 +98,10 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
         kind = command[0]
         if kind == protocol.RUN:
             core.run(*command[1:])
+            if core.broken:  # its "done" is sent: a new process gets a working device
+                print(f"benchd: the device is unusable after this run ({core.broken}); the worker exits",
+                      file=sys.stderr, flush=True)
+                os._exit(protocol.EXIT_DEVICE_FAULT)
         elif kind == protocol.WARM:
             core.warm(*command[1:])
         elif kind == protocol.STOP:

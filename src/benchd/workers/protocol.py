@@ -38,5 +38,7 @@ from __future__ import annotations
 RUN, CANCEL, WARM, STOP = "run", "cancel", "warm", "stop"
 HELLO, HEARTBEAT, EVENTS, WARMED, DONE = "hello", "heartbeat", "events", "warmed", "done"
 
+EXIT_DEVICE_FAULT = 75  # the worker's exit code when a run left its device unusable (its "done" went first)
+
 HEARTBEAT_S = 0.5
 BATCH_S = 0.1  # how often a run's events leave the worker
