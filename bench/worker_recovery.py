@@ -1,7 +1,8 @@
 """How long a worker takes to start, and how soon after a worker dies mid-run the next run is measuring: a live
-daemon with a fault injected into one workload (SIGABRT one second into it), then an ordinary run at once.
+daemon with a fault injected into one workload one second into it (SIGABRT, or a device-side assert: a real
+out-of-bounds index on the GPU, which leaves the CUDA context unusable), then an ordinary run at once.
 
-    python bench/worker_recovery.py [--device cpu|cuda] [--model tiny] [--repeats 3]
+    python bench/worker_recovery.py [--device cpu|cuda] [--model tiny] [--repeats 3] [--fault abort|device_assert]
 
 Prints, per repeat: daemon start → ready (the worker spawned, torch imported, the model loaded), the worker's own
 death → replacement answering (from /readyz), and the failed run's end → the next run's first request row."""
@@ -42,6 +43,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fault", choices=("abort", "device_assert"), default="abort")
     parser.add_argument("--port", type=int, default=18431)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
@@ -49,7 +51,7 @@ def main() -> int:
     env = {**os.environ, "BENCHD_PORT": str(args.port), "BENCHD_MODEL": args.model, "BENCHD_DEVICE": args.device,
            "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_DATABASE_URL": f"sqlite:///{work}/benchd.db",
            "BENCHD_SPOOL_DIR": str(work / "spool"), "BENCHD_WORKERS__LOG_DIR": str(work / "workers"),
-           "BENCHD_FAULTS__WORKLOAD": "crash", "BENCHD_FAULTS__ACTION": "abort", "BENCHD_FAULTS__AFTER_S": "1",
+           "BENCHD_FAULTS__WORKLOAD": "crash", "BENCHD_FAULTS__ACTION": args.fault, "BENCHD_FAULTS__AFTER_S": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     cache = {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256} if args.device == "cpu" else {}
     body = {"transformers": cache, "workload": {"arrivals": {"profile": "concurrent", "concurrency": 4},
@@ -82,8 +84,9 @@ def main() -> int:
     finally:
         daemon.terminate()
         daemon.wait(120)
-    Path(args.out, "worker_recovery.json").write_text(json.dumps({"start_to_ready_s": start_to_ready, "runs": rows}))
-    print(f"\n{args.model} on {args.device}: start → ready {start_to_ready:.2f} s; worker death → replacement ready "
+    Path(args.out, f"worker_recovery_{args.fault}.json").write_text(json.dumps({"start_to_ready_s": start_to_ready,
+                                                                                "runs": rows}))
+    print(f"\n{args.model} on {args.device}, {args.fault}: start → ready {start_to_ready:.2f} s; worker death → replacement ready "
           f"median {statistics.median(r['restart_s'] for r in rows):.2f} s; failed run → next run measuring median "
           f"{statistics.median(r['crash_to_next_measuring_s'] for r in rows):.2f} s over {len(rows)} crashes")
     return 0
