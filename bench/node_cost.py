@@ -121,7 +121,11 @@ def main() -> None:
     env = {**os.environ, "BENCHD_PORT": str(args.port), "BENCHD_DEVICE": args.device, "BENCHD_MODEL": args.model,
            "BENCHD_DEVICES": args.devices,
            "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_DATABASE_URL": f"sqlite:///{scratch}/benchd.db",
-           "BENCHD_SPOOL_DIR": str(scratch / "spool"), "BENCHD_WORKERS__LOG_DIR": str(scratch / "workers")}
+           "BENCHD_SPOOL_DIR": str(scratch / "spool"), "BENCHD_WORKERS__LOG_DIR": str(scratch / "workers"),
+           # the daemon runs in the scratch directory: a relative PYTHONPATH (src) would no longer find benchd
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent / "src"),
+                                          *(str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(
+                                              os.pathsep) if p)])}
     log = open(scratch / "serve.log", "w")
     daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=scratch, stdout=log,
                               stderr=subprocess.STDOUT)

@@ -78,7 +78,7 @@ def main() -> int:
             wait(lambda: http.get(f"/runs/{after}").json()["status"] in ("failed", "succeeded"), 300)
             ready = http.get("/readyz").json()
             rows.append({"repeat": repeat, "restart_s": ready["last_restart_s"], "crash_to_next_measuring_s": measuring,
-                         "error": http.get(f"/runs/{crash}").json()["error"].splitlines()[0],
+                         "error": (http.get(f"/runs/{crash}").json()["error"] or "none: the run succeeded").splitlines()[0],
                          "next_status": http.get(f"/runs/{after}").json()["status"]})
             print(json.dumps(rows[-1]), flush=True)
     finally:

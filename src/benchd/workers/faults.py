@@ -44,7 +44,8 @@ class Faults(BaseModel):
 def arm(faults: Faults, model=None) -> threading.Event:
     """Start the fault for the run beginning now; setting the returned event disarms it (the run ended first)."""
     disarmed = threading.Event()
-    if faults.action in ("slow", "stall", "error", "device_assert"):
+    on_cuda = model is not None and next(model.parameters()).device.type == "cuda"
+    if faults.action in ("slow", "stall", "error") or (faults.action == "device_assert" and not on_cuda):
         if model is not None:
             started = time.perf_counter()
 
@@ -76,6 +77,11 @@ def arm(faults: Faults, model=None) -> threading.Event:
             ctypes.string_at(0)
         elif faults.action == "hang":
             ctypes.PyDLL(None).sleep(10**6)  # libc sleep through PyDLL keeps the GIL: every thread stops
+        elif faults.action == "device_assert":  # from this thread: CUDA graphs replay without calling forward
+            try:
+                device_assert(next(model.parameters()).device)
+            except Exception:  # the assert poisons the whole context; the engine's next call fails with it
+                pass
 
     threading.Thread(target=fire, name="benchd-fault", daemon=True).start()
     return disarmed
