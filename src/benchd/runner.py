@@ -206,8 +206,12 @@ class Stage:
         try:
             record = self.recorder.completions.get(timeout=max(limit, 0.0))
         except queue.Empty:
-            return None
-        self.in_flight.pop(record.request_id, None)
+            record = None
+        if record is not None:
+            self.in_flight.pop(record.request_id, None)
+        if (record is None or record.error) and not self.engine.alive():
+            # A dead engine fails every request at once: a closed loop would send thousands a second to it.
+            raise EngineStopped(f"the engine stopped{f' ({record.error})' if record is not None else ''}")
         return record
 
     def _sample_load(self) -> None:
@@ -244,6 +248,10 @@ class Stage:
             self.recorder.finished(request_id, self.end_s, reason)
         self.in_flight.clear()
         self.outbox.put("stage_end", self.index, status, self.end_s, self.kv_peak)
+
+
+class EngineStopped(RuntimeError):
+    """The engine's loop ended during a stage (a fault in it): the stage ends failed with what it measured."""
 
 
 def check_fits(spec: RunSpec, max_positions: int | None) -> None:

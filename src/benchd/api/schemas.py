@@ -80,7 +80,7 @@ class WorkerView(BaseModel):
     name: str
     device: str  # its slot: cuda:0, or cuda:0+cuda:1 for a tensor-parallel group
     gpu: str  # the gpu label of its series: NVML's index (0+1 for a group), cpu:N for CPU workers, "" for the CPU
-    state: str  # starting | ready | dead | stopped
+    state: str  # starting | ready | exiting (its device broke: replaced after its run) | dead | stopped
     pid: int | None
     busy: bool
     load_error: str | None  # why the daemon's model did not load in it

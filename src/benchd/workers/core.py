@@ -105,6 +105,8 @@ class WorkerCore:
                                                            "the worker is replaced before the next")
             with self._send:
                 self._flush()
+                if self.broken:  # before its done: the daemon hands the next run to the replacement
+                    self.emit((protocol.EXITING, self.broken))
                 self.emit((protocol.DONE, run_id, status, error, stage if status == "failed" else None,
                            metadata.model_dump(mode="json") if metadata is not None else None))
                 self._run = None

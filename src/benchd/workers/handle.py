@@ -171,7 +171,7 @@ class WorkerHandle:
 
     def _watch(self) -> None:
         conn = self._conn
-        while self.state in ("starting", "ready") and not self._stopping and not self._stop_watching:
+        while self.state in ("starting", "ready", "exiting") and not self._stopping and not self._stop_watching:
             try:
                 if conn.poll(0.25):
                     self._receive(conn.recv())
@@ -208,6 +208,8 @@ class WorkerHandle:
             run, self._run = self._run, None
             if run is not None and run[0] == message[1]:
                 run[1].done(*message[2:])
+        elif kind == protocol.EXITING:
+            self.state = "exiting"  # no run is handed to it; its exit brings a replacement
         elif kind == protocol.WARMED:
             self._warm = {"error": message[2], "load_s": message[3]}
             self._warmed.set()

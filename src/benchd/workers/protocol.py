@@ -14,6 +14,8 @@ Messages, worker → daemon:
                                      weights, a warm engine's KV cache, what it would release for another model
   ("events", run_id, [event, …])     a run's records and samples, in batches every BATCH_S
   ("warmed", model, error, load_s)   the answer to "warm"
+  ("exiting", reason)                its device is unusable after this run: it exits after its "done" (take no
+                                     more runs to it)
   ("done", run_id, status, error, error_stage, metadata)   a run's end, after its last events
 
 Events of a run (worker-side stamps are time.perf_counter(): CLOCK_MONOTONIC on Linux, comparable between
@@ -36,7 +38,7 @@ processes, so every latency is derived in the daemon exactly as it would be in t
 from __future__ import annotations
 
 RUN, CANCEL, WARM, STOP = "run", "cancel", "warm", "stop"
-HELLO, HEARTBEAT, EVENTS, WARMED, DONE = "hello", "heartbeat", "events", "warmed", "done"
+HELLO, HEARTBEAT, EVENTS, WARMED, DONE, EXITING = "hello", "heartbeat", "events", "warmed", "done", "exiting"
 
 EXIT_DEVICE_FAULT = 75  # the worker's exit code when a run left its device unusable (its "done" went first)
 
