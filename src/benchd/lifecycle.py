@@ -133,5 +133,5 @@ def deadline_s(spec: RunSpec, max_duration_s: float) -> float:
     """How long a run from HTTP may run its requests (or timed stages) before it is stopped: the limit per stage,
     and one more for what is in flight when dispatching ends. Admission already refused what could not send its
     requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
-    stages = len(spec.workload.stages()) if spec.kind == "generate" else 1
+    stages = spec.workload.stage_count() if spec.kind == "generate" else 1
     return max_duration_s * (stages + 1)

@@ -21,8 +21,8 @@ NOISE_SIGMAS = 3.0
 
 
 class ValidityRules(Strict):
-    """A stage breaking any rule gets the verdict invalid, with each reason. The daemon's BENCHD_VALIDITY__* settings
-    fill in the fields a spec leaves unset; the resolved rules are stored with the run."""
+    """A stage breaking any rule gets the verdict invalid, with each reason. The rules are the workload's (stored with
+    its spec), the defaults below where it sets none."""
 
     # Client fidelity, open loop only (a closed loop's pace is the engine's): the dispatcher's own lateness (p99 of
     # sent − scheduled), and the rate it sent at against the rate it was scheduled to.

@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from benchd.outcome import StageResult
 from benchd.records import RequestRecord, summarize
 from benchd.spec import RunSpec
 from benchd.store import migrate
@@ -245,15 +246,22 @@ class Store:
     @staticmethod
     def _summaries_from_rows(db: sa.Connection, run_id: str, spec: dict) -> list[dict]:
         try:
-            slo = RunSpec.model_validate(spec).workload.slo
+            parsed = RunSpec.model_validate(spec)
         except ValueError:
-            slo = None
+            parsed = None
         stages: dict[int, tuple[str, list[RequestRecord]]] = {}
         for row in db.execute(requests.select().where(requests.c.run_id == run_id)
                               .order_by(requests.c.stage_index, requests.c["index"])).mappings():
             stages.setdefault(row["stage_index"], (row["stage"] or "", []))[1].append(RequestRecord.from_row(row))
-        return [summarize(label, "interrupted", records, slo).model_dump(mode="json")
-                for _, (label, records) in sorted(stages.items())]
+        out = []
+        for index, (label, records) in sorted(stages.items()):
+            if parsed is None:
+                out.append(summarize(label, "interrupted", records))
+            else:
+                stage = StageResult.of(parsed, index, label, 0.0)
+                stage.records, stage.status = records, "interrupted"
+                out.append(stage.summary())
+        return [s.model_dump(mode="json") for s in out]
 
     # ---- reads -----------------------------------------------------------------------------------
 
