@@ -88,6 +88,11 @@ def live() -> dict:
     layout.add(prom_panel("Energy per output token (latest run)", "J", [
         (f"benchd_run_energy_per_output_token_joules{{{SEL}}}", "{{workload}}"),
     ]))
+    layout.add(prom_panel("Every GPU: output tok/s ÷ its siblings' median (latest run)", "percentunit", [
+        ('benchd_gpu_relative_throughput{workload=~"$workload"}', "{{workload}} GPU {{gpu}}"),
+        ('benchd_gpu_outlier{workload=~"$workload"}', "{{workload}} GPU {{gpu}} slow (1) or not (0)"),
+    ], description="Runs with placement every_gpu: each GPU against the median of the others; a GPU marked slow is "
+                   "slower beyond the threshold with the bootstrap interval agreeing (alert BenchdGPUOutlier)."))
     layout.add(prom_panel("GPU utilization", "percentunit", [
         (f"benchd_gpu_utilization_ratio{{{GPU}}}", "GPU {{gpu}} {{name}}"),
     ]))
@@ -143,7 +148,9 @@ LEGEND = "r.model || ' · ' || r.workload || ' · ' || COALESCE(r.label, r.run_m
 
 
 def series_sql(value: str, joined: bool = True) -> str:
-    source = "runs r JOIN run_stages s ON s.run_id = r.id AND s.stage_index = 0" if joined else "runs r"
+    # gpu = '': the whole run (a run on every GPU keeps a row per GPU beside it)
+    source = ("runs r JOIN run_stages s ON s.run_id = r.id AND s.stage_index = 0 AND s.gpu = ''" if joined
+              else "runs r")
     return (f"SELECT r.finished_at AS \"time\", {LEGEND} AS metric, {value} AS value\n"
             f"FROM {source}\n"
             f"WHERE $__timeFilter(r.finished_at) AND r.status = 'succeeded' AND {FILTER} AND {value} IS NOT NULL\n"

@@ -230,8 +230,10 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
     with HTTPReceiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+        # Two CPU workers: a run on every "GPU" feeds the per-GPU panels.
         settings = Settings(database_url=postgres_url, device="cpu", dtype="float32", default_schedule=False,
-                            hardware_interval_s=0.2)
+                            hardware_interval_s=0.2, devices=["cpu:0", "cpu:1"], spool_dir=str(tmp_path / "spool"),
+                            workers={"log_dir": str(tmp_path / "workers")})
         app = create_app(settings, hardware_reader=lambda: reader(FakeGPU("GPU-e2e-0")))
         with LiveServer(app) as server:
             server.wait_ready()
@@ -253,6 +255,7 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                 server.http.post("/schedules", json={"name": "live", "spec": spec(requests=8, output=6),
                                                      "interval_s": 0.5})
                 server.http.post("/runs", json=spec(requests=6, output=4, name="other"))
+                server.http.post("/runs", json={**spec(requests=6, output=4, name="fleet"), "placement": "every_gpu"})
                 started = time.time()
 
                 def query(expr: str) -> list:
@@ -308,7 +311,7 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
         with engine.connect() as db:
             models = [row[0] for row in db.execute(sa.text("SELECT DISTINCT model FROM runs"))]
             workloads = [row[0] for row in db.execute(sa.text("SELECT DISTINCT workload FROM runs"))]
-            assert set(workloads) == {"short", "other"}
+            assert set(workloads) == {"short", "other", "fleet"}
             history = dashboards()["benchd-history.json"]
             queries = [t["rawSql"] for p in history["panels"] for t in p["targets"]]
             queries += [v["query"] for v in history["templating"]["list"]]

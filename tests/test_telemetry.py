@@ -19,7 +19,7 @@ from benchd.tracing import build_tracer_provider
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
 from tests.otlp import GRPCReceiver, HTTPReceiver
 
-LABELS = {"model": "tiny", "engine": "transformers", "workload": "test"}
+LABELS = {"model": "tiny", "engine": "transformers", "workload": "test", "gpu": ""}
 
 
 def value(registry, name, **labels):
@@ -314,7 +314,7 @@ def test_live_daemon_metrics_in_both_formats(tmp_path):
         assert om_response.text.endswith("# EOF\n")
         text_response = server.http.get("/metrics")
         assert text_response.headers["content-type"].startswith("text/plain")
-        labels = {"model": "tiny", "engine": "transformers", "workload": "short", "hostname": NODE}
+        labels = {"model": "tiny", "engine": "transformers", "workload": "short", "gpu": "", "hostname": NODE}
         for families in (parse_openmetrics(om_response.text), parse_text(text_response.text)):
             samples = {(s.name, tuple(sorted(s.labels.items()))): s for f in families for s in f.samples}
 

@@ -72,6 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_here(args: argparse.Namespace, spec, console) -> int:
     """The run on a worker process of its own, through the daemon's lifecycle: the CLI measures as the daemon does."""
+    import os
     import signal
     import tempfile
     import uuid
@@ -79,6 +80,7 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from benchd.devices import DeviceError, pick, resolve
     from benchd.hardware import HardwareReader
     from benchd.lifecycle import Lifecycle
     from benchd.report import print_summary, write_outputs
@@ -100,10 +102,21 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
             tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
         bar.update(tasks[p.stage_index], completed=p.completed)
 
-    pool = WorkerPool([spec.device], WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
-    pool.start()
     sampler = HardwareSampler(HardwareReader.default())
     sampler.start()
+    try:
+        slots = resolve(os.environ.get("BENCHD_DEVICES", "all") if not spec.device.startswith("cpu") else [spec.device],
+                        sampler.reader.nvml.devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if spec.placement != "every_gpu":  # one worker, where the spec runs
+            slots = [s for s in [pick(slots, spec.device)] if s is not None]
+        if not slots:
+            raise DeviceError(f"device: {spec.device} is not here")
+    except DeviceError as error:
+        sampler.stop()
+        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
+        return EXIT_BAD_SPEC
+    pool = WorkerPool(slots, WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
+    pool.start()
     dropped = {"spans": 0}
     telemetry = Telemetry(tracer_provider=build_tracer_provider(
         on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)))
@@ -112,7 +125,7 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
     try:
         with bar:
-            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, stop,
+            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, slots[0].key, stop,
                                                                   on_progress)
     finally:
         pool.stop()

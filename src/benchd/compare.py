@@ -77,7 +77,7 @@ def _bootstrap(a: list[np.ndarray], b: list[np.ndarray], statistic, confidence: 
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
-def _change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], statistic, threshold: float,
+def metric_change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], statistic, threshold: float,
             confidence: float, min_samples: int, higher_is_worse: bool, rng: np.random.Generator,
             resamples: int) -> MetricChange:
     """a, b: each side's samples, one list per run."""
@@ -108,13 +108,13 @@ def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95,
             # A percentile needs observations beyond it: at least 10 in its tail (p99: 1,000 samples), else its
             # bootstrap interval is an artefact of the few largest values.
             needed = max(min_samples, round(10 / (1 - p / 100)))
-            metrics.append(_change(
+            metrics.append(metric_change(
                 f"{name}.p{p}", a.samples.get(name, []), b.samples.get(name, []),
                 lambda x, p=p: np.percentile(x, p), threshold, confidence, needed,
                 higher_is_worse=True, rng=rng, resamples=resamples))
     # Run-level figures: the runs are the samples.
     for name, worse in (("output_tokens_per_s", False), ("energy_per_token_j", True)):
-        metrics.append(_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
+        metrics.append(metric_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
                                min_runs, higher_is_worse=worse, rng=rng, resamples=resamples))
     return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics)
 

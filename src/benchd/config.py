@@ -43,7 +43,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     model: str = "tiny"  # the daemon's model: specs without one run on it
-    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
+    device: Annotated[str, Field(pattern=r"^(auto|cpu(:\d+)?|cuda(:\d+)?)$")] = "auto"
+    # Where workers run, one process each: all (every GPU CUDA_VISIBLE_DEVICES leaves visible; the CPU where there
+    # is none, or when BENCHD_DEVICE is cpu), or a list: cuda:N (the N-th visible GPU), cpu, cpu:0 … cpu:K.
+    devices: str | list[str] = "all"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     database_url: str = "sqlite:///benchd.db"
     # Every write is journaled here first and applied when the database answers; past spool_max_bytes of writes

@@ -9,6 +9,7 @@ import logging
 import threading
 
 from benchd.config import Settings
+from benchd.devices import Slot
 from benchd.events import RunEvent, RunEvents
 from benchd.hooks import Hooks
 from benchd.ingest import Progress
@@ -30,12 +31,11 @@ __all__ = ["Daemon", "QueueFull"]
 
 class Daemon:
     def __init__(self, settings: Settings, store: Store, telemetry: Telemetry, sampler: HardwareSampler | None,
-                 events: RunEvents) -> None:
+                 events: RunEvents, slots: list[Slot]) -> None:
         self.settings, self.store, self.telemetry, self.events = settings, store, telemetry, events
         self.metrics: Metrics | None = telemetry.metrics
         self.queue = RunQueue(settings.queue_max)
-        self.pool = WorkerPool([settings.device], settings.workers, (settings.model, settings.dtype, settings.device),
-                               on_restart=self._restarted,
+        self.pool = WorkerPool(slots, settings.workers, (settings.model, settings.dtype), on_restart=self._restarted,
                                watch=sampler.watch_process if sampler is not None else lambda name, pid: None)
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults)

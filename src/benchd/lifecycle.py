@@ -1,22 +1,25 @@
-"""A run from the daemon's side, for every kind of run and for the daemon and the CLI alike: handed to a worker,
-its events ingested as they come, watched against its deadline, then judged, timed against the hardware, traced
-and stored. Nothing it meets stops the caller: a failure is the run's status, with where it happened."""
+"""A run from the daemon's side, for every kind of run and for the daemon and the CLI alike: handed to a worker (or
+to every GPU's worker at once), its events ingested as they come, watched against its deadline, then judged, timed
+against the hardware, traced and stored. Nothing it meets stops the caller: a failure is the run's status, with
+where it happened."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from benchd import timeline
 from benchd.ingest import Progress, RunIngest
 from benchd.outcome import RunResult, StageResult
+from benchd.parts import ProgressSum, merge, verdicts
 from benchd.records import RequestRecord
 from benchd.sampler import HardwareSampler, Recording
 from benchd.spec import RunSpec
 from benchd.stopping import StopSignal
 from benchd.store import RequestWriter, StageRequests, Store
-from benchd.telemetry import Telemetry
+from benchd.telemetry import RunTelemetry, Telemetry
 from benchd.timeline import StageSpan
 from benchd.workers.pool import WorkerPool
 
@@ -26,76 +29,113 @@ POLL_S = 0.2
 CANCEL_GRACE_S = 60.0  # a worker told to stop that has not within this is hung: it is killed
 
 
+@dataclass(slots=True)
+class Part:
+    """The run on one worker: all of it, or one GPU's share of a run on every GPU."""
+
+    device: str  # the worker's slot key
+    gpu: str  # its label
+    observer: RunTelemetry
+    ingest: RunIngest
+
+
 class Lifecycle:
     def __init__(self, pool: WorkerPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
-                 store: Store | None = None, faults: dict | None = None) -> None:
+                 store: Store | None = None, faults: dict | None = None, threshold: float = 0.05,
+                 confidence: float = 0.95) -> None:
         self.pool, self.telemetry, self.hardware, self.store, self.faults = pool, telemetry, hardware, store, faults
+        self.threshold, self.confidence = threshold, confidence
 
     def execute(self, run_id: str, spec: RunSpec, device: str, stop: StopSignal,
                 on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None) -> RunResult:
-        """Run the spec on the device's worker and return what it left, whatever happens; with a store, every
-        request is written as it finishes and the run's end once it is known."""
-        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name)
+        """Run the spec on the device's worker (placement every_gpu: on every worker at once) and return what it
+        left, whatever happens; with a store, every request is written as it finishes and the run's end once known."""
+        slots = self.pool.slots if spec.placement == "every_gpu" else [self.pool.slot_for(device)]
+        single = len(slots) == 1
+        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "")
         writer = self.store.requests_writer(run_id) if self.store is not None else None
-        keys: dict[int, StageRequests] = {}
-
-        def finished(stage: StageResult, record: RequestRecord) -> None:
-            key = keys.get(stage.index) or keys.setdefault(stage.index, StageRequests(stage.index, stage.label,
-                                                                                      stage.start_s))
-            writer.add(key, record)
-
-        ingest = RunIngest(spec, observer, finished if writer is not None else None, on_progress)
+        progress = ProgressSum(on_progress, len(slots))
+        parts = []
+        for i, slot in enumerate(slots):
+            part_observer = observer if single else observer.part(slot.gpu)
+            finished = self._writes(writer, slot.gpu if not single else "") if writer is not None else None
+            parts.append(Part(slot.key, slot.gpu, part_observer,
+                              RunIngest(spec, part_observer, finished, progress.of(i) if on_progress else None)))
         recording: Recording | None = None
         started = time.perf_counter()
         try:
             recording = self.hardware.begin() if self.hardware is not None else None
             started = time.perf_counter()
             observer.run_started(started)
-            self.pool.submit(device, run_id, spec.model_dump(mode="json"), self.faults, ingest,
-                             wait_s=self.pool.settings.start_timeout_s, trace_id=observer.run_trace_id)
-            self._wait(run_id, device, ingest, stop, started, deadline_s)
+            for part in parts:
+                if part.observer is not observer:
+                    part.observer.run_started(started)
+                self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
+                                 wait_s=self.pool.settings.start_timeout_s, trace_id=observer.run_trace_id)
+            late = self._wait(run_id, parts, stop, started, deadline_s)
         except Exception as error:  # the run's one boundary in the daemon: the failure is recorded, measures kept
             log.exception("run %s failed in the daemon", run_id)
-            if not ingest.ended.is_set():
-                ingest.result.status, ingest.result.error = "failed", f"{type(error).__name__}: {error}"
-                ingest.result.error_stage = "daemon"
-        result = ingest.result
-        if result.status == "running":  # the worker never answered (the daemon is stopping)
-            result.status, result.error_stage = "interrupted", "worker"
-        result.judge()
-        self._finish(run_id, result, ingest, observer, recording, started, writer)
+            late = None
+            for part in parts:
+                if not part.ingest.ended.is_set():
+                    result = part.ingest.result
+                    result.status, result.error, result.error_stage = ("failed", f"{type(error).__name__}: {error}",
+                                                                        "daemon")
+        for part in parts:
+            result = part.ingest.result
+            if result.status == "running":  # the worker never answered (the daemon is stopping)
+                result.status, result.error_stage = "interrupted", "worker"
+            result.judge()
+        result = parts[0].ingest.result if single else merge(spec, {p.gpu: p.ingest.result for p in parts})
+        if late is not None:
+            result.status, result.error_stage = "failed", "run"
+            result.error = (f"the run went past its limit of {late:g} s (BENCHD_LIMITS__MAX_DURATION_S per stage) "
+                            "and was stopped")
+        self._finish(run_id, result, parts, observer, recording, started, writer)
         return result
 
-    def _wait(self, run_id: str, device: str, ingest: RunIngest, stop: StopSignal, started: float,
-              deadline_s: float | None) -> None:
-        told: float | None = None  # when the worker was told to stop
+    @staticmethod
+    def _writes(writer: RequestWriter, gpu: str) -> Callable[[StageResult, RequestRecord], None]:
+        keys: dict[int, StageRequests] = {}
+
+        def finished(stage: StageResult, record: RequestRecord) -> None:
+            key = keys.get(stage.index) or keys.setdefault(
+                stage.index, StageRequests(stage.index, stage.label, stage.start_s, gpu))
+            writer.add(key, record)
+
+        return finished
+
+    def _wait(self, run_id: str, parts: list[Part], stop: StopSignal, started: float,
+              deadline_s: float | None) -> float | None:
+        """Until every part has ended; the deadline when it was passed (the run was stopped), else None."""
+        told: float | None = None  # when the workers were told to stop
         late = False
         while True:
             now = time.perf_counter()
             # The deadline counts from when requests start: loading a model is bounded by the worker's own watch.
-            running = next((t for name, t in ingest.phases if name == "run"), None)
-            if told is None and deadline_s is not None and running is not None and now - running > deadline_s:
-                late = True
-                self.pool.cancel(device, run_id, "cancelled")
-                told = now
+            running = [t for p in parts for name, t in p.ingest.phases if name == "run"]
+            if told is None and deadline_s is not None and running and now - min(running) > deadline_s:
+                late, reason = True, "cancelled"
             elif told is None and stop.is_set():
-                self.pool.cancel(device, run_id, stop.reason)
+                reason = stop.reason
+            else:
+                reason = None
+            if reason is not None:
+                for part in parts:
+                    self.pool.cancel(part.device, run_id, reason)
                 told = now
             elif told is not None and now - told > CANCEL_GRACE_S:
-                self.pool.kill(device, "no_progress", f"the run did not stop within {CANCEL_GRACE_S:g} s of "
-                                                      "being told to")
+                for part in parts:
+                    if not part.ingest.ended.is_set():
+                        self.pool.kill(part.device, "no_progress",
+                                       f"the run did not stop within {CANCEL_GRACE_S:g} s of being told to")
                 told = float("inf")
-            if ingest.ended.wait(POLL_S):
-                break
-        if late:
-            result = ingest.result
-            result.status, result.error_stage = "failed", "run"
-            result.error = (f"the run went past its limit of {deadline_s:g} s (BENCHD_LIMITS__MAX_DURATION_S per "
-                            "stage) and was stopped")
+            if all(p.ingest.ended.wait(POLL_S / len(parts)) for p in parts):
+                return deadline_s if late else None
 
-    def _finish(self, run_id: str, result: RunResult, ingest: RunIngest, observer, recording: Recording | None,
-                started: float, writer: RequestWriter | None) -> None:
-        """Hardware, timeline, spans and the store: each on its own, so one failing leaves the others done."""
+    def _finish(self, run_id: str, result: RunResult, parts: list[Part], observer: RunTelemetry,
+                recording: Recording | None, started: float, writer: RequestWriter | None) -> None:
+        """Hardware, timeline, verdicts, spans and the store: each on its own, so one failing leaves the others."""
         end = time.perf_counter()
         try:
             if recording is not None:
@@ -106,17 +146,41 @@ class Lifecycle:
                 observer.energy(result.hardware.energy_per_output_token_joules)
             spans = [StageSpan(s.index, s.label, s.start_s, s.end_s or (w[1] if (w := s.window()) else end))
                      for s in result.stages]
-            result.timeline = timeline.build(started, spans, ingest.load_samples(),
+            load = [sample for part in parts for sample in part.ingest.load_samples()]
+            result.timeline = timeline.build(started, spans, load,
                                              recording.snapshots if recording is not None else [])
         except Exception:  # the hardware's boundary: a failing sampler means fewer figures, never a lost run
             log.exception("run %s: the hardware summary failed", run_id)
+        if result.parts is not None:
+            try:
+                result.parts["verdicts"] = verdicts(result, self.threshold, self.confidence)
+                self._export_verdicts(result)
+            except Exception:  # the comparison's boundary: the run keeps its figures without it
+                log.exception("run %s: comparing its GPUs failed", run_id)
         if result.metadata is not None:
             result.metadata.trace_id = observer.run_trace_id
-        observer.trace_requests([r for stage in result.stages for r in stage.records])
+        for part in parts:
+            part.observer.trace_requests([r for stage in part.ingest.result.stages for r in stage.records])
+            if part.observer is not observer:
+                part.observer.run_finished(end, part.ingest.result.status, part.ingest.result.error)
         observer.run_finished(end, result.status, result.error)
-        if self.store is None:
+        if self.store is not None:
+            self._store(run_id, result, parts, writer)
+
+    def _export_verdicts(self, result: RunResult) -> None:
+        metrics = self.telemetry.metrics
+        if metrics is None:
             return
-        writer.close((StageRequests(s.index, s.label, s.start_s), s.records) for s in result.stages)
+        for verdict in result.parts["verdicts"]:
+            workload, gpu = result.spec.name, verdict["gpu"]
+            if verdict["relative_throughput"] is not None:
+                metrics.gpu_relative_throughput.labels(workload, gpu).set(verdict["relative_throughput"])
+            metrics.gpu_outlier.labels(workload, gpu).set(float(verdict["outlier"]))
+
+    def _store(self, run_id: str, result: RunResult, parts: list[Part], writer: RequestWriter) -> None:
+        gpu = "" if len(parts) == 1 else None
+        writer.close((StageRequests(s.index, s.label, s.start_s, gpu if gpu is not None else p.gpu), s.records)
+                     for p in parts for s in p.ingest.result.stages)
         summaries = [s.model_dump(mode="json") for s in result.summaries()]
         meta = result.metadata.model_dump(mode="json") if result.metadata is not None else None
         self.store.finish_run(
@@ -124,7 +188,7 @@ class Lifecycle:
             subject=result.spec.subject, label=meta.get("label") if meta else result.spec.label,
             summaries=summaries, metadata=meta,
             hardware=result.hardware.model_dump(mode="json") if result.hardware is not None else None,
-            timeline=result.timeline,
+            timeline=result.timeline, parts=result.parts,
             timings_rows=[{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
                            "seconds": t.seconds} for t in result.timings])
 

@@ -18,7 +18,9 @@ from prometheus_client.samples import Exemplar, Sample
 from prometheus_client.utils import floatToGoString
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-LABELS = ("model", "engine", "workload")
+# gpu: NVML's index of the GPU a run (or a part of a run on every GPU) ran on, as the hardware series' gpu; empty
+# on a CPU and for a server's runs. Bounded by the GPUs of the node.
+LABELS = ("model", "engine", "workload", "gpu")
 MAX_SERIES = 10_000  # per family, whatever clients send
 # The node's label on every series: DCGM exporter's name for it (released versions up to 4.5.3-4.8.2 spell it
 # Hostname; its main branch renamed it hostname, as Prometheus' lower-case convention has it), so that benchd's and
@@ -308,6 +310,12 @@ class Metrics:
                                  "baseline on this metric.", ("workload", "metric"))
         self.regression_change = family(HotGauge, "benchd_regression_relative_change",
                                         "(latest − baseline) / baseline for this metric.", ("workload", "metric"))
+        self.gpu_relative_throughput = family(
+            HotGauge, "benchd_gpu_relative_throughput", "In the latest run of this workload on every GPU: this GPU's "
+            "output tok/s ÷ the median of its siblings'.", ("workload", "gpu"))
+        self.gpu_outlier = family(HotGauge, "benchd_gpu_outlier", "1 when this GPU was slower than its siblings in "
+                                  "the latest run of this workload on every GPU, beyond the threshold and with the "
+                                  "interval agreeing.", ("workload", "gpu"))
         self.step_duration = histogram("benchd_step_duration_seconds",
                                        "A measured training step's phase (forward, backward, optimizer) and the "
                                        "whole step, timed on the device.", STEP_BUCKETS, ("model", "workload", "phase"))

@@ -74,6 +74,10 @@ class RunResult:
     timings: list[Timing] = field(default_factory=list)
     hardware: HardwareSummary | None = None
     timeline: dict | None = None
+    # A run on every GPU: each GPU's status and stage summaries, and the verdicts of each against its siblings
+    # (stored); part_results are the parts themselves (in memory only).
+    parts: dict | None = None
+    part_results: dict[str, RunResult] | None = None
 
     def summaries(self) -> list[BaseModel]:
         if self.spec.kind == "generate":
@@ -134,4 +138,5 @@ class RunResult:
             "stages": [s.model_dump(mode="json") for s in summaries],
             "capacity": found.model_dump(mode="json") if found is not None else None,
             "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
+            "parts": self.parts,
         }

@@ -15,8 +15,8 @@ from benchd import charts
 from benchd.charts import Band, Line, Span
 from benchd.compare import LATENCIES, Comparison, Side
 from benchd.records import RequestRecord
-from benchd.tables import (KERNEL_COLUMNS, hardware_line, kernel_rows, parse_summaries, summary_rows,
-                           train_step_rows, train_step_subject)
+from benchd.tables import (GPU_COLUMNS, KERNEL_COLUMNS, gpu_rows, hardware_line, kernel_rows, parse_summaries,
+                           summary_rows, train_step_rows, train_step_subject)
 from benchd.sampler import HardwareSummary
 
 STYLE = """
@@ -123,6 +123,10 @@ def run_page(run: dict, rows: list[dict]) -> str:
         missing = ("the run has not ended: its timeline is stored when it does" if status in ("queued", "running")
                    else "no timeline stored with this run")
         sections = _generation(summaries, run.get("timeline"), rows, summary, missing)
+        if run.get("parts"):
+            sections.insert(1, _section("GPUs", _table(GPU_COLUMNS, gpu_rows(run["parts"]), text_columns=2),
+                                        anchor="gpus", about="every GPU at once: the first stage, each against the "
+                                                              "median of its siblings"))
     else:
         sections = _timed(kind, summaries, rows, summary)
     sections.append(_stack(run, metadata, hardware, spec))

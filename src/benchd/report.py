@@ -15,8 +15,8 @@ from benchd.outcome import RunResult
 from benchd.pages import run_page
 from benchd.records import StageSummary
 from benchd.spec import RunSpec
-from benchd.tables import (KERNEL_COLUMNS, hardware_line, kernel_rows, parse_summaries,  # noqa: F401 (the CLI's)
-                           summary_rows, train_step_rows, train_step_subject)
+from benchd.tables import (GPU_COLUMNS, KERNEL_COLUMNS, gpu_rows, hardware_line, kernel_rows,  # noqa: F401
+                           parse_summaries, summary_rows, train_step_rows, train_step_subject)
 from benchd.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
 from benchd.timings import KernelResult, TrainStepSummary
 
@@ -139,6 +139,13 @@ def print_summary(outcome: RunResult, console: Console | None = None) -> None:
     else:
         table = summary_table(title, outcome.status, outcome.error, outcome.summaries())
     console.print(table)
+    if outcome.parts is not None:
+        gpus = Table(title="every GPU: the first stage, each against the median of its siblings")
+        for column in GPU_COLUMNS:
+            gpus.add_column(column, justify="left" if column in ("GPU", "status", "verdict") else "right")
+        for row in gpu_rows(outcome.parts):
+            gpus.add_row(*row)
+        console.print(gpus)
     if outcome.hardware is not None:
         console.print(hardware_line(outcome.hardware), highlight=False)
 

@@ -171,9 +171,6 @@ class HardwareSampler:
         """Stop reporting a process (a worker that stopped for good); one that exits is dropped by itself."""
         self.reader.host.unwatch(name)
 
-    def gpu_count(self) -> int:
-        return len(self.reader.nvml.devices)
-
     def gpu_free_bytes(self, index: str) -> int | None:
         """Free memory of the GPU with this NVML index in the latest snapshot; None when unknown."""
         latest = self._latest

@@ -260,7 +260,10 @@ class RunSpec(_Strict):
     model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] = "tiny"
     engine: EngineName = "transformers"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
+    device: Annotated[str, Field(pattern=r"^(auto|cpu(:\d+)?|cuda(:\d+)?)$")] = "auto"
+    # one: on the device named; every_gpu: the same spec on every worker at once (each GPU, or each CPU worker),
+    # each with its own arrivals from the same seed: a summary per GPU, the whole, and the slow GPU found.
+    placement: Literal["one", "every_gpu"] = "one"
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     label: Annotated[str, Field(max_length=LABEL_MAX)] | None = None
     trust_remote_code: bool = False

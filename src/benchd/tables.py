@@ -114,3 +114,27 @@ def parse_summaries(kind: str, stages: list[dict]) -> list:
     """A run's stored or streamed stage summaries as their models, by the spec's kind."""
     model = {"generate": StageSummary, "train_step": TrainStepSummary, "kernel": KernelResult}[kind]
     return [model.model_validate(s) for s in stages]
+
+
+GPU_COLUMNS = ["GPU", "status", "output tok/s", "TTFT p99 ms", "ITL p50 ms", "mJ/token", "tok/s × siblings",
+               "verdict"]
+
+
+def gpu_rows(parts: dict) -> list[list[str]]:
+    """A run on every GPU, one row a GPU (its first stage): its figures beside its siblings' median, and whether
+    it was found slow."""
+    verdicts = {v["gpu"]: v for v in parts.get("verdicts", [])}
+    rows = []
+    for gpu, part in sorted(parts.get("gpus", {}).items()):
+        stage = part["stages"][0] if part["stages"] else {}
+        verdict = verdicts.get(gpu, {})
+        ttft, itl = (stage.get("ttft_s") or {}).get("p99"), (stage.get("itl_s") or {}).get("p50")
+        ratio, low, high = (verdict.get(k) for k in ("relative_throughput", "throughput_ci_low", "throughput_ci_high"))
+        energy = verdict.get("energy_per_token_j")
+        rows.append([
+            gpu, part["status"], f"{stage.get('output_tokens_per_s', 0):.1f}",
+            "–" if ttft is None else f"{ttft * 1e3:.2f}", "–" if itl is None else f"{itl * 1e3:.2f}",
+            "–" if energy is None else f"{energy * 1e3:.2f}",
+            "–" if ratio is None else f"{ratio:.3f}" + ("" if low is None else f" [{low:.3f}, {high:.3f}]"),
+            ("slow: " + "; ".join(verdict["reasons"])) if verdict.get("outlier") else "ok" if verdict else "–"])
+    return rows

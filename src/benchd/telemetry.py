@@ -32,8 +32,8 @@ class Telemetry:
         ids = getattr(tracer_provider, "id_generator", None)
         self.span_ids = ids if isinstance(ids, PresetSpanIds) else None  # request span ids decided at send time
 
-    def for_run(self, run_id: str, model: str, engine: str, workload: str) -> RunTelemetry:
-        return RunTelemetry(self, run_id, model, engine, workload)
+    def for_run(self, run_id: str, model: str, engine: str, workload: str, gpu: str = "") -> RunTelemetry:
+        return RunTelemetry(self, run_id, model, engine, workload, gpu)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush what spans it can within timeout_s; a dead collector must not hold the process up."""
@@ -45,11 +45,13 @@ class Telemetry:
 
 
 class RunTelemetry:
-    """One run's observer. Hot path: tokens() runs on the engine's thread for every token; request spans
-    wait for the end of the run (trace_requests)."""
+    """One run's observer (or one GPU's part of a run on every GPU: see part()), fed by ingest as the worker's
+    events arrive. Request spans wait for the end of the run (trace_requests)."""
 
-    def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str) -> None:
-        self.run_id, self.model = run_id, model
+    def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str, gpu: str = "",
+                 parent: RunTelemetry | None = None) -> None:
+        self.run_id, self.model, self.gpu, self.parent = run_id, model, gpu, parent
+        self.telemetry = telemetry
         self.tracer = telemetry.tracer
         self.span_ids = telemetry.span_ids
         self.clock = Clock()
@@ -62,7 +64,7 @@ class RunTelemetry:
         self.metrics = m
         if m is not None:
             m.touch(workload)
-            labels = (model, engine, workload)
+            labels = (model, engine, workload, gpu)
             # Children bound once per run: the hot path never looks labels up.
             self.ttft, self.itl, self.tpot = m.ttft.labels(*labels), m.itl.labels(*labels), m.tpot.labels(*labels)
             self.e2e, self.queue, self.lag = m.e2e.labels(*labels), m.queue.labels(*labels), m.dispatch_lag.labels(*labels)
@@ -77,11 +79,19 @@ class RunTelemetry:
             self.throughput, self.in_progress = m.throughput.labels(*labels), m.in_progress.labels(*labels)
         self._engine, self._workload = engine, workload
 
+    def part(self, gpu: str) -> RunTelemetry:
+        """The observer of one GPU's share of this run (placement every_gpu): its series carry gpu; its requests'
+        spans are children of this run's span."""
+        return RunTelemetry(self.telemetry, self.run_id, self.model, self._engine, self._workload, gpu, parent=self)
+
     # ---- the run -------------------------------------------------------------------------------
 
     def run_started(self, t: float) -> None:
         if self.metrics is not None:
             self.in_progress.set(1)
+        if self.parent is not None:  # the run's span is the parent's
+            self.run_context, self.run_trace_id = self.parent.run_context, self.parent.run_trace_id
+            return
         if self.tracer is not None:
             self.run_span = self.tracer.start_span(
                 f"benchd.run {self._workload}", kind=SpanKind.INTERNAL, start_time=self.clock.ns(t),
@@ -162,7 +172,8 @@ class RunTelemetry:
             self.waiting.set(0)
             self.runs(status).inc()
             if status == "succeeded":
-                self.metrics.last_success.labels(self.model, self._engine, self._workload).set_to_current_time()
+                self.metrics.last_success.labels(self.model, self._engine, self._workload,
+                                                 self.gpu).set_to_current_time()
         if self.run_span is not None:
             self.run_span.set_attribute("benchd.status", status)
             if status == "failed":
@@ -171,7 +182,7 @@ class RunTelemetry:
 
     def energy(self, joules_per_output_token: float | None) -> None:
         if self.metrics is not None and joules_per_output_token is not None:
-            self.metrics.energy_per_token.labels(self.model, self._engine, self._workload).set(
+            self.metrics.energy_per_token.labels(self.model, self._engine, self._workload, self.gpu).set(
                 joules_per_output_token)
 
     def sample(self, load: EngineLoad, output_tokens_per_s: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -22,6 +23,7 @@ from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics, NodeRegistry
 from benchd.sampler import HardwareSampler
 from benchd.daemon import Daemon
+from benchd.devices import Slot, resolve
 from benchd.schedules import DEFAULT_SCHEDULE_SPEC
 from benchd.spec import RunSpec
 from benchd.store import Store, StoreUnavailable
@@ -51,14 +53,14 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         registry.register(HardwareCollector(sampler))
         sampler.start()
         events = RunEvents()
-        daemon = Daemon(settings, store, telemetry, sampler, events)
+        daemon = Daemon(settings, store, telemetry, sampler, events, daemon_slots(settings, sampler))
         daemon.start()  # the workers start and load the model; /readyz says when they are ready
         if settings.default_schedule:
             daemon.schedules.put("default", RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC),
                                  settings.default_schedule_interval_s)
         else:
             daemon.schedules.delete("default")
-        memory = Memory(lambda device: _available(sampler, device), daemon.pool.held_bytes)
+        memory = Memory(lambda slot: _available(sampler, slot), daemon.pool.held_bytes)
         app.state.services = Services(settings, store, daemon, events, registry, sampler, memory)
         try:
             yield
@@ -88,10 +90,16 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
     return app
 
 
-def _available(sampler: HardwareSampler, device: str) -> int | None:
-    """Host RAM available now for a CPU run, free memory of the GPU for a CUDA one."""
-    if device == "cpu":
+def _available(sampler: HardwareSampler, slot: Slot) -> int | None:
+    """Host RAM available now for a CPU worker, free memory of its GPU for a CUDA one."""
+    if slot.local == "cpu":
         import psutil
 
         return psutil.virtual_memory().available
-    return sampler.gpu_free_bytes(device.partition(":")[2] or "0")
+    return sampler.gpu_free_bytes(slot.gpu)
+
+
+def daemon_slots(settings: Settings, sampler: HardwareSampler) -> list[Slot]:
+    """BENCHD_DEVICES against the GPUs NVML sees; all means the CPU when BENCHD_DEVICE is cpu."""
+    setting = ["cpu"] if settings.devices == "all" and settings.device.startswith("cpu") else settings.devices
+    return resolve(setting, sampler.reader.nvml.devices, os.environ.get("CUDA_VISIBLE_DEVICES"))

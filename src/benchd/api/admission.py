@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fastapi.exceptions import RequestValidationError
 
 from benchd.config import Settings
+from benchd.devices import Slot, pick
 from benchd.footprint import estimate, gib
 from benchd.presets import PRESETS
 from benchd.spec import ArrivalProfile, Concurrent, Constant, Gamma, Poisson, RunSpec, Sweep, length_upper_bound
@@ -20,24 +21,17 @@ def problem(loc: tuple, message: str) -> dict:
 
 
 class Memory:
-    """What a run on a device may use: the configured limit, or the device's available memory (host RAM for a
-    CPU, free GPU memory for CUDA) with what benchd itself holds and would release counted back in."""
+    """What a run on a worker may use: the configured limit, or its device's available memory (host RAM for a CPU,
+    free GPU memory for CUDA) with what benchd itself holds there and would release counted back in."""
 
-    def __init__(self, available: Callable[[str], int | None], held: Callable[[str], int] = lambda device: 0) -> None:
+    def __init__(self, available: Callable[[Slot], int | None], held: Callable[[str], int] = lambda key: 0) -> None:
         self.available, self.held = available, held
 
-    def limit(self, settings: Settings, device: str) -> int | None:
+    def limit(self, settings: Settings, slot: Slot) -> int | None:
         if settings.limits.memory_bytes is not None:
             return settings.limits.memory_bytes
-        free = self.available(device)
-        return None if free is None else int((free + self.held(device)) * settings.limits.memory_fraction)
-
-
-def device_name(device: str, gpus: int) -> str:
-    """Where a spec's device runs, without torch: auto is the first GPU when NVML sees one, else the CPU."""
-    if device == "auto":
-        return "cuda:0" if gpus else "cpu"
-    return "cuda:0" if device == "cuda" else device
+        free = self.available(slot)
+        return None if free is None else int((free + self.held(slot.key)) * settings.limits.memory_fraction)
 
 
 def expected_duration_s(profile: ArrivalProfile, spec: RunSpec) -> float | None:
@@ -54,10 +48,14 @@ def expected_duration_s(profile: ArrivalProfile, spec: RunSpec) -> float | None:
     return min(candidates) if candidates else None
 
 
-def admit(spec: RunSpec, settings: Settings, memory: Memory, device: str, loc: tuple = ()) -> None:
-    """Checks a spec from HTTP against the daemon's limits and model rules; 422 naming each field. device is where
-    it will run (cpu, cuda:N), the spec's own or the daemon's."""
+def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slot], loc: tuple = ()) -> None:
+    """Checks a spec from HTTP against the daemon's limits, devices and model rules; 422 naming each field. slots:
+    the daemon's workers."""
     problems = []
+    targets = list(slots) if spec.placement == "every_gpu" else [s for s in [pick(slots, spec.device)] if s]
+    if not targets:
+        names = ", ".join(s.key for s in slots)
+        problems.append(problem((*loc, "device"), f"{spec.device!r} is not one of this daemon's devices ({names})"))
     limits = settings.limits
     workload = spec.workload
 
@@ -117,15 +115,16 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, device: str, loc: t
         if kernel.flush_l2:
             over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes", setting="max_flush_bytes")
     if not problems:  # sizes are only worth estimating for a spec that is otherwise fine
-        problems.extend(_memory_problems(spec, settings, memory, device, loc))
+        for slot in targets:
+            problems.extend(_memory_problems(spec, settings, memory, slot, loc))
     if problems:
         raise RequestValidationError(problems)
 
 
-def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, device: str, loc: tuple) -> list[dict]:
-    device_type = "cuda" if device.startswith("cuda") else "cpu"
+def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Slot, loc: tuple) -> list[dict]:
+    device, device_type = slot.key, slot.local
     need = estimate(spec, device_type)
-    limit = memory.limit(settings, device)
+    limit = memory.limit(settings, slot)
     if need is None or limit is None or need.total <= limit:
         return []
     field = {"kernel": ("kernel", "shapes"), "train_step": ("train_step", "batch_size")}.get(spec.kind, ("model",))

@@ -10,7 +10,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 
-from benchd.api.admission import Memory, admit, device_name
+from benchd.api.admission import Memory, admit
 from benchd.api.schemas import RETRY_AFTER_S
 from benchd.config import Settings
 from benchd.spec import RunSpec
@@ -34,7 +34,7 @@ class Services:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against
         the limits and the device's memory (422), and the store's spool (429 while it is full)."""
         spec = self.daemon.resolve(spec)
-        admit(spec, self.settings, self.memory, device_name(spec.device, self.hardware.gpu_count()), loc)
+        admit(spec, self.settings, self.memory, self.daemon.pool.slots, loc)
         if self.store.spool.full():
             raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
                                 "writes waiting for the unreachable database fill the spool (BENCHD_SPOOL_MAX_BYTES)",

@@ -51,6 +51,7 @@ class RunView(BaseModel):
     pod: str | None = None
     metadata: dict[str, Any] | None
     hardware: dict[str, Any] | None
+    parts: dict[str, Any] | None = None  # a run on every GPU: each GPU's status and stages, and the verdicts
     energy_per_token_j: float | None
     created_at: datetime
     started_at: datetime | None

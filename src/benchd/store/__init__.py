@@ -52,11 +52,12 @@ class Page:
 
 @dataclass(slots=True)
 class StageRequests:
-    """One stage's records being written while the run goes on."""
+    """One stage's records being written while the run goes on (one GPU's, in a run on every GPU)."""
 
     index: int
     label: str
     origin: float  # the stage's start: stamps are stored relative to it
+    gpu: str = ""
 
 
 class RequestWriter:
@@ -66,25 +67,26 @@ class RequestWriter:
     def __init__(self, store: Store, run_id: str) -> None:
         self.store, self.run_id = store, run_id
         self._waiting: list[tuple[StageRequests, RequestRecord]] = []
-        self._added: set[tuple[int, int]] = set()
+        self._added: set[tuple[int, str, int]] = set()
         store.spool.add_buffer(run_id, self.drain)
 
     def add(self, stage: StageRequests, record: RequestRecord) -> None:
-        self._added.add((stage.index, record.index))
+        self._added.add((stage.index, stage.gpu, record.index))
         self._waiting.append((stage, record))  # list.append: atomic, no lock on the finishing thread
 
     def drain(self) -> dict[str, Any] | None:
         waiting, self._waiting = self._waiting, []
         if not waiting:
             return None
-        rows = [{"stage_index": stage.index, **record.to_row(stage.label, stage.origin)} for stage, record in waiting]
+        rows = [{"stage_index": stage.index, "gpu": stage.gpu, **record.to_row(stage.label, stage.origin)}
+                for stage, record in waiting]
         return {"op": "requests", "run_id": self.run_id, "rows": rows}
 
     def close(self, stages: Iterable[tuple[StageRequests, Iterable[RequestRecord]]] = ()) -> None:
         """Journal what is left, with the stages' records that never finished, and stop flushing."""
         self.store.spool.remove_buffer(self.run_id)
         for stage, records in stages:
-            self._waiting.extend((stage, r) for r in records if (stage.index, r.index) not in self._added)
+            self._waiting.extend((stage, r) for r in records if (stage.index, stage.gpu, r.index) not in self._added)
         op = self.drain()
         if op is not None:
             self.store.spool.submit(op)
@@ -103,6 +105,9 @@ class Store:
                                        json_serializer=partial(json.dumps, ensure_ascii=False))
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            # pysqlite begins transactions itself, and not before DDL: benchd begins them, so that a migration
+            # that fails leaves the database as it was (SQLAlchemy's recipe for SQLite).
+            sa.event.listen(self.engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN"))
         self.spool = Spool(Path(spool_dir), self._apply, spool_max_bytes, on_error)
         self.recovered: int | None = None  # runs a crash had left running, once recovery ran
 
@@ -150,20 +155,23 @@ class Store:
 
     def finish_run(self, run_id: str, *, status: str, error: str | None, error_stage: str | None,
                    subject: str, label: str | None, summaries: list[dict], metadata: dict | None,
-                   hardware: dict | None, timeline: dict | None, timings_rows: list[dict] = ()) -> None:
-        """The run's end: its figures, one row per generation stage for SQL, and a timed run's timings."""
+                   hardware: dict | None, timeline: dict | None, timings_rows: list[dict] = (),
+                   parts: dict | None = None) -> None:
+        """The run's end: its figures, one row per generation stage for SQL (and per GPU's stage, in a run on every
+        GPU: parts["gpus"][gpu]["stages"]), and a timed run's timings."""
+        by_gpu = [("", summaries)] + [(gpu, part["stages"]) for gpu, part in (parts or {}).get("gpus", {}).items()]
         stage_rows = [{
-            "stage_index": i, "stage": s["stage"], "status": s["status"], "requests": s["requests"],
+            "stage_index": i, "gpu": gpu, "stage": s["stage"], "status": s["status"], "requests": s["requests"],
             "errors": s["errors"], "duration_s": s["duration_s"], "output_tokens_per_s": s["output_tokens_per_s"],
             "requests_per_s": s["requests_per_s"], "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p99_s": s["ttft_s"]["p99"],
             "itl_p50_s": s["itl_s"]["p50"], "itl_p99_s": s["itl_s"]["p99"], "tpot_p50_s": s["tpot_s"]["p50"],
             "e2e_p99_s": s["e2e_s"]["p99"], "kv_cache_occupancy_peak": s["kv_cache_occupancy_peak"],
-        } for i, s in enumerate(summaries) if "ttft_s" in s]
+        } for gpu, stages in by_gpu for i, s in enumerate(stages) if "ttft_s" in s]
         energy = hardware.get("energy_per_output_token_joules") if hardware else None
         self._visible({"op": "finish_run", "id": run_id, "values": {
             "status": status, "error": error, "error_stage": error_stage, "finished_at": _iso(now()),
             "summary": summaries, "run_metadata": metadata, "hardware": hardware, "timeline": timeline,
-            "energy_per_token_j": energy, "model": subject, "label": label,
+            "energy_per_token_j": energy, "model": subject, "label": label, "parts": parts,
         }, "stages": stage_rows, "timings": list(timings_rows)})
 
     def put_schedule(self, name: str, spec: dict, interval_s: float, enabled: bool = True) -> None:
@@ -290,13 +298,15 @@ class Store:
 
     def request_rows(self, run_id: str) -> list[dict[str, Any]]:
         query = (requests.select().where(requests.c.run_id == run_id)
-                 .order_by(requests.c.stage_index, requests.c["index"]))
+                 .order_by(requests.c.stage_index, requests.c.gpu, requests.c["index"]))
         return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
 
-    def records(self, run_id: str, stage_index: int = 0) -> list[RequestRecord]:
-        """A stage's records as measured (stamps relative to the stage's start)."""
-        query = (requests.select().where(requests.c.run_id == run_id, requests.c.stage_index == stage_index)
-                 .order_by(requests.c["index"]))
+    def records(self, run_id: str, stage_index: int = 0, gpu: str | None = None) -> list[RequestRecord]:
+        """A stage's records as measured (stamps relative to the stage's start): every GPU's, or one's."""
+        query = requests.select().where(requests.c.run_id == run_id, requests.c.stage_index == stage_index)
+        if gpu is not None:
+            query = query.where(requests.c.gpu == gpu)
+        query = query.order_by(requests.c.gpu, requests.c["index"])
         return [RequestRecord.from_row(row) for row in self._read(query)]
 
     def timing_rows(self, run_id: str) -> list[dict[str, Any]]:
@@ -337,15 +347,16 @@ def _dates(values: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 def _replace_requests(db: sa.Connection, run_id: str, rows: list[dict[str, Any]]) -> None:
     """Insert, replacing rows with the same keys: applying a journaled operation twice changes nothing."""
-    keys = [(row["stage_index"], row["index"]) for row in rows]
+    keys = [(row["stage_index"], row.get("gpu", ""), row["index"]) for row in rows]
     for start in range(0, len(keys), 500):
         db.execute(requests.delete().where(
             requests.c.run_id == run_id,
-            sa.tuple_(requests.c.stage_index, requests.c["index"]).in_(keys[start:start + 500])))
+            sa.tuple_(requests.c.stage_index, requests.c.gpu, requests.c["index"]).in_(keys[start:start + 500])))
     db.execute(requests.insert(), [{"run_id": run_id, **row} for row in rows])
 
 
 def _sqlite_pragmas(connection, _record) -> None:
+    connection.isolation_level = None  # no transactions of pysqlite's own (see Store.__init__)
     cursor = connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")  # readers (HTTP) never wait for the writer

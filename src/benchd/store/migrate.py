@@ -31,6 +31,15 @@ def upgrade(engine: sa.Engine) -> None:
         command.upgrade(config, HEAD)
 
 
+def head() -> str:
+    """The newest revision of benchd's migrations."""
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
 def revision(engine: sa.Engine) -> str | None:
     with engine.connect() as connection:
         if "alembic_version" not in sa.inspect(connection).get_table_names():

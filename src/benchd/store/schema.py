@@ -27,6 +27,7 @@ runs = sa.Table(
     sa.Column("run_metadata", JSON),
     sa.Column("hardware", JSON),  # the run's hardware summary
     sa.Column("timeline", JSON),  # engine load and hardware samples over the run (report pages)
+    sa.Column("parts", JSON),  # a run on every GPU: each GPU's stage summaries and hardware, and the verdicts
     sa.Column("energy_per_token_j", sa.Float),
     sa.Column("error", sa.Text),
     sa.Column("error_stage", sa.String(32)),  # where a failed run failed: queue, load, start, run, store…
@@ -42,6 +43,7 @@ run_stages = sa.Table(
     "run_stages", metadata,
     sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     sa.Column("stage_index", sa.Integer, primary_key=True),
+    sa.Column("gpu", sa.String(32), primary_key=True, server_default=""),  # "": the whole run
     sa.Column("stage", sa.String(100), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("requests", sa.Integer, nullable=False),
@@ -65,6 +67,7 @@ requests = sa.Table(
     "requests", metadata,
     sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     sa.Column("stage_index", sa.Integer, primary_key=True),
+    sa.Column("gpu", sa.String(32), primary_key=True, server_default=""),  # the GPU of a run on every GPU
     sa.Column("index", sa.Integer, primary_key=True),
     sa.Column("stage", sa.String(100)),
     sa.Column("request_id", sa.String(64)),

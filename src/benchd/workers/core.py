@@ -25,7 +25,8 @@ Emit = Callable[[tuple[Any, ...]], None]
 
 
 class WorkerCore:
-    def __init__(self, emit: Emit, device: str = "auto", loader: Callable[..., LoadedModel] = load_model) -> None:
+    def __init__(self, emit: Emit, device: str = "cpu", loader: Callable[..., LoadedModel] = load_model) -> None:
+        """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0)."""
         self.emit, self.device, self.loader = emit, device, loader
         self._loaded: LoadedModel | None = None
         self._loaded_key: tuple[str, str, str] | None = None

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from benchd.devices import Slot
 from benchd.workers import process, protocol
 
 log = logging.getLogger("benchd.workers")
@@ -67,9 +68,10 @@ def oom_kills() -> int | None:
 
 
 class WorkerHandle:
-    def __init__(self, name: str, device: str, settings: WorkerSettings, on_death=lambda handle, death: None) -> None:
-        self.name, self.device, self.settings, self.on_death = name, device, settings, on_death
-        self.log_path = settings.log_dir / f"{name}.log"
+    def __init__(self, slot: Slot, settings: WorkerSettings, on_death=lambda handle, death: None) -> None:
+        self.slot, self.settings, self.on_death = slot, settings, on_death
+        self.name = slot.name
+        self.log_path = settings.log_dir / f"{self.name}.log"
         self.state = "new"  # new | starting | ready | dead | stopped
         self.pid: int | None = None
         self.info: dict[str, Any] = {}
@@ -99,8 +101,9 @@ class WorkerHandle:
         self._conn, child = context.Pipe()
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a") as f:
-            f.write(f"---- {self.name} starting on {self.device} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-        self._process = context.Process(target=process.main, args=(child, self.device, str(self.log_path)),
+            f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+        self._process = context.Process(target=process.main,
+                                        args=(child, self.slot.key, str(self.log_path), self.slot.env),
                                         name=f"benchd-{self.name}", daemon=True)
         self._oom_before = oom_kills()
         self.state, self.started_at = "starting", time.perf_counter()

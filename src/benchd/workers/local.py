@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from benchd.devices import Slot
 from benchd.models import LoadedModel, load_model
 from benchd.workers import protocol
 from benchd.workers.core import WorkerCore
@@ -16,6 +17,7 @@ class LocalPool:
     def __init__(self, loaded: LoadedModel | None = None, settings: WorkerSettings | None = None) -> None:
         """loaded: a model the core uses for runs that name it (its ref, dtype and device), as if warmed."""
         self.settings = settings or WorkerSettings()
+        self.slots = [Slot("cpu", "cpu", "")]
         self._sink: RunSink | None = None
         self._lock = threading.Lock()
         self.core = WorkerCore(self._emit, loader=self._load)
@@ -43,6 +45,9 @@ class LocalPool:
     def _pulse(self) -> None:
         while not self._closing.wait(protocol.BATCH_S):
             self.core.flush()
+
+    def slot_for(self, device: str) -> Slot:
+        return self.slots[0]
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                wait_s: float = 0.0, trace_id: str | None = None) -> None:

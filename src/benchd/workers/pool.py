@@ -1,5 +1,5 @@
-"""The daemon's worker processes, one per device: started, kept warm with the daemon's model, and started again
-whenever one dies, so a fault fails one run and the next run finds a worker ready."""
+"""The daemon's worker processes, one per device slot (devices.py): started, kept warm with the daemon's model, and
+started again whenever one dies, so a fault fails one run and the next run finds a worker ready."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchd.devices import Slot, pick
 from benchd.footprint import dtype_bytes, model_shape_and_weights
 from benchd.workers.handle import Death, RunSink, WorkerHandle, WorkerSettings
 
@@ -16,23 +17,22 @@ log = logging.getLogger("benchd.workers")
 
 
 class WorkerPool:
-    def __init__(self, devices: list[str], settings: WorkerSettings, model: tuple[str, str, str] | None = None,
+    def __init__(self, slots: list[Slot], settings: WorkerSettings, model: tuple[str, str] | None = None,
                  on_restart: Callable[[str], None] = lambda reason: None,
                  watch: Callable[[str, int], None] = lambda name, pid: None) -> None:
-        """devices: where workers run (cpu, cuda:0, …); model: (ref, dtype, device) loaded in each at start."""
-        self.settings, self.model = settings, model
+        """slots: where workers run; model: (ref, dtype) loaded in each at start."""
+        self.slots, self.settings, self.model = slots, settings, model
         self.on_restart, self.watch = on_restart, watch
-        self.workers: dict[str, WorkerHandle] = {}
-        self.load_errors: dict[str, str | None] = {}  # by device: why the daemon's model did not load
+        self.workers: dict[str, WorkerHandle] = {}  # by slot key
+        self.load_errors: dict[str, str | None] = {}  # by slot key: why the daemon's model did not load
         self.restarts = 0
         self.last_restart_s: float | None = None  # death → a new worker ready, the latest
-        self._devices = devices
         self._lock = threading.Lock()
         self._closing = False
 
     def start(self) -> None:
-        for device in self._devices:
-            self._spawn(device)
+        for slot in self.slots:
+            self._spawn(slot)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._closing = True
@@ -44,39 +44,47 @@ class WorkerPool:
     @property
     def ready(self) -> bool:
         """Every worker answers and has tried the daemon's model."""
-        return len(self.workers) == len(self._devices) and all(
-            w.state == "ready" and w.device in self.load_errors for w in self.workers.values())
+        return len(self.workers) == len(self.slots) and all(
+            w.state == "ready" and w.slot.key in self.load_errors for w in self.workers.values())
 
     def load_error(self) -> str | None:
-        errors = [f"{device}: {error}" for device, error in self.load_errors.items() if error]
+        errors = [f"{key}: {error}" for key, error in self.load_errors.items() if error]
         return "; ".join(errors) or None
 
     def describe(self) -> list[dict[str, Any]]:
-        return [{"name": w.name, "device": w.device, "state": w.state, "pid": w.pid, "busy": w.busy,
-                 "load_error": self.load_errors.get(w.device)} for w in self.workers.values()]
+        return [{"name": w.name, "device": w.slot.key, "gpu": w.slot.gpu, "state": w.state, "pid": w.pid,
+                 "busy": w.busy, "load_error": self.load_errors.get(w.slot.key)} for w in self.workers.values()]
 
     def held_bytes(self, device: str) -> int:
         """What the daemon's model, kept loaded on this device, holds (estimated): released before another loads."""
-        if self.model is None or device not in self.workers:
+        slot = pick(self.slots, device)
+        if self.model is None or slot is None:
             return 0
-        ref, dtype, _ = self.model
-        _, weights = model_shape_and_weights(ref, dtype_bytes(dtype, "cuda" if device.startswith("cuda") else "cpu"))
+        ref, dtype = self.model
+        _, weights = model_shape_and_weights(ref, dtype_bytes(dtype, slot.local))
         return weights or 0
 
     # ---- runs --------------------------------------------------------------------------------------
 
+    def slot_for(self, device: str) -> Slot:
+        slot = pick(self.slots, device)
+        if slot is None:
+            raise ValueError(f"device: {device!r} is not one of this pool's ({', '.join(s.key for s in self.slots)})")
+        return slot
+
     def worker_for(self, device: str) -> WorkerHandle | None:
-        return self.workers.get(device) or (next(iter(self.workers.values()), None) if len(self.workers) == 1
-                                            else None)
+        slot = pick(self.slots, device)
+        return self.workers.get(slot.key) if slot is not None else None
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                wait_s: float = 0.0, trace_id: str | None = None) -> None:
-        """Hand the run to the device's worker, waiting up to wait_s for one being (re)started."""
+        """Hand the run to the device's worker (which names its device its own way: cpu, or cuda for its only
+        visible GPU), waiting up to wait_s for one being (re)started."""
         deadline = time.perf_counter() + wait_s
         while True:
             worker = self.worker_for(device)
             if worker is not None and worker.state == "ready":
-                worker.submit(run_id, spec, faults, sink, trace_id)
+                worker.submit(run_id, {**spec, "device": worker.slot.local}, faults, sink, trace_id)
                 return
             if time.perf_counter() >= deadline:
                 state = worker.state if worker is not None else "missing"
@@ -97,14 +105,13 @@ class WorkerPool:
 
     # ---- supervision -------------------------------------------------------------------------------
 
-    def _spawn(self, device: str) -> WorkerHandle:
-        name = "worker" if device in ("cpu", "auto") else f"worker-{device.replace(':', '')}"
-        worker = WorkerHandle(name, device, self.settings, on_death=self._died)
+    def _spawn(self, slot: Slot) -> WorkerHandle:
+        worker = WorkerHandle(slot, self.settings, on_death=self._died)
         with self._lock:
-            self.workers[device] = worker
-            self.load_errors.pop(device, None)
+            self.workers[slot.key] = worker
+            self.load_errors.pop(slot.key, None)
         worker.start()
-        threading.Thread(target=self._warm, args=(worker,), name=f"benchd-warm-{name}", daemon=True).start()
+        threading.Thread(target=self._warm, args=(worker,), name=f"benchd-warm-{slot.name}", daemon=True).start()
         return worker
 
     def _warm(self, worker: WorkerHandle) -> None:
@@ -112,13 +119,13 @@ class WorkerPool:
             return
         self.watch(worker.name, worker.pid)
         if self.model is None:
-            self.load_errors[worker.device] = None
+            self.load_errors[worker.slot.key] = None
             return
-        ref, dtype, _ = self.model
-        error, _ = worker.warm(ref, dtype, worker.device, self.settings.load_timeout_s)
+        ref, dtype = self.model
+        error, _ = worker.warm(ref, dtype, worker.slot.local, self.settings.load_timeout_s)
         if error:
             log.error("%s could not load the daemon's model %s: %s", worker.name, ref, error)
-        self.load_errors[worker.device] = error
+        self.load_errors[worker.slot.key] = error
 
     def _died(self, worker: WorkerHandle, death: Death) -> None:
         """On the dead worker's thread: count it, and start another in its place (unless the pool is closing)."""
@@ -127,7 +134,7 @@ class WorkerPool:
         self.restarts += 1
         self.on_restart(death.reason)
         started = time.perf_counter()
-        replacement = self._spawn(worker.device)
+        replacement = self._spawn(worker.slot)
 
         def timed() -> None:
             if replacement.ready.wait(self.settings.start_timeout_s):

@@ -15,7 +15,10 @@ from typing import Any
 from benchd.workers import protocol
 
 
-def main(conn: Connection, device: str, log_path: str | None) -> None:
+def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str] | None = None) -> None:
+    """device: the worker's slot (cpu, cpu:1, cuda:0: what specs and fault settings name); env pins the process to
+    its device (CUDA_VISIBLE_DEVICES, BENCHD_WORKER_CPUS) and is set before torch loads."""
+    os.environ.update(env or {})
     if log_path is not None:  # fd 2 itself, so the C++ side's messages (CUDA errors, aborts) land there too
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 2)
@@ -69,6 +72,10 @@ def main(conn: Connection, device: str, log_path: str | None) -> None:
     signal.signal(signal.SIGTERM, terminate)
     import torch
 
+    if cpus := os.environ.get("BENCHD_WORKER_CPUS"):  # a CPU worker beside others: its own cores, its threads
+        cores = {int(c) for c in cpus.split(",")}
+        os.sched_setaffinity(0, cores)
+        torch.set_num_threads(len(cores))
     send((protocol.HELLO, os.getpid(), {"torch": str(torch.__version__), "device": device,
                                          "cuda_devices": torch.cuda.device_count()}))
     threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()

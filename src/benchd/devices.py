@@ -1,0 +1,84 @@
+"""Where workers run: BENCHD_DEVICES resolved against the GPUs NVML sees, one slot a GPU (or a CPU worker), each
+with the name specs use, the label its series carry, and what pins its process to its device."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from benchd.nvml import visible_devices
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    key: str  # what a spec's device names: cpu, cpu:1 (CPU workers), cuda:0 (the first visible GPU, as torch counts)
+    local: str  # the device inside the worker process: cpu, or cuda (its only visible GPU)
+    gpu: str  # the label its series carry: NVML's index (as nvidia-smi and DCGM number GPUs); "" for the CPU
+    env: dict[str, str] = field(default_factory=dict)  # what pins the process to its device
+
+    @property
+    def name(self) -> str:
+        return "worker" if self.key == "cpu" else f"worker-{self.key.replace(':', '')}"
+
+
+class DeviceError(ValueError):
+    """BENCHD_DEVICES names what is not here."""
+
+
+def resolve(setting: str | Sequence[str], gpus: Sequence[tuple[str, str, str]],
+            cuda_visible: str | None = None, cores: Sequence[int] | None = None) -> list[Slot]:
+    """setting: "all" (every GPU CUDA_VISIBLE_DEVICES leaves visible, or the CPU when there is none) or a list of
+    cuda:N (N in CUDA's numbering of the visible GPUs), cpu, or cpu:0 … cpu:K (CPU workers, each pinned to its share
+    of the cores: for tests of several workers without a GPU). gpus: NVML's (index, uuid, name), visible ones."""
+    ordered = _cuda_order(gpus, cuda_visible)
+    names = list(setting) if not isinstance(setting, str) else (
+        ["all"] if setting.strip() == "all" else [part.strip() for part in setting.split(",") if part.strip()])
+    if names == ["all"]:
+        names = [f"cuda:{k}" for k in range(len(ordered))] or ["cpu"]
+    cpu_workers = [n for n in names if n.startswith("cpu:")]
+    cores = list(cores if cores is not None else sorted(os.sched_getaffinity(0)))
+    slots = []
+    for name in names:
+        if name == "cpu":
+            slots.append(Slot("cpu", "cpu", ""))
+        elif name.startswith("cpu:") and name[4:].isdigit():
+            k = int(name[4:])
+            share = cores[k::len(cpu_workers)] or cores  # each CPU worker on its own cores
+            slots.append(Slot(name, "cpu", name, {"BENCHD_WORKER_CPUS": ",".join(map(str, share))}))
+        elif name.startswith("cuda:") and name[5:].isdigit():
+            k = int(name[5:])
+            if k >= len(ordered):
+                raise DeviceError(f"BENCHD_DEVICES: {name}: {len(ordered)} GPU(s) visible here")
+            index, uuid, _ = ordered[k]
+            # The worker sees its GPU alone, named by UUID: no numbering can disagree.
+            slots.append(Slot(name, "cuda", index, {"CUDA_VISIBLE_DEVICES": uuid, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}))
+        else:
+            raise DeviceError(f"BENCHD_DEVICES: {name!r} is not all, cpu, cpu:N or cuda:N")
+    if len({s.key for s in slots}) != len(slots):
+        raise DeviceError("BENCHD_DEVICES: a device is named twice")
+    return slots
+
+
+def _cuda_order(gpus: Sequence[tuple[str, str, str]], cuda_visible: str | None) -> list[tuple[str, str, str]]:
+    """The visible GPUs in CUDA's order: CUDA_VISIBLE_DEVICES' order when it is set, else NVML's (PCI bus order)."""
+    visible = visible_devices(cuda_visible)
+    if visible is None:
+        return sorted(gpus, key=lambda g: int(g[0]))
+    ordered = []
+    for entry in visible:
+        for gpu in gpus:
+            if (entry.isdigit() and gpu[0] == entry) or (not entry.isdigit() and gpu[1].upper().startswith(entry.upper())):
+                ordered.append(gpu)
+                break
+    return ordered
+
+
+def pick(slots: Sequence[Slot], device: str) -> Slot | None:
+    """The slot a spec's device names: auto and cuda mean the first GPU (or the CPU worker where there is none)."""
+    if device in ("auto", "cuda"):
+        gpu = next((s for s in slots if s.local == "cuda"), None)
+        return gpu if gpu is not None or device == "cuda" else slots[0] if slots else None
+    if device == "cpu":
+        return next((s for s in slots if s.local == "cpu"), None)
+    return next((s for s in slots if s.key == device), None)
