@@ -209,3 +209,46 @@ def test_a_closed_loop_on_the_tiny_model_gets_a_verdict(tiny):
     (s,) = outcome.summaries()
     assert s.valid is False and [i.check for i in s.invalid] == ["min_requests"]
     assert s.invalid[0].message == "12 measured requests finished, under the minimum of 100"
+
+
+# ---- the verdict through the daemon: stored, exported, shown, and never a baseline ------------------------
+
+
+def gauge(server, name, labels):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(server.http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def test_the_verdict_is_stored_exported_shown_and_keeps_an_invalid_run_from_being_a_baseline(tmp_path):
+    from benchd.records import StageSummary
+    from benchd.tables import summary_rows
+    from tests.helpers import NODE, daemon, spec, submit
+
+    labels = {"model": "tiny", "engine": "transformers", "workload": "short", "gpu": "", "hostname": NODE}
+    with daemon(tmp_path) as server:
+        server.wait_ready()
+        invalid = spec()
+        invalid["workload"]["validity"] = {"min_requests": 100}
+        bad = server.wait_status(submit(server, invalid), "succeeded")
+        assert bad["valid"] is False
+        assert bad["summary"][0]["invalid"][0]["message"] == \
+            "6 measured requests finished, under the minimum of 100"
+        assert gauge(server, "benchd_run_valid", labels) == 0.0
+        refused = server.http.put("/baselines/short", json={"run_id": bad["id"]})
+        assert refused.status_code == 422
+        assert "an invalid run is never a baseline" in refused.text
+
+        good = server.wait_status(submit(server, spec()), "succeeded")
+        assert good["valid"] is True
+        assert server.http.put("/baselines/short", json={"run_id": good["id"]}).status_code == 200
+        assert gauge(server, "benchd_run_valid", labels) == 1.0
+        compared = server.http.get("/compare", params={"a": good["id"], "b": bad["id"]}).json()
+        assert compared["invalid"] == [bad["id"]]
+    rows = dict(summary_rows([StageSummary.model_validate(bad["summary"][0]),
+                              StageSummary.model_validate(good["summary"][0])]))
+    assert rows["verdict"] == ["INVALID: min_requests", "valid"]

@@ -22,6 +22,7 @@ class Side(BaseModel):
     samples: dict[str, list[list[float]]]  # latency name → per run, per-request (ITL: per-token) samples, s
     output_tokens_per_s: list[float]  # one per run
     energy_per_token_j: list[float]  # one per run that has it
+    invalid: list[str] = []  # runs whose verdict is invalid: their figures are not to be trusted
 
 
 class MetricChange(BaseModel):
@@ -43,6 +44,7 @@ class Comparison(BaseModel):
     threshold: float
     confidence: float
     metrics: list[MetricChange]
+    invalid: list[str] = []  # runs on either side whose verdict is invalid (validity.py): read the verdicts first
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -116,14 +118,15 @@ def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95,
     for name, worse in (("output_tokens_per_s", False), ("energy_per_token_j", True)):
         metrics.append(metric_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
                                min_runs, higher_is_worse=worse, rng=rng, resamples=resamples))
-    return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics)
+    return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics,
+                      invalid=[*a.invalid, *b.invalid])
 
 
 def side_from_store(store, run_ids: Sequence[str]) -> Side:
     """Measured, successful requests of the runs (first stage of each: load levels are not mixed), with ITL
     exactly as the records define it (each stored arrival keeps how many tokens it carried)."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
-    throughput, energy = [], []
+    throughput, energy, invalid = [], [], []
     for run_id in run_ids:
         row = store.get_run(run_id)
         if row is None:
@@ -135,6 +138,9 @@ def side_from_store(store, run_ids: Sequence[str]) -> Side:
         samples["itl_s"].append([gap for r in good for gap in r.itl_s()])
         if row["summary"]:
             throughput.append(row["summary"][0]["output_tokens_per_s"])
+        if row.get("valid") is False:
+            invalid.append(run_id)
         if row.get("energy_per_token_j") is not None:
             energy.append(row["energy_per_token_j"])
-    return Side(run_ids=list(run_ids), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy)
+    return Side(run_ids=list(run_ids), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
+                invalid=invalid)

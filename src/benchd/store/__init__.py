@@ -156,9 +156,10 @@ class Store:
     def finish_run(self, run_id: str, *, status: str, error: str | None, error_stage: str | None,
                    subject: str, label: str | None, summaries: list[dict], metadata: dict | None,
                    hardware: dict | None, timeline: dict | None, timings_rows: list[dict] = (),
-                   parts: dict | None = None) -> None:
-        """The run's end: its figures, one row per generation stage for SQL (and per GPU's stage, in a run on every
-        GPU: parts["gpus"][gpu]["stages"]), and a timed run's timings."""
+                   parts: dict | None = None, valid: bool | None = None,
+                   capacity_requests_per_s: float | None = None) -> None:
+        """The run's end: its figures and verdict, one row per generation stage for SQL (and per GPU's stage, in a
+        run on every GPU: parts["gpus"][gpu]["stages"]), and a timed run's timings."""
         by_gpu = [("", summaries)] + [(gpu, part["stages"]) for gpu, part in (parts or {}).get("gpus", {}).items()]
         stage_rows = [{
             "stage_index": i, "gpu": gpu, "stage": s["stage"], "status": s["status"], "requests": s["requests"],
@@ -171,7 +172,8 @@ class Store:
         self._visible({"op": "finish_run", "id": run_id, "values": {
             "status": status, "error": error, "error_stage": error_stage, "finished_at": _iso(now()),
             "summary": summaries, "run_metadata": metadata, "hardware": hardware, "timeline": timeline,
-            "energy_per_token_j": energy, "model": subject, "label": label, "parts": parts,
+            "energy_per_token_j": energy, "model": subject, "label": label, "parts": parts, "valid": valid,
+            "capacity_requests_per_s": capacity_requests_per_s,
         }, "stages": stage_rows, "timings": list(timings_rows)})
 
     def put_schedule(self, name: str, spec: dict, interval_s: float, enabled: bool = True) -> None:
