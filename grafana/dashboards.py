@@ -88,6 +88,12 @@ def live() -> dict:
     layout.add(prom_panel("Energy per output token (latest run)", "J", [
         (f"benchd_run_energy_per_output_token_joules{{{SEL}}}", "{{workload}}"),
     ]))
+    layout.add(prom_panel("Capacity under SLO and validity (latest run)", "reqps", [
+        (f"benchd_capacity_requests_per_second{{{SEL}}}", "capacity {{workload}}"),
+        (f"benchd_run_valid{{{SEL}}}", "{{workload}} valid (1) or not (0)"),
+    ], description="A capacity search's figure: the highest request rate whose stage met the SLO's stage objectives. "
+                   "A run is valid when every stage met its validity rules (dispatch lag, rate sent, duration, "
+                   "requests, errors); an invalid run is never a baseline."))
     layout.add(prom_panel("Every GPU: output tok/s ÷ its siblings' median (latest run)", "percentunit", [
         ('benchd_gpu_relative_throughput{workload=~"$workload"}', "{{workload}} GPU {{gpu}}"),
         ('benchd_gpu_outlier{workload=~"$workload"}', "{{workload}} GPU {{gpu}} slow (1) or not (0)"),
