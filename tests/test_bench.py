@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,6 +27,20 @@ def test_overhead_script_accounts_for_both_paths(tmp_path):
     assert bare["q_tokens"] >= 16 * 32 and local["q_tokens"] >= 16 * 32  # every prompt token went through
     assert local["consumer_cpu_s"] > 0 and "consumer_cpu_s" not in bare
     assert daemon["tokens"] == 16 * 32 and daemon["output_tok_s"] > 0
+
+
+def test_node_cost_script_measures_the_daemon_and_its_worker_idle_and_in_a_run():
+    port = free_port()
+    done = subprocess.run([sys.executable, "bench/node_cost.py", "--idle-s", "3", "--run-s", "3", "--port", str(port)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "succeeded"
+    for phase in ("idle", "run"):
+        daemon, worker, every = (result[phase][kind] for kind in ("daemon", "worker", "all"))
+        assert 50 < daemon["rss_max_mib"] < every["rss_max_mib"] and worker["pss_max_mib"] > 50
+        assert every["cpu_mean_cores"] >= daemon["cpu_mean_cores"]
+    assert result["run"]["worker"]["cpu_mean_cores"] > 0  # the engine ran in the worker
 
 
 def test_gauges_script_checks_every_reading_against_nvidia_smi_output(tmp_path):
@@ -148,3 +164,18 @@ def test_loadgen_scaling_mode_prints_its_table(tmp_path):
     runs = [line for line in done.stdout.splitlines() if line.startswith("| benchd ×2 | short | 40 |")]
     assert runs and int(runs[0].split("|")[5]) == 0  # 40 requests/s over two client processes, none failed
     assert len((tmp_path / "scale" / "prompts.jsonl").read_text().splitlines()) == 2000
+
+
+def test_the_stack_matrix_script_prints_its_table_and_what_each_method_needed(tmp_path):
+    out = tmp_path / "matrix.json"
+    done = subprocess.run([sys.executable, "bench/gpu_matrix.py", "--smoke", "--repeats", "1", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "8 of 8 runs" in done.stdout and "× bf16 sdpa" in done.stdout
+    assert "torchao 0.17" in done.stdout or "torchao 0.1" in done.stdout  # the method and its version
+    result = json.loads(out.read_text())
+    variants = result["comparison"]["variants"]
+    assert len(variants) == 8 and variants[0]["baseline"] and not result["errors"]
+    assert {v["values"]["engine"] for v in variants} == {"transformers", "static"}
+    int8 = [v for v in variants if v["values"]["quantization"] == "int8_weight_only"]
+    assert all(v["stack"]["quantized_layers"] == 14 and v["tokens"]["ratio"] > 0 for v in int8)

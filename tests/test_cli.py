@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -80,3 +82,91 @@ def test_ctrl_c_keeps_and_writes_what_was_measured(tmp_path):
     rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
     assert any(row["error"] == "interrupted" and int(row["output_tokens"]) > 0 for row in rows)
     assert "status: interrupted" in stdout
+
+
+# ---- results without a daemon, and failures in one line ---------------------------------------------
+
+
+def quick_run(out, *extra):
+    result = benchd("run", "--model", "tiny", "--device", "cpu", "--concurrency", "2", "--requests", "24",
+                    "--prompt-tokens", "8", "--output-tokens", "8", "--out", str(out), *extra)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def nobody_listening() -> str:
+    from tests.helpers import free_port
+
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def test_compare_reads_result_directories_with_no_daemon(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    quick_run(a)
+    quick_run(b)
+    rows = [json.loads(line) for line in (a / "requests.jsonl").read_text().splitlines()]
+    assert len(rows) == 24 and all(sum(r["arrival_tokens"]) == r["output_tokens"] == 8 for r in rows)
+    env = {**os.environ, "BENCHD_SERVER": nobody_listening()}  # a daemon would not be reached: none is needed
+    page = tmp_path / "compare.html"
+    result = benchd("compare", str(a), str(b), "--json", "--html", str(page), env=env)
+    assert result.returncode == 0, result.stderr
+    comparison = json.loads(result.stdout)
+    assert comparison["a"] == [str(a)] and comparison["b"] == [str(b)]
+    metrics = {m["metric"]: m for m in comparison["metrics"]}
+    ttft = metrics["ttft_s.p50"]
+    assert ttft["samples_a"] == ttft["samples_b"] == 24 and ttft["verdict"] != "inconclusive"
+    assert metrics["itl_s.p50"]["samples_a"] == 24 * 7  # per token, from the stored chunks
+    summary = json.loads((a / "summary.json").read_text())["stages"][0]
+    assert ttft["a"] == summary["ttft_s"]["p50"]  # the same records the summary came from
+    assert page.read_text().startswith("<!doctype html>")
+    table = benchd("compare", f"{a},{b}", str(b), "--threshold", "0.5", env=env)
+    assert table.returncode == 0 and "ttft ms p50" in table.stdout, table.stderr
+
+
+def test_compare_says_what_a_directory_lacks(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for args, says in (
+        ((str(tmp_path / "missing"), str(tmp_path / "empty")), "missing: no such directory"),
+        ((str(tmp_path / "empty"), str(tmp_path)), "empty: no summary.json there"),
+        ((str(tmp_path / "empty"), "0123abcd"), "on both sides"),
+    ):
+        result = benchd("compare", *args)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert says in result.stderr.splitlines()[-1], result.stderr
+    bad = benchd("compare", "a", "b", "--confidence", "1.5")
+    assert bad.returncode == 2 and "between 0.5 and 1" in bad.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("runs", "list"), ("runs", "show", "0123abcd"), ("compare", "0123abcd", "4567ef01"),
+    ("baseline", "nightly", "0123abcd"), ("run", "--model", "tiny", "--requests", "2"),
+])
+def test_client_commands_without_a_daemon_end_in_one_line(command):
+    server = nobody_listening()
+    result = benchd(*command, env={**os.environ, "BENCHD_SERVER": server}) if command[0] != "run" else \
+        benchd(*command, "--server", server)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr  # one line, no traceback
+    assert result.stderr.startswith(f"benchd: cannot reach the benchd daemon at {server} (Connection refused): "
+                                    "start one with `benchd serve`"), result.stderr
+    if command[0] == "compare":
+        assert "result directories written by `benchd run --out`" in result.stderr
+    debug = benchd(*command[:1], "--debug", *command[1:], env={**os.environ, "BENCHD_SERVER": server}) \
+        if command[0] != "run" else benchd(*command, "--server", server, "--debug")
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.splitlines()[-1] == result.stderr.strip()
+
+
+def test_a_model_that_cannot_be_loaded_ends_in_one_line(tmp_path):
+    """A hub id with no network (the hub offline, an empty cache): transformers' OSError, said in one line with
+    what to give instead; nothing measured, so no table."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = benchd("run", "--model", "gpt2", "--device", "cpu", "--requests", "2", env=env)
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert "Traceback" not in result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("benchd: could not load model 'gpt2': OSError: "), result.stderr
+    assert "give a preset (tiny, " in last and "Hugging Face cache" in last
+    debug = benchd("--debug", "run", "--model", "gpt2", "--device", "cpu", "--requests", "2", env=env)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert "offline mode" in debug.stderr  # the full error, past its first line

@@ -156,3 +156,36 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
         finally:
             prometheus.terminate()
             prometheus.wait(30)
+
+
+def test_a_result_directory_gives_the_records_the_store_gives(tiny, tmp_path):
+    """`benchd run --out` and a daemon's store keep a run's requests in one form (RequestRecord.to_row): a side read
+    from the directory is the side read from the store, sample for sample."""
+    from benchd.compare import side_from_directories, side_from_store
+    from benchd.lifecycle import Lifecycle
+    from benchd.report import write_outputs
+    from benchd.stopping import StopSignal
+    from benchd.store import Store
+    from benchd.telemetry import Telemetry
+    from benchd.workers.local import LocalPool
+    from tests.helpers import make_spec
+
+    store = Store(f"sqlite:///{tmp_path}/benchd.db", spool_dir=tmp_path / "spool")
+    store.start()
+    assert store.wait_ready(30)
+    spec = make_spec(workload={"warmup": {"requests": 2}, "stop": {"requests": 12},
+                               "arrivals": {"profile": "concurrent", "concurrency": 3}})
+    store.create_run("r1", spec.model_dump(mode="json"))
+    pool = LocalPool(tiny)
+    try:
+        outcome = Lifecycle(pool, Telemetry(), store=store).execute("r1", spec, spec.device, StopSignal())
+    finally:
+        pool.stop()
+    assert outcome.status == "succeeded" and store.flush()
+    write_outputs(outcome, tmp_path / "out")
+    stored, read = side_from_store(store, ["r1"]), side_from_directories([tmp_path / "out"])
+    store.close()
+    assert read.samples == stored.samples and len(read.samples["itl_s"][0]) == sum(
+        r.output_tokens - 1 for r in outcome.stages[0].records if not r.warmup)
+    assert read.output_tokens_per_s == stored.output_tokens_per_s == [outcome.summaries()[0].output_tokens_per_s]
+    assert compare(read, read).metrics == compare(stored, stored).metrics

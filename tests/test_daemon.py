@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -9,11 +10,12 @@ import time
 
 import httpx
 import pytest
+import yaml
 
 from benchd.client import Client
-from benchd.config import Limits
+from benchd.config import Limits, Settings
 from benchd.store import Store
-from tests.helpers import LONG, ROOT, daemon, free_port, serve, spec, submit, wait_for
+from tests.helpers import LONG, NODE, ROOT, daemon, free_port, serve, spec, submit, wait_for
 
 def test_full_lifecycle_with_events_in_order(tmp_path):
     with daemon(tmp_path) as server:
@@ -214,6 +216,55 @@ def test_schedules_repeat_and_never_pile_up(tmp_path):
         assert server.http.delete("/schedules/every").status_code == 204
         assert server.http.delete("/schedules/every").status_code == 404
         assert server.http.get("/schedules").json() == []
+
+
+def test_schedules_declared_in_settings_run_and_are_owned_by_the_settings(tmp_path):
+    """BENCHD_SCHEDULES (a Helm chart's values) at start: listed and run like a POSTed one, stored runs record the
+    node and the pod; never written to the store, so one left out of the settings is gone at the next start, and
+    one declared under a stored schedule's name takes its place."""
+    stored = Store(f"sqlite:///{tmp_path}/benchd.db", tmp_path / "spool")
+    stored.start()
+    stored.put_schedule("declared", {"name": "old"}, 3600.0, enabled=False)
+    assert stored.flush()
+    stored.close()
+    declared = {"name": "declared", "spec": spec(requests=4, output=4, name="fleet"), "interval_s": 0.2}
+    with daemon(tmp_path, schedules=[declared], pod_name="benchd-x7k2p") as server:
+        (listed,) = server.http.get("/schedules").json()
+        assert listed["name"] == "declared" and listed["interval_s"] == 0.2 and listed["spec"]["name"] == "fleet"
+        wait_for(lambda: server.http.get("/runs", params={"schedule": "declared"}).json()["total"] > 0, 30)
+        run_id = server.http.get("/runs", params={"schedule": "declared"}).json()["items"][-1]["id"]
+        run = server.wait_status(run_id, "succeeded", "failed")
+        assert run["status"] == "succeeded" and run["workload"] == "fleet"
+        assert (run["node"], run["pod"]) == (NODE, "benchd-x7k2p")
+    reopened = Store(f"sqlite:///{tmp_path}/benchd.db", tmp_path / "spool")
+    assert [row["spec"] for row in reopened.list_schedules()] == [{"name": "old"}]  # the stored one, untouched
+    with daemon(tmp_path) as server:  # no longer declared: the stored schedule of that name is back
+        wait_for(lambda: [s["spec"]["name"] for s in server.http.get("/schedules").json()] == ["old"], 10)
+
+
+def test_declared_schedules_are_checked_at_start(tmp_path, monkeypatch):
+    """JSON from the environment or `schedules:` in the BENCHD_CONFIG file; a bad one stops the start naming the
+    field."""
+    entry = {"name": "nightly", "spec": {"name": "w", "workload": {"stop": {"requests": 8}}}, "interval_s": 60}
+    monkeypatch.setenv("BENCHD_SCHEDULES", json.dumps([entry]))
+    (schedule,) = Settings().schedules
+    assert (schedule.name, schedule.spec.workload.stop.requests, schedule.enabled) == ("nightly", 8, True)
+    monkeypatch.delenv("BENCHD_SCHEDULES")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"schedules": [entry, {**entry, "name": "hourly", "interval_s": 3600}]}))
+    monkeypatch.setenv("BENCHD_CONFIG", str(config))
+    assert [s.name for s in Settings().schedules] == ["nightly", "hourly"]
+    for bad, message in (
+        ([{**entry, "interval_s": 0}], "schedules.0.interval_s"),
+        ([{**entry, "spec": {"workload": {"arrivals": {"profile": "sometimes"}}}}], "schedules.0.spec.workload"),
+        ([entry, entry], "names must be unique"),
+        ([{**entry, "name": "default"}], "'default' is the built-in schedule's name"),
+    ):
+        monkeypatch.setenv("BENCHD_SCHEDULES", json.dumps(bad))
+        done = subprocess.run([sys.executable, "-m", "benchd.cli", "serve"], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+        assert done.returncode == 2 and "invalid settings" in done.stderr and message in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_default_schedule_exports_data_with_no_trigger(tmp_path):

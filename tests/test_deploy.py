@@ -19,7 +19,7 @@ import yaml
 
 from benchd.api import create_app
 from benchd.config import Settings
-from tests.fake_nvml import FakeGPU
+from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.helpers import LiveServer, free_port, spec, wait_for
 from tests.otlp import HTTPReceiver
 from tests.test_hardware import reader
@@ -166,23 +166,39 @@ def test_promtool_checks_the_config_and_rules():
     assert "benchd:8000" in (ROOT / "prometheus.yml").read_text()
 
 
+def test_alerts_fire_per_node_and_gpu_on_what_they_name():
+    """promtool's rule unit tests (tests/data/promtool): the GPU-health alerts on XIDs (a code's first event
+    included), uncorrectable ECC errors, row remapping and a stalled sampler, throttling on two nodes as two
+    alerts, and a slow GPU on one of two nodes (its description reading that node's relative throughput)."""
+    tests = sorted((ROOT / "tests" / "data" / "promtool").glob("*.test.yml"))
+    assert tests
+    done = subprocess.run(["promtool", "test", "rules", *map(str, tests)], capture_output=True, text=True)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
 def dashboards() -> dict[str, dict]:
     return {path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS.glob("*.json"))}
 
 
-def test_dashboards_are_what_the_generator_writes():
+def generator():
+    """grafana/dashboards.py, which writes the dashboards."""
     import importlib.util
 
     loaded = importlib.util.spec_from_file_location("dashboards", ROOT / "grafana" / "dashboards.py")
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
+    return module
+
+
+def test_dashboards_are_what_the_generator_writes():
+    module = generator()
     for name, build in module.DASHBOARDS.items():
         assert (DASHBOARDS / name).read_text() == module.render(build), "run python grafana/dashboards.py"
 
 
 def test_dashboards_are_well_formed():
     found = dashboards()
-    assert set(found) == {"benchd-live.json", "benchd-history.json"}
+    assert set(found) == {"benchd-live.json", "benchd-fleet.json", "benchd-history.json"}
     uids = [d["uid"] for d in found.values()]
     assert len(set(uids)) == len(uids)
     provisioned = yaml.safe_load((ROOT / "grafana/provisioning/datasources/benchd.yml").read_text())
@@ -210,19 +226,40 @@ def test_dashboards_are_well_formed():
 
 
 def promql(expr: str) -> str:
-    """A dashboard expression with Grafana's variables as "All" and the rate interval at a minute."""
-    return expr.replace("$__rate_interval", "1m").replace('"$model"', '".*"').replace('"$workload"', '".*"') \
-        .replace('"$gpu"', '".*"')
+    """A dashboard expression with Grafana's variables as "All", the rate interval at a minute and the dashboard's
+    range at ten."""
+    for name in ("model", "workload", "gpu", "node", "cluster"):
+        expr = expr.replace(f'"${name}"', '".*"')
+    return expr.replace("$__rate_interval", "1m").replace("$__range", "10m")
 
 
-def sql(query: str, models: list[str], workloads: list[str]) -> str:
+def test_dashboards_keep_the_nodes_apart():
+    """A fleet's nodes never merge: every Prometheus selector keeps to the chosen nodes and every aggregation keeps
+    hostname; the history filters by node."""
+    found = dashboards()
+    for name in ("benchd-live.json", "benchd-fleet.json"):
+        expressions = [t["expr"] for p in found[name]["panels"] for t in p["targets"]]
+        for expr in expressions:
+            assert 'hostname=~"$node"' in expr, (name, expr)
+            for clause in re.findall(r"\b(?:by|on) \(([^)]*)\)", expr):
+                assert "hostname" in clause.split(", "), (name, expr)
+        assert [v["name"] for v in found[name]["templating"]["list"]].count("node") == 1
+    fleet = {v["name"]: v for v in found["benchd-fleet.json"]["templating"]["list"]}
+    assert list(fleet) == ["cluster", "node", "workload"] and not fleet["workload"]["multi"]
+    history = found["benchd-history.json"]
+    queries = [t["rawSql"] for p in history["panels"] for t in p["targets"]]
+    assert all("r.node IN ($node)" in q for q in queries)
+
+
+def sql(query: str, nodes: list[str], models: list[str], workloads: list[str]) -> str:
     """A history query with Grafana's macros and multi-value variables expanded as Grafana does."""
     def quoted(values: list[str]) -> str:
         return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
     query = re.sub(r"\$__timeFilter\(([^)]+)\)",
                    r"\1 BETWEEN now() - interval '1 day' AND now() + interval '1 day'", query)
-    return query.replace("$model", quoted(models)).replace("$workload", quoted(workloads))
+    return query.replace("$node", quoted(nodes)).replace("$model", quoted(models)) \
+        .replace("$workload", quoted(workloads))
 
 
 @pytest.mark.timeout(600)
@@ -232,18 +269,24 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
         # Two CPU workers: a run on every "GPU" feeds the per-GPU panels.
         settings = Settings(database_url=postgres_url, device="cpu", dtype="float32", default_schedule=False,
-                            hardware_interval_s=0.2, devices=["cpu:0", "cpu:1"], spool_dir=str(tmp_path / "spool"),
-                            workers={"log_dir": str(tmp_path / "workers")})
-        app = create_app(settings, hardware_reader=lambda: reader(FakeGPU("GPU-e2e-0")))
+                            hardware_interval_s=0.2, node_name="e2e-node", devices=["cpu:0", "cpu:1"],
+                            spool_dir=str(tmp_path / "spool"), workers={"log_dir": str(tmp_path / "workers")})
+        gpu = FakeGPU("GPU-e2e-0", nvlink_kib={0: (1 << 20, 2 << 20), 1: (3 << 20, 4 << 20)})
+        nvml = FakeNVML([gpu])
+        app = create_app(settings, hardware_reader=lambda: reader(gpu, nvml=nvml))
         with LiveServer(app) as server:
             server.wait_ready()
+            nvml.emit(gpu, 0x8, 79)  # an XID, for the GPU-health panels
             # This repository's prometheus.yml and rules, laid out as compose mounts them, the target pointed at
             # the live daemon.
             config_dir = tmp_path / "prometheus"
             shutil.copytree(RULES, config_dir / RULES.name)
             config = config_dir / "prometheus.yml"
             shutil.copy(ROOT / "prometheus.yml", config)
-            config.write_text(config.read_text().replace("benchd:8000", f"127.0.0.1:{server.port}"))
+            # And a cluster label on the target, as a multi-cluster setup (Thanos, Mimir) gives every series.
+            loaded = yaml.safe_load(config.read_text().replace("benchd:8000", f"127.0.0.1:{server.port}"))
+            loaded["scrape_configs"][0]["static_configs"][0]["labels"] = {"cluster": "e2e"}
+            config.write_text(yaml.safe_dump(loaded))
             port = free_port()
             prometheus = subprocess.Popen(
                 ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
@@ -261,6 +304,10 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                 search["workload"].update({"arrivals": {"profile": "capacity", "start_rate": 2, "max_rate": 4},
                                            "slo": {"e2e_p99_s": 30}})
                 assert server.http.post("/runs", json=search).status_code == 202
+                # A matrix of two variants feeds the variants' panels.
+                matrix = server.http.post("/matrices", json={**spec(requests=4, output=4, name="ab"), "repeats": 1,
+                                                             "matrix": {"attn_implementation": ["sdpa", "eager"]}})
+                assert matrix.status_code == 202, matrix.text
                 started = time.time()
 
                 def query(expr: str) -> list:
@@ -280,20 +327,27 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                 assert len(rules) >= 13
                 wait_for(lambda: all(query(rule) for rule in rules), 180, "every recording rule to return data")
 
-                live = dashboards()["benchd-live.json"]
-                expressions = [t["expr"] for p in live["panels"] for t in p["targets"]]
-                assert len(expressions) >= 25
+                # Every expression of the live and fleet dashboards returns data (the run on every "GPU" feeds
+                # the slow-GPU verdicts).
+                expressions = [t["expr"] for name in ("benchd-live.json", "benchd-fleet.json")
+                               for p in dashboards()[name]["panels"] for t in p["targets"]]
+                assert len(expressions) >= 60
                 missing = []
 
                 def all_answer() -> bool:
                     missing[:] = [e for e in expressions if not query(promql(e))]
                     return not missing
 
-                wait_for(all_answer, 120, "every live-dashboard expression to return data")
-                for variable in live["templating"]["list"]:
-                    name = re.match(r"label_values\((.*), (\w+)\)$", variable["definition"])
-                    body = httpx.get(f"{api}/label/{name.group(2)}/values").json()
-                    assert body["data"], variable["name"]
+                wait_for(all_answer, 120, "every live- and fleet-dashboard expression to return data")
+                for expr in expressions:
+                    query(promql(expr))  # a query Prometheus refuses fails here
+                for name in ("benchd-live.json", "benchd-fleet.json"):
+                    for variable in dashboards()[name]["templating"]["list"]:
+                        found = re.match(r"label_values\((.*), (\w+)\)$", variable["definition"])
+                        body = httpx.get(f"{api}/label/{found.group(2)}/values").json()
+                        assert body["data"], variable["name"]
+                        selector = promql(found.group(1)).replace('"$model"', '".*"')
+                        assert query(f"count({selector})"), variable["definition"]
 
                 def exemplars() -> list:
                     body = httpx.get(f"{api}/query_exemplars", params={
@@ -314,17 +368,22 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                      .json()["total"] == 1, 120, "the second workload's run")
         engine = sa.create_engine(postgres_url)
         with engine.connect() as db:
+            nodes = [row[0] for row in db.execute(sa.text("SELECT DISTINCT node FROM runs"))]
+            assert nodes == ["e2e-node"]
             models = [row[0] for row in db.execute(sa.text("SELECT DISTINCT model FROM runs"))]
             workloads = [row[0] for row in db.execute(sa.text("SELECT DISTINCT workload FROM runs"))]
-            assert set(workloads) == {"short", "other", "fleet", "capacity"}
+            assert set(workloads) == {"short", "other", "fleet", "capacity", "ab"}
             history = dashboards()["benchd-history.json"]
             queries = [t["rawSql"] for p in history["panels"] for t in p["targets"]]
             queries += [v["query"] for v in history["templating"]["list"]]
             queries += [a["rawQuery"] for a in history["annotations"]["list"]]
-            assert len(queries) == 8
+            assert len(queries) == 9
             for query in queries:
-                rows = db.execute(sa.text(sql(query, models, workloads))).fetchall()
+                rows = db.execute(sa.text(sql(query, nodes, models, workloads))).fetchall()
                 assert rows, query
-            traced = db.execute(sa.text(sql(history["panels"][-1]["targets"][0]["rawSql"], models, workloads)))
+                assert not db.execute(sa.text(sql(query, ["another-node"], models, workloads))).fetchall() or \
+                    "SELECT DISTINCT node" in query, query  # filtered by node
+            traced = db.execute(sa.text(sql(history["panels"][-1]["targets"][0]["rawSql"], nodes, models,
+                                            workloads)))
             assert any(re.fullmatch(r"[0-9a-f]{32}", row.trace_id or "") for row in traced)
         engine.dispose()

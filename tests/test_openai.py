@@ -114,7 +114,7 @@ def test_running_usage_gives_live_per_token_counts(server, prompts):
     assert outcome.status == "succeeded"
     for record in records(outcome):
         assert record.arrival_tokens == [1] * 7 and record.error is None
-    labels = {"model": "ok", "engine": "openai", "workload": "oa"}
+    labels = {"model": "ok", "engine": "openai", "workload": "oa", "gpu": ""}
     assert registry.get_sample_value("benchd_inter_token_latency_seconds_count", labels) == 4 * 6
     assert registry.get_sample_value("benchd_generation_tokens_total", labels) == 28
     body = server.bodies[-1]
@@ -167,7 +167,7 @@ def test_failures_are_recorded_by_type_and_the_run_goes_on(server, prompts, monk
     assert disconnected.output_tokens == 2  # what arrived before the drop is kept
     summary = outcome.summaries()[0]
     assert (summary.requests, summary.errors) == (2, 6)
-    labels = {"model": "mixed", "engine": "openai", "workload": "oa"}
+    labels = {"model": "mixed", "engine": "openai", "workload": "oa", "gpu": ""}
     for kind in ("http_500", "disconnected", "malformed_chunk"):
         assert registry.get_sample_value("benchd_request_errors_total", {**labels, "error_type": kind}) == 2
     types = sorted(a.value.string_value for s in spans for a in s.attributes if a.key == "error.type")
@@ -393,3 +393,57 @@ def test_daemon_runs_openai_specs_and_guards_paths(tmp_path, server, prompts):
         refused = live.http.post("/runs", json=outside)
         assert refused.status_code == 422
         assert refused.json()["detail"][0]["loc"] == ["body", "workload", "dataset", "path"]
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_genai_client_metrics_and_span_attributes(prompts, monkeypatch, api):
+    """A server measured from outside: the conventions' client histograms (names, units, buckets, attributes with
+    the server's address) over OTLP, holding exactly the runs' records, and request spans that name the operation,
+    the provider and the server."""
+    from benchd.otel import build_genai_metrics
+    from tests.test_telemetry import (SEMCONV_DURATION, SEMCONV_TOKENS, check_histogram, latest_metrics,
+                                      point_attributes)
+
+    operation = "chat" if api == "chat" else "text_completion"
+    with OpenAIServer(delay_s=0.002) as server, HTTPReceiver() as receiver:  # its own: "mixed" cycles per server
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        telemetry = Telemetry(None, build_tracer_provider(lambda *_: None), build_genai_metrics())
+        chunked = run(openai_spec(server.base_url, model="chunks-3", api=api, prompts=prompts), telemetry=telemetry)
+        mixed = run(openai_spec(server.base_url, model="mixed", api=api, prompts=prompts, requests=8,
+                                arrivals={"profile": "synchronous"}), telemetry=telemetry)
+        telemetry.shutdown()
+        metrics = latest_metrics(receiver)
+        spans = receiver.wait_for_spans(14)
+        port = server.port
+    assert set(metrics) == {"gen_ai.client.operation.duration", "gen_ai.client.token.usage",
+                            "gen_ai.client.operation.time_to_first_chunk",
+                            "gen_ai.client.operation.time_per_output_chunk"}  # no server metrics from outside
+    for outcome, model in ((chunked, "chunks-3"), (mixed, "mixed")):
+        attributes = {"gen_ai.operation.name": operation, "gen_ai.provider.name": "openai",
+                      "gen_ai.request.model": model, "server.address": "127.0.0.1", "server.port": port}
+        measured = records(outcome)
+        good = [r for r in measured if r.ok]
+        answered = [r for r in measured if r.arrival_s]  # observed live, as Prometheus' TTFT is
+        chunks = [r.arrival_s[i] - r.arrival_s[i - 1] for r in answered for i in range(1, len(r.arrival_s))]
+        check_histogram(metrics["gen_ai.client.operation.time_to_first_chunk"], "s", SEMCONV_DURATION,
+                        [r.ttft_s for r in answered], attributes)
+        check_histogram(metrics["gen_ai.client.operation.time_per_output_chunk"], "s", SEMCONV_DURATION, chunks,
+                        attributes)
+        check_histogram(metrics["gen_ai.client.operation.duration"], "s", SEMCONV_DURATION,
+                        [r.e2e_s for r in good], attributes)
+        for kind, tokens in (("input", [r.prompt_tokens for r in good]), ("output", [r.output_tokens for r in good])):
+            check_histogram(metrics["gen_ai.client.token.usage"], "{token}", SEMCONV_TOKENS, tokens,
+                            {**attributes, "gen_ai.token.type": kind})
+    assert len([c for r in records(chunked) for c in r.arrival_tokens]) == 4 * 3  # chunks of 3, 3 and 1 tokens
+    failed = {}
+    for point in metrics["gen_ai.client.operation.duration"].histogram.data_points:
+        if "error.type" in (attributes := point_attributes(point)):
+            failed[attributes["error.type"]] = point.count
+    assert failed == {"http_500": 2, "disconnected": 2, "malformed_chunk": 2}
+    requests = [s for s in spans if not s.name.startswith("benchd.run")]
+    assert {s.name for s in requests} == {f"{operation} chunks-3", f"{operation} mixed"}
+    for span in requests:
+        attributes = {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes}
+        assert attributes["gen_ai.operation.name"] == operation and attributes["gen_ai.provider.name"] == "openai"
+        assert (attributes["server.address"], attributes["server.port"]) == ("127.0.0.1", port)
+        assert attributes["gen_ai.request.stream"] is True

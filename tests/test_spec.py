@@ -2,7 +2,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from benchd.matrix import parse_matrix
 from benchd.spec import (
     Concurrent,
     Gamma,
@@ -18,7 +20,11 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_examples_load(path):
-    assert isinstance(load_spec(path), RunSpec)
+    data = yaml.safe_load(path.read_text())
+    if "matrix" in data:  # a matrix document: every variant is a spec
+        assert all(isinstance(v.spec, RunSpec) for v in parse_matrix(data).variants())
+    else:
+        assert isinstance(load_spec(path), RunSpec)
 
 
 def test_defaults_are_a_runnable_spec():
@@ -119,3 +125,26 @@ def test_file_errors(tmp_path):
     bad.write_text("workload: [unclosed\n")
     with pytest.raises(SpecError, match="not valid YAML or JSON"):
         load_spec(bad)
+
+
+@pytest.mark.parametrize("fields, where", [
+    ({"engine": "static", "attn_implementation": "paged|eager"}, "attn_implementation: paged|eager is for continuous"),
+    ({"compile": "reduce-overhead"}, "compile: applies to static generate(); continuous batching compiles by "
+                                     "transformers.compile_level"),
+    ({"kind": "kernel", "kernel": {"op": "matmul", "shapes": [{"m": 8, "n": 8, "k": 8}]},
+      "quantization": "int8_weight_only"}, "quantization: applies to models benchd loads for generation"),
+    ({"engine": "openai", "openai": {"tokenizer": "/x"}, "attn_implementation": "eager"},
+     "attn_implementation: applies to models benchd loads for generation, not a served model"),
+    ({"quantization": "int2"}, "quantization: Input should be"),
+])
+def test_stack_choices_that_contradict_the_spec_name_the_field(fields, where):
+    with pytest.raises(SpecError) as raised:
+        parse_spec(fields)
+    assert where in str(raised.value)
+
+
+def test_the_stack_defaults_change_nothing():
+    spec = parse_spec({})
+    assert (spec.quantization, spec.attn_implementation, spec.compile) == ("none", None, "off")
+    assert parse_spec({"engine": "static", "compile": "max-autotune", "attn_implementation": "eager"}).compile == \
+        "max-autotune"

@@ -64,6 +64,8 @@ def test_a_run_round_trips_with_every_stamp(store_url, outcome, tmp_path):
     for original in stage.records:
         stored = reopened.records("r1")[original.index]
         assert stored.arrival_tokens == original.arrival_tokens
+        # the generated token ids too (a matrix compares greedy tokens with its baseline's)
+        assert stored.token_ids == original.token_ids and len(stored.token_ids) == original.output_tokens > 0
         assert stored.arrival_s == pytest.approx([t - stage.start_s for t in original.arrival_s], abs=1e-12)
         assert stored.itl_s() == pytest.approx(original.itl_s(), abs=1e-12)
         assert stored.ttft_s == pytest.approx(original.ttft_s) and stored.warmup == original.warmup

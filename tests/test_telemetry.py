@@ -13,11 +13,20 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from benchd.config import Settings
 from benchd.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
+from benchd.otel import build_genai_metrics
 from benchd.workers.local import run_local as run
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
 from tests.otlp import GRPCReceiver, HTTPReceiver
+
+# The GenAI semantic conventions' recommended buckets (docs/gen-ai/gen-ai-metrics.md of
+# open-telemetry/semantic-conventions v1.56.0, the same in open-telemetry/semantic-conventions-genai now), written
+# out here, not imported: the test checks the module.
+SEMCONV_DURATION = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+SEMCONV_TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+SEMCONV_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
+SEMCONV_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
 
 LABELS = {"model": "tiny", "engine": "transformers", "workload": "test", "gpu": ""}
 
@@ -188,15 +197,20 @@ def otlp_env(monkeypatch):
     return configure
 
 
-def traced_run(tiny, spec, registry, dropped=None):
+def traced_run(tiny, spec, registry, dropped=None, shutdown_s=None):
+    """Spans and GenAI metrics on (the endpoint set by otlp_env); the run's outcome and how long it took."""
     dropped = [] if dropped is None else dropped
     provider = build_tracer_provider(lambda reason, n: dropped.append((reason, n)))
-    assert provider is not None
-    telemetry = Telemetry(Metrics(registry), provider)
+    genai = build_genai_metrics()
+    assert provider is not None and genai is not None
+    telemetry = Telemetry(Metrics(registry), provider, genai)
     started = time.monotonic()
     outcome = run(spec, loaded=tiny, telemetry=telemetry)
     elapsed = time.monotonic() - started
+    started = time.monotonic()
     telemetry.shutdown()
+    if shutdown_s is not None:
+        shutdown_s.append(time.monotonic() - started)
     return outcome, elapsed
 
 
@@ -220,7 +234,10 @@ def test_spans_reach_an_otlp_receiver(tiny, registry, otlp_env, protocol):
         record = records[attrs["benchd.request.index"]]
         assert span.name == "text_completion tiny"
         assert attrs["gen_ai.operation.name"] == "text_completion"
+        assert attrs["gen_ai.provider.name"] == "transformers" and attrs["gen_ai.request.stream"] is True
+        assert "server.address" not in attrs  # an engine in benchd's own worker: no server to name
         assert attrs["gen_ai.request.model"] == "tiny"
+        assert attrs["gen_ai.response.time_to_first_chunk"] == record.ttft_s
         assert attrs["gen_ai.request.max_tokens"] == record.max_new_tokens
         assert attrs["gen_ai.usage.input_tokens"] == record.prompt_tokens
         assert attrs["gen_ai.usage.output_tokens"] == record.output_tokens
@@ -262,18 +279,21 @@ def test_a_dead_or_slow_collector_never_slows_a_run(tiny, registry, otlp_env):
     run(spec, loaded=tiny)
     untraced = time.monotonic() - baseline
 
-    otlp_env(f"http://127.0.0.1:{free_port()}", OTEL_EXPORTER_OTLP_TIMEOUT="1", OTEL_BSP_SCHEDULE_DELAY="50")
-    dropped = []
-    outcome, closed_port = traced_run(tiny, spec, registry, dropped)
+    # Metrics leave every 50 ms: exports fail (or wait on the slow collector) all through the run.
+    otlp_env(f"http://127.0.0.1:{free_port()}", OTEL_EXPORTER_OTLP_TIMEOUT="1", OTEL_BSP_SCHEDULE_DELAY="50",
+             OTEL_METRIC_EXPORT_INTERVAL="50")
+    dropped, shutdowns = [], []
+    outcome, closed_port = traced_run(tiny, spec, registry, dropped, shutdowns)
     assert outcome.status == "succeeded"
     assert closed_port < 1.5 * untraced + 0.5, (closed_port, untraced)
     assert sum(n for reason, n in dropped if reason == "export_failed") == 25  # every span, counted
 
     with HTTPReceiver(delay_s=3) as slow:
-        otlp_env(slow.endpoint, OTEL_EXPORTER_OTLP_TIMEOUT="1")
-        outcome, slow_collector = traced_run(tiny, spec, CollectorRegistry())
+        otlp_env(slow.endpoint, OTEL_EXPORTER_OTLP_TIMEOUT="1", OTEL_METRIC_EXPORT_INTERVAL="50")
+        outcome, slow_collector = traced_run(tiny, spec, CollectorRegistry(), shutdown_s=shutdowns)
     assert outcome.status == "succeeded"
     assert slow_collector < 1.5 * untraced + 0.5, (slow_collector, untraced)
+    assert max(shutdowns) < 5.5, shutdowns  # the last flush of spans and metrics is bounded (5 s)
 
 
 def test_tracing_is_off_without_an_endpoint(monkeypatch):
@@ -290,6 +310,245 @@ def test_unknown_protocol_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
         build_tracer_provider(lambda reason, n: None)
+
+
+# ---- GenAI metrics over OTLP ---------------------------------------------------------------------------
+
+
+def latest_metrics(receiver):
+    """Each metric's latest export: cumulative, it holds everything."""
+    return {metric.name: metric for _, metric in receiver.metrics()}
+
+
+def point_attributes(point):
+    return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in point.attributes}
+
+
+def bucket_counts(bounds, values):
+    """OTel explicit buckets: (bounds[i-1], bounds[i]], then (bounds[-1], +inf)."""
+    edges = [float("-inf"), *bounds, float("inf")]
+    return [sum(1 for v in values if low < v <= high) for low, high in zip(edges, edges[1:])]
+
+
+def check_histogram(metric, unit, bounds, values, attributes):
+    assert metric.unit == unit, metric.name
+    assert metric.histogram.aggregation_temporality == 2  # cumulative
+    (point,) = [p for p in metric.histogram.data_points if point_attributes(p) == attributes]
+    assert list(point.explicit_bounds) == bounds, metric.name
+    assert point.count == len(values) and list(point.bucket_counts) == bucket_counts(bounds, values), metric.name
+    assert point.sum == pytest.approx(sum(values), rel=1e-9, abs=1e-12), metric.name
+    assert (point.min, point.max) == (min(values), max(values)), metric.name
+
+
+SERVER_ATTRIBUTES = {"gen_ai.operation.name": "text_completion", "gen_ai.provider.name": "transformers",
+                     "gen_ai.request.model": "tiny"}
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_genai_server_metrics_reach_an_otlp_receiver(tiny, registry, otlp_env, protocol):
+    """An engine in benchd's worker is a model server: the conventions' server histograms, with their names, units,
+    buckets and attributes, holding exactly the run's measured requests (the same observations as Prometheus')."""
+    receiver_type = HTTPReceiver if protocol == "http/protobuf" else GRPCReceiver
+    with receiver_type() as receiver:
+        otlp_env(receiver.endpoint, protocol)
+        spec = make_spec(workload={"warmup": {"requests": 2}, "stop": {"requests": 8},
+                                   "arrivals": {"profile": "concurrent", "concurrency": 3}})
+        outcome, _ = traced_run(tiny, spec, registry)
+        metrics = latest_metrics(receiver)
+    assert {resource["service.name"] for resource, _ in receiver.metrics()} == {"benchd-test"}
+    good = [r for r in outcome.stages[0].records if not r.warmup and r.ok]
+    assert len(good) == 8
+    expected = {
+        "gen_ai.server.time_to_first_token": (SEMCONV_TTFT, [r.ttft_s for r in good]),
+        "gen_ai.server.time_per_output_token": (SEMCONV_TPOT, [r.tpot_s for r in good]),
+        "gen_ai.server.request.duration": (SEMCONV_DURATION, [r.e2e_s for r in good]),
+    }
+    assert set(metrics) == set(expected)  # no client metrics: nothing is measured from outside a server
+    for name, (bounds, values) in expected.items():
+        check_histogram(metrics[name], "s", bounds, values, SERVER_ATTRIBUTES)
+    ttft = metrics["gen_ai.server.time_to_first_token"].histogram.data_points[0]
+    assert ttft.sum == pytest.approx(value(registry, "benchd_time_to_first_token_seconds_sum"), rel=1e-12)
+
+
+def test_failed_requests_are_durations_with_their_error_type(tiny, registry, otlp_env):
+    def fault(module, args):
+        raise RuntimeError("injected fault")
+
+    hook = tiny.model.model.layers[0].register_forward_pre_hook(fault)
+    try:
+        with HTTPReceiver() as receiver:
+            otlp_env(receiver.endpoint)
+            outcome, _ = traced_run(tiny, make_spec(workload={"stop": {"requests": 3}}), registry)
+            metrics = latest_metrics(receiver)
+    finally:
+        hook.remove()
+    records = outcome.stages[0].records
+    assert set(metrics) == {"gen_ai.server.request.duration"}  # no first token: no TTFT, no TPOT
+    (point,) = metrics["gen_ai.server.request.duration"].histogram.data_points
+    kinds = {error_kind(r.error) for r in records}
+    assert len(kinds) == 1 and point_attributes(point) == {**SERVER_ATTRIBUTES, "error.type": kinds.pop()}
+    assert point.count == 3 and point.sum == pytest.approx(sum(r.finished_s - r.scheduled_s for r in records))
+
+
+def test_server_ttft_and_tpot_count_successful_responses_only(tiny, registry, otlp_env):
+    """A request that failed after its first tokens: Prometheus' TTFT has it (observed live), the conventions'
+    server TTFT and TPOT ("for successful responses") do not, and its duration carries its error.type."""
+    calls = {"n": 0}
+
+    def fault(module, args):  # the static engine: the first request's fourth forward pass fails, the rest succeed
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("injected fault")
+
+    spec = make_spec(engine="static", workload={"stop": {"requests": 3}, "output_tokens": {"dist": "fixed", "value": 8},
+                                                "arrivals": {"profile": "concurrent", "concurrency": 1}})
+    hook = tiny.model.model.layers[0].register_forward_pre_hook(fault)
+    try:
+        with HTTPReceiver() as receiver:
+            otlp_env(receiver.endpoint)
+            outcome, _ = traced_run(tiny, spec, registry)
+            metrics = latest_metrics(receiver)
+    finally:
+        hook.remove()
+    records = outcome.stages[0].records
+    failed, good = [r for r in records if not r.ok], [r for r in records if r.ok]
+    assert len(failed) == 1 and failed[0].arrival_s and len(good) == 2  # the failed one had its first token
+    assert value(registry, "benchd_time_to_first_token_seconds_count", engine="static") == 3
+    check_histogram(metrics["gen_ai.server.time_to_first_token"], "s", SEMCONV_TTFT, [r.ttft_s for r in good],
+                    SERVER_ATTRIBUTES)
+    check_histogram(metrics["gen_ai.server.time_per_output_token"], "s", SEMCONV_TPOT, [r.tpot_s for r in good],
+                    SERVER_ATTRIBUTES)
+    durations = {point_attributes(p).get("error.type"): p.count
+                 for p in metrics["gen_ai.server.request.duration"].histogram.data_points}
+    assert durations == {None: 2, error_kind(failed[0].error): 1}
+
+
+def error_kind(error):
+    from benchd.telemetry import error_type
+
+    return error_type(error)
+
+
+def test_genai_metrics_over_runs_are_cumulative_or_delta_and_bounded():
+    from opentelemetry.sdk.resources import Resource
+
+    from benchd.otel import SERVER_TTFT, GenAIMetrics
+
+    resource = Resource.create({})
+    metrics = GenAIMetrics(max_series=2)
+    first = metrics.series(SERVER_TTFT, {"gen_ai.request.model": "a"})
+    for v in (0.001, 0.003, 0.5):
+        first.observe(v)
+    second = metrics.series(SERVER_TTFT, {"gen_ai.request.model": "a"})  # another run, the same attributes
+    second.observe(20.0)
+    (point,) = metrics.collect(resource).resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+    assert point.count == 4 and point.sum == pytest.approx(20.504) and (point.min, point.max) == (0.001, 20.0)
+    assert list(point.bucket_counts) == bucket_counts(SEMCONV_TTFT, [0.001, 0.003, 0.5, 20.0])
+    metrics.retire([first])
+    metrics.retire([first])  # twice changes nothing
+    (again,) = metrics.collect(resource).resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+    assert (again.count, again.sum, list(again.bucket_counts)) == (4, point.sum, list(point.bucket_counts))
+    # Attribute sets past the cap share one overflow set, as the SDK's cardinality limit does.
+    metrics.series(SERVER_TTFT, {"gen_ai.request.model": "b"}).observe(0.01)
+    metrics.series(SERVER_TTFT, {"gen_ai.request.model": "c"}).observe(0.02)
+    metrics.series(SERVER_TTFT, {"gen_ai.request.model": "d"}).observe(0.03)
+    points = metrics.collect(resource).resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+    assert sorted((dict(p.attributes).get("gen_ai.request.model", "overflow"), p.count) for p in points) == [
+        ("a", 4), ("b", 1), ("overflow", 2)]
+    assert {"otel.metric.overflow": True} in [dict(p.attributes) for p in points]
+
+    delta = GenAIMetrics()
+    series = delta.series(SERVER_TTFT, {"gen_ai.request.model": "a"})
+    series.observe(0.002)
+    series.observe(0.004)
+    (p1,) = delta.collect(resource, delta=True).resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+    assert delta.collect(resource, delta=True) is None  # nothing new
+    series.observe(0.3)
+    (p2,) = delta.collect(resource, delta=True).resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+    assert (p1.count, p2.count, p2.sum) == (2, 1, pytest.approx(0.3))
+    assert p2.start_time_unix_nano > p1.start_time_unix_nano and p2.min is None
+
+
+def test_timed_runs_make_no_genai_series(registry):
+    """A kernel or train-step run generates no tokens: no GenAI series, none of the attribute-set cap used."""
+    from benchd.otel import GenAIMetrics
+
+    genai = GenAIMetrics(max_series=1)
+    telemetry = Telemetry(Metrics(registry), None, genai)
+    kernel = make_spec(kind="kernel", kernel={"op": "matmul", "shapes": [{"m": 8, "n": 8, "k": 8}]})
+    telemetry.for_run("r1", kernel.subject, kernel.runner, "k", spec=kernel).run_finished(0.0, "succeeded", None)
+    generate = telemetry.for_run("r2", "tiny", "transformers", "test", spec=make_spec())
+    assert [s.attributes for s in generate.otel_series[:1]] == [SERVER_ATTRIBUTES]  # not the overflow set
+
+
+def test_a_run_on_every_gpu_is_one_set_of_genai_series(registry):
+    """Each GPU's part writes series of its own (one writer each); they add up under the run's attributes, while
+    Prometheus keeps a child per gpu."""
+    from opentelemetry.sdk.resources import Resource
+
+    from benchd.otel import GenAIMetrics
+    from benchd.records import RequestRecord
+
+    genai = GenAIMetrics()
+    observer = Telemetry(Metrics(registry), None, genai).for_run("r", "tiny", "transformers", "test", spec=make_spec())
+    parts = [observer.part(gpu) for gpu in ("GPU-0", "GPU-1")]
+    for i, (part, ttft) in enumerate(zip(parts * 2, (0.01, 0.02, 0.03, 0.5))):
+        record = RequestRecord(i, f"q{i}", False, 8, 4, scheduled_s=1.0, admitted_s=1.0,
+                               arrival_s=[1.0 + ttft, 1.1 + ttft], arrival_tokens=[1, 3], finished_s=1.1 + ttft)
+        part.arrivals(record, 0)
+        part.finished(record)
+    for part in (*parts, observer):
+        part.run_finished(2.0, "succeeded", None)
+    metrics = {m.name: m for m in genai.collect(Resource.create({})).resource_metrics[0].scope_metrics[0].metrics}
+    (point,) = metrics["gen_ai.server.time_to_first_token"].data.data_points
+    assert dict(point.attributes) == SERVER_ATTRIBUTES and point.count == 4
+    assert point.sum == pytest.approx(0.56)
+    assert [value(registry, "benchd_time_to_first_token_seconds_count", gpu=gpu) for gpu in ("GPU-0", "GPU-1")] == [2, 2]
+
+
+def test_genai_metrics_follow_the_otel_variables(monkeypatch):
+    from benchd.otel import metrics_enabled
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRICS_EXPORTER",
+                 "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    assert build_genai_metrics() is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:4318/v1/metrics")
+    assert metrics_enabled()
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    assert not metrics_enabled() and build_genai_metrics() is None
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    with pytest.raises(ValueError, match="OTEL_METRICS_EXPORTER: prometheus is not supported"):
+        metrics_enabled()
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json")
+    with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+        build_genai_metrics()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert build_genai_metrics() is None
+
+
+def test_benchd_run_exports_its_genai_metrics_before_it_exits(tmp_path):
+    """The CLI's run: the last export happens at its end, on the way out."""
+    import os
+    import sys
+
+    from tests.helpers import ROOT
+
+    with HTTPReceiver() as receiver:
+        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "benchd-cli"}
+        result = subprocess.run([sys.executable, "-m", "benchd.cli", "run", "--model", "tiny", "--device", "cpu",
+                                 "--requests", "5", "--prompt-tokens", "8", "--output-tokens", "6", "--out",
+                                 str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+        assert result.returncode == 0, result.stderr
+        metrics = latest_metrics(receiver)
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    ttft = metrics["gen_ai.server.time_to_first_token"].histogram.data_points[0]
+    assert ttft.count == len(rows) == 5 and ttft.sum == pytest.approx(sum(r["ttft_s"] for r in rows), rel=1e-9)
+    assert {resource["service.name"] for resource, _ in receiver.metrics()} == {"benchd-cli"}
 
 
 # ---- the live daemon -----------------------------------------------------------------------------
@@ -338,12 +597,18 @@ def test_daemon_exports_spans_configured_by_otel_variables(tmp_path):
     with GRPCReceiver() as receiver:
         process, url = serve(tmp_path, free_port(), OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
                              OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_SERVICE_NAME="benchd-node-7",
-                             OTEL_TRACES_SAMPLER="always_on")
+                             OTEL_TRACES_SAMPLER="always_on", OTEL_METRIC_EXPORT_INTERVAL="200")
         try:
             run_id = httpx.post(f"{url}/runs", json=spec(requests=5)).json()["id"]
             wait_for(lambda: httpx.get(f"{url}/runs/{run_id}").json()["status"] == "succeeded", 60)
             spans = receiver.wait_for_spans(6)
             run = httpx.get(f"{url}/runs/{run_id}").json()
+
+            def counted():  # the periodic export, while the daemon runs
+                ttft = latest_metrics(receiver).get("gen_ai.server.time_to_first_token")
+                return ttft is not None and ttft.histogram.data_points[0].count == 5
+
+            wait_for(counted, 30, "the run's five TTFTs exported")
         finally:
             process.terminate()
             process.wait(60)

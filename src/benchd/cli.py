@@ -7,10 +7,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchd.client import CommandError
 from benchd.spec import SpecError, load_spec, parse_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
 WARMUP_STUDY = (0, 1, 2, 5)  # --warmup-study: the train_step run repeated with these warm-up step counts
+
+
+def load_failure(spec, error: str | None) -> str:
+    """One line for a run whose model (or an openai run's tokenizer) could not be loaded: the error's first line,
+    and what to give instead."""
+    first = (error or "unknown error").strip().splitlines()[0].rstrip(".")
+    if spec.engine == "openai" and spec.kind == "generate":
+        return (f"could not load the tokenizer {spec.openai.tokenizer!r}: {first}; give a local directory holding "
+                "the served model's tokenizer (tokenizer.json or its files)")
+    if "out of memory" in first.lower():
+        return (f"could not load model {spec.model!r}: {first}; choose a smaller model or dtype, or another device")
+    if Path(spec.model).is_dir():
+        return (f"could not load model {spec.model!r}: {first}; the directory must hold a transformers model "
+                "(config.json and its weights)")
+    from benchd.presets import PRESETS
+
+    return (f"could not load model {spec.model!r}: {first}; give a preset ({', '.join(PRESETS)}), a local directory "
+            "holding the model, or a hub id with network access or already in the Hugging Face cache")
 
 
 def _quick_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,10 +74,34 @@ def _spec(args: argparse.Namespace):
     return parse_spec(data)
 
 
+def _matrix_document(args: argparse.Namespace, console) -> dict[str, Any] | int | None:
+    """A spec file with `matrix:` (benchd.matrix), flags applied to its spec; None for a plain spec; an exit code
+    when the file cannot be read."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(args.spec).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        console.print(f"[red]invalid spec[/red]\nspec file {args.spec}: {error}", highlight=False)
+        return EXIT_BAD_SPEC
+    if not isinstance(data, dict) or "matrix" not in data:
+        return None
+    for key in ("model", "engine", "device", "dtype", "seed", "label"):
+        if getattr(args, key) is not None:
+            data[key] = getattr(args, key)
+    return data
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
+    if args.spec is not None and (matrix := _matrix_document(args, console)) is not None:
+        if isinstance(matrix, int):
+            return matrix
+        from benchd import matrix_cli
+
+        return matrix_cli.run(matrix, args, console)
     try:
         spec = _spec(args)
     except SpecError as error:
@@ -80,9 +123,10 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchd.devices import DeviceError, pick, resolve
+    from benchd.devices import DeviceError, resolve, targets
     from benchd.hardware import HardwareReader
     from benchd.lifecycle import Lifecycle
+    from benchd.otel import build_genai_metrics
     from benchd.report import print_summary, write_outputs
     from benchd.sampler import HardwareSampler
     from benchd.stopping import StopSignal
@@ -102,30 +146,31 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
             tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
         bar.update(tasks[p.stage_index], completed=p.completed)
 
+    # OTEL_* variables are read first: a bad one stops the command before anything starts.
+    dropped = {"spans": 0}
+    telemetry = Telemetry(tracer_provider=build_tracer_provider(
+        on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)), genai=build_genai_metrics())
     sampler = HardwareSampler(HardwareReader.default())
     sampler.start()
     try:
-        slots = resolve(os.environ.get("BENCHD_DEVICES", "all") if not spec.device.startswith("cpu") else [spec.device],
+        setting = os.environ.get("BENCHD_DEVICES", "all")  # CPU workers (cpu:N) when it names them
+        slots = resolve([spec.device] if spec.device.startswith("cpu") and "cpu" not in setting else setting,
                         sampler.reader.nvml.devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if spec.placement != "every_gpu":  # one worker, where the spec runs
-            slots = [s for s in [pick(slots, spec.device)] if s is not None]
-        if not slots:
-            raise DeviceError(f"device: {spec.device} is not here")
+        # the devices the run takes, their workers started by the run (one each, or a tensor-parallel group's)
+        chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
+        slots = [s for s in slots if any(s.key in c.devices for c in chosen)]
     except DeviceError as error:
         sampler.stop()
         console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
         return EXIT_BAD_SPEC
-    pool = WorkerPool(slots, WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
-    pool.start()
-    dropped = {"spans": 0}
-    telemetry = Telemetry(tracer_provider=build_tracer_provider(
-        on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)))
+    worker_log = Path(tempfile.gettempdir()) / "benchd-workers"
+    pool = WorkerPool(slots, WorkerSettings(log_dir=worker_log))  # the run starts the workers it takes
     stop = StopSignal()
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
     console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
     try:
         with bar:
-            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, slots[0].key, stop,
+            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, stop,
                                                                   on_progress)
     finally:
         pool.stop()
@@ -136,11 +181,15 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
         return EXIT_BAD_SPEC
     if dropped["spans"]:
         console.print(f"{dropped['spans']} spans could not be delivered to the OTLP collector")
-    print_summary(outcome, Console(width=None if sys.stdout.isatty() else 200))  # piped: no 80-column crop
+    loading = outcome.status == "failed" and outcome.error_stage == "load"
+    if not loading:  # nothing was measured: no table of dashes
+        print_summary(outcome, Console(width=None if sys.stdout.isatty() else 200))  # piped: no 80-column crop
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:
         written = write_outputs(outcome, out_dir)
         console.print(f"wrote {', '.join(str(path) for path in written)}", highlight=False)
+    if loading:
+        raise CommandError(load_failure(spec, outcome.error), outcome.error + f"\n(worker logs: {worker_log})")
     if outcome.status == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
@@ -155,6 +204,7 @@ def _run_on_server(args: argparse.Namespace, spec, console) -> int:
     from benchd.report import parse_summaries, summary_table, timed_table
 
     client = Client(args.server)
+    created: dict = {}
     try:
         created = client.submit(spec.model_dump(mode="json", exclude_unset=True))
         console.print(f"run {created['id']} queued on {client.server}", highlight=False)
@@ -172,15 +222,20 @@ def _run_on_server(args: argparse.Namespace, spec, console) -> int:
                     final = data
         run = client.run(created["id"])
     except DaemonError as error:
+        if error.status != 422:
+            raise
         console.print(f"[red]{error}[/red]", highlight=False)
-        return EXIT_BAD_SPEC if str(error).startswith("422") else EXIT_FAILED
+        return EXIT_BAD_SPEC
     except KeyboardInterrupt:
-        client.cancel(created["id"])
-        console.print(f"cancelled run {created['id']}")
+        if created:
+            client.cancel(created["id"])
+            console.print(f"cancelled run {created['id']}")
         return EXIT_INTERRUPTED
+    status, error = final.get("status", run["status"]), final.get("error")
+    if status == "failed" and run.get("error_stage") == "load":
+        raise CommandError(f"run {run['id']}: {load_failure(spec, error)}", error)
     summaries = parse_summaries(spec.kind, final.get("stages", []))
     title = f"benchd · {run['workload']} · {run['model']} · {run['engine']} · run {run['id']}"
-    status, error = final.get("status", run["status"]), final.get("error")
     table = (summary_table(title, status, error, summaries) if spec.kind == "generate"
              else timed_table(title, status, error, spec.kind, summaries))
     Console(width=None if sys.stdout.isatty() else 200).print(table)
@@ -210,85 +265,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_runs(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+def _fraction(low: float, high: float | None, says: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if (value <= low if high is not None else value < low) or (high is not None and value >= high):
+            raise argparse.ArgumentTypeError(f"{text} must be {says}")
+        return value
 
-    from benchd.client import Client, DaemonError
-
-    client = Client(args.server)
-    console = Console(width=None if sys.stdout.isatty() else 200)  # piped: no 80-column crop of run ids
-    try:
-        if args.runs_command == "show":
-            import json
-
-            console.print_json(json.dumps(client.run(args.id)))
-            return EXIT_OK
-        page = client.runs(status=args.status, model=args.model, workload=args.workload, limit=args.limit)
-    except DaemonError as error:
-        print(error, file=sys.stderr)
-        return EXIT_FAILED
-    table = Table(title=f"runs on {client.server} ({page['total']} in all)")
-    for column in ("id", "status", "workload", "model", "engine", "created", "out tok/s", "TTFT p99 ms"):
-        table.add_column(column)
-    for run in page["items"]:
-        stage = (run["summary"] or [{}])[0]
-        ttft = (stage.get("ttft_s") or {}).get("p99")
-        throughput = stage.get("output_tokens_per_s")  # generation runs only
-        table.add_row(run["id"], run["status"], run["workload"], run["model"], run["engine"], run["created_at"][:19],
-                      f"{throughput:.1f}" if throughput is not None else "–",
-                      f"{ttft * 1e3:.2f}" if ttft is not None else "–")
-    console.print(table)
-    return EXIT_OK
+    return parse
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    """B against A through a daemon's store: a table, JSON, or an HTML report."""
-    from rich.console import Console
+def cmd_matrices(args: argparse.Namespace) -> int:
+    from benchd import matrix_cli
 
-    from benchd.client import Client, DaemonError
-    from benchd.compare import Comparison
-    from benchd.report import comparison_table
-
-    client = Client(args.server)
-    params = {"a": args.a, "b": args.b, "threshold": args.threshold, "confidence": args.confidence}
-    try:
-        if args.html:
-            Path(args.html).write_text(client.get("/compare", params={**params, "format": "html"}, text=True))
-            print(f"wrote {args.html}", file=sys.stderr)
-        result = client.get("/compare", params=params)
-    except DaemonError as error:
-        print(error, file=sys.stderr)
-        return EXIT_FAILED
-    if args.json:
-        import json
-
-        print(json.dumps(result, indent=2))
-    else:
-        Console(width=None if sys.stdout.isatty() else 160).print(comparison_table(Comparison.model_validate(result)))
-    return EXIT_OK
-
-
-def cmd_baseline(args: argparse.Namespace) -> int:
-    from benchd.client import Client, DaemonError
-
-    try:
-        Client(args.server).put(f"/baselines/{args.workload}", {"run_id": args.run_id})
-    except DaemonError as error:
-        print(error, file=sys.stderr)
-        return EXIT_FAILED
-    print(f"run {args.run_id} is the baseline of {args.workload}")
-    return EXIT_OK
+    return matrix_cli.show(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from benchd import results
+
     parser = argparse.ArgumentParser(prog="benchd", description="Measure LLM generation speed exactly.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    # Also after the command (benchd runs list --debug); SUPPRESS keeps a subcommand from resetting it.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run a workload, training step or kernel spec and print its summary")
-    run.add_argument("spec", nargs="?", help="a RunSpec file (YAML or JSON); flags below override it")
+    run = commands.add_parser("run", parents=[debug],
+                              help="run a workload, training step or kernel spec and print its summary")
+    run.add_argument("spec", nargs="?", help="a RunSpec file (YAML or JSON); flags below override it. With `matrix:` "
+                                             "its variants run interleaved and are compared with the baseline")
     run.add_argument("--out", help="write summary.json, requests.csv (timed runs: timings.csv, kernels.csv) and "
-                                   "report.html into this directory")
+                                   "report.html into this directory (a matrix: matrix.json and matrix.html)")
     run.add_argument("--model", help="preset name, local directory or hub id")
     run.add_argument("--engine", help="transformers (continuous batching) or static")
     run.add_argument("--device", help="auto, cpu, cuda or cuda:N")
@@ -308,44 +319,74 @@ def build_parser() -> argparse.ArgumentParser:
     quick.add_argument("--warmup-requests", type=int, default=0)
     run.set_defaults(handler=cmd_run)
 
-    serve = commands.add_parser("serve", help="start the daemon (settings: BENCHD_* variables, BENCHD_CONFIG file)")
+    serve = commands.add_parser("serve", parents=[debug], help="start the daemon (settings: BENCHD_* variables, BENCHD_CONFIG file)")
     serve.add_argument("--host", help="bind address (default 127.0.0.1, BENCHD_HOST)")
     serve.add_argument("--port", type=int, help="port (default 8000, BENCHD_PORT)")
     serve.set_defaults(handler=cmd_serve)
 
-    runs = commands.add_parser("runs", help="list or show runs stored by a daemon")
+    runs = commands.add_parser("runs", parents=[debug], help="list or show runs stored by a daemon")
     runs.add_argument("--server", help=f"daemon URL (BENCHD_SERVER, default {'http://127.0.0.1:8000'})")
     runs_commands = runs.add_subparsers(dest="runs_command", required=True)
-    listing = runs_commands.add_parser("list")
+    listing = runs_commands.add_parser("list", parents=[debug])
     listing.add_argument("--status")
     listing.add_argument("--model")
     listing.add_argument("--workload")
     listing.add_argument("--limit", type=int, default=20)
-    show = runs_commands.add_parser("show")
+    show = runs_commands.add_parser("show", parents=[debug])
     show.add_argument("id")
-    runs.set_defaults(handler=cmd_runs)
+    runs.set_defaults(handler=results.cmd_runs)
 
-    comparison = commands.add_parser("compare", help="is B slower than A? (run ids, comma-separated)")
-    comparison.add_argument("a")
-    comparison.add_argument("b")
-    comparison.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
-    comparison.add_argument("--threshold", type=float, help="relative change below which nothing is flagged")
-    comparison.add_argument("--confidence", type=float, help="of the bootstrap intervals, e.g. 0.95")
+    comparison = commands.add_parser("compare", parents=[debug], help="is B slower than A? (run ids through a daemon, "
+                                     "or directories written by `benchd run --out`; comma-separated for several)")
+    comparison.add_argument("a", help="run ids, or result directories")
+    comparison.add_argument("b", help="run ids, or result directories")
+    comparison.add_argument("--server", help="daemon URL (BENCHD_SERVER), for run ids")
+    comparison.add_argument("--threshold", type=_fraction(0, None, "at least 0"),
+                            help="relative change below which nothing is flagged (default 0.05)")
+    comparison.add_argument("--confidence", type=_fraction(0.5, 1, "between 0.5 and 1, exclusive"),
+                            help="of the bootstrap intervals (default 0.95)")
     comparison.add_argument("--json", action="store_true", help="print JSON instead of a table")
     comparison.add_argument("--html", help="also write an HTML report with the distributions side by side")
-    comparison.set_defaults(handler=cmd_compare)
+    comparison.set_defaults(handler=results.cmd_compare)
 
-    baseline = commands.add_parser("baseline", help="mark a run as its workload's baseline")
+    matrices = commands.add_parser("matrices", parents=[debug], help="a matrix stored by a daemon: its variants against the baseline")
+    matrices.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
+    matrices_commands = matrices.add_subparsers(dest="matrices_command", required=True)
+    matrix_show = matrices_commands.add_parser("show")
+    matrix_show.add_argument("id")
+    matrix_show.add_argument("--json", action="store_true", help="print the stored matrix as JSON")
+    matrices.set_defaults(handler=cmd_matrices)
+
+    baseline = commands.add_parser("baseline", parents=[debug], help="mark a run as its workload's baseline")
     baseline.add_argument("workload")
     baseline.add_argument("run_id")
     baseline.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
-    baseline.set_defaults(handler=cmd_baseline)
+    baseline.set_defaults(handler=results.cmd_baseline)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every failure ends in one line on stderr and exit status 1; --debug shows the traceback as well."""
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except CommandError as error:
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+            if getattr(error, "detail", None):
+                print(error.detail, file=sys.stderr)
+        print(f"benchd: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as error:  # the command line's edge: anything else is one line too, the traceback on request
+        if args.debug:
+            raise
+        first = (str(error).strip().splitlines() or [""])[0]
+        print(f"benchd: {args.command} failed: {type(error).__name__}: {first} (--debug shows where)", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -12,27 +12,73 @@ import httpx
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
-class DaemonError(Exception):
-    pass
+class CommandError(Exception):
+    """A command of the command line that cannot go on: str() is one line naming what failed and what to do;
+    detail (the full error) is for --debug."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class DaemonError(CommandError):
+    """What a daemon answered with an error, or why none answered: str() is one line, saying what to do."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status; None when no daemon answered
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status is None
+
+
+class _Transport(httpx.HTTPTransport):
+    """Every request, streams included: a daemon that cannot be reached is a DaemonError saying so."""
+
+    def __init__(self, server: str) -> None:
+        super().__init__()
+        self.server = server
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return super().handle_request(request)
+        except httpx.TimeoutException:
+            raise DaemonError(f"the benchd daemon at {self.server} did not answer in time: check that it runs and "
+                              f"is not overloaded (curl {self.server}/healthz)") from None
+        except httpx.TransportError as error:
+            reason = str(error).split("] ")[-1] or type(error).__name__  # "[Errno 111] Connection refused"
+            raise DaemonError(f"cannot reach the benchd daemon at {self.server} ({reason}): start one with "
+                              "`benchd serve`, or give its URL with --server or BENCHD_SERVER") from None
 
 
 class Client:
     def __init__(self, server: str | None = None, token: str | None = None, timeout_s: float = 30.0) -> None:
         self.server = (server or os.environ.get("BENCHD_SERVER") or DEFAULT_SERVER).rstrip("/")
+        if not self.server.startswith(("http://", "https://")):
+            raise DaemonError(f"the daemon's URL {self.server!r} (--server or BENCHD_SERVER) must start with http:// "
+                              f"or https://, e.g. {DEFAULT_SERVER}")
         token = token or os.environ.get("BENCHD_API_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout_s,
+                                 transport=_Transport(self.server))
 
     def _check(self, response: httpx.Response) -> Any:
-        if response.is_success:
-            return response.json() if response.content else None
         try:
-            detail = response.json().get("detail")
-        except ValueError:
-            detail = response.text
+            body = response.json() if response.content else None
+        except ValueError:  # not JSON: not a benchd daemon, or a proxy's page
+            body = None
+            if response.is_success:
+                raise DaemonError(f"{self.server} answered {response.request.url.path} with something other than "
+                                  "JSON: is it a benchd daemon? (--server or BENCHD_SERVER)", response.status_code)
+        if response.is_success:
+            return body
+        detail = body.get("detail") if isinstance(body, dict) else response.text.strip()[:200]
         if isinstance(detail, list):  # validation problems: one line per field
             detail = "\n".join(f"{'.'.join(str(p) for p in d['loc'][1:])}: {d['msg']}" for d in detail)
-        raise DaemonError(f"{response.status_code}: {detail}")
+        if response.status_code == 401:
+            detail = f"{detail}: set BENCHD_API_TOKEN to the daemon's token"
+        raise DaemonError(f"{response.status_code}: {detail}", response.status_code)
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self._check(self.http.post("/runs", json=spec))
@@ -48,6 +94,9 @@ class Client:
         if text and response.is_success:
             return response.text
         return self._check(response)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._check(self.http.post(path, json=body))
 
     def put(self, path: str, body: dict[str, Any]) -> Any:
         return self._check(self.http.put(path, json=body))

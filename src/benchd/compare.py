@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel
+
+from benchd.records import RequestRecord
 
 Verdict = Literal["faster", "slower", "no significant change", "inconclusive"]
 
 # Per-request latency samples: (metric, percentile) pairs compared.
 LATENCIES = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
 PERCENTILES = (50, 90, 99)
+REQUESTS_FILE = "requests.jsonl"  # `benchd run --out`: one stored request row (RequestRecord.to_row) a line
 
 
 class Side(BaseModel):
@@ -122,25 +127,80 @@ def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95,
                       invalid=[*a.invalid, *b.invalid])
 
 
-def side_from_store(store, run_ids: Sequence[str]) -> Side:
-    """Measured, successful requests of the runs (first stage of each: load levels are not mixed), with ITL
-    exactly as the records define it (each stored arrival keeps how many tokens it carried)."""
+def _side(labels: Sequence[str],
+          runs: Iterable[tuple[list[RequestRecord], float | None, float | None, bool | None]]) -> Side:
+    """Each run's first-stage records (load levels are not mixed), output tok/s, energy per token and verdict: the
+    measured, successful requests give the samples, ITL exactly as the records define it (each arrival keeps
+    how many tokens it carried)."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
     throughput, energy, invalid = [], [], []
-    for run_id in run_ids:
-        row = store.get_run(run_id)
-        if row is None:
-            raise KeyError(run_id)
-        good = [r for r in store.records(run_id, stage_index=0) if not r.warmup and r.ok]
+    for label, (records, tokens_per_s, joules, valid) in zip(labels, runs):
+        good = [r for r in records if not r.warmup and r.ok]
         samples["ttft_s"].append([r.ttft_s for r in good])
         samples["e2e_s"].append([r.e2e_s for r in good])
         samples["tpot_s"].append([t for r in good if (t := r.tpot_s) is not None])
         samples["itl_s"].append([gap for r in good for gap in r.itl_s()])
-        if row["summary"]:
-            throughput.append(row["summary"][0]["output_tokens_per_s"])
-        if row.get("valid") is False:
-            invalid.append(run_id)
-        if row.get("energy_per_token_j") is not None:
-            energy.append(row["energy_per_token_j"])
-    return Side(run_ids=list(run_ids), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
+        if tokens_per_s is not None:
+            throughput.append(tokens_per_s)
+        if joules is not None:
+            energy.append(joules)
+        if valid is False:
+            invalid.append(label)
+    return Side(run_ids=list(labels), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
                 invalid=invalid)
+
+
+def side_from_store(store, run_ids: Sequence[str]) -> Side:
+    """Runs a daemon stored."""
+
+    def runs():
+        for run_id in run_ids:
+            row = store.get_run(run_id)
+            if row is None:
+                raise KeyError(run_id)
+            yield (store.records(run_id, stage_index=0),
+                   row["summary"][0]["output_tokens_per_s"] if row["summary"] else None, row.get("energy_per_token_j"),
+                   row.get("valid"))
+
+    return _side(run_ids, runs())
+
+
+class NotAResult(ValueError):
+    """A directory that holds no generation run written by `benchd run --out`; str() says why and what to do."""
+
+
+def side_from_directories(paths: Sequence[Path]) -> Side:
+    """Runs written by `benchd run --out`: summary.json and requests.jsonl give the same records and figures a
+    daemon's store would."""
+
+    def runs():
+        for path in paths:
+            yield _read_directory(Path(path))
+
+    return _side([str(p) for p in paths], runs())
+
+
+def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, float | None, bool | None]:
+    if not path.is_dir():
+        raise NotAResult(f"{path}: no such directory; give a directory written by `benchd run --out`")
+    if not (path / "summary.json").is_file():
+        raise NotAResult(f"{path}: no summary.json there; give a directory written by `benchd run --out`")
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        kind = summary["spec"].get("kind", "generate")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise NotAResult(f"{path}/summary.json: not a benchd summary ({error})") from None
+    if kind != "generate":
+        raise NotAResult(f"{path}: a {kind} run; compare takes generation runs")
+    if not (path / REQUESTS_FILE).is_file():
+        raise NotAResult(f"{path}: no {REQUESTS_FILE} (a directory from an older benchd, whose requests.csv is "
+                         "not read back): run it again with `benchd run --out`")
+    try:
+        with (path / REQUESTS_FILE).open() as f:
+            records = [RequestRecord.from_row(row) for line in f if line.strip()
+                       if (row := json.loads(line))["stage_index"] == 0]
+    except (ValueError, KeyError, TypeError) as error:
+        raise NotAResult(f"{path}/{REQUESTS_FILE}: a line is not a stored request ({error!r})") from None
+    stages = summary.get("stages") or []
+    joules = (summary.get("hardware") or {}).get("energy_per_output_token_joules")
+    return records, stages[0]["output_tokens_per_s"] if stages else None, joules, summary.get("valid")

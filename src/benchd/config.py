@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from benchd.metrics import HistogramBuckets, MetricsSettings
+from benchd.spec import Name, RunSpec
 from benchd.workers.faults import Faults
 from benchd.workers.handle import WorkerSettings
 
@@ -35,6 +36,17 @@ class Limits(BaseModel):
     # GPU memory for CUDA, counting what benchd itself holds and would release).
     memory_bytes: Annotated[int, Field(ge=1)] | None = None
     memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+
+
+class DeclaredSchedule(BaseModel):
+    """A schedule the settings declare (a Helm chart's values, a config file): as POST /schedules takes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    spec: RunSpec
+    interval_s: Annotated[float, Field(gt=0)]
+    enabled: bool = True
 
 
 class Settings(BaseSettings):
@@ -76,8 +88,12 @@ class Settings(BaseSettings):
     # The node: the value of the hostname label on every series and stored with every run (the Kubernetes downward
     # API's spec.nodeName in a cluster); unset or empty: this host's name.
     node_name: Annotated[str, Field(max_length=253)] = ""
+    pod_name: Annotated[str, Field(max_length=253)] | None = None  # stored with every run (downward API metadata.name)
+    # Schedules declared at start (BENCHD_SCHEDULES as JSON, or `schedules:` in the BENCHD_CONFIG file). The settings
+    # own them: they are not written to the store, so one removed from the settings is gone at the next start.
+    schedules: list[DeclaredSchedule] = []
 
-    @field_validator("api_token", "label", mode="before")
+    @field_validator("api_token", "label", "pod_name", mode="before")
     @classmethod
     def _empty_is_unset(cls, value):
         """BENCHD_API_TOKEN= (as compose passes an unset variable) means no token, not an empty one."""
@@ -87,6 +103,16 @@ class Settings(BaseSettings):
     @classmethod
     def _host_by_default(cls, value: str) -> str:
         return value or socket.gethostname()
+
+    @model_validator(mode="after")
+    def _schedule_names(self) -> Settings:
+        names = [s.name for s in self.schedules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"schedules: names must be unique, got {names}")
+        if self.default_schedule and "default" in names:
+            raise ValueError("schedules: 'default' is the built-in schedule's name; set default_schedule to false to "
+                             "declare one of that name")
+        return self
 
     @model_validator(mode="after")
     def _stale_after_an_interval(self) -> Settings:

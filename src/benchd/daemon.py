@@ -14,6 +14,8 @@ from benchd.events import RunEvent, RunEvents
 from benchd.hooks import Hooks
 from benchd.ingest import Progress
 from benchd.lifecycle import Lifecycle, deadline_s
+from benchd.matrices import MatrixRuns
+from benchd.matrix import MatrixSpec
 from benchd.metrics import Metrics
 from benchd.outcome import RunResult
 from benchd.runqueue import Job, QueueFull, RunQueue
@@ -40,7 +42,9 @@ class Daemon:
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults)
         self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error)
-        self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error)
+        self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,
+                                   settings.compare_confidence, self.internal_error)
+        self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices)
         self._thread = threading.Thread(target=self._loop, name="benchd-runs", daemon=True)
         self._closing = threading.Event()
 
@@ -96,6 +100,13 @@ class Daemon:
         self.events.publish(job.run_id, RunEvent("status", {"status": "queued"}))
         return job.run_id
 
+    def submit_matrix(self, matrix: MatrixSpec, specs: list[RunSpec]) -> tuple[str, list[str]]:
+        """specs: the variants' specs as resolved and admitted; its runs are queued together, interleaved."""
+        matrix_id, run_ids = self.matrices.submit(matrix, specs)
+        for run_id in run_ids:
+            self.events.publish(run_id, RunEvent("status", {"status": "queued"}))
+        return matrix_id, run_ids
+
     def cancel(self, run_id: str) -> str | None:
         """Cancel a queued or running run; None when it is neither."""
         job = self.queue.cancel(run_id)
@@ -121,6 +132,8 @@ class Daemon:
                 self.queue.done()
 
     def _execute(self, job: Job) -> None:
+        if job.matrix is not None:
+            self.matrices.started(job)
         self.store.mark_running(job.run_id)
         self.events.publish(job.run_id, RunEvent("status", {"status": "running"}))
         result = self.lifecycle.execute(job.run_id, job.spec, job.spec.device, job.stop,

@@ -1,5 +1,6 @@
 """Where workers run: BENCHD_DEVICES resolved against the GPUs NVML sees, one slot a GPU (or a CPU worker), each
-with the name specs use, the label its series carry, and what pins its process to its device."""
+with the name specs use, the label its series carry, and what pins its process to its device; and the slots a run
+takes: one, every one, or tensor-parallel groups of consecutive ones."""
 
 from __future__ import annotations
 
@@ -12,18 +13,37 @@ from benchd.nvml import visible_devices
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    key: str  # what a spec's device names: cpu, cpu:1 (CPU workers), cuda:0 (the first visible GPU, as torch counts)
-    local: str  # the device inside the worker process: cpu, or cuda (its only visible GPU)
-    gpu: str  # the label its series carry: NVML's index (as nvidia-smi and DCGM number GPUs); "" for the CPU
-    env: dict[str, str] = field(default_factory=dict)  # what pins the process to its device
+    key: str  # what a spec's device names: cpu, cpu:1 (CPU workers), cuda:0 (the first visible GPU, as torch counts);
+    # a tensor-parallel group joins its members' keys: cuda:0+cuda:1
+    local: str  # the device inside the worker process: cpu, or cuda (its only visible GPU, or its group's)
+    gpu: str  # the label its series carry: NVML's index (as nvidia-smi and DCGM number GPUs), 0+1 for a group; ""
+    # for the CPU
+    env: dict[str, str] = field(default_factory=dict)  # what pins the process to its devices
 
     @property
     def name(self) -> str:
         return "worker" if self.key == "cpu" else f"worker-{self.key.replace(':', '')}"
 
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The single slots' keys it occupies."""
+        return tuple(self.key.split("+"))
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
 
 class DeviceError(ValueError):
-    """BENCHD_DEVICES names what is not here."""
+    """BENCHD_DEVICES, or a spec, names devices that are not here; the message starts with the field."""
+
+    @property
+    def field(self) -> str:
+        return str(self).split(":", 1)[0]
+
+    @property
+    def reason(self) -> str:
+        return str(self).split(":", 1)[1].strip()
 
 
 def resolve(setting: str | Sequence[str], gpus: Sequence[tuple[str, str, str]],
@@ -82,3 +102,47 @@ def pick(slots: Sequence[Slot], device: str) -> Slot | None:
     if device == "cpu":
         return next((s for s in slots if s.local == "cpu"), None)
     return next((s for s in slots if s.key == device), None)
+
+
+def group(members: Sequence[Slot]) -> Slot:
+    """One worker over several devices (a tensor-parallel group): its ranks see exactly its members' GPUs (or
+    share its members' cores), one rank a device."""
+    if len(members) == 1:
+        return members[0]
+    local = members[0].local
+    env = {"BENCHD_WORKER_TP": str(len(members))}
+    if local == "cuda":
+        env |= {"CUDA_VISIBLE_DEVICES": ",".join(m.env["CUDA_VISIBLE_DEVICES"] for m in members),
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    else:
+        env["BENCHD_WORKER_CPUS"] = ",".join(m.env["BENCHD_WORKER_CPUS"] for m in members)
+    return Slot("+".join(m.key for m in members), local, "+".join(m.gpu for m in members), env)
+
+
+def targets(slots: Sequence[Slot], device: str, placement: str = "one", tensor_parallel: int = 1) -> list[Slot]:
+    """The slots a run takes: the device's (placement one) or every one (every_gpu); with tensor_parallel N, groups
+    of N consecutive devices of one kind (8 GPUs: 4 groups of 2), the device's group or every group. A
+    DeviceError names the field and why."""
+    if tensor_parallel > 1:
+        shareable = [s for s in slots if s.local == "cuda" or "BENCHD_WORKER_CPUS" in s.env]
+        if len(shareable) < tensor_parallel:
+            raise DeviceError(f"tensor_parallel: {tensor_parallel} devices per group, but {len(shareable)} can be "
+                              f"grouped here ({', '.join(s.key for s in shareable) or 'none'}; GPUs, or the CPU "
+                              "workers cpu:N that BENCHD_DEVICES names)")
+        groups = [shareable[i:i + tensor_parallel]
+                  for i in range(0, len(shareable) - len(shareable) % tensor_parallel, tensor_parallel)]
+        if placement == "every_gpu":
+            return [group(g) for g in groups]
+        first = pick(shareable, device)
+        chosen = next((g for g in groups if first is not None and first in g), None)
+        if chosen is None:
+            raise DeviceError(f"device: {device!r} is in no group of {tensor_parallel} "
+                              f"(groups: {', '.join(group(g).key for g in groups)})")
+        return [group(chosen)]
+    if placement == "every_gpu":
+        return list(slots)
+    slot = pick(slots, device)
+    if slot is None:
+        raise DeviceError(f"device: {device!r} is not one of this daemon's devices "
+                          f"({', '.join(s.key for s in slots)})")
+    return [slot]

@@ -29,6 +29,15 @@ class RunMetadata(BaseModel):
     model: str
     model_load_s: float | None = None
     engine_settings: dict = {}
+    # The stack in effect (benchd.stack), read off the loaded model: a matrix's variants differ here.
+    quantization: str | None = None
+    quantization_method: str | None = None  # library, version and configuration
+    quantized_layers: int | None = None
+    quantize_s: float | None = None  # part of model_load_s
+    weight_bytes: int | None = None  # parameters and buffers as stored on the device
+    attn_implementation: str | None = None  # as the engine runs it (continuous batching's paged| variant)
+    compile: str | None = None
+    peak_memory_bytes: int | None = None  # torch's allocator peak over the run (CUDA only)
     started_at: str
     finished_at: str | None = None
 
@@ -56,6 +65,35 @@ def torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+def record_stack(metadata: RunMetadata, spec, loaded) -> None:
+    """What the loaded model runs with, once its engine has started (continuous batching switches attention)."""
+    metadata.quantization = loaded.quantization
+    metadata.quantization_method = loaded.quantized.method if loaded.quantized is not None else None
+    metadata.quantized_layers = loaded.quantized.layers if loaded.quantized is not None else 0
+    metadata.quantize_s = loaded.quantize_s
+    metadata.weight_bytes = loaded.weight_bytes
+    metadata.attn_implementation = loaded.model.config._attn_implementation
+    metadata.compile = spec.compile
+
+
+class PeakMemory:
+    """torch's allocator peak on a CUDA device from construction to read(); None elsewhere."""
+
+    def __init__(self, device) -> None:
+        self.device = device if device is not None and device.type == "cuda" else None
+        if self.device is not None:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def read(self) -> int | None:
+        if self.device is None:
+            return None
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(self.device))
 
 
 def collect(device, model: str, label: str | None, model_load_s: float | None = None) -> RunMetadata:

@@ -8,9 +8,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchd import replay
 from benchd.flops import Shape, memory_breakdown
 from benchd.presets import PRESETS, Preset, parameter_count
-from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, length_upper_bound
+from benchd.spec import AttentionKernel, MatmulKernel, RunSpec
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 LOGIT_BYTES = 4  # logits are upcast to float32
@@ -31,6 +32,12 @@ class Footprint:
     @property
     def total(self) -> int:
         return self.weights + self.kv_cache + self.activations + self.other
+
+    def sharded(self, ranks: int) -> Footprint:
+        """What each rank of a tensor-parallel group holds: its share of the weights and of the KV heads; the
+        activations are counted whole (the logits, the largest of them, are gathered on every rank)."""
+        return Footprint(weights=self.weights // ranks, kv_cache=self.kv_cache // ranks,
+                         activations=self.activations, other=self.other // ranks)
 
     def describe(self) -> str:
         parts = [(name, getattr(self, name)) for name in ("weights", "kv_cache", "activations", "other")]
@@ -108,7 +115,7 @@ def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
         return Footprint(weights=weights, other=breakdown.total - weights)
     kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * element
     workload = spec.workload
-    sequence = length_upper_bound(workload.prompt_tokens) + length_upper_bound(workload.output_tokens)
+    sequence = sum(replay.longest(workload))  # a conversation's last turn, or a trace's longest request
     if spec.engine == "static":
         batch = spec.static.batch_size
         return Footprint(weights=weights, kv_cache=batch * sequence * kv_per_token,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from benchd.compare import compare, side_from_store
 from benchd.config import Settings
 from benchd.events import RunEvent, RunEvents
+from benchd.matrices import MatrixRuns
 from benchd.metrics import Metrics
 from benchd.outcome import RunResult
 from benchd.runqueue import Job
@@ -20,14 +21,16 @@ log = logging.getLogger("benchd.hooks")
 
 class Hooks:
     def __init__(self, settings: Settings, store: Store, events: RunEvents, schedules: Schedules,
-                 metrics: Metrics | None, on_error: Callable[[str], None] = lambda component: None) -> None:
+                 metrics: Metrics | None, on_error: Callable[[str], None] = lambda component: None,
+                 matrices: MatrixRuns | None = None) -> None:
         self.settings, self.store, self.events, self.schedules = settings, store, events, schedules
-        self.metrics, self.on_error = metrics, on_error
+        self.metrics, self.on_error, self.matrices = metrics, on_error, matrices
 
     def after(self, job: Job, result: RunResult, summaries: list[dict]) -> None:
         """Each hook on its own: one that fails is logged and counted, and the others still run."""
         for name, hook in (("schedules", lambda: self.schedules.ran(job.schedule, job.run_id)),
-                           ("regression", lambda: self._regression(job, result))):
+                           ("regression", lambda: self._regression(job, result)),
+                           ("matrix", lambda: self._matrix(job, result))):
             try:
                 hook()
             except Exception:  # a hook's boundary: the run is stored already, the daemon goes on
@@ -35,6 +38,11 @@ class Hooks:
                 self.on_error(f"hook_{name}")
         self.events.publish(job.run_id, RunEvent("summary", {"status": result.status, "error": result.error,
                                                              "stages": summaries}, final=True))
+
+    def _matrix(self, job: Job, result: RunResult) -> None:
+        """A matrix's run ended: the last one has its matrix compared."""
+        if job.matrix is not None and self.matrices is not None:
+            self.matrices.ended(job, result)
 
     def _regression(self, job: Job, result: RunResult) -> None:
         """A scheduled run against its workload's baseline (timed runs are compared with `benchd runs show`)."""

@@ -48,11 +48,13 @@ class Lifecycle:
 
     def execute(self, run_id: str, spec: RunSpec, device: str, stop: StopSignal,
                 on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None) -> RunResult:
-        """Run the spec on the device's worker (placement every_gpu: on every worker at once) and return what it
-        left, whatever happens; with a store, every request is written as it finishes and the run's end once known."""
-        slots = self.pool.slots if spec.placement == "every_gpu" else [self.pool.slot_for(device)]
+        """Run the spec on the device's worker, or its tensor-parallel group's (placement every_gpu: on every one at
+        once) and return what it left, whatever happens; with a store, every request is written as it finishes and
+        the run's end once known."""
+        slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel)
         single = len(slots) == 1
-        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "")
+        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "",
+                                          spec)
         writer = self.store.requests_writer(run_id) if self.store is not None else None
         progress = ProgressSum(on_progress, len(slots))
         parts = []

@@ -321,6 +321,22 @@ class Metrics:
         self.gpu_outlier = family(HotGauge, "benchd_gpu_outlier", "1 when this GPU was slower than its siblings in "
                                   "the latest run of this workload on every GPU, beyond the threshold and with the "
                                   "interval agreeing.", ("workload", "gpu"))
+        # A matrix's variants side by side, from its comparison (the latest matrix of each workload): a variant label
+        # is bounded by the matrix's size (benchd.matrix.MAX_VARIANTS), and a workload's earlier variants go when its
+        # next matrix is compared.
+        variant = ("workload", "variant")
+        self.variant_throughput = family(HotGauge, "benchd_matrix_variant_output_tokens_per_second",
+                                         "A matrix variant's output tokens per second, mean over its runs.", variant)
+        self.variant_weight_bytes = family(HotGauge, "benchd_matrix_variant_weight_bytes",
+                                           "A matrix variant's model weights as stored on the device.", variant)
+        self.variant_token_agreement = family(HotGauge, "benchd_matrix_variant_token_agreement_ratio",
+                                              "Share of a matrix variant's greedy tokens identical to the baseline's "
+                                              "for the same prompts.", variant)
+        self.variant_change = family(HotGauge, "benchd_matrix_variant_relative_change",
+                                     "(variant − baseline) / baseline for this metric in the latest matrix.",
+                                     (*variant, "metric"))
+        self.matrix_families = [self.variant_throughput, self.variant_weight_bytes, self.variant_token_agreement,
+                                self.variant_change]
         self.step_duration = histogram("benchd_step_duration_seconds",
                                        "A measured training step's phase (forward, backward, optimizer) and the "
                                        "whole step, timed on the device.", STEP_BUCKETS, ("model", "workload", "phase"))

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
 from benchd.presets import PRESETS
+from benchd.quantize import Quantized, quantize, weight_bytes
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -54,7 +55,11 @@ class LoadedModel:
     model: PreTrainedModel
     device: torch.device
     dtype: torch.dtype
-    load_s: float
+    load_s: float  # loading and quantizing
+    quantization: str = "none"
+    quantized: Quantized | None = None
+    quantize_s: float | None = None
+    weight_bytes: int | None = None  # as stored on the device (benchd.quantize.weight_bytes)
 
     @property
     def vocab_size(self) -> int:
@@ -88,8 +93,10 @@ def load_model(
     seed: int = 0,
     attn_implementation: str = "sdpa",
     trust_remote_code: bool = False,
+    quantization: str = "none",
 ) -> LoadedModel:
-    """A preset gets random weights (seeded) built directly on the device; anything else goes to from_pretrained."""
+    """A preset gets random weights (seeded) built directly on the device; anything else goes to from_pretrained.
+    Quantization (benchd.stack) then replaces the linear layers' weights in place."""
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
     start = time.perf_counter()
@@ -105,9 +112,16 @@ def load_model(
             trust_remote_code=trust_remote_code,
         ).to(target)
     model.eval()
+    quantized = quantize_s = None
+    if quantization != "none":
+        begun = time.perf_counter()
+        quantized = quantize(model, quantization, target, torch_dtype)
+        quantize_s = time.perf_counter() - begun
     if target.type == "cuda":
         torch.cuda.synchronize(target)
-    return LoadedModel(ref=ref, model=model, device=target, dtype=torch_dtype, load_s=time.perf_counter() - start)
+    return LoadedModel(ref=ref, model=model, device=target, dtype=torch_dtype, load_s=time.perf_counter() - start,
+                       quantization=quantization, quantized=quantized, quantize_s=quantize_s,
+                       weight_bytes=weight_bytes(model))
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -58,10 +58,11 @@ def verdicts(whole: RunResult, threshold: float, confidence: float) -> list[dict
         joules = next((g.energy_joules for g in hardware.gpus if g.gpu == gpu), None) if hardware else None
         tokens = sum(s.measured_tokens() for s in p.stages)
         energy[gpu] = joules / tokens if joules is not None and tokens else None
-    window = whole.stages[0].window()
-    if window is None:
+    windows = {gpu: w for gpu, p in parts.items()
+               if (w := next((s.window() for s in p.stages if s.index == index), None)) is not None}
+    if len(windows) < len(parts):  # a GPU with no measured request: nothing to set against its siblings
         return []
-    return [v.model_dump(mode="json") for v in compare_gpus(records, throughput, energy, window, threshold,
+    return [v.model_dump(mode="json") for v in compare_gpus(records, throughput, energy, windows, threshold,
                                                             confidence)]
 
 

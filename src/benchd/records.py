@@ -106,7 +106,7 @@ class RequestRecord:
             "finished_s": rel(self.finished_s), "dispatch_lag_s": self.dispatch_lag_s, "queue_s": self.queue_s,
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s, "error": self.error,
             "trace_id": self.trace_id, "arrival_s": [t - origin for t in self.arrival_s],
-            "arrival_tokens": list(self.arrival_tokens),
+            "arrival_tokens": list(self.arrival_tokens), "token_ids": list(self.token_ids) or None,
         }
 
     @classmethod
@@ -116,7 +116,8 @@ class RequestRecord:
             prompt_tokens=row["prompt_tokens"], max_new_tokens=row["max_new_tokens"],
             scheduled_s=row["scheduled_s"], submitted_s=row["submitted_s"], admitted_s=row["admitted_s"],
             arrival_s=list(row["arrival_s"] or []), arrival_tokens=list(row["arrival_tokens"] or []),
-            finished_s=row["finished_s"], error=row["error"], trace_id=row["trace_id"],
+            token_ids=list(row.get("token_ids") or []), finished_s=row["finished_s"], error=row["error"],
+            trace_id=row["trace_id"],
         )
 
 

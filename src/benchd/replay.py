@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchd.profiles import Trace
-from benchd.spec import SpecError
+from benchd.spec import SpecError, Workload, length_upper_bound
 
 MAX_TOKENS = 2**31 - 1
 
@@ -73,6 +73,15 @@ def summarize(profile: Trace) -> TraceSummary:
     if not requests:
         raise TraceError(f"workload.arrivals.path: {profile.path} holds no requests")
     return TraceSummary(requests, (last - first) / profile.speedup, prompt, output)
+
+
+def longest(workload: Workload) -> tuple[int, int]:
+    """The longest prompt and output a workload makes, in tokens: a trace's from its file, else from the spec (a
+    conversation's later turns included). Engines and memory estimates size themselves to these."""
+    if isinstance(workload.arrivals, Trace):
+        trace = summarize(workload.arrivals)
+        return trace.max_prompt_tokens, trace.max_output_tokens
+    return workload.max_prompt_tokens(), length_upper_bound(workload.output_tokens)
 
 
 def _count(data: dict, key: str) -> int | str:

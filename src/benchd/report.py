@@ -1,4 +1,4 @@
-"""A run's outputs: summary.json, requests.csv, report.html and the terminal's tables."""
+"""A run's outputs: summary.json, requests.csv and .jsonl, report.html and the terminal's tables."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchd.compare import LATENCIES, Comparison
+from benchd.compare import LATENCIES, REQUESTS_FILE, Comparison
 from benchd.environment import RunMetadata
 from benchd.outcome import RunResult
 from benchd.pages import run_page
@@ -49,8 +49,9 @@ TIMING_COLUMNS = ["stage_index", "stage", "series", "index", "warmup", "seconds"
 
 
 def write_outputs(outcome: RunResult, out_dir: Path) -> list[Path]:
-    """summary.json, requests.csv (generation) or timings.csv (+ kernels.csv), and report.html; the paths
-    written."""
+    """summary.json, requests.csv and requests.jsonl (generation) or timings.csv (+ kernels.csv), and
+    report.html; the paths written. requests.jsonl holds each request as the store keeps it (RequestRecord.to_row),
+    so that `benchd compare` reads a directory's records exactly as a daemon reads its own."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
     written = [out_dir / "summary.json"]
@@ -77,7 +78,9 @@ def write_outputs(outcome: RunResult, out_dir: Path) -> list[Path]:
                 for stage in outcome.stages for record in sorted(stage.records, key=lambda r: r.index)]
         with (out_dir / "requests.csv").open("w", newline="") as f:
             write_csv(rows, f)
-        written.append(out_dir / "requests.csv")
+        with (out_dir / REQUESTS_FILE).open("w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)  # floats as repr: read back bit for bit
+        written += [out_dir / "requests.csv", out_dir / REQUESTS_FILE]
     # The page the daemon serves at /runs/{id}/report, from the same run and rows.
     run = {**outcome.to_json(), "timeline": getattr(outcome, "timeline", None)}
     (out_dir / "report.html").write_text(run_page(run, rows))

@@ -22,6 +22,7 @@ class Job:
     spec: RunSpec
     schedule: str | None = None
     stop: StopSignal = field(default_factory=StopSignal)
+    matrix: str | None = None  # the matrix it is a run of
 
 
 class RunQueue:
@@ -49,6 +50,20 @@ class RunQueue:
             self._jobs.append(job)
             self._cond.notify_all()
             return job
+
+    def put_many(self, jobs: list[Job], admitted: Callable[[Job], None] = lambda job: None) -> None:
+        """Queue runs together, back to back and in order, or none of them (a matrix's interleaved runs)."""
+        with self._cond:
+            if self._closing:
+                raise QueueFull("the daemon is shutting down")
+            free = self.limit - len(self._jobs)
+            if len(jobs) > free:
+                raise QueueFull(f"the run queue has {free} free places of {self.limit}, {len(jobs)} are needed "
+                                "(BENCHD_QUEUE_MAX)")
+            for job in jobs:
+                admitted(job)
+                self._jobs.append(job)
+            self._cond.notify_all()
 
     def take(self, timeout_s: float) -> Job | None:
         """The next run, now the current one; None after timeout_s or once closing."""

@@ -73,6 +73,13 @@ class Schedules:
             self._schedules[name] = schedule
         return schedule
 
+    def declare(self, name: str, spec: RunSpec, interval_s: float, enabled: bool = True) -> Schedule:
+        """A schedule the settings own: kept in memory only, and in place of a stored one of the same name."""
+        schedule = Schedule(name, spec, interval_s, enabled, time.monotonic())
+        with self._lock:
+            self._schedules[name] = schedule
+        return schedule
+
     def delete(self, name: str) -> bool:
         with self._lock:
             found = self._schedules.pop(name, None) is not None

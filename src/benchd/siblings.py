@@ -13,6 +13,7 @@ from benchd.records import RequestRecord
 
 BUCKET_S = 1.0  # throughput is resampled as tokens per bucket of the measured window
 RESAMPLES = 2000
+MIN_BUCKETS = 5  # fewer seconds of measurement than this on a GPU: no interval, so no throughput verdict
 
 
 class GPUVerdict(BaseModel):
@@ -31,8 +32,9 @@ class GPUVerdict(BaseModel):
     reasons: list[str] = []
 
 
-def _tokens_per_bucket(records: Sequence[RequestRecord], start: float, end: float) -> np.ndarray:
-    """Output tokens arriving in each BUCKET_S of [start, end] (measured requests): their mean is the throughput."""
+def _buckets(records: Sequence[RequestRecord], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """Output tokens arriving in each BUCKET_S of [start, end] (measured requests), and each bucket's length (the
+    last one's is what is left): tokens over length, summed, is the GPU's output tok/s over its window."""
     buckets = max(1, int(np.ceil((end - start) / BUCKET_S)))
     counts = np.zeros(buckets)
     for record in records:
@@ -41,31 +43,40 @@ def _tokens_per_bucket(records: Sequence[RequestRecord], start: float, end: floa
         for t, n in zip(record.arrival_s, record.arrival_tokens):
             if start <= t <= end:
                 counts[min(buckets - 1, int((t - start) / BUCKET_S))] += n
-    return counts / min(BUCKET_S, end - start) if end > start else counts
+    lengths = np.full(buckets, BUCKET_S)
+    lengths[-1] = max(1e-9, (end - start) - BUCKET_S * (buckets - 1))
+    return counts, lengths
 
 
 def compare_gpus(parts: Mapping[str, Sequence[RequestRecord]], throughput: Mapping[str, float],
-                 energy_per_token: Mapping[str, float | None], window: tuple[float, float],
+                 energy_per_token: Mapping[str, float | None], windows: Mapping[str, tuple[float, float]],
                  threshold: float = 0.05, confidence: float = 0.95, seed: int = 0) -> list[GPUVerdict]:
-    """parts: each GPU's records of the measured stage; throughput: each one's output tok/s (its summary's);
-    window: the stage's measured window over every GPU (the same clock: stamps are CLOCK_MONOTONIC in every
-    worker). A GPU is an outlier when it is slower than its siblings' median by more than the threshold and the
-    interval agrees (its upper end is below 1, or the TTFT p99 interval's lower end above 0)."""
+    """parts: each GPU's records of the measured stage; throughput: each one's output tok/s (its summary's, over
+    its own measured window); windows: each GPU's measured window (first measured scheduled time → its last measured
+    token: a GPU that finishes a fixed number of requests sooner has the shorter one). A GPU is an outlier when it
+    is slower than its siblings' median by more than the threshold and the interval agrees (its upper end is below
+    1, or the TTFT p99 interval's lower end above 0)."""
     if len(parts) < 2:
         return []
     rng = np.random.default_rng(seed)
-    start, end = window
-    buckets = {gpu: _tokens_per_bucket(records, start, end) for gpu, records in parts.items()}
+    buckets = {gpu: _buckets(records, *windows[gpu]) for gpu, records in parts.items()}
+
+    def rate(gpu: str) -> float:
+        """Its output tok/s over a resample of its buckets (with replacement): tokens over time, summed."""
+        counts, lengths = buckets[gpu]
+        pick = rng.integers(0, len(counts), len(counts))
+        return counts[pick].sum() / lengths[pick].sum()
+
     tail = (1 - confidence) / 2
+    enough = min(len(counts) for counts, _ in buckets.values()) >= MIN_BUCKETS
     verdicts = []
     for gpu, records in parts.items():
         siblings = [g for g in parts if g != gpu]
-        # Throughput: resample each GPU's buckets; this GPU's mean over the median of the siblings' means.
-        ratios = np.empty(RESAMPLES)
-        for i in range(RESAMPLES):
-            own = rng.choice(buckets[gpu], len(buckets[gpu])).mean()
-            others = np.median([rng.choice(buckets[g], len(buckets[g])).mean() for g in siblings])
-            ratios[i] = own / others if others else np.nan
+        # Throughput: resample each GPU's buckets; this GPU's rate over the median of the siblings' rates.
+        ratios = np.empty(RESAMPLES if enough else 0)
+        for i in range(len(ratios)):
+            others = np.median([rate(g) for g in siblings])
+            ratios[i] = rate(gpu) / others if others else np.nan
         ratios = ratios[np.isfinite(ratios)]
         median = float(np.median([throughput[g] for g in siblings]))
         relative = throughput[gpu] / median if median else None

@@ -14,6 +14,7 @@ from benchd.fields import Strict as _Strict
 from benchd.profiles import (Arrivals, ArrivalProfile, Burstiness, Capacity, Concurrent, Constant,  # noqa: F401
                              Gamma, Poisson, Ramp, Sweep, Synchronous, Trace, describe_profile)
 from benchd.slo import SLO
+from benchd.stack import AttnImplementation, CompileMode, Quantization, stack_problems
 from benchd.timed_options import (AttentionKernel, AttentionShape, KernelOptions, MatmulKernel,  # noqa: F401
                                   MatmulShape, RunKind, TrainStepOptions)
 from benchd.validity import ValidityRules
@@ -264,6 +265,9 @@ class RunSpec(_Strict):
     # one: on the device named; every_gpu: the same spec on every worker at once (each GPU, or each CPU worker),
     # each with its own arrivals from the same seed: a summary per GPU, the whole, and the slow GPU found.
     placement: Literal["one", "every_gpu"] = "one"
+    # N > 1: the model sharded over a worker group of N consecutive devices (transformers' tp_plan="auto", NCCL on
+    # CUDA, gloo on CPU workers), the group holding the device named; with every_gpu, every group at once.
+    tensor_parallel: Annotated[int, Field(ge=1, le=64, strict=True)] = 1
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     label: Annotated[str, Field(max_length=LABEL_MAX)] | None = None
     trust_remote_code: bool = False
@@ -274,6 +278,17 @@ class RunSpec(_Strict):
     kind: RunKind = "generate"  # generation (the workload), a training step, or single kernels
     train_step: TrainStepOptions = Field(default_factory=TrainStepOptions)
     kernel: KernelOptions | None = None
+    # ---- the stack (benchd.stack): what a matrix varies beside dtype and the engine's options ----
+    quantization: Quantization = "none"
+    attn_implementation: AttnImplementation | None = None  # None: sdpa (continuous batching may pick flash itself)
+    compile: CompileMode = "off"
+
+    @model_validator(mode="after")
+    def _stack(self) -> RunSpec:
+        problems = stack_problems(self.quantization, self.attn_implementation, self.compile, self.engine, self.kind)
+        if problems:
+            raise ValueError("; ".join(f"{field}: {why}" for field, why in problems))
+        return self
 
     @model_validator(mode="after")
     def _kind_options(self) -> RunSpec:
@@ -284,6 +299,11 @@ class RunSpec(_Strict):
         if self.engine == "openai" and self.workload.dataset is None and self.openai.tokenizer is None:
             raise ValueError("openai.tokenizer: synthetic prompts are sized in tokens, which needs the served "
                              "model's tokenizer (a local directory); or give workload.dataset")
+        if self.tensor_parallel > 1 and (self.kind != "generate" or self.engine != "transformers"):
+            raise ValueError("tensor_parallel: shards a model for transformers' continuous batching (kind generate, "
+                             f"engine transformers), not {self.runner}")
+        if self.tensor_parallel > 1 and self.quantization != "none":
+            raise ValueError("tensor_parallel: shards the model's weights unquantized; quantization must be none")
         if self.kind == "train_step" and self.train_step.autocast and self.dtype not in ("auto", "float32"):
             raise ValueError("train_step.autocast: needs float32 weights (dtype auto or float32), "
                              f"not {self.dtype}")

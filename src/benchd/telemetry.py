@@ -1,8 +1,10 @@
-"""Makes measurements visible: Prometheus observations as tokens arrive, OpenTelemetry spans for each run."""
+"""Makes measurements visible: Prometheus and OpenTelemetry GenAI observations as tokens arrive, from the same
+calls, and OpenTelemetry spans for each run."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -10,38 +12,45 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from benchd.engines import EngineLoad
 from benchd.metrics import Metrics
+from benchd.otel import (CLIENT_CHUNK, CLIENT_DURATION, CLIENT_FIRST_CHUNK, CLIENT_TOKENS, SERVER_DURATION,
+                         SERVER_TPOT, SERVER_TTFT, GenAIMetrics, GenAIRequest, Instrument, Series)
 from benchd.records import RequestRecord
 from benchd.tracing import Clock, PresetSpanIds
-
-OPERATION = "text_completion"
 
 
 def error_type(error: str | None) -> str:
     """The error's kind: what precedes the first colon ("timeout: no data for 60 s" → "timeout")."""
     return (error or "error").split(":")[0][:100]
-  # gen_ai.operation.name for a prompt-in, tokens-out generation
 
 
 class Telemetry:
     """Long-lived: the instruments and the tracer provider, either of which may be absent."""
 
-    def __init__(self, metrics: Metrics | None = None, tracer_provider: TracerProvider | None = None) -> None:
+    def __init__(self, metrics: Metrics | None = None, tracer_provider: TracerProvider | None = None,
+                 genai: GenAIMetrics | None = None) -> None:
         self.metrics = metrics
+        self.genai = genai  # the OTel GenAI histograms, exported over OTLP
         self.tracer_provider = tracer_provider
         self.tracer = tracer_provider.get_tracer("benchd") if tracer_provider is not None else None
         ids = getattr(tracer_provider, "id_generator", None)
         self.span_ids = ids if isinstance(ids, PresetSpanIds) else None  # request span ids decided at send time
 
-    def for_run(self, run_id: str, model: str, engine: str, workload: str, gpu: str = "") -> RunTelemetry:
-        return RunTelemetry(self, run_id, model, engine, workload, gpu)
+    def for_run(self, run_id: str, model: str, engine: str, workload: str, gpu: str = "",
+                spec=None) -> RunTelemetry:
+        """spec (a RunSpec) says what the GenAI conventions' attributes need: an openai run's API and server."""
+        return RunTelemetry(self, run_id, model, engine, workload, gpu, spec=spec)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Flush what spans it can within timeout_s; a dead collector must not hold the process up."""
-        if self.tracer_provider is None:
-            return
-        flusher = threading.Thread(target=self.tracer_provider.shutdown, name="benchd-span-flush", daemon=True)
-        flusher.start()
-        flusher.join(timeout_s)
+        """Flush what spans and metrics it can within timeout_s, both at once; a dead collector must not hold the
+        process up."""
+        flushers = [threading.Thread(target=flush, name=f"benchd-{what}-flush", daemon=True) for what, flush in (
+            ("span", self.tracer_provider.shutdown if self.tracer_provider is not None else None),
+            ("metric", self.genai.shutdown if self.genai is not None else None)) if flush is not None]
+        deadline = time.monotonic() + timeout_s
+        for flusher in flushers:
+            flusher.start()
+        for flusher in flushers:
+            flusher.join(max(0.0, deadline - time.monotonic()))
 
 
 class RunTelemetry:
@@ -49,9 +58,10 @@ class RunTelemetry:
     events arrive. Request spans wait for the end of the run (trace_requests)."""
 
     def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str, gpu: str = "",
-                 parent: RunTelemetry | None = None) -> None:
+                 parent: RunTelemetry | None = None, spec=None) -> None:
         self.run_id, self.model, self.gpu, self.parent = run_id, model, gpu, parent
-        self.telemetry = telemetry
+        self.telemetry, self.spec = telemetry, spec
+        self.genai = GenAIRequest.of(spec, model, engine)
         self.tracer = telemetry.tracer
         self.span_ids = telemetry.span_ids
         self.clock = Clock()
@@ -78,11 +88,45 @@ class RunTelemetry:
                                                           m.kv_total.labels(*labels))
             self.throughput, self.in_progress = m.throughput.labels(*labels), m.in_progress.labels(*labels)
         self._engine, self._workload = engine, workload
+        self._otel(telemetry.genai, getattr(spec, "kind", "generate"))
+
+    def _otel(self, genai: GenAIMetrics | None, kind: str) -> None:
+        """The run's GenAI series, bound once like the Prometheus children: client metrics for a server measured
+        from outside (openai), server metrics for an engine in benchd's worker; none for a timed run (no tokens)."""
+        self.otel, self.otel_series = genai, []
+        self.first_chunk = self.chunk = self.duration = self.server_ttft = self.server_tpot = None
+        self.input_tokens = self.output_tokens = None
+        self.failed_durations: dict[str, Series] = {}  # by error.type, made at the first failure of each kind
+        if genai is None or kind != "generate":
+            self.otel = None
+            return
+        if self.genai.client:
+            self.first_chunk, self.chunk = self._series(CLIENT_FIRST_CHUNK), self._series(CLIENT_CHUNK)
+            self.duration = self._series(CLIENT_DURATION)
+            self.input_tokens = self._series(CLIENT_TOKENS, **{"gen_ai.token.type": "input"})
+            self.output_tokens = self._series(CLIENT_TOKENS, **{"gen_ai.token.type": "output"})
+        else:
+            self.server_ttft, self.server_tpot = self._series(SERVER_TTFT), self._series(SERVER_TPOT)
+            self.duration = self._series(SERVER_DURATION)
+
+    def _series(self, instrument: Instrument, **extra: str) -> Series:
+        created = self.otel.series(instrument, {**self.genai.attributes(), **extra})
+        self.otel_series.append(created)
+        return created
+
+    def _failed_duration(self, kind: str) -> Series:
+        series = self.failed_durations.get(kind)
+        if series is None:
+            series = self.failed_durations[kind] = self._series(
+                CLIENT_DURATION if self.genai.client else SERVER_DURATION, **{"error.type": kind})
+        return series
 
     def part(self, gpu: str) -> RunTelemetry:
         """The observer of one GPU's share of this run (placement every_gpu): its series carry gpu; its requests'
-        spans are children of this run's span."""
-        return RunTelemetry(self.telemetry, self.run_id, self.model, self._engine, self._workload, gpu, parent=self)
+        spans are children of this run's span; its GenAI series are its own (one writer each) with the run's
+        attributes (the conventions name no GPU), so they add up to the run's."""
+        return RunTelemetry(self.telemetry, self.run_id, self.model, self._engine, self._workload, gpu, parent=self,
+                            spec=self.spec)
 
     # ---- the run -------------------------------------------------------------------------------
 
@@ -121,9 +165,10 @@ class RunTelemetry:
 
     def _start_request_span(self, record: RequestRecord) -> None:
         span = self.tracer.start_span(
-            f"{OPERATION} {self.model}", context=self.run_context, kind=SpanKind.CLIENT,
+            f"{self.genai.operation} {self.genai.model}", context=self.run_context, kind=SpanKind.CLIENT,
             start_time=self.clock.ns(record.scheduled_s),
-            attributes={"gen_ai.operation.name": OPERATION, "gen_ai.request.model": self.model,
+            # Every engine hands tokens over as they come: the request streams.
+            attributes={**self.genai.attributes(), "gen_ai.request.stream": True,
                         "gen_ai.request.max_tokens": record.max_new_tokens,
                         "gen_ai.usage.input_tokens": record.prompt_tokens,
                         "gen_ai.usage.output_tokens": record.output_tokens,
@@ -132,6 +177,7 @@ class RunTelemetry:
         )
         if record.arrival_s:
             span.add_event("gen_ai.first_token", timestamp=self.clock.ns(record.arrival_s[0]))
+            span.set_attribute("gen_ai.response.time_to_first_chunk", record.ttft_s)
         span.set_attributes({f"benchd.{name}": value for name, value in (
             ("ttft_s", record.ttft_s), ("tpot_s", record.tpot_s), ("e2e_s", record.e2e_s),
             ("queue_s", record.queue_s), ("dispatch_lag_s", record.dispatch_lag_s),
@@ -176,6 +222,8 @@ class RunTelemetry:
             self.metrics.capacity.labels(*labels).set(capacity_requests_per_s or 0.0)
 
     def run_finished(self, t: float, status: str, error: str | None) -> None:
+        if self.otel is not None:
+            self.otel.retire(self.otel_series)
         if self.metrics is not None:
             self.in_progress.set(0)
             self.running.set(0)
@@ -231,12 +279,22 @@ class RunTelemetry:
 
     def arrivals(self, record: RequestRecord, start: int) -> None:
         """The record's arrivals from index start on, just recorded: the first is the TTFT; every later one's gap is
-        split over the tokens it carried (ITL is per token). An ITL observation carries an exemplar when it is the
-        request's slowest gap so far (about ln(tokens) per request), so the exemplars on the tail buckets are the
-        outliers; an exemplar costs a few microseconds."""
-        if self.metrics is None or record.warmup:
+        split over the tokens it carried (ITL is per token), and is one chunk's time (time per output chunk, for
+        the openai engine's stream). An ITL observation carries an exemplar when it is the request's slowest gap so
+        far (about ln(tokens) per request), so the exemplars on the tail buckets are the outliers; an exemplar costs
+        a few microseconds."""
+        if record.warmup:
             return
         stamps, counts = record.arrival_s, record.arrival_tokens
+        if start == 0 and self.first_chunk is not None:
+            self.first_chunk.observe(stamps[0] - record.scheduled_s)
+        if self.chunk is not None:
+            chunk = self.chunk.observe
+            for i in range(start or 1, len(stamps)):
+                if counts[i]:
+                    chunk(stamps[i] - stamps[i - 1])
+        if self.metrics is None:
+            return
         self.generation_tokens.inc(sum(counts[start:]))
         if start == 0:
             self.ttft.observe(stamps[0] - record.scheduled_s, self.exemplars.get(record.request_id))
@@ -257,8 +315,12 @@ class RunTelemetry:
             self.slowest_gap[record.request_id] = slowest
 
     def finished(self, record: RequestRecord) -> None:
-        if self.metrics is not None and not record.warmup:
-            outcome = "success" if record.ok else "cancelled" if record.error in ("cancelled", "interrupted") else "error"
+        if record.warmup:
+            return
+        outcome = "success" if record.ok else "cancelled" if record.error in ("cancelled", "interrupted") else "error"
+        if self.duration is not None and outcome != "cancelled":  # benchd's own cancelling is no operation's end
+            self._otel_finished(record)
+        if self.metrics is not None:
             self.outcomes[outcome].inc()
             if outcome == "error":
                 self.errors(error_type(record.error)).inc()
@@ -269,3 +331,19 @@ class RunTelemetry:
                 if (tpot := record.tpot_s) is not None:
                     self.tpot.observe(tpot)
 
+    def _otel_finished(self, record: RequestRecord) -> None:
+        """Duration: to the last token (E2E) for a success, to its end for a failure, with error.type. The server's
+        TTFT and TPOT are "for successful responses" (the conventions), so they wait for the request's end; the
+        client's time to first chunk has no such condition and is observed as the chunk arrives."""
+        if not record.ok:
+            self._failed_duration(error_type(record.error)).observe(record.finished_s - record.scheduled_s)
+            return
+        self.duration.observe(record.e2e_s)
+        if self.server_ttft is not None:
+            if (ttft := record.ttft_s) is not None:
+                self.server_ttft.observe(ttft)
+            if (tpot := record.tpot_s) is not None:
+                self.server_tpot.observe(tpot)
+        if self.input_tokens is not None:
+            self.input_tokens.observe(record.prompt_tokens)
+            self.output_tokens.observe(record.output_tokens)

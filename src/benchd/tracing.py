@@ -123,6 +123,12 @@ class PresetSpanIds(RandomIdGenerator):
         return super().generate_span_id()
 
 
+def service_resource() -> Resource:
+    """benchd as OTel sees it, for spans and metrics: OTEL_SERVICE_NAME (default benchd), OTEL_RESOURCE_ATTRIBUTES."""
+    return Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "benchd"),
+                            "service.version": benchd.__version__})
+
+
 def build_tracer_provider(
     on_drop: Callable[[str, int], None],
     exporter: SpanExporter | None = None,
@@ -133,8 +139,7 @@ def build_tracer_provider(
         if not tracing_enabled():
             return None
         exporter = otlp_exporter()
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "benchd"),
-                                "service.version": benchd.__version__})
+    resource = service_resource()
     # Telemetry.shutdown bounds the flush; span ids can be decided before their span (traceparent headers).
     provider = TracerProvider(resource=resource, id_generator=PresetSpanIds(), shutdown_on_exit=False)
     provider.add_span_processor(DroppingBatchProcessor(exporter, on_drop))

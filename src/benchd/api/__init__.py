@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 
 import benchd
-from benchd.api import compare, health, runs, schedules
+from benchd.api import compare, health, matrices, runs, schedules
 from benchd.api.admission import Memory
 from benchd.api.deps import Services
 from benchd.api.guard import validation_detail
@@ -21,6 +21,7 @@ from benchd.events import RunEvents
 from benchd.gauges import HardwareCollector
 from benchd.hardware import HardwareReader
 from benchd.metrics import Metrics, NodeRegistry
+from benchd.otel import build_genai_metrics
 from benchd.sampler import HardwareSampler
 from benchd.daemon import Daemon
 from benchd.devices import Slot, resolve
@@ -42,11 +43,11 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         registry = NodeRegistry(settings.node_name)
         metrics = Metrics(registry, settings.buckets, settings.metrics.max_workloads)
         store = Store(settings.database_url, settings.spool_dir, settings.spool_max_bytes, settings.node_name,
-                      on_error=lambda component: metrics.internal_errors.labels(component).inc())
+                      settings.pod_name, on_error=lambda component: metrics.internal_errors.labels(component).inc())
         store.start()
         store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
         telemetry = Telemetry(metrics, build_tracer_provider(
-            on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)))
+            on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)), build_genai_metrics())
         # One thread reads the hardware, for scrapes and runs alike: a scrape serves its latest snapshot.
         sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s, settings.hardware_stale_after_s,
                                   on_error=lambda component: metrics.internal_errors.labels(component).inc())
@@ -54,6 +55,8 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         sampler.start()
         events = RunEvents()
         daemon = Daemon(settings, store, telemetry, sampler, events, daemon_slots(settings, sampler))
+        for declared in settings.schedules:  # before the schedules' thread first reads the stored ones
+            daemon.schedules.declare(declared.name, declared.spec, declared.interval_s, declared.enabled)
         daemon.start()  # the workers start and load the model; /readyz says when they are ready
         if settings.default_schedule:
             daemon.schedules.put("default", RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC),
@@ -76,7 +79,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         summary="Continuous, exact measurement of LLM generation speed.",
         lifespan=lifespan,
     )
-    for module in (runs, schedules, compare, health):
+    for module in (runs, matrices, schedules, compare, health):
         app.include_router(module.router)
 
     @app.exception_handler(StoreUnavailable)

@@ -10,12 +10,13 @@ from pathlib import Path
 from fastapi.exceptions import RequestValidationError
 
 from benchd.config import Settings
-from benchd.devices import Slot, pick
+from benchd.devices import DeviceError, Slot, targets
 from benchd.footprint import estimate, gib
 from benchd.presets import PRESETS
 from benchd import replay
 from benchd.spec import (ArrivalProfile, Capacity, Concurrent, Constant, Gamma, Poisson, Ramp, RunSpec, Sweep, Trace,
                          length_upper_bound)
+from benchd.stack import unavailable
 
 
 def problem(loc: tuple, message: str) -> dict:
@@ -56,10 +57,11 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
     """Checks a spec from HTTP against the daemon's limits, devices and model rules; 422 naming each field. slots:
     the daemon's workers."""
     problems = []
-    targets = list(slots) if spec.placement == "every_gpu" else [s for s in [pick(slots, spec.device)] if s]
-    if not targets:
-        names = ", ".join(s.key for s in slots)
-        problems.append(problem((*loc, "device"), f"{spec.device!r} is not one of this daemon's devices ({names})"))
+    try:
+        chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
+    except DeviceError as error:
+        chosen = []
+        problems.append(problem((*loc, error.field), error.reason))
     limits = settings.limits
     workload = spec.workload
 
@@ -110,6 +112,11 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
             problems.append(problem((*loc, "openai", "tokenizer"), reason))
         if workload.dataset is not None and (reason := _path_problem(workload.dataset.path, settings.model_roots)):
             problems.append(problem((*loc, "workload", "dataset", "path"), reason))
+    # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
+    # as it loads, with torch: a GPU's generation for float8).
+    for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in chosen}):
+        for field, why in unavailable(spec.quantization, spec.attn_implementation, device_type):
+            problems.append(problem((*loc, field), why))
     if spec.kind == "train_step":
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:
@@ -123,24 +130,36 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
         if kernel.flush_l2:
             over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes", setting="max_flush_bytes")
     if not problems:  # sizes are only worth estimating for a spec that is otherwise fine
-        for slot in targets:
-            problems.extend(_memory_problems(spec, settings, memory, slot, loc))
+        for slot in chosen:
+            problems.extend(_memory_problems(spec, settings, memory, slot, slots, loc))
     if problems:
         raise RequestValidationError(problems)
 
 
-def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Slot, loc: tuple) -> list[dict]:
-    device, device_type = slot.key, slot.local
-    need = estimate(spec, device_type)
-    limit = memory.limit(settings, slot)
-    if need is None or limit is None or need.total <= limit:
+def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Slot, slots: Sequence[Slot],
+                     loc: tuple) -> list[dict]:
+    """A GPU group's ranks each hold a shard, checked against each member's memory; CPU ranks share the host's RAM,
+    which must hold the whole."""
+    need = estimate(spec, slot.local)
+    if need is None:
         return []
-    field = {"kernel": ("kernel", "shapes"), "train_step": ("train_step", "batch_size")}.get(spec.kind, ("model",))
-    where = "host RAM" if device_type == "cpu" else f"free memory on {device}"
-    source = ("BENCHD_LIMITS__MEMORY_BYTES" if settings.limits.memory_bytes is not None
-              else f"{settings.limits.memory_fraction:.0%} of the {where}")
-    return [problem((*loc, *field), f"needs about {gib(need.total)} ({need.describe()}) in {spec.dtype} on "
-                                    f"{device}, more than the {gib(limit)} it may use ({source})")]
+    problems = []
+    members = [s for s in slots if s.key in slot.devices] if slot.local == "cuda" and slot.size > 1 else [slot]
+    share = need.sharded(len(members)) if len(members) > 1 else need
+    for member in members:
+        limit = memory.limit(settings, member)
+        if limit is None or share.total <= limit:
+            continue
+        field = {"kernel": ("kernel", "shapes"), "train_step": ("train_step", "batch_size")}.get(spec.kind,
+                                                                                                ("model",))
+        where = "host RAM" if slot.local == "cpu" else f"free memory on {member.key}"
+        source = ("BENCHD_LIMITS__MEMORY_BYTES" if settings.limits.memory_bytes is not None
+                  else f"{settings.limits.memory_fraction:.0%} of the {where}")
+        sharding = f", its 1/{len(members)} share" if len(members) > 1 else ""
+        problems.append(problem((*loc, *field), f"needs about {gib(share.total)}{sharding} ({share.describe()}) in "
+                                                f"{spec.dtype} on {member.key}, more than the {gib(limit)} it may "
+                                                f"use ({source})"))
+    return problems
 
 
 def _path_problem(ref: str, roots: list[Path]) -> str | None:

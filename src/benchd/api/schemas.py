@@ -49,6 +49,7 @@ class RunView(BaseModel):
     error_stage: str | None = None  # where a run that did not succeed ended: queue, load, start, run, worker…
     node: str | None = None  # the node (host) that ran it
     pod: str | None = None
+    matrix_id: str | None = None  # the matrix it is a variant's run of
     metadata: dict[str, Any] | None
     hardware: dict[str, Any] | None
     parts: dict[str, Any] | None = None  # a run on every GPU: each GPU's status and stages, and the verdicts
@@ -79,7 +80,8 @@ class CancelResult(BaseModel):
 
 class WorkerView(BaseModel):
     name: str
-    device: str
+    device: str  # its slot: cuda:0, or cuda:0+cuda:1 for a tensor-parallel group
+    gpu: str  # the gpu label of its series: NVML's index (0+1 for a group), cpu:N for CPU workers, "" for the CPU
     state: str  # starting | ready | dead | stopped
     pid: int | None
     busy: bool

@@ -82,13 +82,13 @@ class Engine(Protocol):
 def _transformers(loaded: LoadedModel, spec: RunSpec) -> Engine:
     from benchd.engines.transformers_cb import TransformersEngine
 
-    return TransformersEngine(loaded, spec.transformers, spec.workload)
+    return TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation)
 
 
 def _static(loaded: LoadedModel, spec: RunSpec) -> Engine:
     from benchd.engines.static import StaticEngine
 
-    return StaticEngine(loaded, spec.static, spec.workload)
+    return StaticEngine(loaded, spec.static, spec.workload, spec.compile)
 
 
 def _openai(loaded: LoadedModel | None, spec: RunSpec) -> Engine:

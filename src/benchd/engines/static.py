@@ -66,9 +66,11 @@ class StaticEngine:
     name = "static"
     dispatch_lead_s = 0.0  # the stage submits at the scheduled time
 
-    def __init__(self, loaded: LoadedModel, options: StaticOptions, workload: Workload) -> None:
+    def __init__(self, loaded: LoadedModel, options: StaticOptions, workload: Workload,
+                 compile_mode: str = "off") -> None:
         self._loaded = loaded
         self._batch_size = options.batch_size
+        self._compile = compile_mode
         self._ignore_eos = workload.ignore_eos
         self._eos_ids = frozenset() if workload.ignore_eos else frozenset(loaded.eos_ids)
         self._pad_id = greedy_config(loaded, True).pad_token_id
@@ -104,7 +106,7 @@ class StaticEngine:
         return EngineLoad(running=len(self._running), waiting=len(self._waiting))
 
     def settings(self) -> dict[str, Any]:
-        return {"engine": self.name, "batch_size": self._batch_size}
+        return {"engine": self.name, "batch_size": self._batch_size, "compile": self._compile}
 
     def stop(self) -> None:
         with self._cond:
@@ -141,6 +143,21 @@ class StaticEngine:
                 with self._cond:
                     self._running = []
 
+    def _generation(self, max_new: int):
+        """Greedy; compiled: a static cache (fixed shapes) and transformers' CompileConfig, which compiles the forward
+        pass on the first batch of each shape (on CPU too: benchd asks for it, so tests can run it)."""
+        config = greedy_config(self._loaded, self._ignore_eos, max_new)
+        if self._compile == "off":
+            config.disable_compile = True
+            return config
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(mode=self._compile)
+        compile_config._compile_all_devices = True
+        config.cache_implementation = "static"
+        config.compile_config = compile_config
+        return config
+
     @torch.inference_mode()
     def _generate(self, batch: list[_Slot]) -> None:
         device = self._loaded.device
@@ -160,7 +177,7 @@ class StaticEngine:
         self._loaded.model.generate(
             input_ids,
             attention_mask=mask,
-            generation_config=greedy_config(self._loaded, self._ignore_eos, max_new),
+            generation_config=self._generation(max_new),
             streamer=_StampingStreamer(batch, self._eos_ids),
             stopping_criteria=StoppingCriteriaList([_RowsDone(batch)]),
         )

@@ -12,9 +12,11 @@ import torch
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
+from benchd import replay
 from benchd.engines import EngineLoad, GenerationRequest, TokenSink
 from benchd.models import LoadedModel, greedy_config
-from benchd.spec import SpecError, TransformersOptions, Workload, length_upper_bound
+from benchd.spec import SpecError, TransformersOptions, Workload
+from benchd.stack import base_attention
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
@@ -94,17 +96,20 @@ class TransformersEngine:
     name = "transformers"
     dispatch_lead_s = 0.0  # the stage submits at the scheduled time
 
-    def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload) -> None:
+    def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload,
+                 attn_implementation: str | None = None) -> None:
         self._loaded = loaded
+        # An attention implementation the spec names is run as its paged variant, as named: transformers would
+        # otherwise switch sdpa to flash attention by itself where flash-attn is installed.
+        self._attention = None if attn_implementation is None else "paged|" + base_attention(attn_implementation)
+        self._attention_before: str | None = None
         self._config = cb_config(options, loaded.device.type)
         self._threads = cpu_threads(options, loaded.device.type)
         self._threads_before: int | None = None
-        self._generation = greedy_config(loaded, workload.ignore_eos, length_upper_bound(workload.output_tokens))
+        prompt, output = replay.longest(workload)
+        self._generation = greedy_config(loaded, workload.ignore_eos, output)
         self._eos: list[int] = [] if workload.ignore_eos else loaded.eos_ids
-        self._hints = WorkloadHints(
-            max_prompt_length=length_upper_bound(workload.prompt_tokens),
-            max_generated_length=length_upper_bound(workload.output_tokens),
-        )
+        self._hints = WorkloadHints(max_prompt_length=prompt, max_generated_length=output)
         self._check_capacity(workload)
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
@@ -114,19 +119,43 @@ class TransformersEngine:
 
     def _check_capacity(self, workload: Workload) -> None:
         size = getattr(self._config, _SIZE_FIELD)
-        if self._config.num_blocks is not None and self._config.num_blocks * size < workload.max_sequence_tokens():
+        need = sum(replay.longest(workload))
+        if self._config.num_blocks is not None and self._config.num_blocks * size < need:
             raise SpecError(
                 f"transformers.num_blocks: the cache holds {self._config.num_blocks} × {size} tokens, "
-                f"but one request may need {workload.max_sequence_tokens()} (prompt + output)"
+                f"but one request may need {need} (prompt + output)"
             )
 
     def start(self) -> None:
+        self._start_manager()
+        self._stopping.clear()
+        self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
+        self._consumer.start()
+
+    def follow(self) -> None:
+        """On a tensor-parallel rank other than the driver (rank 0): run the batching loop in step with the
+        driver's, which broadcasts the requests it admits and its stop, until it stops."""
+        self._start_manager()
+        try:
+            while self._manager.is_running():
+                time.sleep(0.05)
+        finally:
+            self._manager.stop(block=True, timeout=10)
+            self._manager.destroy()
+            self._manager = None
+            self._restore_threads()
+
+    def _start_manager(self) -> None:
         if self._threads is not None:
             # Process-wide while the engine runs; set before the generation thread starts, which takes the count on
             # its first parallel op.
             self._threads_before = torch.get_num_threads()
             torch.set_num_threads(self._threads)
         try:
+            model = self._loaded.model
+            if self._attention is not None and model.config._attn_implementation != self._attention:
+                self._attention_before = model.config._attn_implementation
+                model.set_attn_implementation(self._attention)
             self._manager = self._loaded.model.init_continuous_batching(
                 generation_config=self._generation,
                 continuous_batching_config=self._config,
@@ -136,10 +165,14 @@ class TransformersEngine:
             self._manager.start()
         except BaseException:
             self._restore_threads()
+            self._restore_attention()
             raise
-        self._stopping.clear()
-        self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
-        self._consumer.start()
+
+    def _restore_attention(self) -> None:
+        """The model is shared with the next engine (a static one runs the unpaged implementation)."""
+        if self._attention_before is not None:
+            self._loaded.model.set_attn_implementation(self._attention_before)
+            self._attention_before = None
 
     def _restore_threads(self) -> None:
         if self._threads_before is not None:
@@ -281,3 +314,4 @@ class TransformersEngine:
         self._manager.destroy()
         self._manager = None
         self._restore_threads()
+        self._restore_attention()

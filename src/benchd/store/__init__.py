@@ -19,7 +19,7 @@ from benchd.outcome import StageResult
 from benchd.records import RequestRecord, summarize
 from benchd.spec import RunSpec
 from benchd.store import migrate
-from benchd.store.schema import baselines, requests, run_stages, runs, schedules, timings
+from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings
 from benchd.store.spool import Spool, SpoolState, unreachable
 
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
@@ -134,12 +134,12 @@ class Store:
 
     # ---- writes (journaled) ----------------------------------------------------------------------
 
-    def create_run(self, run_id: str, spec: dict, schedule: str | None = None) -> None:
+    def create_run(self, run_id: str, spec: dict, schedule: str | None = None, matrix_id: str | None = None) -> None:
         parsed = RunSpec.model_validate(spec)
         self._visible({"op": "create_run", "run": {
             "id": run_id, "status": "queued", "workload": parsed.name, "model": parsed.subject,
             "engine": parsed.runner, "label": spec.get("label"), "schedule": schedule, "spec": spec,
-            "created_at": _iso(now())}})
+            "created_at": _iso(now()), **({"matrix_id": matrix_id} if matrix_id is not None else {})}})
 
     def mark_running(self, run_id: str) -> None:
         self._update(run_id, status="running", started_at=_iso(now()))
@@ -187,6 +187,18 @@ class Store:
         self.spool.submit({"op": "set_baseline", "row": {"workload": workload, "run_id": run_id,
                                                          "set_at": _iso(now())}})
 
+    def create_matrix(self, matrix_id: str, workload: str, document: dict, variants: list[dict], run_rows: list[dict],
+                      baseline: int) -> None:
+        """A matrix and its runs in execution order ({run_id, round, variant}); the runs' rows are created apart."""
+        self._visible({"op": "create_matrix", "row": {
+            "id": matrix_id, "status": "queued", "workload": workload, "document": document, "variants": variants,
+            "runs": run_rows, "baseline": baseline, "created_at": _iso(now())}})
+
+    def update_matrix(self, matrix_id: str, **values: Any) -> None:
+        if values.get("status") in TERMINAL:
+            values["finished_at"] = _iso(now())
+        self._visible({"op": "update_matrix", "id": matrix_id, "values": values})
+
     def _update(self, run_id: str, **values: Any) -> None:
         self._visible({"op": "update_run", "id": run_id, "values": values})
 
@@ -220,6 +232,13 @@ class Store:
                 db.execute(timings.delete().where(timings.c.run_id == run_id))
                 if op["timings"]:
                     db.execute(timings.insert(), [{"run_id": run_id, **row} for row in op["timings"]])
+            elif kind == "create_matrix":
+                row = _dates(op["row"], "created_at")
+                if db.execute(sa.select(matrices.c.id).where(matrices.c.id == row["id"])).first() is None:
+                    db.execute(matrices.insert().values(**row, node=self.node))
+            elif kind == "update_matrix":
+                db.execute(matrices.update().where(matrices.c.id == op["id"]).values(
+                    **_dates(op["values"], "started_at", "finished_at")))
             elif kind == "put_schedule":
                 row = _dates(op["row"], "created_at")
                 db.execute(schedules.delete().where(schedules.c.name == row["name"]))
@@ -251,6 +270,10 @@ class Store:
                 runs.c.status == "queued", sa.or_(runs.c.node == self.node, runs.c.node.is_(None))).values(
                 status="cancelled", error="the daemon stopped before the run started", error_stage="queue",
                 finished_at=ended))
+            db.execute(matrices.update().where(  # their runs ended above: the comparison was never made
+                matrices.c.status.in_(("queued", "running")),
+                sa.or_(matrices.c.node == self.node, matrices.c.node.is_(None))).values(
+                status="interrupted", error="the daemon stopped before the matrix's runs ended", finished_at=ended))
         self.recovered = len(stale)
 
     @staticmethod
@@ -329,6 +352,16 @@ class Store:
 
     def list_baselines(self) -> list[dict[str, Any]]:
         return self._read(baselines.select().order_by(baselines.c.workload))
+
+    def get_matrix(self, matrix_id: str) -> dict[str, Any] | None:
+        rows = self._read(matrices.select().where(matrices.c.id == matrix_id))
+        return rows[0] if rows else None
+
+    def list_matrices(self, workload: str | None = None, limit: int = 50, offset: int = 0) -> Page:
+        query = matrices.select().where(*([matrices.c.workload == workload] if workload is not None else []))
+        total = self._read(sa.select(sa.func.count().label("n")).select_from(query.subquery()))[0]["n"]
+        items = self._read(query.order_by(matrices.c.created_at.desc(), matrices.c.id).limit(limit).offset(offset))
+        return Page(items=items, total=total)
 
     def list_schedules(self) -> list[dict[str, Any]]:
         return self._read(schedules.select().order_by(schedules.c.name))

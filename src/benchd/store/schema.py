@@ -35,6 +35,7 @@ runs = sa.Table(
     sa.Column("error_stage", sa.String(32)),  # where a failed run failed: queue, load, start, run, store…
     sa.Column("node", sa.String(253), index=True),  # the node (host) that ran it: daemons may share a database
     sa.Column("pod", sa.String(253)),
+    sa.Column("matrix_id", sa.String(32), index=True),  # the matrix it is a variant's run of
     sa.Column("created_at", TIMESTAMP, nullable=False, index=True),
     sa.Column("started_at", TIMESTAMP),
     sa.Column("finished_at", TIMESTAMP),
@@ -90,6 +91,7 @@ requests = sa.Table(
     sa.Column("trace_id", sa.String(32)),
     sa.Column("arrival_s", JSON),
     sa.Column("arrival_tokens", JSON),
+    sa.Column("token_ids", JSON),  # what the request generated: a matrix compares variants' greedy tokens
 )
 
 # Timed runs (training steps, kernels): every repetition, warm-up flagged, so nothing measured is lost.
@@ -117,4 +119,23 @@ baselines = sa.Table(
     sa.Column("workload", sa.String(NAME_MAX), primary_key=True),
     sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
     sa.Column("set_at", TIMESTAMP, nullable=False),
+)
+
+# A matrix: its document (spec, matrix, repeats, baseline), its variants ({index, label, values, spec}), its runs in
+# the order they execute ({run_id, round, variant}), and the comparison made once every run has ended.
+matrices = sa.Table(
+    "matrices", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("workload", sa.String(NAME_MAX), nullable=False, index=True),
+    sa.Column("document", JSON, nullable=False),
+    sa.Column("variants", JSON, nullable=False),
+    sa.Column("runs", JSON, nullable=False),
+    sa.Column("baseline", sa.Integer, nullable=False),
+    sa.Column("comparison", JSON),
+    sa.Column("error", sa.Text),
+    sa.Column("node", sa.String(253), index=True),
+    sa.Column("created_at", TIMESTAMP, nullable=False, index=True),
+    sa.Column("started_at", TIMESTAMP),
+    sa.Column("finished_at", TIMESTAMP),
 )

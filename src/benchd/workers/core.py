@@ -9,12 +9,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchd import replay
 from benchd.engines import Engine, create_engine
-from benchd.environment import RunMetadata, collect, torch_threads, utc_now
+from benchd.environment import PeakMemory, RunMetadata, collect, record_stack, torch_threads, utc_now
 from benchd.models import LoadedModel, load_model, resolve_device
 from benchd.runner import check_fits, run_stages
 from benchd.stopping import StopSignal
-from benchd.spec import RunSpec, length_upper_bound
+from benchd.spec import RunSpec
+from benchd.stack import base_attention
 from benchd.timed import run_timed
 from benchd.workers import protocol
 from benchd.workers.faults import Faults, arm
@@ -25,11 +27,14 @@ Emit = Callable[[tuple[Any, ...]], None]
 
 
 class WorkerCore:
-    def __init__(self, emit: Emit, device: str = "cpu", loader: Callable[..., LoadedModel] = load_model) -> None:
-        """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0)."""
-        self.emit, self.device, self.loader = emit, device, loader
+    def __init__(self, emit: Emit, device: str = "cpu", loader: Callable[..., LoadedModel] = load_model,
+                 group: Any = None) -> None:
+        """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0, cuda:0+cuda:1);
+        group: the tensor-parallel group this worker is rank 0 of (workers/parallel.Group), which loads and starts
+        with it."""
+        self.emit, self.device, self.loader, self.group = emit, device, loader, group
         self._loaded: LoadedModel | None = None
-        self._loaded_key: tuple[str, str, str] | None = None
+        self._loaded_key: tuple[str, ...] | None = None
         self._engine: Engine | None = None
         self._engine_key: tuple | None = None
         self._run: tuple[str, Outbox, StopSignal] | None = None
@@ -78,6 +83,8 @@ class WorkerCore:
         metadata: RunMetadata | None = None
         status, error, stage = "failed", None, "load"
         try:
+            if self.group is not None and (spec.kind != "generate" or spec.engine != "transformers"):
+                raise ValueError(f"a tensor-parallel worker runs transformers generation, not {spec.kind}/{spec.engine}")
             if spec.kind != "generate":
                 metadata, status, error = self._timed(spec, outbox, stop)
                 stage = "run"
@@ -109,6 +116,8 @@ class WorkerCore:
     def close(self) -> None:
         self._close_engine()
         self._loaded = self._loaded_key = None
+        if self.group is not None:
+            self.group.tell("exit")
 
     # ---- a generation run ------------------------------------------------------------------------
 
@@ -125,7 +134,8 @@ class WorkerCore:
             tokenizer = load_tokenizer(spec.openai.tokenizer) if spec.openai.tokenizer else None
             new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
         else:
-            load_s = self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code, spec.seed)
+            load_s = self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
+                                     spec.quantization, base_attention(spec.attn_implementation or "sdpa"))
             check_fits(spec, self._loaded.max_positions)
             loaded = self._loaded
             new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
@@ -138,38 +148,49 @@ class WorkerCore:
         metadata.engine_settings = engine.settings()
         if not server:
             metadata.torch_threads = torch_threads()  # as the engine set it
+            record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
         self._phase(outbox, "run")
         fault = Faults.model_validate(faults) if faults else None
         disarm = arm(fault, self._loaded.model if self._loaded else None) \
             if fault is not None and fault.applies(spec.name, spec.label, self.device) else None
+        peak = PeakMemory(self._loaded.device if not server else None)
         try:
             status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id)
         finally:
             if disarm is not None:
                 disarm.set()
+        metadata.peak_memory_bytes = peak.read()
         return metadata, status, error, "run"
 
     def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
-                   seed: int = 0) -> float | None:
-        """Keep the loaded model unless another is needed; the load time when this call loaded one."""
-        if self._loaded is not None and self._loaded_key == (ref, dtype, device):
+                   seed: int = 0, quantization: str = "none", attn_implementation: str = "sdpa") -> float | None:
+        """Keep the loaded model unless another is needed; the load time when this call loaded one. One model at a
+        time: variants of a matrix take turns (the next loads once the last is released), so that each engine sizes
+        its cache from the same free memory and no variant runs beside another's weights."""
+        key = (ref, dtype, device, quantization, attn_implementation)
+        if self._loaded is not None and self._loaded_key == key:
             return None
         self._close_engine()
         self._loaded = self._loaded_key = None
         _release_memory()
-        self._loaded = self.loader(ref, dtype, device, seed, trust_remote_code=trust_remote_code)
-        self._loaded_key = (ref, dtype, device)
+        load = self.group.load if self.group is not None else self.loader  # a group's ranks load their shards
+        self._loaded = load(ref, dtype, device, seed, trust_remote_code=trust_remote_code,
+                            attn_implementation=attn_implementation, quantization=quantization)
+        self._loaded_key = key
         return self._loaded.load_s
 
     def _engine_for(self, spec: RunSpec) -> Engine:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
         key = (spec.engine, spec.transformers, spec.static, spec.openai, spec.model, workload.ignore_eos,
-               length_upper_bound(workload.prompt_tokens), length_upper_bound(workload.output_tokens))
+               replay.longest(workload),
+               spec.compile, spec.attn_implementation)  # a matrix may vary only these on one loaded model
         if self._engine is not None and self._engine_key == key and self._engine.alive():
             return self._engine
         self._close_engine()
         engine = create_engine(self._loaded, spec)
+        if self.group is not None:  # the other ranks start theirs with it: the start is collective
+            self.group.tell("start", spec.model_dump(mode="json"))
         engine.start()
         self._engine, self._engine_key = engine, key
         return engine
@@ -196,8 +217,8 @@ class WorkerCore:
         return metadata, status, error
 
     @property
-    def held(self) -> tuple[str, str, str] | None:
-        """The model kept loaded: (ref, dtype, device)."""
+    def held(self) -> tuple[str, ...] | None:
+        """The model kept loaded: (ref, dtype, device, quantization, attention implementation)."""
         return self._loaded_key
 
 

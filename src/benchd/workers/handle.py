@@ -85,6 +85,7 @@ class WorkerHandle:
         self._warm: dict[str, Any] = {}
         self._warmed = threading.Event()
         self._heartbeat = self._progress = 0.0
+        self.held_bytes = 0  # GPU memory its allocator holds, from its heartbeats
         self._activity = -1
         self._phase = "idle"
         self._oom_before: int | None = None
@@ -188,7 +189,7 @@ class WorkerHandle:
         kind = message[0]
         now = time.perf_counter()
         if kind == protocol.HEARTBEAT:
-            _, _, activity, phase = message
+            _, _, activity, phase, self.held_bytes = message
             self._heartbeat = now
             if activity != self._activity or phase != self._phase:
                 self._activity, self._phase, self._progress = activity, phase, now

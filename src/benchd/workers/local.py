@@ -27,7 +27,8 @@ class LocalPool:
 
     def _load(self, ref: str, dtype: str, device: str, seed: int = 0, **kwargs: Any) -> LoadedModel:
         given = self._given
-        if given is not None and given.ref == ref:
+        if (given is not None and given.ref == ref and given.quantization == kwargs.get("quantization", "none")
+                and given.model.config._attn_implementation == kwargs.get("attn_implementation", "sdpa")):
             return given
         return load_model(ref, dtype, device, seed, **kwargs)
 
@@ -46,8 +47,9 @@ class LocalPool:
         while not self._closing.wait(protocol.BATCH_S):
             self.core.flush()
 
-    def slot_for(self, device: str) -> Slot:
-        return self.slots[0]
+    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[Slot]:
+        """One core in this process: every run takes it."""
+        return self.slots
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                wait_s: float = 0.0, trace_id: str | None = None) -> None:

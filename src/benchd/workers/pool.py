@@ -1,5 +1,6 @@
-"""The daemon's worker processes, one per device slot (devices.py): started, kept warm with the daemon's model, and
-started again whenever one dies, so a fault fails one run and the next run finds a worker ready."""
+"""The daemon's worker processes, one per device slot (devices.py), or one per tensor-parallel group while runs
+need groups: started, kept warm with the daemon's model, and started again whenever one dies, so a fault fails one
+run and the next run finds a worker ready."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchd.devices import Slot, pick
+from benchd.devices import Slot, pick, targets
 from benchd.footprint import dtype_bytes, model_shape_and_weights
 from benchd.workers.handle import Death, RunSink, WorkerHandle, WorkerSettings
 
@@ -20,7 +21,8 @@ class WorkerPool:
     def __init__(self, slots: list[Slot], settings: WorkerSettings, model: tuple[str, str] | None = None,
                  on_restart: Callable[[str], None] = lambda reason: None,
                  watch: Callable[[str, int], None] = lambda name, pid: None) -> None:
-        """slots: where workers run; model: (ref, dtype) loaded in each at start."""
+        """slots: the devices, a worker each unless a tensor-parallel group holds them; model: (ref, dtype) loaded
+        in each at start."""
         self.slots, self.settings, self.model = slots, settings, model
         self.on_restart, self.watch = on_restart, watch
         self.workers: dict[str, WorkerHandle] = {}  # by slot key
@@ -43,9 +45,11 @@ class WorkerPool:
 
     @property
     def ready(self) -> bool:
-        """Every worker answers and has tried the daemon's model."""
-        return len(self.workers) == len(self.slots) and all(
-            w.state == "ready" and w.slot.key in self.load_errors for w in self.workers.values())
+        """Every device has a worker (its own or its group's) that answers and has tried the daemon's model."""
+        workers = list(self.workers.values())
+        covered = {device for w in workers for device in w.slot.devices}
+        return covered >= {s.key for s in self.slots} and all(
+            w.state == "ready" and w.slot.key in self.load_errors for w in workers)
 
     def load_error(self) -> str | None:
         errors = [f"{key}: {error}" for key, error in self.load_errors.items() if error]
@@ -56,23 +60,43 @@ class WorkerPool:
                  "busy": w.busy, "load_error": self.load_errors.get(w.slot.key)} for w in self.workers.values()]
 
     def held_bytes(self, device: str) -> int:
-        """What the daemon's model, kept loaded on this device, holds (estimated): released before another loads."""
+        """What benchd holds on this device and releases before another model loads: on a GPU, what its worker's
+        allocator reports (the model and its warm engine's KV cache, which transformers sizes to most of the free
+        memory); otherwise the daemon's model, estimated. A group's rank holds its share."""
         slot = pick(self.slots, device)
-        if self.model is None or slot is None:
+        if slot is None:
+            return 0
+        holder = next((w for w in list(self.workers.values()) if slot.key in w.slot.devices), None)
+        if holder is not None and holder.held_bytes:
+            return holder.held_bytes  # rank 0's: every rank holds as much
+        if self.model is None:
             return 0
         ref, dtype = self.model
         _, weights = model_shape_and_weights(ref, dtype_bytes(dtype, slot.local))
-        return weights or 0
+        return (weights or 0) // (holder.slot.size if holder is not None else 1)
 
     # ---- runs --------------------------------------------------------------------------------------
 
-    def slot_for(self, device: str) -> Slot:
-        slot = pick(self.slots, device)
-        if slot is None:
-            raise ValueError(f"device: {device!r} is not one of this pool's ({', '.join(s.key for s in self.slots)})")
-        return slot
+    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[Slot]:
+        """The slots a run takes, each with a worker: a tensor-parallel group's worker replaces the single workers
+        on its devices (both cannot hold the GPUs), and single workers come back once a run needs them or a
+        group's devices again. Between runs: the run loop runs one at a time."""
+        chosen = targets(self.slots, device, placement, tensor_parallel)
+        taken = {d for slot in chosen for d in slot.devices}
+        for worker in list(self.workers.values()):
+            if worker.slot not in chosen and taken & set(worker.slot.devices):
+                self._retire(worker)
+        covered = {d for w in self.workers.values() for d in w.slot.devices}
+        for slot in [*chosen, *(s for s in self.slots if s.key not in taken)]:
+            if not covered & set(slot.devices):
+                self._spawn(slot)
+                covered |= set(slot.devices)
+        return chosen
 
     def worker_for(self, device: str) -> WorkerHandle | None:
+        """By slot key (a group's too), or as a spec names a device (auto, cuda)."""
+        if (worker := self.workers.get(device)) is not None:
+            return worker
         slot = pick(self.slots, device)
         return self.workers.get(slot.key) if slot is not None else None
 
@@ -114,6 +138,13 @@ class WorkerPool:
         threading.Thread(target=self._warm, args=(worker,), name=f"benchd-warm-{slot.name}", daemon=True).start()
         return worker
 
+    def _retire(self, worker: WorkerHandle) -> None:
+        with self._lock:
+            self.workers.pop(worker.slot.key, None)
+            self.load_errors.pop(worker.slot.key, None)
+        log.info("%s stops: a run needs its devices in another arrangement", worker.name)
+        worker.stop()
+
     def _warm(self, worker: WorkerHandle) -> None:
         if not worker.ready.wait(self.settings.start_timeout_s) or worker.state != "ready":
             return
@@ -129,7 +160,7 @@ class WorkerPool:
 
     def _died(self, worker: WorkerHandle, death: Death) -> None:
         """On the dead worker's thread: count it, and start another in its place (unless the pool is closing)."""
-        if self._closing:
+        if self._closing or self.workers.get(worker.slot.key) is not worker:  # stopping, or retired
             return
         self.restarts += 1
         self.on_restart(death.reason)

@@ -16,8 +16,9 @@ from benchd.workers import protocol
 
 
 def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str] | None = None) -> None:
-    """device: the worker's slot (cpu, cpu:1, cuda:0: what specs and fault settings name); env pins the process to
-    its device (CUDA_VISIBLE_DEVICES, BENCHD_WORKER_CPUS) and is set before torch loads."""
+    """device: the worker's slot (cpu, cpu:1, cuda:0, cuda:0+cuda:1: what specs and fault settings name); env pins
+    the process to its devices (CUDA_VISIBLE_DEVICES, BENCHD_WORKER_CPUS) and is set before torch loads. A
+    tensor-parallel group (BENCHD_WORKER_TP > 1) launches its ranks here; rank 0 serves the daemon."""
     os.environ.update(env or {})
     if log_path is not None:  # fd 2 itself, so the C++ side's messages (CUDA errors, aborts) land there too
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -25,6 +26,17 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
         os.dup2(log, 1)
         sys.stderr = sys.stdout = os.fdopen(2, "w", buffering=1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops runs itself
+    if int(os.environ.get("BENCHD_WORKER_TP", "1")) > 1:
+        from benchd.workers.parallel import launch  # torch loads here, in the worker only
+
+        launch(conn, device)
+        return
+    serve(conn, device)
+
+
+def serve(conn: Connection, device: str, group: Any = None) -> None:
+    """The daemon's side of a worker: commands in, events and heartbeats out, runs on this thread. group: a
+    tensor-parallel group this process is rank 0 of (workers/parallel.py), told what to load and start."""
     lock = threading.Lock()
 
     def send(message: tuple[Any, ...]) -> None:
@@ -33,7 +45,7 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
 
     from benchd.workers.core import WorkerCore  # torch loads here, in the worker only
 
-    core = WorkerCore(send, device)
+    core = WorkerCore(send, device, group=group)
     commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     closing = threading.Event()
 
@@ -60,7 +72,8 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
             core.flush()
             now = time.perf_counter()
             if now >= next_beat:
-                send((protocol.HEARTBEAT, now, core.activity, core.phase))
+                held = torch.cuda.memory_reserved() if torch.cuda.is_initialized() else 0  # no sync, no init
+                send((protocol.HEARTBEAT, now, core.activity, core.phase, held))
                 next_beat = now + protocol.HEARTBEAT_S
             closing.wait(protocol.BATCH_S)
 

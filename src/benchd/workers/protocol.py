@@ -9,7 +9,9 @@ Commands, daemon → worker:
 
 Messages, worker → daemon:
   ("hello", pid, info)               started; info: versions and devices (torch is imported)
-  ("heartbeat", t, activity, phase)  every HEARTBEAT_S: perf_counter(), events made so far, what it is doing
+  ("heartbeat", t, activity, phase, held)   every HEARTBEAT_S: perf_counter(), events made so far, what it is
+                                     doing, and the GPU memory its torch allocator holds (bytes; 0 on a CPU):
+                                     weights, a warm engine's KV cache, what it would release for another model
   ("events", run_id, [event, …])     a run's records and samples, in batches every BATCH_S
   ("warmed", model, error, load_s)   the answer to "warm"
   ("done", run_id, status, error, error_stage, metadata)   a run's end, after its last events

@@ -1,0 +1,135 @@
+"""/matrices: one spec's variants (the cross-product of the fields it varies) run interleaved and compared with a
+baseline variant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, HTTPException, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel
+
+from benchd.api.admission import problem
+from benchd.api.deps import AuthDep, ServicesDep
+from benchd.api.guard import GuardedRoute
+from benchd.api.runs import _as_json
+from benchd.api.schemas import RETRY_AFTER_S, errors
+from benchd.matrix import MatrixProblem, parse_matrix
+from benchd.matrix_compare import MatrixComparison
+from benchd.matrix_page import matrix_page
+from benchd.runqueue import QueueFull
+
+router = APIRouter(prefix="/matrices", tags=["matrices"], route_class=GuardedRoute)
+
+EXAMPLE = {"name": "ab", "model": "tiny", "workload": {"stop": {"requests": 8}},
+           "matrix": {"quantization": ["none", "int8_weight_only"], "attn_implementation": ["sdpa", "eager"]},
+           "repeats": 3}
+
+
+class MatrixCreated(BaseModel):
+    id: str
+    url: str
+    status: str
+    runs: list[str]  # in the order they execute: every variant once a round
+
+
+class MatrixRun(BaseModel):
+    run_id: str
+    round: int
+    variant: int
+    status: str | None  # as stored now
+
+
+class MatrixView(BaseModel):
+    id: str
+    status: str  # queued | running | succeeded | failed | cancelled | interrupted
+    workload: str
+    document: dict[str, Any]  # as submitted: the spec's fields, matrix, repeats, baseline
+    variants: list[dict[str, Any]]  # index, label, values, spec (as it runs)
+    baseline: int
+    runs: list[MatrixRun]
+    comparison: MatrixComparison | None  # once every run has ended
+    error: str | None
+    node: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def _matrix_or_404(services, matrix_id: str) -> dict:
+    row = services.store.get_matrix(matrix_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no matrix {matrix_id}")
+    return row
+
+
+def _view(services, row: dict) -> MatrixView:
+    runs = [MatrixRun(**run, status=(services.store.get_run(run["run_id"]) or {}).get("status")) for run in row["runs"]]
+    return MatrixView(**{**row, "runs": runs})
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=MatrixCreated,
+             responses=errors(401, 413, 422, 429, 503), dependencies=[AuthDep])
+def submit_matrix(body: Annotated[dict[str, Any], Body(examples=[EXAMPLE])], services: ServicesDep,
+                  request: Request, response: Response) -> MatrixCreated:
+    """A spec's fields with `matrix` (dotted field path → the values it takes), `repeats` (rounds; default 3) and
+    `baseline` (a variant's index or values; default the first). Its runs are queued together, every variant once a
+    round; each variant is admitted as a run would be (422 naming the field, the variant in the message)."""
+    try:
+        matrix = parse_matrix(body)
+    except MatrixProblem as error:
+        raise RequestValidationError([problem(loc, msg) for loc, msg in error.problems]) from None
+    variants = matrix.variants()
+    specs, problems = [], []
+    for variant in variants:
+        try:
+            specs.append(services.admit(variant.spec))
+        except RequestValidationError as refused:
+            for item in refused.errors():
+                found = {**item, "msg": f"variant {variant.label}: {item['msg']}"}
+                if found not in problems:
+                    problems.append(found)
+    if problems:
+        raise RequestValidationError(problems)
+    try:
+        matrix_id, run_ids = services.daemon.submit_matrix(matrix, specs)
+    except QueueFull as error:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(error),
+                            headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+    url = str(request.url_for("get_matrix", matrix_id=matrix_id))
+    response.headers["Location"] = url
+    return MatrixCreated(id=matrix_id, url=url, status="queued", runs=run_ids)
+
+
+@router.get("", response_model=list[MatrixView], responses=errors(422, 503))
+def list_matrices(services: ServicesDep, workload: str | None = None,
+                  limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                  offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> list[MatrixView]:
+    """Newest first."""
+    return [_view(services, row) for row in services.store.list_matrices(workload, limit, offset).items]
+
+
+@router.get("/{matrix_id}", response_model=MatrixView, responses=errors(404, 422, 503))
+def get_matrix(matrix_id: str, services: ServicesDep) -> MatrixView:
+    return _view(services, _matrix_or_404(services, matrix_id))
+
+
+@router.delete("/{matrix_id}", response_model=MatrixView, responses=errors(401, 404, 409, 422, 503),
+               dependencies=[AuthDep])
+def cancel_matrix(matrix_id: str, services: ServicesDep) -> MatrixView:
+    """Cancel the runs still queued or running; the matrix is then compared on the runs that ended."""
+    row = _matrix_or_404(services, matrix_id)
+    if not services.daemon.matrices.cancel(matrix_id, services.daemon.cancel):
+        raise HTTPException(status.HTTP_409_CONFLICT, f"matrix {matrix_id} has already ended ({row['status']})")
+    return _view(services, _matrix_or_404(services, matrix_id))
+
+
+@router.get("/{matrix_id}/report", response_class=HTMLResponse, responses={
+    **_as_json(errors(404, 422, 503)), 200: {"content": {"text/html": {}},
+                                             "description": "The matrix's page: variants side by side."}})
+def matrix_report(matrix_id: str, services: ServicesDep) -> HTMLResponse:
+    row = _matrix_or_404(services, matrix_id)
+    runs = {run["run_id"]: services.store.records(run["run_id"], 0) for run in row["runs"]}
+    return HTMLResponse(matrix_page(row, runs))

@@ -1,0 +1,113 @@
+"""Tensor parallelism: groups of consecutive devices, one worker a group (its ranks launched with torch's elastic
+launcher, the model sharded by transformers' tp_plan="auto"), refused at admission when the devices or their memory
+cannot hold it. On CPU: two CPU workers become one group of two gloo ranks, which must decode greedily the same
+tokens as one worker does."""
+
+import uuid
+from pathlib import Path
+
+import pytest
+from fastapi.exceptions import RequestValidationError
+
+from benchd.api.admission import Memory, admit
+from benchd.config import Settings
+from benchd.devices import DeviceError, resolve, targets
+from benchd.footprint import estimate
+from benchd.lifecycle import Lifecycle
+from benchd.spec import RunSpec, SpecError, parse_spec
+from benchd.stopping import StopSignal
+from benchd.telemetry import Telemetry
+from benchd.workers.handle import WorkerSettings
+from benchd.workers.pool import WorkerPool
+from tests.helpers import spec
+
+EIGHT = [(str(i), f"GPU-{i:04d}", "H200") for i in range(8)]
+
+
+def test_groups_are_consecutive_devices_each_worker_seeing_only_its_own():
+    slots = resolve("all", EIGHT)
+    groups = targets(slots, "auto", "every_gpu", 2)
+    assert [g.key for g in groups] == ["cuda:0+cuda:1", "cuda:2+cuda:3", "cuda:4+cuda:5", "cuda:6+cuda:7"]
+    assert [g.gpu for g in groups] == ["0+1", "2+3", "4+5", "6+7"]
+    assert groups[1].env == {"BENCHD_WORKER_TP": "2", "CUDA_VISIBLE_DEVICES": "GPU-0002,GPU-0003",
+                             "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert groups[1].devices == ("cuda:2", "cuda:3") and groups[1].size == 2
+    assert [g.key for g in targets(slots, "cuda:5", "one", 4)] == ["cuda:4+cuda:5+cuda:6+cuda:7"]
+    assert [g.key for g in targets(slots, "cuda:3", "one", 1)] == ["cuda:3"]
+    assert len(targets(slots, "auto", "every_gpu", 1)) == 8
+    cpu = targets(resolve(["cpu:0", "cpu:1"], [], cores=[0, 1, 2, 3]), "cpu:0", "one", 2)
+    assert [(g.key, g.env) for g in cpu] == [("cpu:0+cpu:1", {"BENCHD_WORKER_TP": "2",
+                                                              "BENCHD_WORKER_CPUS": "0,2,1,3"})]
+
+
+def test_groups_that_cannot_be_formed_name_the_field():
+    slots = resolve("all", EIGHT[:4])
+    with pytest.raises(DeviceError, match="devices per group, but 4 can be grouped here") as error:
+        targets(slots, "auto", "one", 8)
+    assert error.value.field == "tensor_parallel"
+    no_group = r"'cuda:3' is in no group of 3 \(groups: cuda:0\+cuda:1\+cuda:2\)"
+    with pytest.raises(DeviceError, match=no_group) as error:
+        targets(slots, "cuda:3", "one", 3)
+    assert error.value.field == "device"
+    with pytest.raises(DeviceError, match="but 0 can be grouped here"):  # one CPU worker has no cores of its own to share
+        targets(resolve("all", []), "cpu", "one", 2)
+
+
+def test_tensor_parallel_is_for_transformers_generation_only():
+    with pytest.raises(SpecError, match="tensor_parallel: shards a model for transformers"):
+        parse_spec({"tensor_parallel": 2, "engine": "static"})
+    with pytest.raises(SpecError, match="tensor_parallel"):
+        parse_spec({"tensor_parallel": True})
+    with pytest.raises(SpecError, match="tensor_parallel"):
+        parse_spec({"tensor_parallel": 0})
+    assert parse_spec({"tensor_parallel": 2}).tensor_parallel == 2
+
+
+def test_admission_checks_each_ranks_share_against_its_gpu():
+    """llama-3.1-8b in bfloat16 (16 GB of weights) cannot fit one GPU with 12 GiB free, but its half fits each
+    of two; on four GPUs with 6 GiB free each, the quarter fits and the half (TP=2) does not, refused per GPU."""
+    settings = Settings(device="cuda", model="tiny", limits={"memory_fraction": 0.9})
+    body = {"model": "llama-3.1-8b", "dtype": "bfloat16", "device": "cuda:0",
+            "workload": {"prompt_tokens": {"dist": "fixed", "value": 256},
+                         "output_tokens": {"dist": "fixed", "value": 64}}}
+    need = estimate(RunSpec.model_validate(body), "cuda")
+    assert need.sharded(2).weights == need.weights // 2 and need.sharded(2).activations == need.activations
+
+    def refused(tp, free_gib, gpus):
+        memory = Memory(lambda slot: free_gib << 30)
+        try:
+            admit(RunSpec.model_validate({**body, "tensor_parallel": tp}), settings, memory,
+                  resolve("all", gpus))
+        except RequestValidationError as error:
+            return {".".join(map(str, p["loc"])): p["msg"] for p in error.errors()}
+        return {}
+
+    assert "body.model" in refused(1, 12, EIGHT[:2])
+    assert refused(2, 12, EIGHT[:2]) == {}
+    per_gpu = refused(2, 6, EIGHT[:4])
+    assert "its 1/2 share" in per_gpu["body.model"] and "on cuda:1" in per_gpu["body.model"]
+    assert refused(4, 6, EIGHT[:4]) == {}
+    assert "devices per group" in refused(8, 80, EIGHT[:4])["body.tensor_parallel"]
+
+
+@pytest.mark.engine
+def test_two_gloo_ranks_decode_the_same_tokens_as_one_worker(tmp_path):
+    """The whole path: the pool swaps the two single workers for a group and back, and greedy decoding over
+    the sharded tiny model (its two KV heads split one a rank) gives every request the same token ids."""
+    pool = WorkerPool(resolve(["cpu:0", "cpu:1"], []), WorkerSettings(log_dir=Path(tmp_path)))
+    lifecycle = Lifecycle(pool, Telemetry())
+    tokens, arrangements = {}, {}
+    try:
+        for tp in (2, 1):
+            run = RunSpec.model_validate({**spec(requests=4, output=12, concurrency=2), "model": "tiny",
+                                          "dtype": "float32", "device": "cpu:0", "tensor_parallel": tp})
+            result = lifecycle.execute(uuid.uuid4().hex, run, "cpu:0", StopSignal())
+            assert result.status == "succeeded", result.error
+            arrangements[tp] = sorted(pool.workers)
+            tokens[tp] = {r.index: r.token_ids for stage in result.stages for r in stage.records}
+            assert result.metadata.engine_settings["engine"] == "transformers"
+    finally:
+        pool.stop()
+    assert arrangements == {2: ["cpu:0+cpu:1"], 1: ["cpu:0", "cpu:1"]}
+    assert len(tokens[2]) == 4 and all(len(ids) == 12 for ids in tokens[2].values())
+    assert tokens[2] == tokens[1]
