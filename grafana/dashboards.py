@@ -114,12 +114,14 @@ def live() -> dict:
     matrix = ("The latest matrix of each workload (POST /matrices), a series per variant: its values name it "
               "(quantization=int8_weight_only,attn_implementation=eager); its report page has every metric.")
     layout.add(prom_panel("Matrix variants: output tok/s (latest matrix)", "none", [
-        ('benchd_matrix_variant_output_tokens_per_second{workload=~"$workload"}', "{{workload}} {{variant}}"),
+        (f'benchd_matrix_variant_output_tokens_per_second{{{NODE}, workload=~"$workload"}}',
+         "{{workload}} {{variant}}"),
     ], description=matrix))
     layout.add(prom_panel("Matrix variants against the baseline (latest matrix)", "percentunit", [
-        ('benchd_matrix_variant_relative_change{workload=~"$workload", '
+        (f'benchd_matrix_variant_relative_change{{{NODE}, workload=~"$workload", '
          'metric=~"output_tokens_per_s|ttft_s.p50|itl_s.p50|weight_bytes"}', "{{variant}}: {{metric}} change"),
-        ('benchd_matrix_variant_token_agreement_ratio{workload=~"$workload"}', "{{variant}}: greedy tokens = baseline"),
+        (f'benchd_matrix_variant_token_agreement_ratio{{{NODE}, workload=~"$workload"}}',
+         "{{variant}}: greedy tokens = baseline"),
     ], description=matrix + " Change: (variant − baseline) / baseline; greedy tokens: the share identical to the "
                    "baseline's for the same prompts."))
     layout.add(prom_panel("GPU utilization", "percentunit", [
