@@ -99,6 +99,12 @@ def live() -> dict:
     layout.add(prom_panel("Energy per output token (latest run)", "J", [
         (f"benchd_run_energy_per_output_token_joules{{{SEL}}}", "{{workload}} {{hostname}} {{gpu}}"),
     ]))
+    layout.add(prom_panel("Capacity under SLO and validity (latest run)", "reqps", [
+        (f"benchd_capacity_requests_per_second{{{SEL}}}", "capacity {{workload}}"),
+        (f"benchd_run_valid{{{SEL}}}", "{{workload}} valid (1) or not (0)"),
+    ], description="A capacity search's figure: the highest request rate whose stage met the SLO's stage objectives. "
+                   "A run is valid when every stage met its validity rules (dispatch lag, rate sent, duration, "
+                   "requests, errors); an invalid run is never a baseline."))
     layout.add(prom_panel("Every GPU: output tok/s ÷ its siblings' median (latest run)", "percentunit", [
         (f'benchd_gpu_relative_throughput{{{NODE}, workload=~"$workload"}}', "{{hostname}} {{workload}} GPU {{gpu}}"),
         (f'benchd_gpu_outlier{{{NODE}, workload=~"$workload"}}',
@@ -108,12 +114,14 @@ def live() -> dict:
     matrix = ("The latest matrix of each workload (POST /matrices), a series per variant: its values name it "
               "(quantization=int8_weight_only,attn_implementation=eager); its report page has every metric.")
     layout.add(prom_panel("Matrix variants: output tok/s (latest matrix)", "none", [
-        ('benchd_matrix_variant_output_tokens_per_second{workload=~"$workload"}', "{{workload}} {{variant}}"),
+        (f'benchd_matrix_variant_output_tokens_per_second{{{NODE}, workload=~"$workload"}}',
+         "{{workload}} {{variant}}"),
     ], description=matrix))
     layout.add(prom_panel("Matrix variants against the baseline (latest matrix)", "percentunit", [
-        ('benchd_matrix_variant_relative_change{workload=~"$workload", '
+        (f'benchd_matrix_variant_relative_change{{{NODE}, workload=~"$workload", '
          'metric=~"output_tokens_per_s|ttft_s.p50|itl_s.p50|weight_bytes"}', "{{variant}}: {{metric}} change"),
-        ('benchd_matrix_variant_token_agreement_ratio{workload=~"$workload"}', "{{variant}}: greedy tokens = baseline"),
+        (f'benchd_matrix_variant_token_agreement_ratio{{{NODE}, workload=~"$workload"}}',
+         "{{variant}}: greedy tokens = baseline"),
     ], description=matrix + " Change: (variant − baseline) / baseline; greedy tokens: the share identical to the "
                    "baseline's for the same prompts."))
     layout.add(prom_panel("GPU utilization", "percentunit", [

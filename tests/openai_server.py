@@ -17,6 +17,8 @@ The request's `model` picks the behaviour:
   split           as ok, each event written in two halves (an SSE line and an HTTP chunk cut across reads)
   length          as ok, with the whole body sent at once under a Content-Length (no chunked encoding)
   until-close     as ok, an HTTP/1.0-style body that ends when the server closes the connection
+  slots-N         as ok, at most N requests streamed at once: the others wait for a slot (a server with a
+                  capacity: N / (max_tokens × delay) requests a second)
 
     python -m tests.openai_server [--port N] [--delay S]    (prints its base URL, serves until stdin closes)
 """
@@ -39,6 +41,7 @@ class OpenAIServer:
         self.headers: list[dict] = []
         self.received: list[float] = []  # perf_counter() as each request's body was read
         self._mixed = itertools.cycle(["ok", "http500", "disconnect", "malformed"])
+        self._slots: dict[int, asyncio.Semaphore] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -113,6 +116,13 @@ class OpenAIServer:
         behaviour = body.get("model", "ok")
         if behaviour == "mixed":
             behaviour = next(self._mixed)
+        if behaviour.startswith("slots-"):
+            n = int(behaviour.split("-")[1])
+            async with self._slots.setdefault(n, asyncio.Semaphore(n)):
+                return await self._stream(writer, body, chat, "ok")
+        return await self._stream(writer, body, chat, behaviour)
+
+    async def _stream(self, writer: asyncio.StreamWriter, body: dict, chat: bool, behaviour: str) -> bool:
         if behaviour == "http500":
             self._json(writer, 500, {"error": {"message": "the model is on fire", "type": "server_error"}})
             return True

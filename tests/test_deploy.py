@@ -299,6 +299,11 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                                                      "interval_s": 0.5})
                 server.http.post("/runs", json=spec(requests=6, output=4, name="other"))
                 server.http.post("/runs", json={**spec(requests=6, output=4, name="fleet"), "placement": "every_gpu"})
+                # A short capacity search (two probes up to max_rate) feeds the capacity panel.
+                search = spec(duration=0.5, output=4, name="capacity")
+                search["workload"].update({"arrivals": {"profile": "capacity", "start_rate": 2, "max_rate": 4},
+                                           "slo": {"e2e_p99_s": 30}})
+                assert server.http.post("/runs", json=search).status_code == 202
                 # A matrix of two variants feeds the variants' panels.
                 matrix = server.http.post("/matrices", json={**spec(requests=4, output=4, name="ab"), "repeats": 1,
                                                              "matrix": {"attn_implementation": ["sdpa", "eager"]}})
@@ -367,7 +372,7 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
             assert nodes == ["e2e-node"]
             models = [row[0] for row in db.execute(sa.text("SELECT DISTINCT model FROM runs"))]
             workloads = [row[0] for row in db.execute(sa.text("SELECT DISTINCT workload FROM runs"))]
-            assert set(workloads) == {"short", "other", "fleet", "ab"}
+            assert set(workloads) == {"short", "other", "fleet", "capacity", "ab"}
             history = dashboards()["benchd-history.json"]
             queries = [t["rawSql"] for p in history["panels"] for t in p["targets"]]
             queries += [v["query"] for v in history["templating"]["list"]]

@@ -80,7 +80,7 @@ def message(data) -> str:
          "workload.output_tokens.normal", "mean (100.0) must lie within"),
         ({"workload": {"output_tokens": {"dist": "list", "values": [4, 0]}}},
          "workload.output_tokens.list.values.1", "greater than or equal to 1"),
-        ({"workload": {"slo": {}}}, "workload.slo", "set ttft_s, tpot_s or both"),
+        ({"workload": {"slo": {}}}, "workload.slo", "set at least one objective"),
         ({"workload": {"bogus": 1}}, "workload.bogus", "Extra inputs are not permitted"),
         ({"engine": "vllm"}, "engine", "'transformers', 'static' or 'openai'"),
         ({"dtype": "int3"}, "dtype", "Input should be"),

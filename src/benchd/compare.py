@@ -27,6 +27,7 @@ class Side(BaseModel):
     samples: dict[str, list[list[float]]]  # latency name → per run, per-request (ITL: per-token) samples, s
     output_tokens_per_s: list[float]  # one per run
     energy_per_token_j: list[float]  # one per run that has it
+    invalid: list[str] = []  # runs whose verdict is invalid: their figures are not to be trusted
 
 
 class MetricChange(BaseModel):
@@ -48,6 +49,7 @@ class Comparison(BaseModel):
     threshold: float
     confidence: float
     metrics: list[MetricChange]
+    invalid: list[str] = []  # runs on either side whose verdict is invalid (validity.py): read the verdicts first
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -121,16 +123,18 @@ def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95,
     for name, worse in (("output_tokens_per_s", False), ("energy_per_token_j", True)):
         metrics.append(metric_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
                                min_runs, higher_is_worse=worse, rng=rng, resamples=resamples))
-    return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics)
+    return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics,
+                      invalid=[*a.invalid, *b.invalid])
 
 
-def _side(labels: Sequence[str], runs: Iterable[tuple[list[RequestRecord], float | None, float | None]]) -> Side:
-    """Each run's first-stage records (load levels are not mixed), output tok/s and energy per token: the
+def _side(labels: Sequence[str],
+          runs: Iterable[tuple[list[RequestRecord], float | None, float | None, bool | None]]) -> Side:
+    """Each run's first-stage records (load levels are not mixed), output tok/s, energy per token and verdict: the
     measured, successful requests give the samples, ITL exactly as the records define it (each arrival keeps
     how many tokens it carried)."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
-    throughput, energy = [], []
-    for records, tokens_per_s, joules in runs:
+    throughput, energy, invalid = [], [], []
+    for label, (records, tokens_per_s, joules, valid) in zip(labels, runs):
         good = [r for r in records if not r.warmup and r.ok]
         samples["ttft_s"].append([r.ttft_s for r in good])
         samples["e2e_s"].append([r.e2e_s for r in good])
@@ -140,7 +144,10 @@ def _side(labels: Sequence[str], runs: Iterable[tuple[list[RequestRecord], float
             throughput.append(tokens_per_s)
         if joules is not None:
             energy.append(joules)
-    return Side(run_ids=list(labels), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy)
+        if valid is False:
+            invalid.append(label)
+    return Side(run_ids=list(labels), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
+                invalid=invalid)
 
 
 def side_from_store(store, run_ids: Sequence[str]) -> Side:
@@ -152,7 +159,8 @@ def side_from_store(store, run_ids: Sequence[str]) -> Side:
             if row is None:
                 raise KeyError(run_id)
             yield (store.records(run_id, stage_index=0),
-                   row["summary"][0]["output_tokens_per_s"] if row["summary"] else None, row.get("energy_per_token_j"))
+                   row["summary"][0]["output_tokens_per_s"] if row["summary"] else None, row.get("energy_per_token_j"),
+                   row.get("valid"))
 
     return _side(run_ids, runs())
 
@@ -172,7 +180,7 @@ def side_from_directories(paths: Sequence[Path]) -> Side:
     return _side([str(p) for p in paths], runs())
 
 
-def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, float | None]:
+def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, float | None, bool | None]:
     if not path.is_dir():
         raise NotAResult(f"{path}: no such directory; give a directory written by `benchd run --out`")
     if not (path / "summary.json").is_file():
@@ -195,4 +203,4 @@ def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, floa
         raise NotAResult(f"{path}/{REQUESTS_FILE}: a line is not a stored request ({error!r})") from None
     stages = summary.get("stages") or []
     joules = (summary.get("hardware") or {}).get("energy_per_output_token_joules")
-    return records, stages[0]["output_tokens_per_s"] if stages else None, joules
+    return records, stages[0]["output_tokens_per_s"] if stages else None, joules, summary.get("valid")

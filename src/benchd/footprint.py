@@ -8,9 +8,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchd import replay
 from benchd.flops import Shape, memory_breakdown
 from benchd.presets import PRESETS, Preset, parameter_count
-from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, length_upper_bound
+from benchd.spec import AttentionKernel, MatmulKernel, RunSpec
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 LOGIT_BYTES = 4  # logits are upcast to float32
@@ -114,7 +115,7 @@ def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
         return Footprint(weights=weights, other=breakdown.total - weights)
     kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * element
     workload = spec.workload
-    sequence = length_upper_bound(workload.prompt_tokens) + length_upper_bound(workload.output_tokens)
+    sequence = sum(replay.longest(workload))  # a conversation's last turn, or a trace's longest request
     if spec.engine == "static":
         batch = spec.static.batch_size
         return Footprint(weights=weights, kv_cache=batch * sequence * kv_per_token,

@@ -51,8 +51,10 @@ class Hooks:
         baseline = self.store.baseline(job.spec.name)
         if self.metrics is None or baseline is None or baseline == job.run_id or not self.store.flush(10):
             return
-        comparison = compare(side_from_store(self.store, [baseline]), side_from_store(self.store, [job.run_id]),
-                             self.settings.compare_threshold, self.settings.compare_confidence)
+        before, latest = side_from_store(self.store, [baseline]), side_from_store(self.store, [job.run_id])
+        if before.invalid or latest.invalid:  # figures that are not to be trusted say nothing about a regression
+            return
+        comparison = compare(before, latest, self.settings.compare_threshold, self.settings.compare_confidence)
         for change in comparison.metrics:
             if change.verdict == "inconclusive":
                 continue

@@ -96,7 +96,7 @@ class RunIngest:
         self.phases.append((name, t))
 
     def _stage(self, index: int, label: str, t0: float) -> None:
-        stage = _Stage(StageResult(index, label, t0, slo=self.spec.workload.slo))
+        stage = _Stage(StageResult.of(self.spec, index, label, t0))
         self.stages[index] = stage
         self.result.stages.append(stage.result)
 
@@ -147,9 +147,10 @@ class RunIngest:
         stage.load.append(LoadSample(t, running, waiting, load.kv_occupancy, throughput))
         self.observer.sample(load, throughput)
 
-    def _stage_end(self, index: int, status: str, end_s: float | None, kv_peak: float | None) -> None:
+    def _stage_end(self, index: int, status: str, end_s: float | None, kv_peak: float | None,
+                   stop_reason: str | None = None) -> None:
         result = self.stages[index].result
-        result.status, result.end_s, result.kv_peak = status, end_s, kv_peak
+        result.status, result.end_s, result.kv_peak, result.stop_reason = status, end_s, kv_peak, stop_reason
         self._progress(self.stages[index], force=True)
 
     def _progress(self, stage: _Stage, force: bool = False) -> None:
@@ -161,7 +162,7 @@ class RunIngest:
         expected = stop.requests + warmup.requests if stop.requests is not None and not warmup.seconds else None
         done = sum(1 for r in stage.result.records if r.finished_s is not None)
         duration = stop.duration_s + warmup.seconds if stop.duration_s is not None else None
-        self.on_progress(Progress(stage.result.label, stage.result.index, len(self.spec.workload.stages()), done,
+        self.on_progress(Progress(stage.result.label, stage.result.index, self.spec.workload.stage_count(), done,
                                   expected, now - stage.result.start_s, duration))
 
     def load_samples(self) -> list[LoadSample]:

@@ -165,6 +165,9 @@ class Lifecycle:
             part.observer.trace_requests([r for stage in part.ingest.result.stages for r in stage.records])
             if part.observer is not observer:
                 part.observer.run_finished(end, part.ingest.result.status, part.ingest.result.error)
+        summaries = result.summaries()
+        valid, found = result.valid(summaries), result.capacity(summaries)
+        observer.verdict(valid, found.requests_per_s if found else None, found is not None)
         observer.run_finished(end, result.status, result.error)
         if self.store is not None:
             self._store(run_id, result, parts, writer)
@@ -183,14 +186,16 @@ class Lifecycle:
         gpu = "" if len(parts) == 1 else None
         writer.close((StageRequests(s.index, s.label, s.start_s, gpu if gpu is not None else p.gpu), s.records)
                      for p in parts for s in p.ingest.result.stages)
-        summaries = [s.model_dump(mode="json") for s in result.summaries()]
+        summaries = result.summaries()
+        found = result.capacity(summaries)
         meta = result.metadata.model_dump(mode="json") if result.metadata is not None else None
         self.store.finish_run(
             run_id, status=result.status, error=result.error, error_stage=result.error_stage,
             subject=result.spec.subject, label=meta.get("label") if meta else result.spec.label,
-            summaries=summaries, metadata=meta,
+            summaries=[s.model_dump(mode="json") for s in summaries], metadata=meta,
             hardware=result.hardware.model_dump(mode="json") if result.hardware is not None else None,
-            timeline=result.timeline, parts=result.parts,
+            timeline=result.timeline, parts=result.parts, valid=result.valid(summaries),
+            capacity_requests_per_s=found.requests_per_s if found is not None else None,
             timings_rows=[{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
                            "seconds": t.seconds} for t in result.timings])
 
@@ -199,5 +204,5 @@ def deadline_s(spec: RunSpec, max_duration_s: float) -> float:
     """How long a run from HTTP may run its requests (or timed stages) before it is stopped: the limit per stage,
     and one more for what is in flight when dispatching ends. Admission already refused what could not send its
     requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
-    stages = len(spec.workload.stages()) if spec.kind == "generate" else 1
+    stages = spec.workload.stage_count() if spec.kind == "generate" else 1
     return max_duration_s * (stages + 1)

@@ -305,6 +305,11 @@ class Metrics:
                                        "GPU energy over the latest run's measured window per output token.")
         self.last_success = family(HotGauge, "benchd_last_success_timestamp_seconds",
                                    "When a run of this workload last succeeded (Unix time).")
+        self.run_valid = family(HotGauge, "benchd_run_valid",
+                                "1 when the latest generate run of this workload was valid (every stage met its "
+                                "validity rules), 0 when it was not.")
+        self.capacity = family(HotGauge, "benchd_capacity_requests_per_second",
+                               "The highest request rate the latest capacity search found meeting the SLO (0: none).")
         self.regression = family(HotGauge, "benchd_regression_detected",
                                  "1 when the latest scheduled run is significantly slower than its workload's "
                                  "baseline on this metric.", ("workload", "metric"))

@@ -8,11 +8,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchd import capacity
+from benchd.capacity import CapacityResult
 from benchd.environment import RunMetadata
+from benchd.profiles import Capacity, is_open_loop
 from benchd.records import RequestRecord, StageSummary, summarize
 from benchd.sampler import HardwareSummary
 from benchd.spec import SLO, RunSpec
 from benchd.timings import KernelResult, Timing, TrainStepSummary
+from benchd.validity import ValidityRules
 
 TIMED_SUMMARIES = {"train_step": TrainStepSummary, "kernel": KernelResult}
 
@@ -29,6 +33,17 @@ class StageResult:
     end_s: float | None = None  # where an aborted stage's window closes
     kv_peak: float | None = None
     slo: SLO | None = None  # the workload's, for goodput
+    rules: ValidityRules | None = None  # the workload's, for the verdict
+    open_loop: bool = False
+    stop_reason: str | None = None  # why a stop rule ended it early
+
+    @classmethod
+    def of(cls, spec: RunSpec, index: int, label: str, start_s: float) -> StageResult:
+        """Stage `index` of the spec's run, with what its summary needs from the spec."""
+        workload = spec.workload
+        stages = workload.stages()
+        open_loop = isinstance(workload.arrivals, Capacity) or (index < len(stages) and is_open_loop(stages[index]))
+        return cls(index, label, start_s, slo=workload.slo, rules=workload.validity, open_loop=open_loop)
 
     def window(self) -> tuple[float, float] | None:
         """First measured scheduled time → last measured token (the end of an aborted stage)."""
@@ -40,8 +55,8 @@ class StageResult:
         return min(r.scheduled_s for r in measured), last
 
     def summary(self) -> StageSummary:
-        return summarize(self.label, self.status, self.records, self.slo, kv_cache_occupancy_peak=self.kv_peak,
-                         end_s=self.end_s)
+        return summarize(self.label, self.status, self.records, self.slo, self.kv_peak, self.end_s, self.rules,
+                         self.open_loop, self.stop_reason)
 
     def measured_tokens(self) -> int:
         return sum(r.output_tokens for r in self.records if not r.warmup)
@@ -70,6 +85,27 @@ class RunResult:
         model = TIMED_SUMMARIES[self.spec.kind]
         return [model.model_validate(summary) for summary in self.timed]
 
+    def capacity(self, summaries: list[StageSummary] | None = None) -> CapacityResult | None:
+        """A capacity search's figure, replayed over every probe; None for other runs."""
+        arrivals = self.spec.workload.arrivals
+        if self.spec.kind != "generate" or not isinstance(arrivals, Capacity):
+            return None
+        summaries = summaries if summaries is not None else self.summaries()
+        return capacity.conclude(arrivals, [(s.stage, s) for s in summaries])
+
+    def valid(self, summaries: list[StageSummary] | None = None) -> bool | None:
+        """The run's verdict: it succeeded and every stage is valid; a capacity search, when its figure rests on
+        valid probes and the search ended by its own rule. None for timed runs, which have no verdict."""
+        if self.spec.kind != "generate":
+            return None
+        if self.status != "succeeded":
+            return False
+        summaries = summaries if summaries is not None else self.summaries()
+        found = self.capacity(summaries)
+        if found is not None:
+            return found.complete and found.requests_per_s is not None
+        return bool(summaries) and all(s.valid for s in summaries)
+
     def judge(self) -> None:
         """A run that ran to its end but whose measured requests (or timed stages) all failed has failed, with the
         first error as its reason."""
@@ -88,14 +124,19 @@ class RunResult:
             self.error_stage = "run"
 
     def to_json(self) -> dict:
-        """summary.json: the status, the spec, the stack, every stage's summary and the hardware's."""
+        """summary.json: the status, the verdict, the spec, the stack, every stage's summary, a capacity search's
+        figure and the hardware's."""
+        summaries = self.summaries()
+        found = self.capacity(summaries)
         return {
             "status": self.status,
+            "valid": self.valid(summaries),
             "error": self.error,
             "error_stage": self.error_stage,
             "spec": self.spec.model_dump(mode="json"),
             "metadata": self.metadata.model_dump(mode="json") if self.metadata else None,
-            "stages": [s.model_dump(mode="json") for s in self.summaries()],
+            "stages": [s.model_dump(mode="json") for s in summaries],
+            "capacity": found.model_dump(mode="json") if found is not None else None,
             "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
             "parts": self.parts,
         }

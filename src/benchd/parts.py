@@ -29,9 +29,12 @@ def merge(spec: RunSpec, parts: Mapping[str, RunResult]) -> RunResult:
         peaks = [s.kv_peak for s in stages if s.kv_peak is not None]
         status = min((s.status for s in stages), key=lambda st: STATUS_ORDER.index(st)
                      if st in STATUS_ORDER else -1)
-        whole.stages.append(StageResult(index, stages[0].label, min(s.start_s for s in stages),
-                                        [r for s in stages for r in s.records], status,
-                                        max(ends) if ends else None, max(peaks) if peaks else None, stages[0].slo))
+        stage = StageResult.of(whole.spec, index, stages[0].label, min(s.start_s for s in stages))
+        stage.records, stage.status = [r for s in stages for r in s.records], status
+        stage.end_s, stage.kv_peak = max(ends) if ends else None, max(peaks) if peaks else None
+        stops = [s.stop_reason for s in stages if s.stop_reason is not None]
+        stage.stop_reason = stops[0] if stops else None
+        whole.stages.append(stage)
     whole.timed = first.timed
     whole.parts = {"gpus": {gpu: {"status": p.status, "error": p.error,
                                   "stages": [s.model_dump(mode="json") for s in p.summaries()]}

@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from benchd.spec import SLO
+from benchd import slo as objectives
+from benchd.slo import SLO
+from benchd.validity import Figures, Invalidity, ValidityRules, judge, sent_rate_ratio
 
 
 @dataclass(slots=True)
@@ -228,6 +230,15 @@ class StageSummary(BaseModel):
     queue_s: LatencyStats
     dispatch_lag_s: LatencyStats
     kv_cache_occupancy_peak: float | None = None
+    # The stage objectives of the SLO (p99s, error rate): met or not, and each one missed.
+    slo_met: bool | None = None
+    slo_misses: list[str] = []
+    # Open loop: requests sent per second over requests scheduled per second (1: every request left on time).
+    sent_rate_ratio: float | None = None
+    # The verdict (validity.py): valid, or invalid with each reason; None: stored before verdicts were kept.
+    valid: bool | None = None
+    invalid: list[Invalidity] = []
+    stop_reason: str | None = None  # why a stopped stage stopped early
 
 
 def summarize(
@@ -237,8 +248,12 @@ def summarize(
     slo: SLO | None = None,
     kv_cache_occupancy_peak: float | None = None,
     end_s: float | None = None,
+    rules: ValidityRules | None = None,
+    open_loop: bool = False,
+    stop_reason: str | None = None,
 ) -> StageSummary:
-    """Figures over measured (non-warm-up) requests; end_s closes the window of an interrupted stage."""
+    """Figures over measured (non-warm-up) requests; end_s closes the window of an interrupted stage. With rules, the
+    stage's verdict (open_loop: its requests left at scheduled times, so the client's fidelity is judged)."""
     records = list(records)
     measured = [r for r in records if not r.warmup]
     good = [r for r in measured if r.ok]
@@ -257,11 +272,25 @@ def summarize(
     output_tokens = sum(r.output_tokens for r in measured)
     prompt_tokens = sum(r.prompt_tokens for r in measured if r.admitted_s is not None)
     itl = [gap for r in good for gap in r.itl_s()]
-    goodput = attainment = None
+    stats = {"ttft_s": LatencyStats.of([r.ttft_s for r in good]), "itl_s": LatencyStats.of(itl),
+             "tpot_s": LatencyStats.of([t for r in good if (t := r.tpot_s) is not None]),
+             "e2e_s": LatencyStats.of([r.e2e_s for r in good])}
+    goodput = attainment = met = None
+    misses: list[str] = []
     if slo is not None:
         meeting = sum(r.meets(slo) for r in measured)
-        goodput = rate(meeting)
         attainment = meeting / len(good + failed) if good or failed else None
+        if slo.per_stage:
+            misses = objectives.misses(slo, {k: v.p99 for k, v in stats.items()}, len(failed), len(good + failed))
+            met = not misses
+        goodput = rate(meeting) if met is not False else 0.0  # a stage missing its objectives has no goodput
+    lag = LatencyStats.of([x for r in measured if (x := r.dispatch_lag_s) is not None])
+    sent = [r for r in measured if r.submitted_s is not None]
+    ratio = sent_rate_ratio([r.scheduled_s for r in sent], [r.submitted_s for r in sent]) if open_loop else None
+    invalid = None
+    if rules is not None:
+        invalid = judge(rules, Figures(status, stop_reason, open_loop, duration, len(good), len(failed), lag.p99,
+                                       ratio))
 
     return StageSummary(
         stage=stage,
@@ -277,11 +306,14 @@ def summarize(
         requests_per_s=rate(len(good)),
         goodput_requests_per_s=goodput,
         slo_attainment=attainment,
-        ttft_s=LatencyStats.of([r.ttft_s for r in good]),
-        itl_s=LatencyStats.of(itl),
-        tpot_s=LatencyStats.of([t for r in good if (t := r.tpot_s) is not None]),
-        e2e_s=LatencyStats.of([r.e2e_s for r in good]),
+        **stats,
         queue_s=LatencyStats.of([q for r in good if (q := r.queue_s) is not None]),
-        dispatch_lag_s=LatencyStats.of([lag for r in measured if (lag := r.dispatch_lag_s) is not None]),
+        dispatch_lag_s=lag,
         kv_cache_occupancy_peak=kv_cache_occupancy_peak,
+        slo_met=met,
+        slo_misses=misses,
+        sent_rate_ratio=ratio,
+        valid=None if invalid is None else not invalid,
+        invalid=invalid or [],
+        stop_reason=stop_reason,
     )

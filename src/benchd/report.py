@@ -15,8 +15,8 @@ from benchd.outcome import RunResult
 from benchd.pages import run_page
 from benchd.records import StageSummary
 from benchd.spec import RunSpec
-from benchd.tables import (GPU_COLUMNS, KERNEL_COLUMNS, gpu_rows, hardware_line, kernel_rows,  # noqa: F401
-                           parse_summaries, summary_rows, train_step_rows, train_step_subject)
+from benchd.tables import (GPU_COLUMNS, KERNEL_COLUMNS, capacity_line, gpu_rows, hardware_line,  # noqa: F401
+                           kernel_rows, parse_summaries, summary_rows, train_step_rows, train_step_subject)
 from benchd.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
 from benchd.timings import KernelResult, TrainStepSummary
 
@@ -142,6 +142,11 @@ def print_summary(outcome: RunResult, console: Console | None = None) -> None:
     else:
         table = summary_table(title, outcome.status, outcome.error, outcome.summaries())
     console.print(table)
+    for summary in outcome.summaries() if outcome.spec.kind == "generate" else []:
+        for why in summary.invalid:  # the verdict row names the checks; here each one's figures
+            console.print(f"{summary.stage}: invalid: {why.message}", highlight=False)
+    if (found := outcome.capacity()) is not None:
+        console.print(capacity_line(found), highlight=False)
     if outcome.parts is not None:
         gpus = Table(title="every GPU: the first stage, each against the median of its siblings")
         for column in GPU_COLUMNS:
@@ -158,7 +163,8 @@ def print_summary(outcome: RunResult, console: Console | None = None) -> None:
 
 def comparison_table(result: Comparison) -> Table:
     table = Table(title=f"A: {', '.join(result.a)}  →  B: {', '.join(result.b)}",
-                  caption=f"significant at {result.confidence:.0%}, beyond ±{result.threshold:.0%}")
+                  caption=f"significant at {result.confidence:.0%}, beyond ±{result.threshold:.0%}"
+                  + (f"; INVALID runs: {', '.join(result.invalid)}" if result.invalid else ""))
     for column in ("metric", "A", "B", "change", "interval", "verdict"):
         table.add_column(column, justify="left" if column in ("metric", "verdict") else "right")
     for m in result.metrics:

@@ -9,13 +9,15 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from benchd import arrivals
+from benchd import arrivals, capacity, replay
 from benchd.engines import Engine, GenerationRequest
-from benchd.records import RecordBook, RequestRecord
+from benchd.profiles import Capacity, Trace, is_open_loop
+from benchd.records import RecordBook, RequestRecord, StageSummary, summarize
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, Workload, describe_profile
 from benchd.stopping import StopSignal, Stopped
+from benchd.validity import Watch
 from benchd.workers.outbox import Outbox
 from benchd.workload import RequestContent
 
@@ -31,6 +33,7 @@ class Recorder:
         self.book = RecordBook()
         self.outbox = outbox
         self.completions: queue.SimpleQueue[RequestRecord] = queue.SimpleQueue()
+        self.finished_count = 0  # requests ended so far (written by the engine's one sink thread)
 
     @property
     def records(self) -> dict[str, RequestRecord]:
@@ -63,7 +66,16 @@ class Recorder:
         record = self.book.finished(request_id, t, error)
         if record is not None:
             self.outbox.put("finished", request_id, t, error)
+            self.finished_count += 1
             self.completions.put(record)
+
+
+class StageStopped(Exception):
+    """A stage's stop rule was broken (validity.Watch): it ends early, the run goes on."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Stage:
@@ -90,7 +102,12 @@ class Stage:
         self._measured_submitted = 0
         self._stop: StopSignal | None = None
         self._ready: deque[RequestContent] = deque()  # contents made ahead of their scheduled time
+        self._exhausted = False  # a trace's contents ran out
         self._dispatching = False
+        self.open_loop = is_open_loop(profile)
+        self.cap = arrivals.cap(profile)
+        self.watch = Watch(self.workload.validity, self.open_loop)
+        self.stop_reason: str | None = None  # set by a stop rule (the load sampler's thread, or the dispatcher's)
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -117,20 +134,34 @@ class Stage:
             self._ready.clear()
             while self.in_flight:
                 self._wait(None)
+        except StageStopped as stopped:
+            self._sampled.set()
+            sampling.join()
+            self.abort("stopped", f"stopped: {stopped.reason}", stop_reason=stopped.reason)
+            return
         finally:
             self._sampled.set()
             sampling.join()
         self.status = "succeeded"
-        self.outbox.put("stage_end", self.index, self.status, None, self.kv_peak)
+        self.outbox.put("stage_end", self.index, self.status, None, self.kv_peak, None)
+
+    def summary(self) -> StageSummary:
+        """The stage's figures and verdict as the daemon derives them (the same function, the same records)."""
+        return summarize(self.label, self.status, self.records, self.workload.slo, self.kv_peak, self.end_s,
+                         self.workload.validity, self.open_loop, self.stop_reason)
 
     def _open_loop(self) -> None:
-        lead = self.engine.dispatch_lead_s  # an engine that sends at t_s itself gets the request this early
+        # An engine that sends at t_s itself gets the request this early; not under a cap, which decides at t_s
+        # whether a slot is free.
+        lead = self.engine.dispatch_lead_s if self.cap is None else 0.0
         for i, offset in enumerate(arrivals.offsets(self.profile, self.spec.seed)):
             t_s = self._t0 + offset
             if self._done_dispatching(t_s):
                 return
             while (now := self.clock()) < t_s - lead:
                 self._wait(t_s - lead - now)
+            while self.cap is not None and len(self.in_flight) >= self.cap:
+                self._wait(None)  # held back: it keeps its scheduled time, the wait is its dispatch lag
             self._submit(i, t_s)
 
     def _closed_loop(self, slots: int) -> None:
@@ -156,8 +187,11 @@ class Stage:
     def _prepare(self, n: int) -> None:
         """Make request contents before they are due (a 256-token prompt over a 128k vocabulary takes ~90 µs):
         a burst then leaves as fast as the engine takes it, and later requests are made while the stage waits."""
-        while len(self._ready) < n:
-            self._ready.append(self.content())
+        while len(self._ready) < n and not self._exhausted:
+            try:
+                self._ready.append(self.content())
+            except StopIteration:  # a trace's last request is made: its offsets end there too
+                self._exhausted = True
 
     def _done_dispatching(self, t_s: float) -> bool:
         stop = self.workload.stop
@@ -173,7 +207,7 @@ class Stage:
         content = self._ready.popleft() if self._ready else self.content()
         request_id = f"s{self.index}-r{index}"
         warmup = self._is_warmup(index, t_s)
-        leads = bool(self.engine.dispatch_lead_s)
+        leads = bool(self.engine.dispatch_lead_s) and self.cap is None
         submitted = None if leads else self.clock()  # an engine with a lead stamps it when it sends
         span_id = traceparent = None
         if self.trace_id is not None and content.prompt_text is not None:
@@ -200,6 +234,8 @@ class Stage:
         """Wait up to timeout (at most a stop check's interval) for one completion."""
         if self._stop is not None and self._stop.is_set():
             raise Stopped(self._stop.reason)
+        if self.stop_reason is not None:
+            raise StageStopped(self.stop_reason)
         if self._dispatching:
             self._prepare(1)  # the next request's content, while there is time
         limit = STOP_CHECK_S if timeout is None else min(timeout, STOP_CHECK_S)
@@ -212,6 +248,9 @@ class Stage:
         if (record is None or record.error) and not self.engine.alive():
             # A dead engine fails every request at once: a closed loop would send thousands a second to it.
             raise EngineStopped(f"the engine stopped{f' ({record.error})' if record is not None else ''}")
+        if record is not None and not record.warmup and (reason := self.watch.finished(record.ok)) is not None:
+            self.stop_reason = reason
+            raise StageStopped(reason)
         return record
 
     def _sample_load(self) -> None:
@@ -225,15 +264,18 @@ class Stage:
                 self.kv_peak = occupancy
             self.outbox.put("load", self.index, now, load.running, load.waiting, load.kv_blocks_used,
                             load.kv_blocks_total)
+            if self._dispatching and self.stop_reason is None:
+                self.stop_reason = self.watch.load(now, len(self.recorder.records), self.recorder.finished_count)
             if self._sampled.wait(LOAD_SAMPLE_INTERVAL_S):
                 return
 
     # ---- ending --------------------------------------------------------------------------------
 
-    def abort(self, status: str, reason: str, grace_s: float = 2.0) -> None:
-        """Cancel what is in flight and keep everything measured so far."""
+    def abort(self, status: str, reason: str, grace_s: float = 2.0, stop_reason: str | None = None) -> None:
+        """Cancel what is in flight and keep everything measured so far; stop_reason: why a stop rule ended it."""
         self._sampled.set()
         self.status = status
+        self.stop_reason = stop_reason
         self.end_s = self.clock()
         for request_id in list(self.in_flight):
             self.engine.cancel(request_id, reason)
@@ -247,7 +289,7 @@ class Stage:
         for request_id in list(self.in_flight):
             self.recorder.finished(request_id, self.end_s, reason)
         self.in_flight.clear()
-        self.outbox.put("stage_end", self.index, status, self.end_s, self.kv_peak)
+        self.outbox.put("stage_end", self.index, status, self.end_s, self.kv_peak, stop_reason)
 
 
 class EngineStopped(RuntimeError):
@@ -255,22 +297,42 @@ class EngineStopped(RuntimeError):
 
 
 def check_fits(spec: RunSpec, max_positions: int | None) -> None:
-    need = spec.workload.max_sequence_tokens()
+    workload = spec.workload
+    if isinstance(workload.arrivals, Trace):
+        trace = replay.summarize(workload.arrivals)
+        need, field = trace.max_prompt_tokens + trace.max_output_tokens, "workload.arrivals.path"
+    else:
+        need, field = workload.max_sequence_tokens(), "workload.prompt_tokens"
     if max_positions is not None and need > max_positions:
-        raise SpecError(f"workload.prompt_tokens: prompt + output may reach {need} tokens, "
-                        f"beyond the model's {max_positions} positions")
+        raise SpecError(f"{field}: prompt + output may reach {need} tokens, beyond the model's {max_positions} "
+                        "positions")
+
+
+def stage_plan(spec: RunSpec) -> Iterator[tuple[ArrivalProfile, Callable[[StageSummary], None]]]:
+    """The stages' profiles in turn, each with what its summary is told to: a capacity search decides each probe's
+    rate from the probes before it (capacity.Search, replayed by the daemon over the same summaries)."""
+    arrivals = spec.workload.arrivals
+    if not isinstance(arrivals, Capacity):
+        for profile in spec.workload.stages():
+            yield profile, lambda summary: None
+        return
+    search = capacity.Search(arrivals)
+    while (rate := search.next_rate()) is not None:
+        yield arrivals.probe(rate), search.record
 
 
 def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[[], RequestContent]],
                outbox: Outbox, stop: StopSignal | None = None, trace_id: str | None = None) -> tuple[str, str | None]:
     """Every stage in turn on a started engine; (status, error). Whatever happens, what was measured has been
-    passed on: a stage cut short cancels what is in flight and reports where its window ends."""
+    passed on: a stage cut short cancels what is in flight and reports where its window ends; a stage a stop rule
+    ends (errors, over-saturation) reports why, and the next stage runs."""
     stage: Stage | None = None
     try:
-        for index, profile in enumerate(spec.workload.stages()):
+        for index, (profile, judged) in enumerate(stage_plan(spec)):
             # Every stage sends the same request contents: load levels differ only in timing.
             stage = Stage(engine, spec, profile, new_stream(), outbox, index, trace_id=trace_id)
             stage.run(stop)
+            judged(stage.summary())
         return "succeeded", None
     except KeyboardInterrupt:
         if stage is not None:

@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from benchd.fields import (FLOAT_MAX, INT_MAX, LABEL_MAX, MODEL_MAX, NAME_MAX, PATH_MAX,  # noqa: F401 (re-exported)
+                           Name, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt)
+from benchd.fields import Strict as _Strict
+from benchd.profiles import (Arrivals, ArrivalProfile, Burstiness, Capacity, Concurrent, Constant,  # noqa: F401
+                             Gamma, Poisson, Ramp, Sweep, Synchronous, Trace, describe_profile)
+from benchd.slo import SLO
 from benchd.stack import AttnImplementation, CompileMode, Quantization, stack_problems
-
-# Bounds of what a spec may hold, whoever sends it: numbers stay far inside what arithmetic, torch and the
-# databases take, and strings fit the store's columns on SQLite and PostgreSQL alike.
-INT_MAX = 2**31 - 1
-FLOAT_MAX = 1e12
-NAME_MAX = 100  # workload and schedule names
-LABEL_MAX = 200
-MODEL_MAX = 500
-PATH_MAX = 4096
-
-PositiveInt = Annotated[int, Field(ge=1, le=INT_MAX)]
-PositiveFloat = Annotated[float, Field(gt=0, le=FLOAT_MAX)]
-NonNegativeInt = Annotated[int, Field(ge=0, le=INT_MAX)]
-NonNegativeFloat = Annotated[float, Field(ge=0, le=FLOAT_MAX)]
-Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=r"^[A-Za-z0-9_.:\-]+$")]
-
-
-class _Strict(BaseModel):
-    # strict: true is not 1 and "5" is not 5; every float finite (NaN and infinities refused, 1e309 included).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+from benchd.timed_options import (AttentionKernel, AttentionShape, KernelOptions, MatmulKernel,  # noqa: F401
+                                  MatmulShape, RunKind, TrainStepOptions)
+from benchd.validity import ValidityRules
 
 
 # ---- length distributions (token counts) ------------------------------------------------------
@@ -91,89 +80,6 @@ def length_upper_bound(dist: FixedLength | UniformLength | NormalLength | ListLe
             return dist.max
 
 
-# ---- arrival profiles (guidellm's strategies) --------------------------------------------------
-
-# Gamma's shape: 1 is Poisson, < 1 burstier. Its scale is 1 / (rate · burstiness), which must stay finite.
-Burstiness = Annotated[float, Field(ge=0.001, le=1000)]
-
-
-class Synchronous(_Strict):
-    """One request at a time: the next is scheduled when the previous finishes."""
-
-    profile: Literal["synchronous"]
-
-
-class Concurrent(_Strict):
-    """Closed loop: N requests in flight; a new one is scheduled whenever one finishes."""
-
-    profile: Literal["concurrent"]
-    concurrency: PositiveInt
-
-
-class Constant(_Strict):
-    """Open loop: one request every 1/rate seconds."""
-
-    profile: Literal["constant"]
-    rate: PositiveFloat
-
-
-class Poisson(_Strict):
-    """Open loop: exponential inter-arrival times with mean 1/rate."""
-
-    profile: Literal["poisson"]
-    rate: PositiveFloat
-
-
-class Gamma(_Strict):
-    """Open loop: gamma inter-arrival times with mean 1/rate (vLLM's burstiness: 1 is Poisson, <1 burstier)."""
-
-    profile: Literal["gamma"]
-    rate: PositiveFloat
-    burstiness: Burstiness = 1.0
-
-
-class Sweep(_Strict):
-    """Several load levels run in turn, each with the workload's stop and warm-up rules."""
-
-    profile: Literal["sweep"]
-    over: Literal["concurrent", "constant", "poisson", "gamma"]
-    values: Annotated[list[PositiveFloat], Field(min_length=1)]
-    burstiness: Burstiness = 1.0
-
-    @model_validator(mode="after")
-    def _integral_concurrency(self) -> Sweep:
-        if self.over == "concurrent" and any(v != int(v) for v in self.values):
-            raise ValueError("values must be whole numbers when sweeping concurrency")
-        return self
-
-    def stages(self) -> list[ArrivalProfile]:
-        match self.over:
-            case "concurrent":
-                return [Concurrent(profile="concurrent", concurrency=int(v)) for v in self.values]
-            case "gamma":
-                return [Gamma(profile="gamma", rate=v, burstiness=self.burstiness) for v in self.values]
-            case "constant":
-                return [Constant(profile="constant", rate=v) for v in self.values]
-            case _:
-                return [Poisson(profile="poisson", rate=v) for v in self.values]
-
-
-ArrivalProfile = Synchronous | Concurrent | Constant | Poisson | Gamma
-Arrivals = Annotated[ArrivalProfile | Sweep, Field(discriminator="profile")]
-
-
-def describe_profile(profile: ArrivalProfile) -> str:
-    match profile:
-        case Synchronous():
-            return "synchronous"
-        case Concurrent():
-            return f"concurrent={profile.concurrency}"
-        case Gamma():
-            return f"gamma@{profile.rate:g}/s(b={profile.burstiness:g})"
-        case _:
-            return f"{profile.profile}@{profile.rate:g}/s"
-
-
 # ---- workload ----------------------------------------------------------------------------------
 
 
@@ -203,17 +109,21 @@ class Warmup(_Strict):
         return self
 
 
-class SLO(_Strict):
-    """Service-level objectives: a request is good when it meets every one that is set."""
+class SharedPrefix(_Strict):
+    """The first fraction of each prompt is the same token ids as every other prompt of its group (a system prompt, a
+    shared document): what a server's prefix cache can reuse. Groups are assigned to requests in turn."""
 
-    ttft_s: PositiveFloat | None = None
-    tpot_s: PositiveFloat | None = None
+    fraction: Annotated[float, Field(gt=0, le=1)]
+    groups: PositiveInt = 1
 
-    @model_validator(mode="after")
-    def _any(self) -> SLO:
-        if self.ttft_s is None and self.tpot_s is None:
-            raise ValueError("set ttft_s, tpot_s or both")
-        return self
+
+class Conversation(_Strict):
+    """Multi-turn conversations: each request is the next turn of one of `conversations` conversations taken in turn,
+    and its prompt holds the conversation so far (every earlier turn's prompt, and a stand-in of each earlier answer's
+    length: contents are made before answers exist) followed by a new prompt_tokens-long message."""
+
+    turns: Annotated[int, Field(ge=2, le=64)]
+    conversations: PositiveInt = 8
 
 
 class Workload(_Strict):
@@ -225,13 +135,54 @@ class Workload(_Strict):
     ignore_eos: bool = True
     slo: SLO | None = None
     dataset: TextDataset | None = None  # text prompts for the openai engine instead of synthetic ones
+    prefix: SharedPrefix | None = None
+    conversation: Conversation | None = None
+    validity: ValidityRules = Field(default_factory=ValidityRules)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Workload:
+        arrivals = self.arrivals
+        if isinstance(arrivals, Capacity):
+            if self.slo is None or not self.slo.per_stage:
+                raise ValueError("slo: a capacity search needs stage objectives (ttft_p99_s, tpot_p99_s, itl_p99_s, "
+                                 "e2e_p99_s or max_error_rate) to tell a rate that passes from one that fails")
+            if self.stop.duration_s is None:
+                raise ValueError("stop.duration_s: a capacity search's probes run at changing rates and need a "
+                                 "length in seconds")
+        if self.dataset is not None and (self.prefix is not None or self.conversation is not None):
+            raise ValueError("prefix, conversation: shape synthetic prompts, not a dataset's")
+        if isinstance(arrivals, Trace) and self.dataset is not None:
+            raise ValueError("dataset: a trace gives each request's lengths; its prompts are made to them")
+        if isinstance(arrivals, Trace) and self.conversation is not None:
+            raise ValueError("conversation: a trace gives each request's lengths itself")
+        if isinstance(arrivals, Trace) and arrivals.format == "mooncake" and self.prefix is not None:
+            raise ValueError("prefix: a Mooncake trace says which prompts share blocks (hash_ids)")
+        return self
 
     def stages(self) -> list[ArrivalProfile]:
+        """The load levels in order; a capacity search's first probe only (the next are decided as it goes)."""
         arrivals = self.arrivals
-        return arrivals.stages() if isinstance(arrivals, Sweep) else [arrivals]
+        if isinstance(arrivals, Sweep):
+            return arrivals.stages()
+        if isinstance(arrivals, Capacity):
+            return [arrivals.probe(arrivals.start_rate)]
+        return [arrivals]
+
+    def stage_count(self) -> int:
+        """Stages the run will have at most."""
+        arrivals = self.arrivals
+        return arrivals.max_probes if isinstance(arrivals, Capacity) else len(self.stages())
+
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt the synthetic workload makes (a trace's are in its file)."""
+        prompt = length_upper_bound(self.prompt_tokens)
+        if self.conversation is None:
+            return prompt
+        turns = self.conversation.turns
+        return turns * prompt + (turns - 1) * length_upper_bound(self.output_tokens)
 
     def max_sequence_tokens(self) -> int:
-        return length_upper_bound(self.prompt_tokens) + length_upper_bound(self.output_tokens)
+        return self.max_prompt_tokens() + length_upper_bound(self.output_tokens)
 
 
 # ---- engines -----------------------------------------------------------------------------------
@@ -300,99 +251,9 @@ class TextDataset(_Strict):
 EngineName = Literal["transformers", "static", "openai"]
 
 
-# ---- timed runs: training steps and single kernels ----------------------------------------------
+# ---- timed runs: training steps and single kernels (their options in timed_options) --------------------
 
 
-class TrainStepOptions(_Strict):
-    """A training step of the spec's model on random tokens, each phase timed on its own.
-
-    dtype "auto" means float32 for a training step; autocast runs the step under torch.autocast in that
-    type (mixed precision: float32 weights, low-precision matmuls)."""
-
-    batch_size: PositiveInt = 4
-    context_length: PositiveInt = 512
-    mode: Literal["forward", "forward_backward", "train"] = "forward_backward"  # train adds an AdamW step
-    autocast: Literal["bfloat16", "float16"] | None = None
-    warmup_steps: NonNegativeInt = 5
-    steps: PositiveInt = 10
-    # Repeat the run once per warm-up count (a fresh model each time) to show what warm-up does to the figures.
-    warmup_study: Annotated[list[NonNegativeInt], Field(min_length=1)] | None = None
-    peak_tflops: PositiveFloat | None = None  # the device's peak for MFU; default: benchd's table by device name
-
-
-class MatmulShape(_Strict):
-    m: PositiveInt
-    n: PositiveInt
-    k: PositiveInt
-
-    def label(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
-
-
-class AttentionShape(_Strict):
-    batch: PositiveInt = 1
-    heads: PositiveInt
-    seq_len: PositiveInt
-    head_dim: PositiveInt
-    causal: bool = True
-
-    def label(self) -> str:
-        return f"b{self.batch}h{self.heads}s{self.seq_len}d{self.head_dim}" + ("c" if self.causal else "")
-
-
-class _Kernel(_Strict):
-    warmup: NonNegativeInt = 10
-    repeats: PositiveInt = 100
-    flush_l2: bool = True  # overwrite a buffer larger than the last-level cache before every repeat
-    flush_bytes: PositiveInt = 256 * 2**20
-    implementations: Annotated[list[Annotated[str, Field(max_length=NAME_MAX)]], Field(min_length=1)] | None = None
-    reference: Annotated[str, Field(max_length=NAME_MAX)] | None = None  # the implementation others are compared with; default: the first
-
-    IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ()
-    DEFAULT: ClassVar[tuple[str, ...]] = ()
-
-    @model_validator(mode="after")
-    def _known(self) -> _Kernel:
-        for name in self.implementations or ():
-            if name not in self.IMPLEMENTATIONS:
-                raise ValueError(f"implementations: unknown {name!r}; known: {', '.join(self.IMPLEMENTATIONS)}")
-        if len(set(self.chosen())) != len(self.chosen()):
-            raise ValueError("implementations: each may appear once")
-        if self.reference is not None and self.reference not in self.chosen():
-            raise ValueError(f"reference: {self.reference!r} is not among the implementations run")
-        return self
-
-    def chosen(self) -> list[str]:
-        return list(self.implementations or self.DEFAULT)
-
-    def reference_name(self) -> str:
-        return self.reference or self.chosen()[0]
-
-
-class MatmulKernel(_Kernel):
-    """C = A @ B with A (m, k) and B (k, n): 2·m·n·k FLOPs."""
-
-    op: Literal["matmul"]
-    shapes: Annotated[list[MatmulShape], Field(min_length=1)]
-    # torch: torch.matmul at full float32 precision; tf32: float32 on TF32 tensor cores (CUDA);
-    # compiled: torch.compile with max-autotune.
-    IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("torch", "tf32", "compiled")
-    DEFAULT: ClassVar[tuple[str, ...]] = ("torch",)
-
-
-class AttentionKernel(_Kernel):
-    """softmax(Q Kᵀ / √d) V, forward: 4·b·h·s²·d FLOPs, half that when causal (FlashAttention's convention)."""
-
-    op: Literal["attention"]
-    shapes: Annotated[list[AttentionShape], Field(min_length=1)]
-    # sdpa: PyTorch's dispatcher picks; flash / efficient / cudnn / math: that SDPA backend forced;
-    # eager: the textbook composition of matmul, mask and softmax.
-    IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("sdpa", "flash", "efficient", "cudnn", "math", "eager")
-    DEFAULT: ClassVar[tuple[str, ...]] = ("eager", "sdpa")
-
-
-KernelOptions = Annotated[MatmulKernel | AttentionKernel, Field(discriminator="op")]
-RunKind = Literal["generate", "train_step", "kernel"]
 
 
 class RunSpec(_Strict):

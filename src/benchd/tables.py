@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchd.capacity import CapacityResult
 from benchd.records import LatencyStats, StageSummary
 from benchd.sampler import HardwareSummary
 from benchd.timings import KernelResult, TimingStats, TrainStepSummary
@@ -28,12 +29,27 @@ def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
         ("KV-cache peak", ["–" if s.kv_cache_occupancy_peak is None else f"{s.kv_cache_occupancy_peak:.0%}"
                            for s in summaries]),
     ]
+    if any(s.valid is not None for s in summaries):
+        rows.insert(0, ("verdict", [verdict(s) for s in summaries]))
     if any(s.goodput_requests_per_s is not None for s in summaries):
         rows.append(("goodput req/s (SLO met)", [
             "–" if s.goodput_requests_per_s is None else
             f"{s.goodput_requests_per_s:.2f} ({s.slo_attainment or 0:.0%})" for s in summaries
         ]))
     return rows
+
+
+def verdict(s: StageSummary) -> str:
+    """valid, or invalid with the checks it failed (each one's sentence is in the summary)."""
+    if s.valid is None:
+        return "–"
+    return "valid" if s.valid else "INVALID: " + ", ".join(i.check for i in s.invalid)
+
+
+def capacity_line(found: CapacityResult) -> str:
+    rate = "none met the SLO" if found.requests_per_s is None else f"{found.requests_per_s:g} requests/s"
+    done = "" if found.complete else " (incomplete)"
+    return f"capacity under SLO: {rate}{done} after {len(found.probes)} probes: {found.reason}"
 
 
 def hardware_line(hw: HardwareSummary) -> str:

@@ -211,6 +211,16 @@ class RunTelemetry:
             self.metrics.kernel_duration.labels(self._workload, self.model, series, shape or "",
                                                 dtype or "").observe(seconds, exemplar)
 
+    def verdict(self, valid: bool | None, capacity_requests_per_s: float | None, searched: bool) -> None:
+        """The run's verdict (None: a timed run, none to export) and a capacity search's figure."""
+        if self.metrics is None:
+            return
+        labels = (self.model, self._engine, self._workload, self.gpu)
+        if valid is not None:
+            self.metrics.run_valid.labels(*labels).set(float(valid))
+        if searched:
+            self.metrics.capacity.labels(*labels).set(capacity_requests_per_s or 0.0)
+
     def run_finished(self, t: float, status: str, error: str | None) -> None:
         if self.otel is not None:
             self.otel.retire(self.otel_series)

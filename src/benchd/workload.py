@@ -1,15 +1,23 @@
 """Request contents: prompts (token ids, or text for servers) and output lengths, a pure function of the workload
-and seed."""
+and seed (and, for a trace, of its file). Prompts are composed of pieces: fresh random tokens, a group's shared
+prefix, a trace's hash-id blocks, and for a conversation its earlier turns."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
+import itertools
 import json
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
-from benchd.spec import FixedLength, ListLength, NormalLength, SpecError, TextDataset, UniformLength, Workload
+from benchd import replay
+from benchd.spec import (FixedLength, ListLength, NormalLength, SpecError, TextDataset, Trace, UniformLength,
+                         Workload, length_upper_bound)
+
+SHARED_CACHE = 8192  # shared pieces (prefix groups, trace blocks) kept made; one not kept is made again, the same
 
 
 @dataclass(slots=True, frozen=True)
@@ -37,15 +45,95 @@ def sample_length(dist: FixedLength | UniformLength | NormalLength | ListLength,
     raise TypeError(f"unknown length distribution {dist!r}")
 
 
-def contents(workload: Workload, seed: int, vocab_size: int, avoid_ids: frozenset[int] = frozenset()) -> Iterator[RequestContent]:
-    """Endless request contents. Token ids are uniform over the vocabulary, skipping special ids."""
+# ---- composing prompts from pieces -----------------------------------------------------------------
+
+Piece = TypeVar("Piece")
+
+
+class Pieces(Generic[Piece]):
+    """How prompts are made of one kind of piece (token ids, or text). fresh() draws from the workload's one token
+    stream in request order; shared() is a pure function of (seed, source, key), so equal keys are equal tokens in
+    every request that uses them."""
+
+    def __init__(self, seed: int, make: Callable[[random.Random, int], Piece],
+                 cut: Callable[[Piece, int], Piece]) -> None:
+        self.seed, self.make, self.cut = seed, make, cut
+        self.tokens = random.Random(f"benchd-tokens-{seed}")
+        self._shared: OrderedDict[tuple[str, int], Piece] = OrderedDict()
+
+    def fresh(self, n: int) -> Piece:
+        return self.make(self.tokens, n)
+
+    def shared(self, source: str, key: int, full: int, n: int) -> Piece:
+        """The first n tokens of the piece `full` tokens long that (source, key) names."""
+        piece = self._shared.get((source, key))
+        if piece is None:
+            piece = self.make(random.Random(f"benchd-{source}-{self.seed}-{key}"), full)
+            self._shared[(source, key)] = piece
+            if len(self._shared) > SHARED_CACHE:
+                self._shared.popitem(last=False)
+        else:
+            self._shared.move_to_end((source, key))
+        return piece if n >= full else self.cut(piece, n)
+
+
+def compose(workload: Workload, seed: int, pieces: Pieces[Piece]) -> Iterator[tuple[list[Piece], int]]:
+    """Each request's prompt pieces and output length, in request order: endless, or a trace's requests."""
     lengths = random.Random(f"benchd-lengths-{seed}")
-    tokens = random.Random(f"benchd-tokens-{seed}")
-    allowed = [i for i in range(vocab_size) if i not in avoid_ids]
-    while True:
+    prefix = workload.prefix
+    longest = length_upper_bound(workload.prompt_tokens)
+
+    def prompt(n: int, index: int, full: int) -> list[Piece]:
+        if prefix is None:
+            return [pieces.fresh(n)]
+        shared = min(n, round(prefix.fraction * n))
+        made = [pieces.shared("prefix", index % prefix.groups, full, shared)] if shared else []
+        return made + ([pieces.fresh(n - shared)] if n > shared else [])
+
+    arrivals = workload.arrivals
+    if isinstance(arrivals, Trace):
+        for index, item in enumerate(replay.read(arrivals)):
+            if item.hash_ids:
+                yield _blocks(pieces, item, arrivals.block_tokens), item.output_tokens
+            else:
+                yield prompt(item.prompt_tokens, index, item.prompt_tokens), item.output_tokens
+        return
+    conversation = workload.conversation
+    history: dict[int, list[Piece]] = {}
+    for index in itertools.count():
         prompt_len = sample_length(workload.prompt_tokens, lengths)
         output_len = sample_length(workload.output_tokens, lengths)
-        yield RequestContent(prompt_ids=tokens.choices(allowed, k=prompt_len), max_new_tokens=output_len)
+        if conversation is None:
+            yield prompt(prompt_len, index, longest), output_len
+            continue
+        # Request i is turn (i // C) mod T of conversation i mod C: C conversations interleaved, a new set after T.
+        slot, turn = index % conversation.conversations, (index // conversation.conversations) % conversation.turns
+        made = (prompt(prompt_len, index, longest) if turn == 0
+                else [*history[slot], pieces.fresh(prompt_len)])
+        history[slot] = [*made, pieces.fresh(output_len)]  # the answer's stand-in, of the answer's length
+        yield made, output_len
+
+
+def _blocks(pieces: Pieces[Piece], item: replay.TraceItem, block: int) -> list[Piece]:
+    """A Mooncake request's prompt: block after block by hash id (the last one cut to the prompt's length)."""
+    made, left = [], item.prompt_tokens
+    for hash_id in item.hash_ids:
+        if left <= 0:
+            break
+        made.append(pieces.shared("block", hash_id, block, min(block, left)))
+        left -= block
+    if left > 0:
+        made.append(pieces.fresh(left))
+    return made
+
+
+def contents(workload: Workload, seed: int, vocab_size: int, avoid_ids: frozenset[int] = frozenset()) -> Iterator[RequestContent]:
+    """Request contents as token ids, uniform over the vocabulary, skipping special ids."""
+    allowed = [i for i in range(vocab_size) if i not in avoid_ids]
+    pieces: Pieces[list[int]] = Pieces(seed, lambda rng, n: rng.choices(allowed, k=n), lambda ids, n: ids[:n])
+    for made, output_len in compose(workload, seed, pieces):
+        ids = made[0] if len(made) == 1 else [i for piece in made for i in piece]
+        yield RequestContent(prompt_ids=ids, max_new_tokens=output_len)
 
 
 # ---- text, for OpenAI-compatible servers -------------------------------------------------------
@@ -135,11 +223,12 @@ def read_dataset(dataset: TextDataset) -> list[str]:
 
 
 def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[RequestContent]:
-    """Endless text prompts: synthetic ones of exactly the sampled length in tokenizer tokens, or a dataset's,
-    shuffled with the seed and each used once before any repeats."""
-    lengths = random.Random(f"benchd-lengths-{seed}")
-    tokens = random.Random(f"benchd-tokens-{seed}")
+    """Text prompts: synthetic ones of exactly the sampled length in tokenizer tokens (composed pieces: counted again
+    as a whole, since pieces can merge where they meet), or a dataset's, shuffled with the seed and each used once
+    before any repeats."""
     if workload.dataset is not None:
+        lengths = random.Random(f"benchd-lengths-{seed}")
+        tokens = random.Random(f"benchd-tokens-{seed}")
         prompts = read_dataset(workload.dataset)
         while True:
             order = list(prompts)
@@ -148,8 +237,24 @@ def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[Req
                 count = len(tokenizer.encode(prompt, add_special_tokens=False)) if tokenizer is not None else None
                 yield RequestContent([], sample_length(workload.output_tokens, lengths), prompt, count)
     allowed = clean_ids(tokenizer)
-    while True:
-        prompt_len = sample_length(workload.prompt_tokens, lengths)
-        output_len = sample_length(workload.output_tokens, lengths)
-        text, count = sized_text(tokenizer, tokens, allowed, prompt_len)
-        yield RequestContent([], output_len, text, count)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+
+    def count(text: str) -> int:
+        return len(backend.encode(text, add_special_tokens=False).ids if backend is not None
+                   else tokenizer.encode(text, add_special_tokens=False))
+
+    def cut(piece: tuple[str, int], n: int) -> tuple[str, int]:
+        # A prefix of the text: the decoded first n tokens of its encoding, so shorter cuts prefix longer ones.
+        ids = (backend.encode(piece[0], add_special_tokens=False).ids if backend is not None
+               else tokenizer.encode(piece[0], add_special_tokens=False))
+        text = backend.decode(ids[:n]) if backend is not None else tokenizer.decode(ids[:n])
+        return text, n
+
+    pieces: Pieces[tuple[str, int]] = Pieces(seed, lambda rng, n: sized_text(tokenizer, rng, allowed, n), cut)
+    for made, output_len in compose(workload, seed, pieces):
+        if len(made) == 1:
+            text, n = made[0]
+        else:
+            text = "".join(piece[0] for piece in made)
+            n = count(text)
+        yield RequestContent([], output_len, text, n)

@@ -13,8 +13,10 @@ from benchd.config import Settings
 from benchd.devices import DeviceError, Slot, targets
 from benchd.footprint import estimate, gib
 from benchd.presets import PRESETS
+from benchd import replay
+from benchd.spec import (ArrivalProfile, Capacity, Concurrent, Constant, Gamma, Poisson, Ramp, RunSpec, Sweep, Trace,
+                         length_upper_bound)
 from benchd.stack import unavailable
-from benchd.spec import ArrivalProfile, Concurrent, Constant, Gamma, Poisson, RunSpec, Sweep, length_upper_bound
 
 
 def problem(loc: tuple, message: str) -> dict:
@@ -38,11 +40,13 @@ class Memory:
 def expected_duration_s(profile: ArrivalProfile, spec: RunSpec) -> float | None:
     """How long an open-loop stage takes to send its requests (its warm-up included); None for a closed loop,
     whose pace is the engine's."""
-    if not isinstance(profile, Constant | Poisson | Gamma):
+    if not isinstance(profile, Constant | Poisson | Gamma | Ramp):
         return None
     stop, warmup = spec.workload.stop, spec.workload.warmup
     by_duration = None if stop.duration_s is None else stop.duration_s + warmup.seconds
-    by_requests = None if stop.requests is None else (stop.requests + warmup.requests) / profile.rate
+    # A ramp sends n requests within ramp_s + n / rate: at most the whole ramp, then the rest at the final rate.
+    ramp_s = profile.ramp_s if isinstance(profile, Ramp) else 0.0
+    by_requests = None if stop.requests is None else ramp_s + (stop.requests + warmup.requests) / profile.rate
     if by_requests is not None and warmup.seconds:
         by_requests += warmup.seconds
     candidates = [d for d in (by_duration, by_requests) if d is not None]
@@ -79,7 +83,8 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
     over(workload.warmup.requests, limits.max_requests, "workload", "warmup", "requests", setting="max_requests")
     duration = (workload.stop.duration_s or 0) + workload.warmup.seconds
     over(duration, limits.max_duration_s, "workload", "stop", "duration_s", setting="max_duration_s")
-    over(length_upper_bound(workload.prompt_tokens), limits.max_prompt_tokens, "workload", "prompt_tokens",
+    # A conversation's later turns hold every earlier one: its prompts reach max_prompt_tokens().
+    over(workload.max_prompt_tokens(), limits.max_prompt_tokens, "workload", "prompt_tokens",
          setting="max_prompt_tokens")
     over(length_upper_bound(workload.output_tokens), limits.max_output_tokens, "workload", "output_tokens",
          setting="max_output_tokens")
@@ -91,14 +96,17 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
         where = ("workload", "arrivals", "values", index) if sweep else ("workload", "arrivals")
         if isinstance(profile, Concurrent):
             over(profile.concurrency, limits.max_concurrency, *where, setting="max_concurrency")
-        elif isinstance(profile, Constant | Poisson | Gamma):
+        elif isinstance(profile, Constant | Poisson | Gamma | Ramp):
             over(profile.rate, limits.max_rate, *where, setting="max_rate")
+            if isinstance(profile, Ramp):
+                over(profile.start_rate, limits.max_rate, *where, "start_rate", setting="max_rate")
             expected = expected_duration_s(profile, spec)
             if expected is not None and expected > limits.max_duration_s:
                 problems.append(problem((*loc, *where), (
                     f"at {profile.rate:g} requests/s the stage takes {expected:,.0f} s to send its requests, beyond "
                     f"the limit of {limits.max_duration_s:g} s (BENCHD_LIMITS__MAX_DURATION_S): raise the rate or "
                     f"send fewer requests")))
+    problems.extend(_arrival_problems(spec, settings, loc))
     if spec.engine == "openai":  # files the daemon would read on the submitter's behalf stay under the roots
         if spec.openai.tokenizer is not None and (reason := _path_problem(spec.openai.tokenizer, settings.model_roots)):
             problems.append(problem((*loc, "openai", "tokenizer"), reason))
@@ -180,3 +188,42 @@ def _local_model_problem(ref: str, roots: list[Path]) -> str | None:
     if not (real / "config.json").is_file():
         return f"{ref!r} has no config.json"
     return None
+
+
+def _arrival_problems(spec: RunSpec, settings: Settings, loc: tuple) -> list[dict]:
+    """A capacity search's reach and a trace's file: what the stage list above cannot see."""
+    arrivals, limits, where = spec.workload.arrivals, settings.limits, (*loc, "workload", "arrivals")
+    problems = []
+    if isinstance(arrivals, Capacity):
+        if spec.placement == "every_gpu":
+            problems.append(problem((*loc, "placement"), "a capacity search runs on one device: each GPU's search "
+                                    "would choose its own rates"))
+        if arrivals.max_probes > limits.max_stages:
+            problems.append(problem((*where, "max_probes"), f"{arrivals.max_probes} probes exceed the limit of "
+                                    f"{limits.max_stages} stages (BENCHD_LIMITS__MAX_STAGES)"))
+        reach = arrivals.max_rate or arrivals.start_rate * 2 ** (arrivals.max_probes - 1)
+        if reach > limits.max_rate:
+            problems.append(problem((*where, "max_rate"), f"the search may reach {reach:g} requests/s, beyond the "
+                                    f"limit of {limits.max_rate:g} (BENCHD_LIMITS__MAX_RATE): set max_rate"))
+    if isinstance(arrivals, Trace):
+        if reason := _path_problem(arrivals.path, settings.model_roots):
+            return [*problems, problem((*where, "path"), reason)]
+        try:
+            trace = replay.summarize(arrivals)
+        except replay.TraceError as error:
+            return [*problems, problem((*where, "path"), str(error).split(": ", 1)[1])]
+        if trace.requests > limits.max_requests and spec.workload.stop.requests is None:
+            problems.append(problem((*where, "path"), f"the trace holds {trace.requests} requests, beyond the limit "
+                                    f"of {limits.max_requests} (BENCHD_LIMITS__MAX_REQUESTS): set stop.requests"))
+        if trace.duration_s > limits.max_duration_s and spec.workload.stop.duration_s is None:
+            problems.append(problem((*where, "path"), f"the trace lasts {trace.duration_s:,.0f} s, beyond the limit "
+                                    f"of {limits.max_duration_s:g} s (BENCHD_LIMITS__MAX_DURATION_S): set "
+                                    "stop.duration_s or a speedup"))
+        longest = trace.max_prompt_tokens
+        if longest > limits.max_prompt_tokens:
+            problems.append(problem((*where, "path"), f"a prompt of {longest} tokens exceeds the limit of "
+                                    f"{limits.max_prompt_tokens} (BENCHD_LIMITS__MAX_PROMPT_TOKENS)"))
+        if trace.max_output_tokens > limits.max_output_tokens:
+            problems.append(problem((*where, "path"), f"an output of {trace.max_output_tokens} tokens exceeds the "
+                                    f"limit of {limits.max_output_tokens} (BENCHD_LIMITS__MAX_OUTPUT_TOKENS)"))
+    return problems

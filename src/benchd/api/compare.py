@@ -90,5 +90,8 @@ def set_baseline(workload: Annotated[Name, Path()], body: BaselineIn, services: 
     if row["workload"] != workload or row["status"] != "succeeded":
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "run_id"), "msg": (
             f"run {body.run_id} is a {row['status']} run of {row['workload']}, not a succeeded run of {workload}")}])
+    if row.get("valid") is False:
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "run_id"), "msg": (
+            f"run {body.run_id} is invalid (see its stages' verdicts): an invalid run is never a baseline")}])
     services.store.set_baseline(workload, body.run_id)
     return BaselineView(workload=workload, run_id=body.run_id)

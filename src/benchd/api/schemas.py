@@ -54,6 +54,8 @@ class RunView(BaseModel):
     hardware: dict[str, Any] | None
     parts: dict[str, Any] | None = None  # a run on every GPU: each GPU's status and stages, and the verdicts
     energy_per_token_j: float | None
+    valid: bool | None = None  # the verdict: every stage valid (a generate run); None: a timed run, or older
+    capacity_requests_per_s: float | None = None  # a capacity search's figure
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -28,7 +28,7 @@ from benchd.engines import EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.openai_counts import apportion, chunk_counts
 from benchd.engines.openai_http import Target
 from benchd.engines.openai_worker import FrameReader, send_frame
-from benchd.spec import Concurrent, OpenAIOptions, Sweep, Synchronous, Workload
+from benchd.spec import Concurrent, OpenAIOptions, Synchronous, Workload
 
 __all__ = ["OpenAIEngine", "apportion", "connections_for"]
 
@@ -41,7 +41,7 @@ WORKER_START_TIMEOUT_S = 60.0
 
 def connections_for(workload: Workload) -> int:
     """The highest concurrency of a closed-loop workload, or OPEN_LOOP_CONNECTIONS when any stage is open."""
-    stages = workload.arrivals.stages() if isinstance(workload.arrivals, Sweep) else [workload.arrivals]
+    stages = workload.stages()
     if all(isinstance(s, Concurrent | Synchronous) for s in stages):
         return max(s.concurrency if isinstance(s, Concurrent) else 1 for s in stages)
     return OPEN_LOOP_CONNECTIONS

@@ -12,9 +12,10 @@ import torch
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
+from benchd import replay
 from benchd.engines import EngineLoad, GenerationRequest, TokenSink
 from benchd.models import LoadedModel, greedy_config
-from benchd.spec import SpecError, TransformersOptions, Workload, length_upper_bound
+from benchd.spec import SpecError, TransformersOptions, Workload
 from benchd.stack import base_attention
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
@@ -105,12 +106,10 @@ class TransformersEngine:
         self._config = cb_config(options, loaded.device.type)
         self._threads = cpu_threads(options, loaded.device.type)
         self._threads_before: int | None = None
-        self._generation = greedy_config(loaded, workload.ignore_eos, length_upper_bound(workload.output_tokens))
+        prompt, output = replay.longest(workload)
+        self._generation = greedy_config(loaded, workload.ignore_eos, output)
         self._eos: list[int] = [] if workload.ignore_eos else loaded.eos_ids
-        self._hints = WorkloadHints(
-            max_prompt_length=length_upper_bound(workload.prompt_tokens),
-            max_generated_length=length_upper_bound(workload.output_tokens),
-        )
+        self._hints = WorkloadHints(max_prompt_length=prompt, max_generated_length=output)
         self._check_capacity(workload)
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
@@ -120,10 +119,11 @@ class TransformersEngine:
 
     def _check_capacity(self, workload: Workload) -> None:
         size = getattr(self._config, _SIZE_FIELD)
-        if self._config.num_blocks is not None and self._config.num_blocks * size < workload.max_sequence_tokens():
+        need = sum(replay.longest(workload))
+        if self._config.num_blocks is not None and self._config.num_blocks * size < need:
             raise SpecError(
                 f"transformers.num_blocks: the cache holds {self._config.num_blocks} × {size} tokens, "
-                f"but one request may need {workload.max_sequence_tokens()} (prompt + output)"
+                f"but one request may need {need} (prompt + output)"
             )
 
     def start(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from benchd.outcome import StageResult
 from benchd.records import RequestRecord, summarize
 from benchd.spec import RunSpec
 from benchd.store import migrate
@@ -155,9 +156,10 @@ class Store:
     def finish_run(self, run_id: str, *, status: str, error: str | None, error_stage: str | None,
                    subject: str, label: str | None, summaries: list[dict], metadata: dict | None,
                    hardware: dict | None, timeline: dict | None, timings_rows: list[dict] = (),
-                   parts: dict | None = None) -> None:
-        """The run's end: its figures, one row per generation stage for SQL (and per GPU's stage, in a run on every
-        GPU: parts["gpus"][gpu]["stages"]), and a timed run's timings."""
+                   parts: dict | None = None, valid: bool | None = None,
+                   capacity_requests_per_s: float | None = None) -> None:
+        """The run's end: its figures and verdict, one row per generation stage for SQL (and per GPU's stage, in a
+        run on every GPU: parts["gpus"][gpu]["stages"]), and a timed run's timings."""
         by_gpu = [("", summaries)] + [(gpu, part["stages"]) for gpu, part in (parts or {}).get("gpus", {}).items()]
         stage_rows = [{
             "stage_index": i, "gpu": gpu, "stage": s["stage"], "status": s["status"], "requests": s["requests"],
@@ -170,7 +172,8 @@ class Store:
         self._visible({"op": "finish_run", "id": run_id, "values": {
             "status": status, "error": error, "error_stage": error_stage, "finished_at": _iso(now()),
             "summary": summaries, "run_metadata": metadata, "hardware": hardware, "timeline": timeline,
-            "energy_per_token_j": energy, "model": subject, "label": label, "parts": parts,
+            "energy_per_token_j": energy, "model": subject, "label": label, "parts": parts, "valid": valid,
+            "capacity_requests_per_s": capacity_requests_per_s,
         }, "stages": stage_rows, "timings": list(timings_rows)})
 
     def put_schedule(self, name: str, spec: dict, interval_s: float, enabled: bool = True) -> None:
@@ -276,15 +279,22 @@ class Store:
     @staticmethod
     def _summaries_from_rows(db: sa.Connection, run_id: str, spec: dict) -> list[dict]:
         try:
-            slo = RunSpec.model_validate(spec).workload.slo
+            parsed = RunSpec.model_validate(spec)
         except ValueError:
-            slo = None
+            parsed = None
         stages: dict[int, tuple[str, list[RequestRecord]]] = {}
         for row in db.execute(requests.select().where(requests.c.run_id == run_id)
                               .order_by(requests.c.stage_index, requests.c["index"])).mappings():
             stages.setdefault(row["stage_index"], (row["stage"] or "", []))[1].append(RequestRecord.from_row(row))
-        return [summarize(label, "interrupted", records, slo).model_dump(mode="json")
-                for _, (label, records) in sorted(stages.items())]
+        out = []
+        for index, (label, records) in sorted(stages.items()):
+            if parsed is None:
+                out.append(summarize(label, "interrupted", records))
+            else:
+                stage = StageResult.of(parsed, index, label, 0.0)
+                stage.records, stage.status = records, "interrupted"
+                out.append(stage.summary())
+        return [s.model_dump(mode="json") for s in out]
 
     # ---- reads -----------------------------------------------------------------------------------
 

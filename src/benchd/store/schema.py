@@ -29,6 +29,8 @@ runs = sa.Table(
     sa.Column("timeline", JSON),  # engine load and hardware samples over the run (report pages)
     sa.Column("parts", JSON),  # a run on every GPU: each GPU's stage summaries and hardware, and the verdicts
     sa.Column("energy_per_token_j", sa.Float),
+    sa.Column("valid", sa.Boolean),  # the run's verdict (outcome.RunResult.valid); NULL: a timed run, or older
+    sa.Column("capacity_requests_per_s", sa.Float),  # a capacity search's figure
     sa.Column("error", sa.Text),
     sa.Column("error_stage", sa.String(32)),  # where a failed run failed: queue, load, start, run, store…
     sa.Column("node", sa.String(253), index=True),  # the node (host) that ran it: daemons may share a database

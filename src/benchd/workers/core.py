@@ -9,12 +9,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchd import replay
 from benchd.engines import Engine, create_engine
 from benchd.environment import PeakMemory, RunMetadata, collect, record_stack, torch_threads, utc_now
 from benchd.models import LoadedModel, load_model, resolve_device
 from benchd.runner import check_fits, run_stages
 from benchd.stopping import StopSignal
-from benchd.spec import RunSpec, length_upper_bound
+from benchd.spec import RunSpec
 from benchd.stack import base_attention
 from benchd.timed import run_timed
 from benchd.workers import protocol
@@ -191,7 +192,7 @@ class WorkerCore:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
         key = (spec.engine, spec.transformers, spec.static, spec.openai, spec.model, workload.ignore_eos,
-               length_upper_bound(workload.prompt_tokens), length_upper_bound(workload.output_tokens),
+               replay.longest(workload),
                spec.compile, spec.attn_implementation)  # a matrix may vary only these on one loaded model
         if self._engine is not None and self._engine_key == key and self._engine.alive():
             return self._engine

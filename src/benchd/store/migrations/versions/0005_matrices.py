@@ -6,7 +6,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0005"
-down_revision = "0003"  # the lead re-chains after 0004
+down_revision = "0004"
 
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 TIMESTAMP = sa.DateTime(timezone=True)
