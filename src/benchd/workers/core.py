@@ -85,7 +85,8 @@ class WorkerCore:
         status, error, stage = "failed", None, "load"
         try:
             if self.group is not None and (spec.kind != "generate" or spec.engine != "transformers"):
-                raise ValueError(f"a tensor-parallel worker runs transformers generation, not {spec.kind}/{spec.engine}")
+                raise ValueError("a tensor-parallel worker runs transformers generation, not "
+                                 f"{spec.kind}/{spec.engine}")
             if spec.kind != "generate":
                 metadata, status, error = self._timed(spec, outbox, stop)
                 stage = "run"
