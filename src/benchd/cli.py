@@ -115,7 +115,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_here(args: argparse.Namespace, spec, console) -> int:
     """The run on a worker process of its own, through the daemon's lifecycle: the CLI measures as the daemon does."""
-    import os
     import signal
     import tempfile
     import uuid
@@ -123,7 +122,7 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchd.devices import DeviceError, resolve, targets
+    from benchd.devices import DeviceError, local, targets
     from benchd.hardware import HardwareReader
     from benchd.lifecycle import Lifecycle
     from benchd.otel import build_genai_metrics
@@ -153,9 +152,7 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     sampler = HardwareSampler(HardwareReader.default())
     sampler.start()
     try:
-        setting = os.environ.get("BENCHD_DEVICES", "all")  # CPU workers (cpu:N) when it names them
-        slots = resolve([spec.device] if spec.device.startswith("cpu") and "cpu" not in setting else setting,
-                        sampler.reader.nvml.devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        slots = local([spec.device], sampler.reader.nvml.devices)
         # the devices the run takes, their workers started by the run (one each, or a tensor-parallel group's)
         chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
         slots = [s for s in slots if any(s.key in c.devices for c in chosen)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from benchd.devices import DeviceError, Slot, pick, resolve
+from benchd.devices import DeviceError, Slot, local, pick
 from benchd.matrix import MatrixSpec, parse_matrix
 from benchd.matrix_compare import MatrixComparison
 from benchd.matrix_page import SUMMARY_HEAD, matrix_page, summary_rows
@@ -41,9 +40,7 @@ def _out() -> Console:
 def local_slots(devices: set[str], gpus) -> dict[str, Slot]:
     """The worker slot of each device the variants name, found as `benchd run` finds its one (BENCHD_DEVICES, else
     every visible GPU; a CPU device names its own slot). gpus: NVML's (index, uuid, name) of the visible GPUs."""
-    cpu = all(d.startswith("cpu") for d in devices)
-    every = resolve(sorted(devices) if cpu else os.environ.get("BENCHD_DEVICES", "all"), gpus,
-                    os.environ.get("CUDA_VISIBLE_DEVICES"))
+    every = local(sorted(devices), gpus)
     found = {d: pick(every, d) for d in sorted(devices)}
     if missing := [d for d, slot in found.items() if slot is None]:
         raise DeviceError(f"device: {', '.join(missing)} is not here")
