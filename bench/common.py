@@ -1,10 +1,12 @@
-"""What the GPU benchmark scripts share: the reference workload and a one-line environment description."""
+"""What the GPU benchmark scripts share: the reference workload, a one-line environment description, and waiting
+on a live daemon."""
 
 from __future__ import annotations
 
 import platform
 import subprocess
 import sys
+import time
 from datetime import date
 from pathlib import Path
 
@@ -39,3 +41,20 @@ def environment() -> str:
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor()
     return (f"{gpu}, driver {driver}, torch {torch.__version__}, transformers {transformers.__version__}, "
             f"python {platform.python_version()}, {date.today().isoformat()}")
+
+
+def wait(check, timeout_s: float, step_s: float = 0.02):
+    """check() until it gives something true (a daemon not yet listening counts as not yet), or exit."""
+    import httpx
+
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        try:
+            value = check()
+        except httpx.TransportError:
+            value = None
+        if value:
+            return value
+        if time.perf_counter() > deadline:
+            raise SystemExit("timed out")
+        time.sleep(step_s)

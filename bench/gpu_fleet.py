@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import httpx
+from common import ROOT, wait
 
-ROOT = Path(__file__).resolve().parent.parent
 # A matmul loop on one GPU for the slowed phase: the load a noisy neighbour puts on a shared GPU.
 SLOW = """
 import sys, time, torch
@@ -32,20 +32,6 @@ while time.time() < end:
         a @ a
     torch.cuda.synchronize()
 """
-
-
-def wait(check, timeout_s: float, step_s: float = 0.5):
-    deadline = time.perf_counter() + timeout_s
-    while True:
-        try:
-            value = check()
-        except httpx.TransportError:
-            value = None
-        if value:
-            return value
-        if time.perf_counter() > deadline:
-            raise SystemExit("timed out")
-        time.sleep(step_s)
 
 
 def cuda_gpus() -> list[str]:
@@ -124,13 +110,13 @@ def main() -> int:
             raise SystemExit(f"{title}: {response.status_code} {response.text}")
         run_id = response.json()["id"]
         done = wait(lambda: (r := http.get(f"/runs/{run_id}").json())["status"] in ("succeeded", "failed",
-                                                                                     "cancelled") and r, 900)
+                                                                                     "cancelled") and r, 900, 0.5)
         results.append({**show(title, done), "wall_s": round(time.perf_counter() - started, 1)})
         return done
 
     try:
         started = time.perf_counter()
-        wait(lambda: http.get("/readyz").status_code == 200, 900)
+        wait(lambda: http.get("/readyz").status_code == 200, 900, 0.5)
         workers = http.get("/readyz").json()["workers"]
         print(f"ready in {time.perf_counter() - started:.1f} s: "
               f"{', '.join(w['device'] + ' (gpu ' + w['gpu'] + ')' for w in workers)}", flush=True)

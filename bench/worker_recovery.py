@@ -20,22 +20,8 @@ import time
 from pathlib import Path
 
 import httpx
+from common import ROOT, wait
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait(check, timeout_s: float, step_s: float = 0.02):
-    deadline = time.perf_counter() + timeout_s
-    while True:
-        try:
-            value = check()
-        except httpx.TransportError:
-            value = None
-        if value:
-            return value
-        if time.perf_counter() > deadline:
-            raise SystemExit("timed out")
-        time.sleep(step_s)
 
 
 def main() -> int:
