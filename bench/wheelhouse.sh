@@ -19,7 +19,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 \
   opentelemetry-proto==1.45.2 googleapis-common-protos==1.76.0 opentelemetry-exporter-http-transport==0.66b2 \
   opentelemetry-exporter-otlp-common==0.66b2 \
-  fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.54.0 sqlalchemy==2.1.9 greenlet \
+  fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.54.0 httptools==0.9.0 sqlalchemy==2.1.9 greenlet \
   alembic==1.20.1 mako==1.4.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
   orjson==3.13.0 uvloop==0.23.0
 ls "$dir"

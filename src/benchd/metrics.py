@@ -8,7 +8,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -89,14 +89,33 @@ class NodeRegistry(CollectorRegistry):
     def __init__(self, node: str, label: str = NODE_LABEL) -> None:
         super().__init__()
         self.node, self.label = node, label
+        self._order: list[Collector] = []  # registration order, the order collect() yields in
+        self._order_lock = threading.Lock()
 
-    def collect(self) -> Iterator[Metric]:
+    def register(self, collector: Collector) -> None:
+        super().register(collector)
+        with self._order_lock:
+            self._order.append(collector)
+
+    def unregister(self, collector: Collector) -> None:
+        super().unregister(collector)
+        with self._order_lock:
+            self._order.remove(collector)
+
+    def collectors(self) -> list[Collector]:
+        with self._order_lock:
+            return list(self._order)
+
+    def labelled(self, families: Iterable[Metric]) -> Iterator[Metric]:
         label, node = self.label, self.node
-        for family in super().collect():
+        for family in families:
             labelled = copy.copy(family)  # collectors may keep their families: the copy gets the new samples
             # Built positionally: a third of _replace's cost (scrapes copy every sample).
             labelled.samples = [Sample(s[0], {label: node, **s[1]}, *s[2:]) for s in family.samples]
             yield labelled
+
+    def collect(self) -> Iterator[Metric]:
+        return self.labelled(super().collect())
 
 
 class _HistogramSeries:
@@ -128,7 +147,7 @@ class _CounterSeries:
         self.value += amount
 
 
-class _HotFamily(Collector):
+class HotFamily(Collector):
     """Series by label values, for the per-token path: prometheus_client's Histogram takes two locks and validates
     exemplar labels on every observation (about 2 µs with an exemplar); these take a fraction of that. They assume
     one writing thread per series, which holds because one run at a time owns the engine and its token thread
@@ -173,7 +192,7 @@ class _HotFamily(Collector):
         return len(gone)
 
 
-class HotHistogram(_HotFamily):
+class HotHistogram(HotFamily):
     def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: list[float],
                  registry: CollectorRegistry, **kwargs: Any) -> None:
         self.bounds = [*bounds, math.inf]
@@ -198,7 +217,7 @@ class HotHistogram(_HotFamily):
         return [family]
 
 
-class HotCounter(_HotFamily):
+class HotCounter(HotFamily):
     def _new_series(self) -> _CounterSeries:
         return _CounterSeries()
 
@@ -225,7 +244,7 @@ class _GaugeSeries:
         self.value = time.time()
 
 
-class HotGauge(_HotFamily):
+class HotGauge(HotFamily):
     def _new_series(self) -> _GaugeSeries:
         return _GaugeSeries()
 
@@ -261,7 +280,7 @@ class Metrics:
         self.workloads = Gauge("benchd_workloads_tracked", "Distinct workload label values with live series.",
                                registry=registry)
         on_evict = lambda reason, n: self.evicted.labels(reason).inc(n)  # noqa: E731
-        self._families: list[_HotFamily] = []
+        self._families: list[HotFamily] = []
 
         def family(cls, name: str, doc: str, labels: tuple[str, ...] = LABELS, **kwargs: Any) -> Any:
             made = cls(name, doc, labels, registry=registry, on_evict=on_evict, **kwargs)

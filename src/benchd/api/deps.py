@@ -8,15 +8,15 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CollectorRegistry
 
 from benchd.api.admission import Memory, admit
 from benchd.api.schemas import RETRY_AFTER_S
 from benchd.config import Settings
-from benchd.spec import RunSpec
-from benchd.events import RunEvents
-from benchd.sampler import HardwareSampler
 from benchd.daemon import Daemon
+from benchd.events import RunEvents
+from benchd.metrics import NodeRegistry
+from benchd.sampler import HardwareSampler
+from benchd.spec import RunSpec
 from benchd.store import Store
 
 
@@ -26,7 +26,7 @@ class Services:
     store: Store
     daemon: Daemon
     events: RunEvents
-    registry: CollectorRegistry
+    registry: NodeRegistry
     hardware: HardwareSampler
     memory: Memory
 

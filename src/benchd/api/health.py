@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from benchd import exposition
 from benchd.api.deps import ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import Readiness
@@ -38,9 +36,11 @@ def readyz(services: ServicesDep) -> JSONResponse:
                         else status.HTTP_503_SERVICE_UNAVAILABLE)
 
 
-@router.get("/metrics", responses={200: {"content": {CONTENT_TYPE_LATEST: {}, OPENMETRICS_TYPE: {}}}})
-def metrics(services: ServicesDep, request: Request) -> Response:
-    """OpenMetrics (with exemplars) when the scraper asks for it, as Prometheus does; else the text format."""
-    if "application/openmetrics-text" in request.headers.get("accept", ""):
-        return Response(generate_openmetrics(services.registry), media_type=OPENMETRICS_TYPE)
-    return Response(generate_latest(services.registry), media_type=CONTENT_TYPE_LATEST)
+@router.get("/metrics", responses={200: {"content": {exposition.TEXT_TYPE: {}, exposition.OPENMETRICS_TYPE: {}}}})
+async def metrics(services: ServicesDep, request: Request) -> Response:
+    """OpenMetrics (with exemplars) when the scraper asks for it, as Prometheus does; else the text format.
+    Written on the event loop: the page reads memory only (hardware from the sampler's last read) and takes about
+    a millisecond, less than a hand-off to the thread pool and back costs under load."""
+    openmetrics = "application/openmetrics-text" in request.headers.get("accept", "")
+    return Response(exposition.page(services.registry, openmetrics),
+                    media_type=exposition.OPENMETRICS_TYPE if openmetrics else exposition.TEXT_TYPE)
