@@ -3,6 +3,8 @@ the daemon's, and a worker that aborts, exits, is killed, segfaults, hangs or st
 the cause, keeps every record that reached the daemon, and is replaced before the next run, which succeeds."""
 
 import multiprocessing
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -125,3 +127,22 @@ def test_a_run_that_breaks_its_device_fails_and_the_worker_is_replaced(tmp_path)
         assert ready["worker_restarts"] == 1 and ready["workers"][0]["pid"] != first_pid
         page = server.http.get("/metrics").text
         assert 'benchd_worker_restarts_total{hostname="test-node",reason="device_error"} 1.0' in page
+        if os.geteuid() == 0:  # the replacement takes the workers' priority too (default nice -10)
+            worker = ready["workers"][0]
+            assert worker["nice"] == -10 == os.getpriority(os.PRIO_PROCESS, worker["pid"])
+
+
+PRIORITY = "import os; from benchd.workers.process import prioritize; prioritize({}); print(os.getpriority(0, 0))"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops a capability (util-linux)")
+def test_a_worker_without_the_privilege_keeps_its_priority_and_says_so():
+    def unprivileged(nice: int) -> subprocess.CompletedProcess:  # root, less CAP_SYS_NICE: as in a container
+        return subprocess.run(["setpriv", "--bounding-set=-sys_nice", sys.executable, "-c", PRIORITY.format(nice)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=60)
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # what the child inherits
+    higher = unprivileged(base - 1)
+    assert higher.returncode == 0 and higher.stdout.split() == [str(base)], higher.stderr
+    assert f"the worker stays at nice {base}: nice {base - 1} needs CAP_SYS_NICE" in higher.stderr
+    lower = unprivileged(base + 1)  # anyone may lower their own priority
+    assert lower.stdout.split() == [str(base + 1)] and lower.stderr == ""

@@ -85,6 +85,7 @@ class WorkerView(BaseModel):
     state: str  # starting | ready | exiting (its device broke: replaced after its run) | dead | stopped
     pid: int | None
     busy: bool
+    nice: int | None  # its CPU priority (BENCHD_WORKERS__NICE when the worker had the privilege to take it)
     load_error: str | None  # why the daemon's model did not load in it
 
 

@@ -35,6 +35,10 @@ class WorkerSettings(BaseModel):
     load_timeout_s: float = Field(default=1800.0, gt=0)  # loading a model or starting an engine (CUDA graphs)
     start_timeout_s: float = Field(default=300.0, gt=0)  # spawned until it says hello (torch imported)
     log_dir: Path = Path("benchd-workers")  # each worker's stdout and stderr, tail kept with a crash's cause
+    # The workers' CPU priority (Unix nice, set when the worker starts): above the daemon's HTTP side, so that
+    # clients of the daemon do not delay the engine's thread. Lowering nice needs root or CAP_SYS_NICE; without
+    # it the worker keeps the daemon's and logs so. /readyz shows each worker's nice.
+    nice: int = Field(default=-10, ge=-20, le=19)
 
 
 class RunSink(Protocol):
@@ -104,7 +108,8 @@ class WorkerHandle:
         with self.log_path.open("a") as f:
             f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         self._process = context.Process(target=process.main,
-                                        args=(child, self.slot.key, str(self.log_path), self.slot.env),
+                                        args=(child, self.slot.key, str(self.log_path),
+                                              {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice)}),
                                         name=f"benchd-{self.name}", daemon=True)
         self._oom_before = oom_kills()
         self.state, self.started_at = "starting", time.perf_counter()

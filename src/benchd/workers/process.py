@@ -26,12 +26,28 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
         os.dup2(log, 1)
         sys.stderr = sys.stdout = os.fdopen(2, "w", buffering=1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops runs itself
+    prioritize(int(os.environ.get("BENCHD_WORKER_NICE", "0")))  # before any thread: they inherit it
     if int(os.environ.get("BENCHD_WORKER_TP", "1")) > 1:
         from benchd.workers.parallel import launch  # torch loads here, in the worker only
 
         launch(conn, device)
         return
     serve(conn, device)
+
+
+def prioritize(nice: int) -> None:
+    """The worker's CPU priority, by default above the daemon's HTTP side and the node's other work: an engine
+    thread kept waiting for a core shows as TTFT and dispatch lag that are not the engine's (docs/benchmarks.md,
+    issue 17). Raising priority needs root or CAP_SYS_NICE; without, the worker stays where it is and says so in
+    its log."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice == current:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError as error:  # EACCES/EPERM: no privilege to raise it
+        print(f"benchd: the worker stays at nice {current}: nice {nice} needs CAP_SYS_NICE ({error.strerror})",
+              file=sys.stderr, flush=True)
 
 
 def serve(conn: Connection, device: str, group: Any = None) -> None:
@@ -90,7 +106,8 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
         os.sched_setaffinity(0, cores)
         torch.set_num_threads(len(cores))
     send((protocol.HELLO, os.getpid(), {"torch": str(torch.__version__), "device": device,
-                                         "cuda_devices": torch.cuda.device_count()}))
+                                         "cuda_devices": torch.cuda.device_count(),
+                                         "nice": os.getpriority(os.PRIO_PROCESS, 0)}))
     threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()
     threading.Thread(target=pulse, name="benchd-worker-pulse", daemon=True).start()
     while True:
