@@ -7,8 +7,10 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from rich.console import Console
 
 from benchd.metrics import Metrics
+from benchd.report import print_summary, write_outputs
 from benchd.server_metrics import PageError, increase, read
 from benchd.server_scrape import ServerGauges, ServerScrape
 from benchd.spec import SpecError, parse_spec
@@ -204,7 +206,7 @@ def test_a_run_stores_the_servers_timeline_and_exports_its_gauges(server, prompt
     assert value("benchd_server_scrape_failures_total") == 0
 
 
-def test_a_server_refusing_its_metrics_never_fails_the_run(server, prompts):
+def test_a_server_refusing_its_metrics_never_fails_the_run(tmp_path, server, prompts):
     registry = CollectorRegistry()
     url = f"http://127.0.0.1:{free_port()}/metrics"
     outcome = run(spec(server.base_url, url, prompts, requests=4, output=8), telemetry=Telemetry(Metrics(registry)))
@@ -216,6 +218,12 @@ def test_a_server_refusing_its_metrics_never_fails_the_run(server, prompts):
     assert timeline["t"] == [] and timeline["preemptions_per_s"] == [] and timeline["preemptions_total"] is None
     labels = {"model": "ok", "engine": "openai", "workload": "served", "gpu": ""}
     assert registry.get_sample_value("benchd_server_scrape_failures_total", labels) == timeline["failures"]
+    console = Console(record=True, width=200)
+    print_summary(outcome, console)
+    assert f"warning: {timeline['failures']} of {timeline['failures']} reads" in console.export_text()
+    write_outputs(outcome, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert "id=server" in page and "ConnectionRefusedError" in page
 
 
 @pytest.mark.parametrize("path, message", [("/metrics-html", "no metric of a known server"),
@@ -240,6 +248,9 @@ def test_gauges_of_a_run_on_a_live_daemon(tmp_path, server, prompts):
         row = live.wait_status(created.json()["id"], "succeeded", "failed")
         assert row["status"] == "succeeded", row.get("error")
         page = live.http.get("/metrics").text
+        report = live.http.get(f"/runs/{row['id']}/report").text
+    assert 'id=server' in report and "Server KV-cache usage" in report and "vllm, by its own metrics" in report
+    assert "prefix-cache hit rate over the run: 25" in report
     lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in page.splitlines()
              if line.startswith("benchd_server_")}
     found = {name.split("{")[0] for name in lines if 'workload="remote"' in name}

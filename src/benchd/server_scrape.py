@@ -78,7 +78,9 @@ class ServerScrape:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        """No read counts after this: one under way is dropped when it completes."""
+        with self._lock:
+            self._stop.set()
 
     def _loop(self) -> None:
         due = time.perf_counter()
@@ -108,21 +110,24 @@ class ServerScrape:
             self._failed("page", str(error))
             return
         sample = ServerSample((before + time.perf_counter()) / 2, reading)
-        with self._lock:
+        with self._lock:  # the run's timeline and gauges end with stop()
+            if self._stop.is_set():
+                return
             if len(self.samples) < MAX_SAMPLES:
                 self.samples.append(sample)
-            first = self.samples[0].reading
-        if self.gauges is not None:
-            self.gauges.update(first, reading)
+            if self.gauges is not None:
+                self.gauges.update(self.samples[0].reading, reading)
 
     def _failed(self, kind: str, message: str) -> None:
         with self._lock:
+            if self._stop.is_set():
+                return
             self.failures += 1
+            if self.gauges is not None:
+                self.gauges.failures.inc()
             if kind not in self.errors:
                 self.errors[kind] = message
                 log.warning("reading the server's metrics at %s failed: %s", self.url, message)
-        if self.gauges is not None:
-            self.gauges.failures.inc()
 
     def timeline(self, origin: float) -> dict:
         """The run's server timeline (plain data, stored as JSON): times in seconds from origin; preemptions since
