@@ -20,6 +20,11 @@ The request's `model` picks the behaviour:
   slots-N         as ok, at most N requests streamed at once: the others wait for a slot (a server with a
                   capacity: N / (max_tokens × delay) requests a second)
 
+GET /metrics serves a vLLM-style Prometheus page (vllm_page) for two engine cores whose values follow the number
+of reads so far, k: KV-cache usage 0.05·k and 0.25, preemptions k and 1, prefix-cache queries 100·k and hits 25·k
+(a hit rate of 0.25), waiting 2 and 0, running the requests streaming now and 1. GET /metrics-slow answers after
+3 s, GET /metrics-html with a page that is not Prometheus text.
+
     python -m tests.openai_server [--port N] [--delay S]    (prints its base URL, serves until stdin closes)
 """
 
@@ -40,6 +45,8 @@ class OpenAIServer:
         self.bodies: list[dict] = []
         self.headers: list[dict] = []
         self.received: list[float] = []  # perf_counter() as each request's body was read
+        self.metrics_reads = 0
+        self.streaming = 0  # requests being streamed now
         self._mixed = itertools.cycle(["ok", "http500", "disconnect", "malformed"])
         self._slots: dict[int, asyncio.Semaphore] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -106,6 +113,15 @@ class OpenAIServer:
         if method == "GET" and path.endswith("/models"):
             self._json(writer, 200, {"object": "list", "data": [{"id": "benchd-test", "object": "model"}]})
             return True
+        if method == "GET" and path.startswith("/metrics"):
+            if path == "/metrics-slow":
+                await asyncio.sleep(3)
+            page = "<html>metrics</html>" if path == "/metrics-html" else vllm_page(self.metrics_reads, self.streaming)
+            self.metrics_reads += 1
+            data = page.encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                         + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+            return True
         if method != "POST" or not path.endswith(("/completions", "/chat/completions")):
             self._json(writer, 404, {"error": {"message": f"no {method} {path}"}})
             return True
@@ -116,11 +132,15 @@ class OpenAIServer:
         behaviour = body.get("model", "ok")
         if behaviour == "mixed":
             behaviour = next(self._mixed)
-        if behaviour.startswith("slots-"):
-            n = int(behaviour.split("-")[1])
-            async with self._slots.setdefault(n, asyncio.Semaphore(n)):
-                return await self._stream(writer, body, chat, "ok")
-        return await self._stream(writer, body, chat, behaviour)
+        self.streaming += 1
+        try:
+            if behaviour.startswith("slots-"):
+                n = int(behaviour.split("-")[1])
+                async with self._slots.setdefault(n, asyncio.Semaphore(n)):
+                    return await self._stream(writer, body, chat, "ok")
+            return await self._stream(writer, body, chat, behaviour)
+        finally:
+            self.streaming -= 1
 
     async def _stream(self, writer: asyncio.StreamWriter, body: dict, chat: bool, behaviour: str) -> bool:
         if behaviour == "http500":
@@ -219,6 +239,27 @@ class OpenAIServer:
         reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}[status]
         writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
                      f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+
+
+def vllm_page(k: int, streaming: int) -> str:
+    """vLLM V1's exposition (names, types and labels as vllm/v1/metrics/loggers.py declares them) for two engine
+    cores, with a histogram as vLLM's pages have many."""
+    engines = {"0": (streaming, 2, 0.05 * k, k, 100 * k, 25 * k), "1": (1, 0, 0.25, 1, 0, 0)}
+    lines = []
+    for name, kind, i in (("vllm:num_requests_running", "gauge", 0), ("vllm:num_requests_waiting", "gauge", 1),
+                          ("vllm:kv_cache_usage_perc", "gauge", 2), ("vllm:num_preemptions", "counter", 3),
+                          ("vllm:prefix_cache_queries", "counter", 4), ("vllm:prefix_cache_hits", "counter", 5)):
+        lines += [f"# HELP {name} benchd's mock.", f"# TYPE {name} {kind}"]
+        suffix = "_total" if kind == "counter" else ""
+        for engine, values in engines.items():
+            lines.append(f'{name}{suffix}{{engine="{engine}",model_name="ok"}} {float(values[i])}')
+    lines += ["# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
+              "# TYPE vllm:time_to_first_token_seconds histogram",
+              'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="ok"} 0.0',
+              'vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="ok"} 3.0',
+              'vllm:time_to_first_token_seconds_count{engine="0",model_name="ok"} 3.0',
+              'vllm:time_to_first_token_seconds_sum{engine="0",model_name="ok"} 0.06']
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:

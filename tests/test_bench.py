@@ -179,3 +179,10 @@ def test_the_stack_matrix_script_prints_its_table_and_what_each_method_needed(tm
     assert {v["values"]["engine"] for v in variants} == {"transformers", "static"}
     int8 = [v for v in variants if v["values"]["quantization"] == "int8_weight_only"]
     assert all(v["stack"]["quantized_layers"] == 14 and v["tokens"]["ratio"] > 0 for v in int8)
+
+
+def test_server_page_script_prints_both_costs():
+    done = subprocess.run([sys.executable, "bench/server_page.py", "--reads", "5"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "benchd's read:" in done.stdout and "the whole page parsed:" in done.stdout

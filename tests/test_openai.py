@@ -104,6 +104,20 @@ def test_transformers_serve_exact_counts(transformers_serve, api):
     assert outcome.metadata.device == "remote" and outcome.metadata.device_name == base_url
 
 
+def test_transformers_serve_exposes_no_metrics_and_the_run_says_so(transformers_serve):
+    """transformers serve (5.17) has no /metrics route: every read is a 404, counted; the run succeeds with a
+    warning and no server series."""
+    base_url, path = transformers_serve
+    metrics_url = base_url.removesuffix("/v1") + "/metrics"
+    outcome = run(openai_spec(base_url, model=path, requests=2, output=4, tokenizer=path, metrics_url=metrics_url,
+                              metrics_interval_s=0.2))
+    assert outcome.status == "succeeded", outcome.error
+    assert outcome.summaries()[0].errors == 0
+    server = outcome.timeline["server"]
+    assert server["scrapes"] == 0 and server["failures"] >= 1 and server["t"] == []
+    assert "HTTP 404 Not Found: the server exposes no Prometheus metrics there" in server["warning"]
+
+
 # ---- the controlled server ---------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from benchd.outcome import RunResult, StageResult
 from benchd.parts import ProgressSum, merge, verdicts
 from benchd.records import RequestRecord
 from benchd.sampler import HardwareSampler, Recording
+from benchd.server_scrape import ServerGauges, ServerScrape
 from benchd.spec import RunSpec
 from benchd.stopping import StopSignal
 from benchd.store import RequestWriter, StageRequests, Store
@@ -64,10 +65,12 @@ class Lifecycle:
             parts.append(Part(slot.key, slot.gpu, part_observer,
                               RunIngest(spec, part_observer, finished, progress.of(i) if on_progress else None)))
         recording: Recording | None = None
+        scrape: ServerScrape | None = None
         started = time.perf_counter()
         try:
             recording = self.hardware.begin() if self.hardware is not None else None
             started = time.perf_counter()
+            scrape = self._scrape(spec, slots[0].gpu if single else "")
             observer.run_started(started)
             for part in parts:
                 if part.observer is not observer:
@@ -93,8 +96,20 @@ class Lifecycle:
             result.status, result.error_stage = "failed", "run"
             result.error = (f"the run went past its limit of {late:g} s (BENCHD_LIMITS__MAX_DURATION_S per stage) "
                             "and was stopped")
-        self._finish(run_id, result, parts, observer, recording, started, writer)
+        if scrape is not None:
+            scrape.stop()
+        self._finish(run_id, result, parts, observer, recording, started, writer, scrape)
         return result
+
+    def _scrape(self, spec: RunSpec, gpu: str) -> ServerScrape | None:
+        """An openai run with a metrics_url: its server's page read on a thread of the daemon, which stamps no
+        token (the client loops are processes of the worker's)."""
+        if spec.kind != "generate" or spec.engine != "openai" or spec.openai.metrics_url is None:
+            return None
+        metrics = self.telemetry.metrics
+        gauges = (ServerGauges(metrics, (spec.subject, spec.runner, spec.name, gpu)) if metrics is not None
+                  else None)
+        return ServerScrape(spec.openai.metrics_url, spec.openai.metrics_interval_s, gauges).start()
 
     @staticmethod
     def _writes(writer: RequestWriter, gpu: str) -> Callable[[StageResult, RequestRecord], None]:
@@ -136,7 +151,8 @@ class Lifecycle:
                 return deadline_s if late else None
 
     def _finish(self, run_id: str, result: RunResult, parts: list[Part], observer: RunTelemetry,
-                recording: Recording | None, started: float, writer: RequestWriter | None) -> None:
+                recording: Recording | None, started: float, writer: RequestWriter | None,
+                scrape: ServerScrape | None = None) -> None:
         """Hardware, timeline, verdicts, spans and the store: each on its own, so one failing leaves the others."""
         end = time.perf_counter()
         try:
@@ -150,7 +166,8 @@ class Lifecycle:
                      for s in result.stages]
             load = [sample for part in parts for sample in part.ingest.load_samples()]
             result.timeline = timeline.build(started, spans, load,
-                                             recording.snapshots if recording is not None else [])
+                                             recording.snapshots if recording is not None else [],
+                                             scrape.timeline(started) if scrape is not None else None)
         except Exception:  # the hardware's boundary: a failing sampler means fewer figures, never a lost run
             log.exception("run %s: the hardware summary failed", run_id)
         if result.parts is not None:

@@ -329,6 +329,25 @@ class Metrics:
                                 "validity rules), 0 when it was not.")
         self.capacity = family(HotGauge, "benchd_capacity_requests_per_second",
                                "The highest request rate the latest capacity search found meeting the SLO (0: none).")
+        # An openai run's server, from its Prometheus page (openai.metrics_url): as of the latest read of the
+        # latest run of the workload (they stay at that value between runs; the timestamp says how old it is).
+        self.server_kv_usage = family(HotGauge, "benchd_server_kv_cache_usage_ratio",
+                                      "The server's KV-cache usage (0–1) by its own metrics.")
+        self.server_running = family(HotGauge, "benchd_server_requests_running",
+                                     "Requests the server reports running.")
+        self.server_waiting = family(HotGauge, "benchd_server_requests_waiting",
+                                     "Requests the server reports waiting (queued).")
+        self.server_preemptions = family(HotGauge, "benchd_server_run_preemptions",
+                                         "Requests the server preempted (vLLM) or retracted (SGLang) since the run "
+                                         "began.")
+        self.server_prefix_hit_rate = family(HotGauge, "benchd_server_prefix_cache_hit_ratio",
+                                             "Prompt tokens found in the server's prefix cache / looked up, since "
+                                             "the run began (SGLang without counters: its latest batch's).")
+        self.server_scraped = family(HotGauge, "benchd_server_last_scrape_timestamp_seconds",
+                                     "When the server's metrics were last read (Unix time).")
+        self.server_scrape_failures = family(HotCounter, "benchd_server_scrape_failures",
+                                             "Reads of the server's metrics that failed (refused, timed out, an "
+                                             "HTTP error, not Prometheus text, no known server).")
         self.regression = family(HotGauge, "benchd_regression_detected",
                                  "1 when the latest scheduled run is significantly slower than its workload's "
                                  "baseline on this metric.", ("workload", "metric"))

@@ -157,7 +157,37 @@ def _generation(summaries: list, timeline: dict | None, rows: list[dict], summar
     out.append(_section("Engine load", _load(stages, timeline, bands, missing), anchor="load", about="over the run"))
     out.append(_section("Hardware", _hardware(timeline, bands, missing), anchor="hardware",
                         about="over the run, from the daemon's hardware sampler"))
+    if (timeline or {}).get("server") is not None:
+        server = timeline["server"]
+        totals = [f"{label}: {fmt(v)}" for label, v, fmt in (
+            ("preemptions in the run", server.get("preemptions_total"), charts.number),
+            ("prefix-cache hit rate over the run", server.get("prefix_cache_hit_rate_run"), charts.percent))
+            if v is not None]
+        out.append(_section("Server", _server(server, bands), anchor="server",
+                            about="; ".join([f"{server.get('server') or 'unknown server'}, by its own metrics at "
+                                             f"{server['url']}, read every {server['interval_s']:g} s", *totals])))
     return out
+
+
+def _server(server: dict, bands: list[Band]) -> str:
+    """An openai run's server as its Prometheus page told it (server_scrape): requests, KV cache, prefix cache."""
+    t, warning, name = server["t"], server.get("warning"), server.get("server") or "the server"
+
+    def note(key: str) -> str | None:
+        return warning or (None if any(v is not None for v in server[key]) else f"{name} exports no such figure")
+
+    return _charts(
+        charts.lines("server-requests", "Requests in the server", [
+            Line("running", t, server["requests_running"]), Line("waiting", t, server["requests_waiting"])],
+            charts.number, bands, note=note("requests_running")),
+        charts.lines("server-kv-cache", "Server KV-cache usage", [Line("usage", t, server["kv_cache_usage"])],
+                     charts.percent, bands, y_max=1.0, note=note("kv_cache_usage")),
+        charts.lines("server-prefix-cache", "Prefix-cache hit rate (per interval)",
+                     [Line("hit rate", t, server["prefix_cache_hit_rate"])], charts.percent, bands, y_max=1.0,
+                     note=note("prefix_cache_hit_rate")),
+        charts.lines("server-preemptions", "Preemptions since the run began",
+                     [Line("preemptions", t, server["preemptions"])], charts.number, bands,
+                     note=note("preemptions")))
 
 
 def _itl(records: list[RequestRecord]) -> np.ndarray:

@@ -156,6 +156,9 @@ def print_summary(outcome: RunResult, console: Console | None = None) -> None:
         console.print(gpus)
     if outcome.hardware is not None:
         console.print(hardware_line(outcome.hardware), highlight=False)
+    server = (outcome.timeline or {}).get("server")
+    if server is not None and server.get("warning"):
+        console.print(f"warning: {server['warning']}", highlight=False)
 
 
 # ---- comparisons -----------------------------------------------------------------------------------

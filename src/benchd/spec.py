@@ -230,6 +230,10 @@ class OpenAIOptions(_Strict):
     connect_timeout_s: PositiveFloat = 10.0
     stall_timeout_s: PositiveFloat = 60.0  # no byte for this long: the request fails as a timeout
     request_timeout_s: PositiveFloat | None = None  # whole request, first byte to last
+    # The server's Prometheus page (vLLM, SGLang, TGI): read by the daemon every metrics_interval_s during the run
+    # into the run's server timeline and benchd_server_* gauges (benchd.server_metrics). None: not read.
+    metrics_url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] | None = None
+    metrics_interval_s: Annotated[float, Field(ge=0.1, le=60.0)] = 1.0
 
     @model_validator(mode="after")
     def _reserved(self) -> OpenAIOptions:

@@ -29,8 +29,9 @@ class StageSpan:
 
 
 def build(origin: float, stages: Sequence[StageSpan], load: Sequence[LoadSample],
-          snapshots: Sequence[Snapshot]) -> dict:
-    """Plain data (stored as JSON): every time is seconds from origin, the run's start."""
+          snapshots: Sequence[Snapshot], server: dict | None = None) -> dict:
+    """Plain data (stored as JSON): every time is seconds from origin, the run's start; server: an openai run's
+    server timeline (server_scrape.ServerScrape.timeline), when its metrics were read."""
     gpus: dict[str, dict[str, list[float | None]]] = {}
     inside = [s for s in snapshots if s.t >= origin - 1.0]  # the sample taken as the run began is kept
     for i, snapshot in enumerate(inside):
@@ -40,7 +41,7 @@ def build(origin: float, stages: Sequence[StageSpan], load: Sequence[LoadSample]
             series = gpus.setdefault(reading.gpu, {name: [None] * len(inside) for name in GPU_SERIES.values()})
             for key, name in GPU_SERIES.items():
                 series[name][i] = reading.values.get(key)
-    return {
+    built = {
         "stages": [{"index": s.index, "label": s.label, "start_s": s.start_s - origin,
                     "end_s": None if s.end_s is None else s.end_s - origin} for s in stages],
         "load": {"t": [x.t - origin for x in load], "running": [x.running for x in load],
@@ -49,3 +50,6 @@ def build(origin: float, stages: Sequence[StageSpan], load: Sequence[LoadSample]
         "hardware": {"t": [s.t - origin for s in inside], "cpu_utilization": [s.host.cpu_ratio for s in inside],
                      "gpus": gpus},
     }
+    if server is not None:
+        built["server"] = server
+    return built
