@@ -33,10 +33,11 @@ sys.path.insert(0, str(ROOT))  # tests.fake_nvml for --smoke
 from nvidia_smi import parse, parse_nvlink  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
+from benchd.exposition import NodeRegistry  # noqa: E402
 from benchd.gauges import HardwareCollector, families  # noqa: E402
 from benchd.hardware import HardwareReader  # noqa: E402
 from benchd.host import HostReader  # noqa: E402
-from benchd.metrics import Metrics, NodeRegistry  # noqa: E402
+from benchd.metrics import Metrics  # noqa: E402
 from benchd.nvml import NVMLReader  # noqa: E402
 from benchd.nvml_fields import gpu_fields  # noqa: E402
 from benchd.sampler import HardwareSampler  # noqa: E402

@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
+from benchd.exposition import NodeRegistry
 from benchd.gauges import HardwareCollector
 from benchd.hardware import HardwareReader
 from benchd.host import HostReader
-from benchd.metrics import NodeRegistry
 from benchd.nvml import NVMLReader, visible_devices
 from benchd.sampler import HardwareSampler
 from tests.fake_nvml import (

@@ -7,32 +7,31 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.concurrency import run_in_threadpool
 
 import benchd
 from benchd.api import compare, health, matrices, runs, schedules
 from benchd.api.admission import Memory
 from benchd.api.deps import Services
 from benchd.api.guard import validation_detail
+from benchd.api.schemas import RETRY_AFTER_S
 from benchd.config import Settings
-from benchd.events import RunEvents
-from benchd.gauges import HardwareCollector
-from benchd.hardware import HardwareReader
-from benchd.metrics import Metrics, NodeRegistry
-from benchd.otel import build_genai_metrics
-from benchd.sampler import HardwareSampler
 from benchd.daemon import Daemon
 from benchd.devices import Slot, resolve
+from benchd.events import RunEvents
+from benchd.exposition import NodeRegistry
+from benchd.gauges import HardwareCollector
+from benchd.hardware import HardwareReader
+from benchd.metrics import Metrics
+from benchd.otel import build_genai_metrics
+from benchd.sampler import HardwareSampler
 from benchd.schedules import DEFAULT_SCHEDULE_SPEC
 from benchd.spec import RunSpec
 from benchd.store import Store, StoreUnavailable
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
-
-
-from benchd.api.schemas import RETRY_AFTER_S
 
 
 def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader] = HardwareReader.default) -> FastAPI:

@@ -14,7 +14,7 @@ from benchd.api.schemas import RETRY_AFTER_S
 from benchd.config import Settings
 from benchd.daemon import Daemon
 from benchd.events import RunEvents
-from benchd.metrics import NodeRegistry
+from benchd.exposition import NodeRegistry
 from benchd.sampler import HardwareSampler
 from benchd.spec import RunSpec
 from benchd.store import Store
