@@ -4,12 +4,10 @@ order, retried through outages); reads go to the database and raise StoreUnavail
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ from benchd.records import RequestRecord, summarize
 from benchd.spec import RunSpec
 from benchd.store import migrate
 from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings
-from benchd.store.spool import Spool, SpoolState, unreachable
+from benchd.store.spool import Spool, SpoolState, dumps, unreachable
 
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
 # How long a caller that needs its write visible (a new run's row) waits for it before going on spooled.
@@ -102,7 +100,7 @@ class Store:
         postgresql = sa.make_url(url).get_backend_name() == "postgresql"
         connect_args = {"connect_timeout": 5, "client_encoding": "utf8"} if postgresql else {}
         self.engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args,
-                                       json_serializer=partial(json.dumps, ensure_ascii=False))
+                                       json_serializer=lambda value: dumps(value).decode())
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             # pysqlite begins transactions itself, and not before DDL: benchd begins them, so that a migration
