@@ -216,3 +216,23 @@ def test_cpu_threads_hold_in_the_generation_thread_while_the_engine_runs(tiny, m
     with pytest.raises(RuntimeError, match="no cache"):
         engine.start()
     assert torch.get_num_threads() == 2  # and when it fails to start
+
+
+def test_a_warm_engine_forgets_the_prefixes_an_earlier_run_cached(tiny):
+    """transformers keeps finished requests' complete blocks for prefix sharing across sessions: the same seeded
+    prompts in the next run would skip their prefill. forget() drops them, and the next request computes its own."""
+    from benchd.engines.transformers_cb import cached_prefix_blocks
+
+    engine = create_engine(tiny, make_spec())
+    engine.start()
+    try:
+        cache = engine._manager.batch_processor.cache
+        prompt = prompts(1, seed=9, low=48, high=49)[0]  # three complete 16-token blocks
+        run_requests(engine, [GenerationRequest("first", prompt, 8)])
+        assert cached_prefix_blocks(cache) >= 3
+        engine.forget()
+        assert cached_prefix_blocks(cache) == 0 and engine.load().kv_blocks_used == 0
+        sink = run_requests(engine, [GenerationRequest("again", prompt, 8)])  # still serves, from scratch
+        assert sink.ends["again"][1] is None and len(sink.token_ids["again"]) == 8
+    finally:
+        engine.stop()

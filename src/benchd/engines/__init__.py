@@ -62,6 +62,10 @@ class Engine(Protocol):
     def start(self) -> None:
         """Allocate caches, warm up (CUDA graphs), start threads. Not timed as part of any run."""
 
+    def forget(self) -> None:
+        """Before each run on a started engine, none running: nothing an earlier run left (cached prefixes) may
+        serve this one."""
+
     def submit(self, request: GenerationRequest, sink: TokenSink) -> None:
         """Thread-safe and non-blocking; every submitted request ends with exactly one sink.finished."""
 

@@ -142,6 +142,10 @@ class OpenAIEngine:
         ours.settimeout(None)
         return _Client(process, ours, threading.Lock(), FrameReader(), set())
 
+    def forget(self) -> None:
+        """What the server caches is its own (vLLM's prefix cache lasts across runs: reset it there, or vary the
+        workload's seed, when that matters)."""
+
     def alive(self) -> bool:
         return (self._alive and self._receiver is not None and self._receiver.is_alive()
                 and all(c.process.poll() is None for c in self._clients))

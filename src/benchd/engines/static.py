@@ -102,6 +102,9 @@ class StaticEngine:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def forget(self) -> None:
+        """generate() keeps nothing from one batch to the next."""
+
     def load(self) -> EngineLoad:
         return EngineLoad(running=len(self._running), waiting=len(self._waiting))
 

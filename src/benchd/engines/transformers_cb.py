@@ -84,6 +84,22 @@ def kv_blocks(cache) -> tuple[int, int]:
     return total - round(free_bytes / capacity * total), total
 
 
+def cached_prefix_blocks(cache) -> int:
+    """Blocks no request references that the cache keeps for prefix sharing (the complete blocks of finished ones)."""
+    if hasattr(cache, "evict_cached_blocks"):  # 5.18+: a ledger of cached blocks per allocator
+        return sum(len(allocator.ledger.cached_blocks) for allocator in cache.cache_allocators.values())
+    return len(cache._block_manager._init_block_ids)  # 5.17: the initialized (complete, unreferenced) blocks
+
+
+def forget_prefixes(cache) -> None:
+    """Every cached prefix dropped, as transformers drops them under memory pressure. Call with no request running."""
+    if hasattr(cache, "evict_cached_blocks"):  # 5.18+
+        cache.evict_cached_blocks()
+        return
+    manager = cache._block_manager  # 5.17: asking for every free block uninitializes the initialized ones
+    manager.has_enough_free_blocks(manager.num_free_blocks)
+
+
 @dataclass(slots=True)
 class _Stream:
     sink: TokenSink
@@ -131,6 +147,14 @@ class TransformersEngine:
         self._stopping.clear()
         self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
         self._consumer.start()
+
+    def forget(self) -> None:
+        """A warm engine keeps the complete blocks of finished requests for prefix sharing (transformers keeps them
+        across generation sessions), and a run of the same seeded prompts after another found every prompt cached:
+        prefill skipped, TTFT p50 350 ms instead of 3.3 s for the reference workload on an H100. Each run starts
+        with none (sharing within a run is kept)."""
+        if self._manager is not None and self._manager.batch_processor is not None:
+            forget_prefixes(self._manager.batch_processor.cache)
 
     def follow(self) -> None:
         """On a tensor-parallel rank other than the driver (rank 0): run the batching loop in step with the

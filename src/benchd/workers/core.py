@@ -152,6 +152,9 @@ class WorkerCore:
                                           loaded.special_ids).__next__
         self._phase(outbox, "start")
         engine = self._engine_for(spec)
+        if self.group is None:  # a warm engine: nothing an earlier run cached serves this one
+            engine.forget()  # (not in a tensor-parallel group: its ranks' caches must stay alike, and only rank 0
+            # hears from the daemon between runs; its runs keep their predecessors' prefixes)
         metadata = collect(self._loaded.device if not server else None, spec.model, spec.label, load_s)
         if server:
             metadata.device_name = spec.openai.base_url
