@@ -179,6 +179,8 @@ class Accounting:
         self.totals.clear()
         process, caller = time.process_time(), time.thread_time()
         row = fn()
+        if "process_cpu_s" in row:  # measured in a process of its own (bare-fresh): its accounting is its own
+            return row
         row["caller_cpu_s"] = time.thread_time() - caller
         row["process_cpu_s"] = time.process_time() - process
         row.update(self.totals)
@@ -220,6 +222,21 @@ def local(loaded, spec, telemetry, hardware) -> dict:
     return row_of(outcome.summaries()[0], outcome.hardware)
 
 
+SCRAPER = """
+import sys, time, httpx
+url, path = sys.argv[1], sys.argv[2]
+headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
+with httpx.Client(base_url=url, timeout=10) as http, open(path, "a", buffering=1) as out:
+    next_at = time.perf_counter()
+    while True:
+        next_at += 1.0
+        time.sleep(max(0.0, next_at - time.perf_counter()))
+        start = time.perf_counter()
+        http.get("/metrics", headers=headers)
+        out.write(f"{start} {time.perf_counter() - start}\\n")
+"""
+
+
 class Daemon:
     """`benchd serve` in its own process, its worker warmed with the spec's model; scraped every second with the
     OpenMetrics Accept header, as Prometheus does, each scrape's latency kept with its time."""
@@ -235,8 +252,8 @@ class Daemon:
         self.process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT,
                                         stdout=self.log, stderr=self.log)
         self.http = httpx.Client(base_url=self.url, timeout=60)
-        self.scrapes: list[tuple[float, float]] = []  # (when, seconds)
-        self._stop = threading.Event()
+        self.scrapes_path = f"{work}/scrapes.txt"
+        self.scraper: subprocess.Popen | None = None
         deadline = time.monotonic() + 900
         while True:
             try:
@@ -247,14 +264,18 @@ class Daemon:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 raise SystemExit(f"the daemon did not get ready: see {work}/daemon.log")
             time.sleep(0.5)
-        threading.Thread(target=self._scrape, daemon=True).start()
+        # The scraper is a process of its own, as Prometheus is: in this one, the thread polling the run's status
+        # (and decoding its summary) shared the GIL with it and showed as scrape latency. perf_counter() stamps are
+        # CLOCK_MONOTONIC, comparable across processes.
+        self.scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, self.url, self.scrapes_path])
 
-    def _scrape(self) -> None:
-        headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
-        while not self._stop.wait(1.0):
-            start = time.perf_counter()
-            self.http.get("/metrics", headers=headers)
-            self.scrapes.append((start, time.perf_counter() - start))
+    def scrapes(self) -> list[tuple[float, float]]:
+        """(when, seconds) of every scrape so far."""
+        try:
+            with open(self.scrapes_path) as f:
+                return [(float(a), float(b)) for a, b in (line.split() for line in f if line.count(" ") == 1)]
+        except FileNotFoundError:
+            return []
 
     def run(self, spec) -> dict:
         started = time.perf_counter()
@@ -266,7 +287,7 @@ class Daemon:
         ended = time.perf_counter()
         row = row_of(StageSummary.model_validate(run["summary"][0]),
                      HardwareSummary.model_validate(run["hardware"]) if run["hardware"] else None)
-        during = sorted(seconds for t, seconds in self.scrapes if started <= t <= ended)
+        during = sorted(seconds for t, seconds in self.scrapes() if started <= t <= ended)
         if during:
             row.update(metrics_p50_ms=float(np.percentile(during, 50)) * 1e3,
                        metrics_p99_ms=float(np.percentile(during, 99)) * 1e3, metrics_max_ms=during[-1] * 1e3,
@@ -274,7 +295,9 @@ class Daemon:
         return row
 
     def close(self) -> None:
-        self._stop.set()
+        if self.scraper is not None:
+            self.scraper.kill()
+            self.scraper.wait()
         self.process.terminate()
         self.process.wait(120)
 
@@ -283,7 +306,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", nargs="*", default=["bare", "daemon"],
-                        help="bare, bare-mrpb1024 (max_requests_per_batch 1,024, as benchd resolved it), "
+                        help="bare, bare-fresh (bare in a process of its own for each run, the model loaded "
+                             "and warmed there, as the daemon's worker is for each daemon run), "
+                             "bare-mrpb1024 (max_requests_per_batch 1,024, as benchd resolved it), "
                              "bare-frozen (gc.freeze() before the run), daemon (through a live daemon, everything "
                              "on), local (benchd's worker core in this process, everything on), local-off (nothing "
                              "exported, no sampler); any mode as MODE@N runs the engine with torch at N intra-op "
@@ -291,12 +316,20 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
+    parser.add_argument("--one-bare", metavar="SPEC_JSON", help=argparse.SUPPRESS)  # what bare-fresh starts
     args = parser.parse_args()
+    if args.one_bare:
+        one_spec = parse_spec(json.loads(args.one_bare))
+        one_loaded = load_model(one_spec.model, one_spec.dtype, one_spec.device, seed=0)
+        bare(one_loaded, one_spec)  # untimed, as in this process: first-use costs (CUDA graphs, kernels)
+        print(json.dumps(Accounting().measure(lambda: bare(one_loaded, one_spec))), flush=True)
+        return
     # Each mode runs on what main() sets up below (loaded, telemetry, hardware, quiet): checked before that.
     modes = {
         "bare": lambda spec: bare(loaded, spec),
         "bare-mrpb1024": lambda spec: bare(loaded, spec, max_requests_per_batch=1024),
         "bare-frozen": lambda spec: frozen(lambda: bare(loaded, spec)),
+        "bare-fresh": lambda spec: fresh_bare(spec),
         "daemon": lambda spec: daemon_run(spec),
         "local": lambda spec: local(loaded, spec, telemetry, hardware),
         "local-off": lambda spec: local(loaded, spec, quiet, None),
@@ -323,7 +356,9 @@ def main() -> None:
         # in this process found a cache a third the size after the first daemon run (770 batches instead of 265).
         # 1,024 blocks of 256 tokens: twice what 256 requests of 512 tokens need.
         spec = with_options(spec, num_blocks=1024)
-    loaded = load_model(spec.model, spec.dtype, spec.device, seed=0)
+    in_process = {"bare", "bare-mrpb1024", "bare-frozen", "local", "local-off"}
+    loaded = (load_model(spec.model, spec.dtype, spec.device, seed=0)
+              if any(split_mode(mode)[0] in in_process for mode in args.modes) else None)
     receiver = subprocess.Popen([sys.executable, "-m", "tests.otlp"], cwd=ROOT, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
     endpoint = receiver.stdout.readline().strip()
@@ -338,15 +373,28 @@ def main() -> None:
     def daemon_run(run_spec) -> dict:
         """A daemon started for this run and stopped after it: its worker keeps its engine, and the KV cache and
         CUDA graph pool with it, warm between runs, and on one GPU the bare runs would find that memory taken.
-        Bare runs give theirs back too (empty_cache after each)."""
+        Bare runs give theirs back too (empty_cache after each). Like bare, one untimed run comes first."""
         daemons.append(Daemon(spec, endpoint, tempfile.mkdtemp(prefix="benchd-overhead-"), 18765 + len(daemons)))
         try:
+            # Untimed first, as bare's: the run's engine (its own KV-cache size) is new in the worker, and its first
+            # run pays first-use costs (CUDA graphs for each batch shape) that a daemon's warm engine does not.
+            daemons[-1].run(run_spec)
             return daemons[-1].run(run_spec)
         finally:
             daemons[-1].close()
+    def fresh_bare(run_spec) -> dict:
+        """Bare generate_batch in a new process: whatever a long-lived bench process accumulates across rounds
+        (two invocations saw in-process bare slow down round after round while the daemon's runs, each in a new
+        process, did not) is out of the comparison."""
+        done = subprocess.run([sys.executable, __file__, "--one-bare", json.dumps(run_spec.model_dump(mode="json"))],
+                              cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"bare-fresh failed:\n{done.stderr[-3000:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
     rows = {mode: [] for mode in args.modes}
     accounting = Accounting()
-    bare(loaded, spec)  # untimed: first-use costs of both paths
+    if loaded is not None:
+        bare(loaded, spec)  # untimed: first-use costs of both paths
     for round_ in range(args.repeats):
         # Each round runs the modes in the reverse order of the one before (ABBA): whatever drifts within the
         # process (clocks, memory, the machine's neighbours) does not favour the mode that always runs first.
@@ -423,7 +471,7 @@ def baseline(mode: str, modes: list[str]) -> str | None:
     """What a mode is compared with: bare at the same thread count (bare@N against bare), else bare."""
     name, threads = split_mode(mode)
     same_threads = f"bare@{threads}" if threads is not None else "bare"
-    for base in (same_threads, "bare") if name != "bare" else ("bare",):
+    for base in (same_threads, "bare-fresh", "bare") if name != "bare" else ("bare",):
         if base in modes and base != mode:
             return base
     return None
