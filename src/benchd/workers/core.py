@@ -212,6 +212,9 @@ class WorkerCore:
         if self._engine is not None:
             self._engine.stop()
             self._engine = self._engine_key = None
+            # Its KV cache and CUDA graph pool back to the device: the next engine sizes its cache from the memory
+            # the device reports free, which leaves out what torch's allocator keeps cached.
+            _release_memory()
 
     # ---- a timed run -----------------------------------------------------------------------------
 
