@@ -15,18 +15,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_overhead_script_accounts_for_both_paths(tmp_path):
     done = subprocess.run([sys.executable, "bench/gpu_overhead.py", "--smoke", "--repeats", "1",
-                           "--modes", "bare", "local", "daemon"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "OUT": str(tmp_path)}, check=False)
+                           "--modes", "bare", "bare-fresh", "local", "daemon"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "daemon / bare output tok/s by pair" in done.stdout and "local / bare output tok/s by pair" in done.stdout
+    assert "daemon / bare-fresh output tok/s by pair" in done.stdout
+    assert "local / bare-fresh output tok/s by pair" in done.stdout
     result = json.loads((tmp_path / "overhead.json").read_text())
-    bare, local, daemon = (result["runs"][mode][0] for mode in ("bare", "local", "daemon"))
+    bare, fresh, local, daemon = (result["runs"][mode][0] for mode in ("bare", "bare-fresh", "local", "daemon"))
+    assert fresh["tokens"] == 16 * 32 and fresh["step_calls"] > 0 and fresh["process_cpu_s"] > 0  # its own process
     for row in (bare, local):
         assert row["tokens"] == 16 * 32 and row["step_calls"] > 0 and row["schedule_calls"] >= row["step_calls"]
         assert row["generation_cpu_s"] > 0 and row["batches"] > 0
     assert bare["q_tokens"] >= 16 * 32 and local["q_tokens"] >= 16 * 32  # every prompt token went through
     assert local["consumer_cpu_s"] > 0 and "consumer_cpu_s" not in bare
     assert daemon["tokens"] == 16 * 32 and daemon["output_tok_s"] > 0
+
+
+def test_metrics_page_script_writes_both_pages_both_ways():
+    done = subprocess.run([sys.executable, "bench/metrics_page.py", "--workloads", "2", "--repeats", "3"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("prometheus_client") == 2 and "OpenMetrics:" in done.stdout
 
 
 def test_node_cost_script_measures_the_daemon_and_its_worker_idle_and_in_a_run():
