@@ -468,10 +468,11 @@ def split_mode(mode: str) -> tuple[str, int | None]:
 
 
 def baseline(mode: str, modes: list[str]) -> str | None:
-    """What a mode is compared with: bare at the same thread count (bare@N against bare), else bare."""
+    """What a mode is compared with: bare at the same thread count (bare@N against bare), else bare-fresh, else
+    bare."""
     name, threads = split_mode(mode)
-    same_threads = f"bare@{threads}" if threads is not None else "bare"
-    for base in (same_threads, "bare-fresh", "bare") if name != "bare" else ("bare",):
+    bases = (f"bare@{threads}",) if threads is not None else ()
+    for base in (*bases, "bare-fresh", "bare") if name != "bare" else ("bare",):
         if base in modes and base != mode:
             return base
     return None
