@@ -4,7 +4,9 @@ sampler at 1 s, and /metrics scraped every second as Prometheus would, each scra
 `generate_batch` in this process with the same continuous-batching configuration, alternating (each round in the
 reverse order of the one before), with the pairs' throughput ratios and a bootstrap interval. The `local` mode
 runs benchd's worker core in this process instead (the runner and engine without the process split), with an
-account of where the generation thread's time went (see Accounting).
+account of where the generation thread's time went (see bench/accounting.py). `local-warm` keeps one core and its
+engine warm across runs, as a daemon's worker does, and is paired with `local` (a new engine each run): a daemon's
+timed run is always its warm engine's second, so this separates a warm engine from the process split.
 
     python bench/gpu_overhead.py [--repeats 8] [--modes bare daemon local bare@16 daemon@16 …]
     python bench/gpu_overhead.py --smoke      # the tiny model on the CPU: checks the script
@@ -25,34 +27,30 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import defaultdict
+import uuid
 
 import numpy as np
 import torch
+from accounting import Accounting, frozen
 from common import REFERENCE, ROOT, environment
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from prometheus_client import CollectorRegistry
-from transformers.generation.continuous_batching.continuous_api import (
-    ContinuousBatchingManager,
-    ContinuousBatchProcessor,
-)
-from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingIOs
 
 import httpx
 
-from benchd import runner
-from benchd.engines.transformers_cb import TransformersEngine, cb_config, cpu_threads
+from benchd.engines.transformers_cb import cb_config, cpu_threads
 from benchd.hardware import HardwareReader
+from benchd.lifecycle import Lifecycle
 from benchd.metrics import Metrics
 from benchd.models import greedy_config, load_model
 from benchd.records import StageSummary
 from benchd.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import parse_spec
+from benchd.stopping import StopSignal
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
-from benchd.workers.local import run_local
+from benchd.workers.local import LocalPool, run_local
 from benchd.workload import contents
 
 LATENCIES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms")
@@ -96,110 +94,6 @@ def _bare(loaded, spec, **config) -> dict:
             **{f"itl_p{p}_ms": float(np.percentile(itl, p)) * 1e3 for p in (50, 90, 99)}}
 
 
-class Accounting:
-    """Where the time of one measurement goes, from wrappers on transformers' and benchd's methods (a clock read
-    or two a call, the same in every mode): the generation thread's CPU time; for each phase of its steps — the
-    CPU phases (scheduling the next batch, updating the requests) and the step proper (launch, then wait for the
-    GPU) — the calls, the wall time and the thread's CPU time, so wall − CPU of a CPU phase is time spent waiting
-    for the GIL; the result consumer's CPU time; the calling thread's; the whole process's; and the cyclic garbage
-    collector's passes by generation, with the time they held the interpreter (every thread waits on them) and the
-    part the generation thread triggered."""
-
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = defaultdict(float)
-        self._wrap(ContinuousBatchProcessor, "prepare_next_batch", "schedule")
-        self._wrap(ContinuousBatchProcessor, "update_batch", "update")
-        self._wrap(ContinuousBatchingManager, "_generation_step", "step")
-        self._wrap(TransformersEngine, "_poll_live", "poll")
-        self._wrap(runner.Stage, "_sample_load", "sample")
-        self._wrap_thread(ContinuousBatchingManager, "_run_generation_loop", "generation_cpu_s")
-        self._wrap_thread(TransformersEngine, "_consume", "consumer_cpu_s")
-        self._wrap_batches()
-        self.generation_threads: set[int] = set()
-        self._gc_start = 0.0
-        gc.callbacks.append(self._on_gc)
-
-    def _on_gc(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._gc_start = time.perf_counter()
-            return
-        duration, generation = time.perf_counter() - self._gc_start, info["generation"]
-        self.totals[f"gc{generation}_n"] += 1
-        self.totals[f"gc{generation}_s"] += duration
-        if threading.get_ident() in self.generation_threads:
-            self.totals["gc_in_generation_s"] += duration
-
-    def _wrap(self, cls, name: str, phase: str) -> None:
-        original, totals = getattr(cls, name), self.totals
-
-        def timed(*args, **kwargs):
-            wall, cpu = time.perf_counter(), time.thread_time()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                totals[f"{phase}_wall_s"] += time.perf_counter() - wall
-                totals[f"{phase}_cpu_s"] += time.thread_time() - cpu
-                totals[f"{phase}_calls"] += 1
-
-        setattr(cls, name, timed)
-
-    def _wrap_batches(self) -> None:
-        """What the scheduler put in each batch: query tokens, cache tokens read, and their product (the CPU builds
-        an attention mask of query × (cache + query) elements for paged sdpa on every step)."""
-        original, totals = ContinuousBatchingIOs.prepare_batch_tensors, self.totals
-
-        def counted(io, requests_in_batch, logits_processors, use_decode_fast_path, num_q_tokens, max_kv_read,
-                    use_padding):
-            if not totals.get("batches"):
-                totals["first_batch_requests"] = len(requests_in_batch)
-            totals["batches"] += 1
-            totals["q_tokens"] += num_q_tokens
-            totals["kv_read_tokens"] += max_kv_read
-            totals["mask_elements"] += num_q_tokens * (max_kv_read + num_q_tokens)
-            return original(io, requests_in_batch, logits_processors, use_decode_fast_path, num_q_tokens,
-                            max_kv_read, use_padding)
-
-        ContinuousBatchingIOs.prepare_batch_tensors = counted
-
-    def _wrap_thread(self, cls, name: str, key: str) -> None:
-        original, totals = getattr(cls, name), self.totals
-
-        def whole(*args, **kwargs):
-            if key == "generation_cpu_s":
-                self.generation_threads.add(threading.get_ident())
-            cpu = time.thread_time()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                totals[key] += time.thread_time() - cpu
-
-        setattr(cls, name, whole)
-
-    def measure(self, fn) -> dict:
-        self.totals.clear()
-        process, caller = time.process_time(), time.thread_time()
-        row = fn()
-        if "process_cpu_s" in row:  # measured in a process of its own (bare-fresh): its accounting is its own
-            return row
-        row["caller_cpu_s"] = time.thread_time() - caller
-        row["process_cpu_s"] = time.process_time() - process
-        row.update(self.totals)
-        for phase in ("schedule", "update"):
-            row[f"{phase}_gil_wait_s"] = row.get(f"{phase}_wall_s", 0.0) - row.get(f"{phase}_cpu_s", 0.0)
-        return row
-
-
-def frozen(fn):
-    """With every object alive before the run moved out of the garbage collector's reach (gc.freeze(), as vLLM does
-    after start-up): its full passes then scan only what the run allocates."""
-    gc.collect()
-    gc.freeze()
-    try:
-        return fn()
-    finally:
-        gc.unfreeze()
-
-
 def row_of(summary, hardware=None) -> dict:
     s = summary
     return {"output_tok_s": s.output_tokens_per_s, "tokens": s.output_tokens,
@@ -209,13 +103,18 @@ def row_of(summary, hardware=None) -> dict:
             "energy_per_token_mj": (hardware.energy_per_output_token_joules or 0) * 1e3 if hardware else None}
 
 
-def local(loaded, spec, telemetry, hardware) -> dict:
-    """benchd's worker core and lifecycle in this process (no process split, no HTTP)."""
+def local(loaded, spec, telemetry, hardware, pool: LocalPool | None = None) -> dict:
+    """benchd's worker core and lifecycle in this process (no process split, no HTTP): a core of its own for the
+    run, or the pool's, whose engine stays warm from one run to the next as in a daemon's worker."""
     sampler = HardwareSampler(hardware, interval_s=1.0) if hardware is not None else None
     if sampler is not None:
         sampler.start()
     try:
-        outcome = run_local(spec, loaded=loaded, telemetry=telemetry, hardware=sampler)
+        if pool is None:
+            outcome = run_local(spec, loaded=loaded, telemetry=telemetry, hardware=sampler)
+        else:
+            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, StopSignal(),
+                                                                  None)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -310,7 +209,9 @@ def main() -> None:
                              "and warmed there, as the daemon's worker is for each daemon run), "
                              "bare-mrpb1024 (max_requests_per_batch 1,024, as benchd resolved it), "
                              "bare-frozen (gc.freeze() before the run), daemon (through a live daemon, everything "
-                             "on), local (benchd's worker core in this process, everything on), local-off (nothing "
+                             "on), local (benchd's worker core in this process, everything on, a new engine each run), "
+                             "local-warm (the same, one core and engine kept warm across runs, as a daemon's worker "
+                             "does), local-off (nothing "
                              "exported, no sampler); any mode as MODE@N runs the engine with torch at N intra-op "
                              "threads (transformers.cpu_threads: bare@16, daemon@16), and is paired with bare@N")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -333,6 +234,7 @@ def main() -> None:
         "daemon": lambda spec: daemon_run(spec),
         "local": lambda spec: local(loaded, spec, telemetry, hardware),
         "local-off": lambda spec: local(loaded, spec, quiet, None),
+        "local-warm": lambda spec: local(loaded, spec, telemetry, hardware, warm_pool),
     }
     for mode in args.modes:
         try:
@@ -356,7 +258,7 @@ def main() -> None:
         # in this process found a cache a third the size after the first daemon run (770 batches instead of 265).
         # 1,024 blocks of 256 tokens: twice what 256 requests of 512 tokens need.
         spec = with_options(spec, num_blocks=1024)
-    in_process = {"bare", "bare-mrpb1024", "bare-frozen", "local", "local-off"}
+    in_process = {"bare", "bare-mrpb1024", "bare-frozen", "local", "local-off", "local-warm"}
     loaded = (load_model(spec.model, spec.dtype, spec.device, seed=0)
               if any(split_mode(mode)[0] in in_process for mode in args.modes) else None)
     receiver = subprocess.Popen([sys.executable, "-m", "tests.otlp"], cwd=ROOT, stdin=subprocess.PIPE,
@@ -393,8 +295,11 @@ def main() -> None:
         return json.loads(done.stdout.strip().splitlines()[-1])
     rows = {mode: [] for mode in args.modes}
     accounting = Accounting()
-    if loaded is not None:
-        bare(loaded, spec)  # untimed: first-use costs of both paths
+    warm_pool = LocalPool(loaded) if any(split_mode(mode)[0] == "local-warm" for mode in args.modes) else None
+    if warm_pool is not None:  # untimed: first-use costs of every path, and the pool's engine runs once, stays warm
+        local(loaded, spec, quiet, None, warm_pool)
+    elif loaded is not None:
+        bare(loaded, spec)  # untimed: first-use costs of every path
     for round_ in range(args.repeats):
         # Each round runs the modes in the reverse order of the one before (ABBA): whatever drifts within the
         # process (clocks, memory, the machine's neighbours) does not favour the mode that always runs first.
@@ -412,6 +317,8 @@ def main() -> None:
                   f"KV read {row.get('kv_read_tokens', 0):.4g}, mask {row.get('mask_elements', 0):.4g}"
                   + (f", dispatch lag max {row['dispatch_lag_max_ms']:.1f} ms" if "dispatch_lag_max_ms" in row else ""),
                   flush=True)
+    if warm_pool is not None:
+        warm_pool.stop()
     telemetry.shutdown()
     spans, metric_exports = receiver.communicate("", timeout=60)[0].split()  # tests/otlp.py's two counts
     median = {mode: {k: statistics.median(r.get(k) or 0.0 for r in runs) for k in set().union(*runs)}
@@ -468,10 +375,10 @@ def split_mode(mode: str) -> tuple[str, int | None]:
 
 
 def baseline(mode: str, modes: list[str]) -> str | None:
-    """What a mode is compared with: bare at the same thread count (bare@N against bare), else bare-fresh, else
-    bare."""
+    """What a mode is compared with: bare at the same thread count (bare@N against bare), else local for local-warm
+    (a warm engine against a new one), else bare-fresh, else bare."""
     name, threads = split_mode(mode)
-    bases = (f"bare@{threads}",) if threads is not None else ()
+    bases = (f"bare@{threads}",) if threads is not None else ("local",) if name == "local-warm" else ()
     for base in (*bases, "bare-fresh", "bare") if name != "bare" else ("bare",):
         if base in modes and base != mode:
             return base

@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_overhead_script_accounts_for_both_paths(tmp_path):
     done = subprocess.run([sys.executable, "bench/gpu_overhead.py", "--smoke", "--repeats", "1",
-                           "--modes", "bare", "bare-fresh", "local", "daemon"], cwd=ROOT, capture_output=True,
+                           "--modes", "bare", "bare-fresh", "local", "local-warm", "daemon"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "daemon / bare-fresh output tok/s by pair" in done.stdout
     assert "local / bare-fresh output tok/s by pair" in done.stdout
+    assert "local-warm / local output tok/s by pair" in done.stdout  # a warm engine against a new one
     result = json.loads((tmp_path / "overhead.json").read_text())
     bare, fresh, local, daemon = (result["runs"][mode][0] for mode in ("bare", "bare-fresh", "local", "daemon"))
     assert fresh["tokens"] == 16 * 32 and fresh["step_calls"] > 0 and fresh["process_cpu_s"] > 0  # its own process
@@ -29,6 +30,8 @@ def test_overhead_script_accounts_for_both_paths(tmp_path):
     assert bare["q_tokens"] >= 16 * 32 and local["q_tokens"] >= 16 * 32  # every prompt token went through
     assert local["consumer_cpu_s"] > 0 and "consumer_cpu_s" not in bare
     assert daemon["tokens"] == 16 * 32 and daemon["output_tok_s"] > 0
+    warm = result["runs"]["local-warm"][0]
+    assert warm["tokens"] == 16 * 32 and warm["step_calls"] > 0 and warm["q_tokens"] >= 16 * 32
 
 
 def test_metrics_page_script_writes_both_pages_both_ways():
