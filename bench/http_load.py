@@ -2,7 +2,7 @@
 unloaded and under 200 concurrent HTTP clients hammering GET /metrics and GET /runs, pairs alternating in one
 invocation (ABAB…): the run's TTFT p99, output tok/s and dispatch lag p99 side by side, and the scrape latency.
 
-    python bench/http_load.py [--pairs 3] [--clients 200] [--rate 5] [--requests 60]
+    python bench/http_load.py [--pairs 3] [--clients 200] [--rate 5] [--requests 60] [--cpu-threads N]
 
 Runs on the project's 2-core CPU machine (no GPU); prints a table and writes results.json under --out."""
 
@@ -25,8 +25,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def workload(rate: float, requests: int) -> dict:
-    return {"name": "http-load", "transformers": {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256},
+def workload(rate: float, requests: int, cpu_threads: int | None = None) -> dict:
+    engine = {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256}
+    return {"name": "http-load", "transformers": {**engine, **({"cpu_threads": cpu_threads} if cpu_threads else {})},
             "workload": {"arrivals": {"profile": "poisson", "rate": rate}, "stop": {"requests": requests},
                          "warmup": {"requests": 4}, "prompt_tokens": {"dist": "fixed", "value": 32},
                          "output_tokens": {"dist": "fixed", "value": 32}}}
@@ -89,6 +90,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=5.0)
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--port", type=int, default=18321)
+    parser.add_argument("--cpu-threads", type=int, help="the engine's torch threads (transformers.cpu_threads); "
+                        "default torch's, one a core")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
 
@@ -111,7 +114,7 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise SystemExit(f"the daemon did not get ready: see {work / 'daemon.log'}")
             time.sleep(0.2)
-        body = workload(args.rate, args.requests)
+        body = workload(args.rate, args.requests, args.cpu_threads)
         measure(http, body)  # warm: the engine starts and keeps its configuration
         expected_s = (args.requests + 4) / args.rate + 5
         rows = []
@@ -134,6 +137,7 @@ def main() -> int:
     finally:
         daemon.terminate()
         daemon.wait(60)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "http_load.json").write_text(json.dumps(rows, indent=2))
 
     def ratio(key: str) -> list[float]:

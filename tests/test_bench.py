@@ -198,3 +198,14 @@ def test_server_page_script_prints_both_costs():
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "benchd's read:" in done.stdout and "the whole page parsed:" in done.stdout
+
+
+def test_http_load_script_pairs_an_unloaded_and_a_loaded_run(tmp_path):
+    done = subprocess.run([sys.executable, "bench/http_load.py", "--pairs", "1", "--clients", "4", "--rate", "20",
+                           "--requests", "8", "--cpu-threads", "1", "--port", str(free_port()), "--out",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    row = json.loads((tmp_path / "out" / "http_load.json").read_text())[0]
+    assert row["unloaded"]["status"] == row["loaded"]["status"] == "succeeded"
+    assert row["metrics_requests"] > 0 and row["runs_requests"] > 0 and row["errors"] == 0
+    assert "median loaded/unloaded: TTFT p99" in done.stdout
