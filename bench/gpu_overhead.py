@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 import numpy as np
 import torch
@@ -41,13 +40,11 @@ import httpx
 
 from benchd.engines.transformers_cb import cb_config, cpu_threads
 from benchd.hardware import HardwareReader
-from benchd.lifecycle import Lifecycle
 from benchd.metrics import Metrics
 from benchd.models import greedy_config, load_model
 from benchd.records import StageSummary
 from benchd.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import parse_spec
-from benchd.stopping import StopSignal
 from benchd.telemetry import Telemetry
 from benchd.tracing import build_tracer_provider
 from benchd.workers.local import LocalPool, run_local
@@ -110,11 +107,7 @@ def local(loaded, spec, telemetry, hardware, pool: LocalPool | None = None) -> d
     if sampler is not None:
         sampler.start()
     try:
-        if pool is None:
-            outcome = run_local(spec, loaded=loaded, telemetry=telemetry, hardware=sampler)
-        else:
-            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, StopSignal(),
-                                                                  None)
+        outcome = run_local(spec, loaded=loaded, telemetry=telemetry, hardware=sampler, pool=pool)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -209,11 +202,11 @@ def main() -> None:
                              "and warmed there, as the daemon's worker is for each daemon run), "
                              "bare-mrpb1024 (max_requests_per_batch 1,024, as benchd resolved it), "
                              "bare-frozen (gc.freeze() before the run), daemon (through a live daemon, everything "
-                             "on), local (benchd's worker core in this process, everything on, a new engine each run), "
-                             "local-warm (the same, one core and engine kept warm across runs, as a daemon's worker "
-                             "does), local-off (nothing "
-                             "exported, no sampler); any mode as MODE@N runs the engine with torch at N intra-op "
-                             "threads (transformers.cpu_threads: bare@16, daemon@16), and is paired with bare@N")
+                             "on), local (benchd's worker core in this process, everything on, a new engine each "
+                             "run), local-warm (the same, one core and engine kept warm across runs, as a daemon's "
+                             "worker does), local-off (nothing exported, no sampler); any mode as MODE@N runs the "
+                             "engine with torch at N intra-op threads (transformers.cpu_threads: bare@16, daemon@16), "
+                             "and is paired with bare@N")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")

@@ -4,7 +4,7 @@ invocation (ABAB…): the run's TTFT p99, output tok/s and dispatch lag p99 side
 
     python bench/http_load.py [--pairs 3] [--clients 200] [--rate 5] [--requests 60] [--cpu-threads N]
 
-Runs on the project's 2-core CPU machine (no GPU); prints a table and writes results.json under --out."""
+Runs on the project's 2-core CPU machine (no GPU); prints a table and writes http_load.json under --out."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def workload(rate: float, requests: int, cpu_threads: int | None = None) -> dict:
     engine = {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256}
-    return {"name": "http-load", "transformers": {**engine, **({"cpu_threads": cpu_threads} if cpu_threads else {})},
+    if cpu_threads is not None:
+        engine["cpu_threads"] = cpu_threads
+    return {"name": "http-load", "transformers": engine,
             "workload": {"arrivals": {"profile": "poisson", "rate": rate}, "stop": {"requests": requests},
                          "warmup": {"requests": 4}, "prompt_tokens": {"dist": "fixed", "value": 32},
                          "output_tokens": {"dist": "fixed", "value": 32}}}

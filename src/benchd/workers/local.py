@@ -71,18 +71,21 @@ class LocalPool:
 
 
 def run_local(spec, loaded: LoadedModel | None = None, telemetry=None, hardware=None, stop=None, on_progress=None,
-              run_id: str | None = None, faults: dict | None = None):
+              run_id: str | None = None, faults: dict | None = None, pool: LocalPool | None = None):
     """Run a spec in this process through the daemon's lifecycle (records, summaries, telemetry, hardware) and
-    return its RunResult."""
+    return its RunResult. pool: the caller's, kept (its engine stays warm for the next run, as a worker's does);
+    else one for this run, stopped after it."""
     import uuid
 
     from benchd.lifecycle import Lifecycle
     from benchd.stopping import StopSignal
     from benchd.telemetry import Telemetry
 
-    pool = LocalPool(loaded)
+    own = pool is None
+    pool = LocalPool(loaded) if own else pool
     try:
         lifecycle = Lifecycle(pool, telemetry or Telemetry(), hardware, faults=faults)
         return lifecycle.execute(run_id or uuid.uuid4().hex, spec, spec.device, stop or StopSignal(), on_progress)
     finally:
-        pool.stop()
+        if own:
+            pool.stop()
