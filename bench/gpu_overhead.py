@@ -91,9 +91,10 @@ def _bare(loaded, spec, **config) -> dict:
             **{f"itl_p{p}_ms": float(np.percentile(itl, p)) * 1e3 for p in (50, 90, 99)}}
 
 
-def row_of(summary, hardware=None) -> dict:
-    s = summary
-    return {"output_tok_s": s.output_tokens_per_s, "tokens": s.output_tokens,
+def row_of(summary, hardware=None, engine_settings: dict | None = None) -> dict:
+    s, resolved = summary, (engine_settings or {}).get("continuous_batching", {})
+    return {**{k: resolved[k] for k in ("max_batch_tokens", "num_blocks") if k in resolved},
+            "output_tok_s": s.output_tokens_per_s, "tokens": s.output_tokens,
             "ttft_p50_ms": s.ttft_s.p50 * 1e3, "ttft_p90_ms": s.ttft_s.p90 * 1e3, "ttft_p99_ms": s.ttft_s.p99 * 1e3,
             "itl_p50_ms": s.itl_s.p50 * 1e3, "itl_p90_ms": s.itl_s.p90 * 1e3, "itl_p99_ms": s.itl_s.p99 * 1e3,
             "dispatch_lag_p50_ms": s.dispatch_lag_s.p50 * 1e3, "dispatch_lag_max_ms": s.dispatch_lag_s.max * 1e3,
@@ -111,7 +112,8 @@ def local(loaded, spec, telemetry, hardware, pool: LocalPool | None = None) -> d
     finally:
         if sampler is not None:
             sampler.stop()
-    return row_of(outcome.summaries()[0], outcome.hardware)
+    return row_of(outcome.summaries()[0], outcome.hardware,
+                  outcome.metadata.engine_settings if outcome.metadata is not None else None)
 
 
 SCRAPER = """
@@ -178,7 +180,8 @@ class Daemon:
             raise SystemExit(f"the daemon's run {run['status']}: {run['error']}")
         ended = time.perf_counter()
         row = row_of(StageSummary.model_validate(run["summary"][0]),
-                     HardwareSummary.model_validate(run["hardware"]) if run["hardware"] else None)
+                     HardwareSummary.model_validate(run["hardware"]) if run["hardware"] else None,
+                     (run["metadata"] or {}).get("engine_settings"))
         during = sorted(seconds for t, seconds in self.scrapes() if started <= t <= ended)
         if during:
             row.update(metrics_p50_ms=float(np.percentile(during, 50)) * 1e3,
@@ -212,6 +215,7 @@ def main() -> None:
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
     parser.add_argument("--one-bare", metavar="SPEC_JSON", help=argparse.SUPPRESS)  # what bare-fresh starts
     args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     if args.one_bare:
         one_spec = parse_spec(json.loads(args.one_bare))
         one_loaded = load_model(one_spec.model, one_spec.dtype, one_spec.device, seed=0)
@@ -249,8 +253,11 @@ def main() -> None:
         # One KV cache size for both sides: left to itself, each engine sizes its cache to most of the GPU memory
         # free when it starts, and the daemon's worker keeps its engine warm between runs, so bare generate_batch
         # in this process found a cache a third the size after the first daemon run (770 batches instead of 265).
-        # 1,024 blocks of 256 tokens: twice what 256 requests of 512 tokens need.
-        spec = with_options(spec, num_blocks=1024)
+        # 1,024 blocks of 256 tokens: twice what 256 requests of 512 tokens need. max_batch_tokens too: given only
+        # the cache size, transformers solves the batch size from the memory free at start, which another process
+        # on the GPU changes (the daemon's worker beside a warm local engine resolved 13,544 and ran 1.4× faster
+        # than the bench's own engines, 2026-11-24); 8,192 is what benchd's defaults resolve on an idle GPU.
+        spec = with_options(spec, num_blocks=1024, max_batch_tokens=8192)
     in_process = {"bare", "bare-mrpb1024", "bare-frozen", "local", "local-off", "local-warm"}
     loaded = (load_model(spec.model, spec.dtype, spec.device, seed=0)
               if any(split_mode(mode)[0] in in_process for mode in args.modes) else None)
@@ -308,6 +315,7 @@ def main() -> None:
                   f"{row['update_gil_wait_s']:.3f} s, schedule CPU {row.get('schedule_cpu_s', 0):.2f} s, "
                   f"first batch {row.get('first_batch_requests', 0):.0f} requests, "
                   f"KV read {row.get('kv_read_tokens', 0):.4g}, mask {row.get('mask_elements', 0):.4g}"
+                  + (f", engine max_batch_tokens {row['max_batch_tokens']}" if "max_batch_tokens" in row else "")
                   + (f", dispatch lag max {row['dispatch_lag_max_ms']:.1f} ms" if "dispatch_lag_max_ms" in row else ""),
                   flush=True)
     if warm_pool is not None:
