@@ -256,7 +256,7 @@ def test_synthetic_prompts_have_exactly_the_sampled_length(served_dir):
         assert count == n and len(tokenizer.encode(text, add_special_tokens=False)) == n
 
 
-def test_datasets_are_read_and_sampled_with_the_seed(tmp_path, prompts):
+def test_datasets_are_read_and_sampled_with_the_seed(tmp_path, prompts, served_dir):
     assert read_dataset(TextDataset(format="jsonl", path=prompts))[-1] == "a bare string"
     sharegpt = tmp_path / "sharegpt.json"
     sharegpt.write_text(json.dumps([
@@ -271,6 +271,13 @@ def test_datasets_are_read_and_sampled_with_the_seed(tmp_path, prompts):
     other = [c.prompt_text for c, _ in zip(text_contents(spec.workload, 8), range(12))]
     assert first == again and first != other
     assert sorted(first[:6]) == sorted(first[6:]) and len(set(first[:6])) == 6  # each once before repeats
+    # With a tokenizer, the same order, each prompt's count the tokenizer's own (counted together, up front)
+    tokenizer = load_tokenizer(str(served_dir))
+    counted = [c for c, _ in zip(text_contents(spec.workload, 7, tokenizer), range(12))]
+    assert [c.prompt_text for c in counted] == first
+    assert [c.text_tokens for c in counted] == [len(tokenizer.encode(c.prompt_text, add_special_tokens=False))
+                                                for c in counted]
+    assert all(c.text_tokens > 1 for c in counted)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "no prompt key"}\n')
     with pytest.raises(SpecError, match="workload.dataset.field: .* line 1 has no string 'prompt'"):
