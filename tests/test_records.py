@@ -100,3 +100,36 @@ def test_interrupted_window_ends_at_the_interruption():
     s = summarize("stage", "interrupted", records, end_s=2.0)
     assert s.duration_s == pytest.approx(2.0)
     assert s.status == "interrupted" and s.errors == 1
+
+
+def test_a_books_running_figures_agree_with_the_stage_window():
+    """What a live stage reports (its window's start, tokens, requests ended) is kept as events arrive, and is what
+    the stage's records say at every point."""
+    import random
+
+    from benchd.outcome import StageResult
+    from benchd.records import RecordBook
+
+    rng = random.Random(3)
+    book, stage = RecordBook(), StageResult(0, "s", 0.0)
+    pending: list[str] = []
+    for i in range(400):
+        scheduled = 5.0 + i * 0.01 + rng.uniform(-0.05, 0.05)  # stamps out of order, as a lead makes them
+        sent_now = rng.random() < 0.5
+        r = book.request(i, f"r{i}", i < 20, 8, 4, scheduled, scheduled + 0.001 if sent_now else None)
+        stage.records.append(r)
+        if not sent_now:
+            pending.append(r.request_id)
+        if pending and rng.random() < 0.6:
+            book.submitted(pending.pop(0), scheduled + 0.002)
+        live = [x for x in stage.records if x.submitted_s is not None and x.finished_s is None]
+        if live and rng.random() < 0.7:
+            r = rng.choice(live)
+            book.tokens(r.request_id, [scheduled + 0.01, scheduled + 0.02], [1, 2])
+            book.finished(r.request_id, scheduled + 0.02, None)
+            book.finished(r.request_id, scheduled + 0.03, "a second end changes nothing")
+        window = stage.window()
+        assert (window[0] if window else None) == (book.measured_from_s if window else None)
+        assert book.ended == sum(x.finished_s is not None for x in stage.records)
+        assert book.measured_tokens == sum(x.output_tokens for x in stage.records if not x.warmup)
+    assert book.ended > 100 and book.measured_from_s is not None

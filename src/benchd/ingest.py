@@ -141,8 +141,8 @@ class RunIngest:
               kv_total: int | None) -> None:
         stage = self.stages[stage_index]
         load = EngineLoad(running, waiting, kv_used, kv_total)
-        window = stage.result.window()
-        elapsed = t - window[0] if window is not None else 0.0
+        start = stage.book.measured_from_s  # the stage's window opens there (StageResult.window)
+        elapsed = t - start if start is not None else 0.0
         throughput = stage.book.measured_tokens / elapsed if elapsed > 0 else 0.0
         stage.load.append(LoadSample(t, running, waiting, load.kv_occupancy, throughput))
         self.observer.sample(load, throughput)
@@ -160,7 +160,7 @@ class RunIngest:
         self._last_progress = now
         stop, warmup = self.spec.workload.stop, self.spec.workload.warmup
         expected = stop.requests + warmup.requests if stop.requests is not None and not warmup.seconds else None
-        done = sum(1 for r in stage.result.records if r.finished_s is not None)
+        done = stage.book.ended
         duration = stop.duration_s + warmup.seconds if stop.duration_s is not None else None
         self.on_progress(Progress(stage.result.label, stage.result.index, self.spec.workload.stage_count(), done,
                                   expected, now - stage.result.start_s, duration))

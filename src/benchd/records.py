@@ -126,11 +126,14 @@ class RecordBook:
     one rebuilt from the worker's events to derive every figure): one definition of what an event does to a
     record. Each method returns what changed, or None when the event changes nothing (a record already ended)."""
 
-    __slots__ = ("records", "measured_tokens")
+    __slots__ = ("records", "measured_tokens", "measured_from_s", "ended")
 
     def __init__(self) -> None:
         self.records: dict[str, RequestRecord] = {}
+        # Running figures, so that what a live stage reports costs the same at its millionth request as at its first
         self.measured_tokens = 0  # output tokens of non-warm-up requests so far
+        self.measured_from_s: float | None = None  # the earliest scheduled time of a measured request sent so far
+        self.ended = 0  # requests finished so far
 
     def request(self, index: int, request_id: str, warmup: bool, prompt_tokens: int, max_new_tokens: int,
                 scheduled_s: float, submitted_s: float | None = None, span_id: str | None = None) -> RequestRecord:
@@ -138,12 +141,19 @@ class RecordBook:
                                max_new_tokens=max_new_tokens, scheduled_s=scheduled_s, submitted_s=submitted_s,
                                span_id=span_id)
         self.records[request_id] = record
+        if submitted_s is not None:
+            self._sent(record)
         return record
 
     def submitted(self, request_id: str, t: float) -> RequestRecord:
         record = self.records[request_id]
         record.submitted_s = t
+        self._sent(record)
         return record
+
+    def _sent(self, record: RequestRecord) -> None:
+        if not record.warmup and (self.measured_from_s is None or record.scheduled_s < self.measured_from_s):
+            self.measured_from_s = record.scheduled_s
 
     def admitted(self, request_id: str, t: float) -> RequestRecord | None:
         record = self.records[request_id]
@@ -178,6 +188,7 @@ class RecordBook:
         if record.finished_s is not None:  # the first end wins (a cancel can race the last token)
             return None
         record.error, record.finished_s = error, t
+        self.ended += 1
         return record
 
 
