@@ -37,7 +37,8 @@ run: $(VENV)/.installed
 # Real servers the tests start: PostgreSQL (the store), Prometheus (scrapes the live daemon), and podman with
 # debootstrap for the image and the compose stack (tests/test_image.py: runc, catatonit for compose's init,
 # netavark, which needs iptables, and aardvark-dns for the stack's network and its service names); and chromium,
-# headless, which loads the report pages (no desktop recommends; a font for legible screenshots); unzip and npm bring Helm (below).
+# headless, which loads the report pages (no desktop recommends; a font for legible screenshots); unzip and npm
+# bring Helm (below).
 SYSTEM_PACKAGES = postgresql prometheus podman buildah debootstrap runc catatonit netavark aardvark-dns iptables unzip
 system-deps:
 	@if [ "$$(dpkg-query -W -f='$${db:Status-Abbrev}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c '^ii')" != $(words $(SYSTEM_PACKAGES)) ]; then \

@@ -222,12 +222,19 @@ def read_dataset(dataset: TextDataset) -> list[str]:
     return prompts
 
 
+def encode_ids(tokenizer, text: str) -> list[int]:
+    """The text's token ids, no special tokens: through a fast tokenizer's backend when it has one (less Python)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return (backend.encode(text, add_special_tokens=False).ids if backend is not None
+            else tokenizer.encode(text, add_special_tokens=False))
+
+
 def token_counts(tokenizer, texts: list[str]) -> list[int]:
     """Each text's length in tokens (no special tokens), a fast tokenizer's batch in one call."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         return [len(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
-    return [len(tokenizer.encode(text, add_special_tokens=False)) for text in texts]
+    return [len(encode_ids(tokenizer, text)) for text in texts]
 
 
 def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[RequestContent]:
@@ -249,14 +256,9 @@ def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[Req
     allowed = clean_ids(tokenizer)
     backend = getattr(tokenizer, "backend_tokenizer", None)
 
-    def count(text: str) -> int:
-        return len(backend.encode(text, add_special_tokens=False).ids if backend is not None
-                   else tokenizer.encode(text, add_special_tokens=False))
-
     def cut(piece: tuple[str, int], n: int) -> tuple[str, int]:
         # A prefix of the text: the decoded first n tokens of its encoding, so shorter cuts prefix longer ones.
-        ids = (backend.encode(piece[0], add_special_tokens=False).ids if backend is not None
-               else tokenizer.encode(piece[0], add_special_tokens=False))
+        ids = encode_ids(tokenizer, piece[0])
         text = backend.decode(ids[:n]) if backend is not None else tokenizer.decode(ids[:n])
         return text, n
 
@@ -266,5 +268,5 @@ def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[Req
             text, n = made[0]
         else:
             text = "".join(piece[0] for piece in made)
-            n = count(text)
+            n = len(encode_ids(tokenizer, text))
         yield RequestContent([], output_len, text, n)
