@@ -184,7 +184,8 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:
         written = write_outputs(outcome, out_dir)
-        console.print(f"wrote {', '.join(str(path) for path in written)}", highlight=False)
+        # Whole paths, never wrapped at the console's width (a log line a user copies them from).
+        console.print(f"wrote {', '.join(str(path) for path in written)}", highlight=False, soft_wrap=True)
     if loading:
         raise CommandError(load_failure(spec, outcome.error), outcome.error + f"\n(worker logs: {worker_log})")
     if outcome.status == "interrupted":
