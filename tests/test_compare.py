@@ -74,6 +74,7 @@ def test_html_report_has_the_table_and_the_distributions():
 WORKLOAD = spec(requests=40, output=24, concurrency=4)
 
 
+@pytest.mark.quiet
 def test_identical_runs_and_an_injected_delay_through_the_daemon(tmp_path):
     # A real slowdown in the engine's path: 16 ms more per forward pass, for runs labelled "slow". 4 ms was lost in
     # the noise of a CI machine whose runs differ by tens of percent (the interval reached below the 5 % threshold).
@@ -107,6 +108,7 @@ def test_identical_runs_and_an_injected_delay_through_the_daemon(tmp_path):
         assert server.http.get("/compare", params={"a": "nope", "b": slow}).status_code == 404
 
 
+@pytest.mark.quiet
 def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_path):
     # 12 ms more per forward pass: well past the 0.5 threshold on any machine (4 ms was +35 % on a machine whose
     # tiny-model step takes 7 ms, and the alert never fired), while unslowed runs differ by ~15 %.

@@ -43,6 +43,11 @@ if __name__ == "__main__":
 """
 
 
+# Under pytest-xdist every test that builds or starts an image runs on one worker: podman's storage, the base
+# image and the tags are shared by the whole host (the chart's pod test carries the same group).
+pytestmark = pytest.mark.xdist_group("podman")
+
+
 @pytest.fixture(scope="module")
 def base():
     reason = podman.unavailable()

@@ -200,6 +200,7 @@ def test_a_stall_past_the_timeout_and_an_error_event(server, prompts):
     assert [r.error for r in records(event)] == ["server_error: out of KV cache"] * 2
 
 
+@pytest.mark.quiet
 def test_open_loop_requests_leave_at_their_scheduled_time(server, prompts):
     spec = openai_spec(server.base_url, prompts=prompts, requests=40, output=3,
                        arrivals={"profile": "constant", "rate": 50})
@@ -322,6 +323,7 @@ def test_no_traceparent_when_the_run_is_not_traced(server, prompts):
     assert all("traceparent" not in h for h in server.headers[before:])
 
 
+@pytest.mark.quiet
 def test_several_client_processes_share_the_schedule(server, prompts):
     spec = openai_spec(server.base_url, prompts=prompts, requests=30, output=3, client_processes=3,
                        arrivals={"profile": "constant", "rate": 100})

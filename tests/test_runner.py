@@ -65,6 +65,7 @@ def test_warmup_by_seconds_cuts_by_scheduled_time(tiny):
     assert stage.summary().requests == 6
 
 
+@pytest.mark.quiet
 def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
     spec = make_spec(seed=11, workload={"arrivals": {"profile": "poisson", "rate": 30}, "stop": {"requests": 20}})
     stage = run(spec, loaded=tiny).stages[0]
@@ -77,10 +78,11 @@ def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
     assert max(r.dispatch_lag_s for r in stage.records) < 0.05
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("arrivals", [{"profile": "concurrent", "concurrency": 6},
                                       {"profile": "constant", "rate": 10}])
 def test_request_contents_are_made_before_they_are_due(tiny, monkeypatch, arrivals):
-    """Making a prompt takes time (~90 µs for 256 tokens over a 128k vocabulary; 20 ms here): a burst's contents
+    """Making a prompt takes time (~90 µs for 256 tokens over a 128k vocabulary; 50 ms here): a burst's contents
     are made before the stage starts, an open loop's while it waits, so none delays a request past its time."""
     import benchd.workers.core
 
@@ -88,7 +90,7 @@ def test_request_contents_are_made_before_they_are_due(tiny, monkeypatch, arriva
 
     def slow(*args, **kwargs):
         for content in real(*args, **kwargs):
-            time.sleep(0.02)
+            time.sleep(0.05)
             yield content
 
     monkeypatch.setattr(benchd.workers.core, "contents", slow)
@@ -96,8 +98,9 @@ def test_request_contents_are_made_before_they_are_due(tiny, monkeypatch, arriva
                                                                                              "value": 4}})
     records = run(spec, loaded=tiny).stages[0].records
     assert len(records) == 6 and all(r.ok for r in records)
-    # Made at dispatch, the sixth of a burst would leave ≥ 100 ms late and every open-loop request ≥ 20 ms.
-    assert max(r.dispatch_lag_s for r in records) < 0.015
+    # Made at dispatch, the sixth of a burst would leave ≥ 250 ms late and every open-loop request ≥ 50 ms.
+    lags = sorted(r.dispatch_lag_s for r in records)
+    assert lags[len(lags) // 2] < 0.01 and lags[-1] < 0.045, lags
 
 
 def test_closed_loop_keeps_n_in_flight_and_schedules_on_free_slots(tiny):

@@ -273,6 +273,7 @@ def test_errors_set_the_span_status(tiny, registry, otlp_env):
     assert value(registry, "benchd_requests_total", outcome="error") == 2
 
 
+@pytest.mark.quiet
 def test_a_dead_or_slow_collector_never_slows_a_run(tiny, registry, otlp_env):
     spec = make_spec(workload={"stop": {"requests": 24}})
     baseline = time.monotonic()
