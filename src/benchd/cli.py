@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchd import heap
 from benchd.client import CommandError
 from benchd.spec import SpecError, load_spec, parse_spec
 
@@ -165,6 +166,7 @@ def _run_here(args: argparse.Namespace, spec, console) -> int:
     stop = StopSignal()
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
     console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
+    heap.settle()  # this process ingests every record of the run: its collections walk only what the run makes
     try:
         with bar:
             outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, stop,
@@ -241,7 +243,6 @@ def _run_on_server(args: argparse.Namespace, spec, console) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import gc
     import logging
 
     import uvicorn
@@ -265,8 +266,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the imports left (FastAPI, pydantic, SQLAlchemy, OpenTelemetry: most of the process's objects) is never
     # garbage: frozen, a full collection (tens of milliseconds with every thread stopped) no longer walks it.
     sys.setswitchinterval(0.001)
-    gc.collect()
-    gc.freeze()
+    heap.settle()
     # uvicorn turns SIGTERM and Ctrl-C into a clean shutdown: the lifespan marks the current run interrupted.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     return EXIT_OK

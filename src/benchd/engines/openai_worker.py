@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import uvloop
 
+from benchd import heap
 from benchd.engines.openai_dispatch import Dispatcher
 from benchd.engines.openai_http import Connection, Target
 from benchd.engines.openai_stream import Stream
@@ -279,7 +280,7 @@ async def _serve(sock: socket.socket, config: dict) -> None:
 
 def main(sock: socket.socket, config: dict) -> None:
     """The client process's entry point (spawned): runs until the engine says stop or goes away."""
-    gc.freeze()  # what start-up made never needs scanning; the hot path allocates few cycles
+    heap.settle()  # what start-up made never needs scanning; the hot path allocates few cycles
     gc.set_threshold(50_000, 50, 100)
     loop = uvloop.new_event_loop()
     try:

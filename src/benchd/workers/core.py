@@ -3,13 +3,12 @@ them and reports every event; the process around it (workers/process.py) only mo
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from benchd import replay
+from benchd import heap, replay
 from benchd.engines import Engine, create_engine
 from benchd.environment import PeakMemory, RunMetadata, collect, record_stack, torch_threads, utc_now
 from benchd.models import LoadedModel, load_model, resolve_device
@@ -162,6 +161,7 @@ class WorkerCore:
         if not server:
             metadata.torch_threads = torch_threads()  # as the engine set it
             record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
+        heap.settle()  # the model and the started engine out of the collector's walks while the run measures
         self._phase(outbox, "run")
         fault = Faults.model_validate(faults) if faults else None
         disarm = arm(fault, self._loaded.model if self._loaded else None) \
@@ -227,6 +227,7 @@ class WorkerCore:
             # too, and loads again at the next generation run.
             self._loaded = self._loaded_key = None
             _release_memory()
+        heap.settle()
         self._phase(outbox, "run")
         metadata = collect(resolve_device(spec.device), spec.subject, spec.label)
         status, error = run_timed(spec, outbox, metadata, stop)
@@ -256,7 +257,7 @@ def device_fault(device) -> str | None:
 
 
 def _release_memory() -> None:
-    gc.collect()
+    heap.release()
     import torch
 
     if torch.cuda.is_available():
