@@ -1,0 +1,71 @@
+"""Where the transformers engine's dispatch lag comes from on CPU: the same seeded Poisson run on the tiny model in
+this process (benchd's worker core, no daemon, no HTTP), with the engine idle between arrivals (1 output token) and
+generating (32), at several GIL switch intervals, and every garbage collection timed: the run's dispatch lag p50,
+p99 and max, and whether a collection overlapped any of the latest dispatches.
+
+    python bench/dispatch_lag.py [--requests 150] [--rate 5] [--cpu-threads 1] [--switch-intervals 0.005,0.0002]
+
+Runs on the project's 2-core CPU machine (no GPU); prints one line a configuration."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from benchd.models import load_model  # noqa: E402
+from benchd.spec import RunSpec  # noqa: E402
+from benchd.workers.local import run_local  # noqa: E402
+
+collections: list[tuple[float, float]] = []
+
+
+def timed_collections(phase: str, info: dict, started: list[float] = [0.0]) -> None:  # noqa: B006 (one cell)
+    if phase == "start":
+        started[0] = time.perf_counter()
+    else:
+        collections.append((started[0], time.perf_counter()))
+
+
+def spec(rate: float, requests: int, output_tokens: int, prompt_tokens: int, cpu_threads: int) -> RunSpec:
+    return RunSpec.model_validate({
+        "name": "dispatch-lag", "model": "tiny", "dtype": "float32", "device": "cpu",
+        "transformers": {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256, "cpu_threads": cpu_threads},
+        "workload": {"arrivals": {"profile": "poisson", "rate": rate}, "stop": {"requests": requests},
+                     "warmup": {"requests": 4}, "prompt_tokens": {"dist": "fixed", "value": prompt_tokens},
+                     "output_tokens": {"dist": "fixed", "value": output_tokens}}})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=150)
+    parser.add_argument("--rate", type=float, default=5.0)
+    parser.add_argument("--cpu-threads", type=int, default=1)
+    parser.add_argument("--switch-intervals", default="0.005,0.0002", type=lambda s: [float(x) for x in s.split(",")])
+    args = parser.parse_args()
+    loaded = load_model("tiny", dtype="float32", device="cpu", seed=0)
+    gc.callbacks.append(timed_collections)
+    cases = [("idle engine", 1, 4, args.switch_intervals[0])]
+    cases += [("generating", 32, 32, interval) for interval in args.switch_intervals]
+    for name, output_tokens, prompt_tokens, interval in cases:
+        sys.setswitchinterval(interval)
+        collections.clear()
+        outcome = run_local(spec(args.rate, args.requests, output_tokens, prompt_tokens, args.cpu_threads), loaded)
+        records = [r for r in outcome.stages[0].records if not r.warmup]
+        lags = sorted(r.dispatch_lag_s for r in records)
+        p99 = statistics.quantiles(lags, n=100, method="inclusive")[98]
+        latest = sorted(records, key=lambda r: -r.dispatch_lag_s)[:max(1, len(records) // 100)]
+        overlapping = sum(any(s < r.submitted_s and e > r.scheduled_s for s, e in collections) for r in latest)
+        print(f"{name} ({prompt_tokens}/{output_tokens} tokens), switch interval {interval * 1e3:g} ms: dispatch lag "
+              f"p50 {statistics.median(lags) * 1e3:.2f} p99 {p99 * 1e3:.2f} max {lags[-1] * 1e3:.2f} ms; "
+              f"{len(collections)} collections, longest {max((e - s for s, e in collections), default=0) * 1e3:.1f} ms,"
+              f" overlapping {overlapping} of the {len(latest)} latest dispatches", flush=True)
+
+
+if __name__ == "__main__":
+    main()
