@@ -94,7 +94,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=18321)
     parser.add_argument("--cpu-threads", type=int, help="the engine's torch threads (transformers.cpu_threads); "
                         "default torch's, one a core")
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "runs")))
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="benchd-http-load-"))
