@@ -56,3 +56,32 @@ def test_a_settle_after_the_first_walks_only_what_is_new():
         assert alive() is not None, "a settle below the growth rule thawed the heap"
     finally:
         heap.release()
+
+
+
+def test_a_worker_frees_a_frozen_model_in_a_reference_cycle_when_another_loads():
+    """The model is frozen before the run measures; hooks and closures often put a module in a reference cycle,
+    which no collection frees while it is frozen: the worker's release where it drops the model must."""
+    from benchd.models import load_model
+    from benchd.workers import protocol
+    from benchd.workers.core import WorkerCore
+    from tests.helpers import make_spec
+
+    def loader(ref, dtype, device, seed=0, **kwargs):
+        loaded = load_model(ref, dtype, device, seed, **kwargs)
+        loaded.model.__dict__["_cycle"] = [loaded.model]
+        return loaded
+
+    messages = []
+    core = WorkerCore(messages.append, loader=loader)
+    try:
+        core.run("first", make_spec().model_dump(mode="json"), None)
+        assert gc.get_freeze_count() > 0
+        model = weakref.ref(core._loaded.model)
+        core.run("second", make_spec(dtype="bfloat16").model_dump(mode="json"), None)  # another model loads
+        done = [m[2:4] for m in messages if m[0] == protocol.DONE]
+        assert done == [("succeeded", None), ("succeeded", None)]
+        assert model() is None, "the dropped model outlived the worker's release"
+    finally:
+        core.close()
+        heap.release()
