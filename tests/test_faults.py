@@ -44,10 +44,14 @@ def test_kill_9_mid_run_keeps_the_rows_written_before_it(tmp_path):
         long = spec(duration=120, output=16, concurrency=2, name="killed")
         run_id = http.post("/runs", json=long).json()["id"]
         wait_for(lambda: len(http.get(f"/runs/{run_id}/requests").json()) >= 20, 60, "rows written mid-run")
+        workers = [w["pid"] for w in http.get("/readyz").json()["workers"]]
     finally:
         os.kill(process.pid, signal.SIGKILL)
         process.wait(30)
     written = Store(f"sqlite:///{tmp_path}/benchd.db").request_rows(run_id)  # read before the restart
+    # Its worker does not outlive it (the engine's threads kept it alive, holding the model, before)
+    assert workers
+    wait_for(lambda: all(not running(pid) for pid in workers), 30, "the killed daemon's worker to exit")
 
     process, url = serve(tmp_path, port, BENCHD_SPOOL_DIR=str(tmp_path / "spool"))
     try:
@@ -61,3 +65,12 @@ def test_kill_9_mid_run_keeps_the_rows_written_before_it(tmp_path):
     finally:
         process.terminate()
         process.wait(30)
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan nobody has reaped yet has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

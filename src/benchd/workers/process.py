@@ -9,10 +9,13 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
 from benchd.workers import protocol
+
+ORPHAN_GRACE_S = 10.0  # the daemon is gone: what runs has this long to stop before the process ends anyway
 
 
 def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str] | None = None) -> None:
@@ -27,12 +30,28 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
         sys.stderr = sys.stdout = os.fdopen(2, "w", buffering=1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops runs itself
     prioritize(int(os.environ.get("BENCHD_WORKER_NICE", "0")))  # before any thread: they inherit it
-    if int(os.environ.get("BENCHD_WORKER_TP", "1")) > 1:
-        from benchd.workers.parallel import launch  # torch loads here, in the worker only
+    try:
+        if int(os.environ.get("BENCHD_WORKER_TP", "1")) > 1:
+            from benchd.workers.parallel import launch  # torch loads here, in the worker only
 
-        launch(conn, device)
-        return
-    serve(conn, device)
+            launch(conn, device)
+        else:
+            serve(conn, device)
+    except (BrokenPipeError, ConnectionResetError, EOFError):  # the daemon died mid-message: nobody to report to
+        print("benchd: the daemon is gone; the worker exits", file=sys.stderr, flush=True)
+    except BaseException:
+        traceback.print_exc()
+        _exit(1)
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    """End the process now that its serving loop has: an engine's threads (transformers' generation thread is not a
+    daemon thread) would otherwise keep it alive, holding its model and its device's memory, after a daemon killed
+    by SIGKILL or the OOM killer, and a restarted daemon's new worker would size its cache from what is left."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def prioritize(nice: int) -> None:
@@ -70,8 +89,11 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
         while True:
             try:
                 command = conn.recv()
-            except (EOFError, OSError):  # the daemon is gone: stop what runs, and exit
+            except (EOFError, OSError):  # the daemon is gone: stop what runs, and exit (a hung run: after a grace)
                 command = (protocol.STOP,)
+                orphaned = threading.Timer(ORPHAN_GRACE_S, _exit, args=(0,))
+                orphaned.daemon = True
+                orphaned.start()
             if command[0] == protocol.CANCEL:
                 core.cancel(command[1], command[2])
                 continue
