@@ -22,14 +22,18 @@ from benchd.models import load_model  # noqa: E402
 from benchd.spec import RunSpec  # noqa: E402
 from benchd.workers.local import run_local  # noqa: E402
 
-collections: list[tuple[float, float]] = []
+class Collections:
+    """Every garbage collection's start and end (perf_counter seconds), from gc.callbacks."""
 
+    def __init__(self) -> None:
+        self.spans: list[tuple[float, float]] = []
+        self._start = 0.0
 
-def timed_collections(phase: str, info: dict, started: list[float] = [0.0]) -> None:  # noqa: B006 (one cell)
-    if phase == "start":
-        started[0] = time.perf_counter()
-    else:
-        collections.append((started[0], time.perf_counter()))
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.spans.append((self._start, time.perf_counter()))
 
 
 def spec(rate: float, requests: int, output_tokens: int, prompt_tokens: int, cpu_threads: int) -> RunSpec:
@@ -49,23 +53,25 @@ def main() -> None:
     parser.add_argument("--switch-intervals", default="0.005,0.0002", type=lambda s: [float(x) for x in s.split(",")])
     args = parser.parse_args()
     loaded = load_model("tiny", dtype="float32", device="cpu", seed=0)
-    gc.callbacks.append(timed_collections)
+    collections = Collections()
+    gc.callbacks.append(collections)
     cases = [("idle engine", 1, 4, args.switch_intervals[0])]
     cases += [("generating", 32, 32, interval) for interval in args.switch_intervals]
     for name, output_tokens, prompt_tokens, interval in cases:
         sys.setswitchinterval(interval)
-        collections.clear()
+        collections.spans.clear()
         outcome = run_local(spec(args.rate, args.requests, output_tokens, prompt_tokens, args.cpu_threads), loaded)
         records = [r for r in outcome.stages[0].records if not r.warmup]
         lags = sorted(r.dispatch_lag_s for r in records)
         p99 = statistics.quantiles(lags, n=100, method="inclusive")[98]
         latest = sorted(records, key=lambda r: -r.dispatch_lag_s)[:max(1, len(records) // 100)]
-        overlapping = sum(any(s < r.submitted_s and e > r.scheduled_s for s, e in collections) for r in latest)
+        spans = collections.spans
+        overlapping = sum(any(s < r.submitted_s and e > r.scheduled_s for s, e in spans) for r in latest)
+        longest = max((e - s for s, e in spans), default=0.0)
         print(f"{name} ({prompt_tokens}/{output_tokens} tokens), switch interval {interval * 1e3:g} ms: dispatch lag "
               f"p50 {statistics.median(lags) * 1e3:.2f} p99 {p99 * 1e3:.2f} max {lags[-1] * 1e3:.2f} ms; "
-              f"{len(collections)} collections, longest {max((e - s for s, e in collections), default=0) * 1e3:.1f} ms,"
-              f" overlapping {overlapping} of the {len(latest)} latest dispatches", flush=True)
-
+              f"{len(spans)} collections, longest {longest * 1e3:.1f} ms, overlapping {overlapping} of the "
+              f"{len(latest)} latest dispatches", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -210,3 +210,13 @@ def test_http_load_script_pairs_an_unloaded_and_a_loaded_run(tmp_path):
     assert row["unloaded"]["status"] == row["loaded"]["status"] == "succeeded"
     assert row["metrics_requests"] > 0 and row["runs_requests"] > 0 and row["errors"] == 0
     assert "median loaded/unloaded: TTFT p99" in done.stdout
+
+
+def test_dispatch_lag_script_prints_a_line_for_the_idle_engine_and_each_switch_interval():
+    done = subprocess.run([sys.executable, "bench/dispatch_lag.py", "--requests", "8", "--rate", "40",
+                           "--switch-intervals", "0.005,0.001"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if ": dispatch lag p50 " in line]
+    assert [line.split(",")[0] for line in lines] == ["idle engine (4/1 tokens)", "generating (32/32 tokens)",
+                                                      "generating (32/32 tokens)"]
+    assert "switch interval 1 ms" in lines[-1] and "latest dispatches" in lines[-1]
