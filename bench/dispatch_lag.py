@@ -18,9 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchd.models import load_model  # noqa: E402
-from benchd.spec import RunSpec  # noqa: E402
-from benchd.workers.local import run_local  # noqa: E402
+from http_load import workload  # the same run as bench/http_load.py's, without the daemon
+
+from benchd.models import load_model
+from benchd.spec import RunSpec
+from benchd.workers.local import run_local
+
 
 class Collections:
     """Every garbage collection's start and end (perf_counter seconds), from gc.callbacks."""
@@ -37,12 +40,11 @@ class Collections:
 
 
 def spec(rate: float, requests: int, output_tokens: int, prompt_tokens: int, cpu_threads: int) -> RunSpec:
-    return RunSpec.model_validate({
-        "name": "dispatch-lag", "model": "tiny", "dtype": "float32", "device": "cpu",
-        "transformers": {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256, "cpu_threads": cpu_threads},
-        "workload": {"arrivals": {"profile": "poisson", "rate": rate}, "stop": {"requests": requests},
-                     "warmup": {"requests": 4}, "prompt_tokens": {"dist": "fixed", "value": prompt_tokens},
-                     "output_tokens": {"dist": "fixed", "value": output_tokens}}})
+    data = workload(rate, requests, cpu_threads)
+    data["workload"]["prompt_tokens"]["value"] = prompt_tokens
+    data["workload"]["output_tokens"]["value"] = output_tokens
+    return RunSpec.model_validate({**data, "name": "dispatch-lag", "model": "tiny", "dtype": "float32",
+                                   "device": "cpu"})
 
 
 def main() -> None:

@@ -58,7 +58,6 @@ def test_a_settle_after_the_first_walks_only_what_is_new():
         heap.release()
 
 
-
 def test_a_worker_frees_a_frozen_model_in_a_reference_cycle_when_another_loads():
     """The model is frozen before the run measures; hooks and closures often put a module in a reference cycle,
     which no collection frees while it is frozen: the worker's release where it drops the model must."""

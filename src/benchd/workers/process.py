@@ -39,7 +39,7 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
             serve(conn, device)
     except (BrokenPipeError, ConnectionResetError, EOFError):  # the daemon died mid-message: nobody to report to
         print("benchd: the daemon is gone; the worker exits", file=sys.stderr, flush=True)
-    except BaseException:
+    except BaseException:  # a fault of the worker's own: its traceback to the log, exit code 1 to the daemon
         traceback.print_exc()
         _exit(1)
     _exit(0)
