@@ -15,6 +15,7 @@ The request's `model` picks the behaviour:
   error-event     one chunk, then an SSE error payload
   mixed           by arrival order: ok, http500, disconnect, malformed, ok, …
   split           as ok, each event written in two halves (an SSE line and an HTTP chunk cut across reads)
+  pairs           as ok, two chunks at a time in one write (a client reads them together)
   length          as ok, with the whole body sent at once under a Content-Length (no chunked encoding)
   until-close     as ok, an HTTP/1.0-style body that ends when the server closes the connection
   slots-N         as ok, at most N requests streamed at once: the others wait for a slot (a server with a
@@ -148,7 +149,8 @@ class OpenAIServer:
             return True
         tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
         per_chunk = int(behaviour.split("-")[1]) if behaviour.startswith(("chunks-", "ids-")) else 1
-        running = bool((body.get("stream_options") or {}).get("continuous_usage_stats")) and behaviour == "ok"
+        running = (bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+                   and behaviour in ("ok", "pairs"))
         framing = behaviour if behaviour in ("length", "until-close") else "chunked"
         held: list[bytes] = []  # a Content-Length body is sent whole at the end
         if framing == "chunked":
@@ -169,10 +171,13 @@ class OpenAIServer:
                 wire = f"{len(frame):x}\r\n".encode() + frame + b"\r\n"
                 halves.append(wire[len(wire) // 2:])
                 writer.write(wire[:len(wire) // 2])
+            elif behaviour == "pairs":
+                together.append(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
             else:
                 writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
 
         halves: list[bytes] = []
+        together: list[bytes] = []  # pairs: what goes out in the next write
 
         def choice(text: str | None = None, role: bool = False, finish: str | None = None, ids=None) -> dict:
             if chat:
@@ -191,12 +196,19 @@ class OpenAIServer:
         sent, prompt = 0, len(str(body.get("prompt") or body.get("messages")).split())
         while sent < tokens:
             await asyncio.sleep(self.delay_s)
-            k = min(per_chunk, tokens - sent)
-            chunk = choice("tok " * k, ids=list(range(sent, sent + k)) if behaviour.startswith("ids-") else None)
-            sent += k
-            if running:
-                chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
-            event(chunk)
+            for _ in range(2 if behaviour == "pairs" else 1):
+                if sent == tokens:
+                    break
+                k = min(per_chunk, tokens - sent)
+                chunk = choice("tok " * k, ids=list(range(sent, sent + k)) if behaviour.startswith("ids-") else None)
+                sent += k
+                if running:
+                    chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": sent,
+                                      "total_tokens": prompt + sent}
+                event(chunk)
+            if together:
+                writer.write(b"".join(together))
+                together.clear()
             await writer.drain()
             if halves:
                 await asyncio.sleep(0.001)
@@ -219,6 +231,8 @@ class OpenAIServer:
             final["usage"] = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
             event(final)
             event("[DONE]")
+            if together:
+                writer.write(b"".join(together))
             while halves:
                 writer.write(halves.pop(0))
         if framing == "length":

@@ -147,6 +147,20 @@ def test_chunks_of_several_tokens_count_as_several_gaps(server, prompts):
         assert record.tpot_s == pytest.approx((stamps[-1] - stamps[0]) / 6)
 
 
+@pytest.mark.parametrize("usage", ["running", "final"])
+def test_chunks_read_together_are_one_arrival(server, prompts, usage):
+    # Two chunks a write: stamped apart, the first would carry the whole gap and the second a gap of zero.
+    options = {"include_usage": True, "continuous_usage_stats": usage == "running"}
+    outcome = run(openai_spec(server.base_url, model="pairs", prompts=prompts, stream_options=options))
+    for record in records(outcome):
+        assert record.arrival_tokens == [2, 2, 2, 1] and record.error is None
+        stamps = record.arrival_s
+        assert all(b > a for a, b in zip(stamps, stamps[1:]))
+        gaps = [(b - a) / k for a, b, k in zip(stamps, stamps[1:], record.arrival_tokens[1:])]
+        assert record.itl_s() == pytest.approx([gaps[0]] * 2 + [gaps[1]] * 2 + [gaps[2]])
+        assert min(record.itl_s()) > 0
+
+
 def test_token_ids_in_chat_chunks(server, prompts):
     outcome = run(openai_spec(server.base_url, model="ids-2", api="chat", prompts=prompts))
     assert [r.arrival_tokens for r in records(outcome)] == [[2, 2, 2, 1]] * 4

@@ -81,6 +81,8 @@ class Connection(asyncio.Protocol):
         request.last_t = t
         try:
             self._parse(self.buffer + data if self.buffer else data, t)
+            if request.stream.live and not request.finished:  # once a read: its chunks are one arrival
+                self.worker.live(request)
         except RequestFailed as failure:
             self.worker.fail(request, str(failure), t)
             self.close()
@@ -180,8 +182,6 @@ class Connection(asyncio.Protocol):
             return
         stream: Stream = request.stream
         stream.feed(data, t)
-        if stream.live:
-            self.worker.live(request)
         if stream.done:
             self.worker.complete(request, t)
 

@@ -83,9 +83,18 @@ class Stream:
                 self.prompt_tokens = usage["prompt_tokens"]
         if not text and not exact:
             return  # role-only, empty or usage-only: not a token
+        # Chunks that came in one read are one arrival (its gap split over all their tokens): stamped apart, the
+        # first would carry the whole gap and the others gaps of zero.
         if exact is not None and not self.pending_t:
             self.delivered += exact
-            self.live.append((t, exact))
+            if self.live and self.live[-1][0] == t:
+                self.live[-1] = (t, self.live[-1][1] + exact)
+            else:
+                self.live.append((t, exact))
+        elif self.pending_t and self.pending_t[-1] == t:
+            self.pending_text[-1] += text
+            before = self.pending_exact[-1]
+            self.pending_exact[-1] = None if before is None or exact is None else before + exact
         else:
             self.pending_t.append(t)
             self.pending_text.append(text)
