@@ -62,26 +62,26 @@ def error(figure: float | None, truth: float | None) -> float | None:
     return None if figure is None or truth is None else figure - truth
 
 
-def itl_truth(f: Figures) -> str:
-    """The mock's ITL that matches the tool's: every gap, or each request's mean gap (marked * in the table)."""
-    return "itl_request_s" if f.itl_per_request else "itl_s"
-
-
 def print_rows(rows: list[Row]) -> None:
+    """ITL two ways, each against the mock's own figure of the same kind: every gap (benchd, AIPerf's inter-chunk
+    latency) and each request's mean gap (benchd's TPOT, guidellm's ITL, AIPerf's inter-token latency)."""
     print("\n| tool | case | rate | at the server | errors | lag p99 ms | TTFT p50 / p99 ms | truth p50 / p99 | "
-          "TTFT error p50 / p99 | ITL p50 / p99 ms | truth p99 | ITL error p99 | clean | CPU s | load |")
-    print("| --- " * 15 + "|")
+          "TTFT error p50 / p99 | ITL p99 ms, every gap / truth / error | ITL p99 ms, request means / truth / error | "
+          "clean | CPU s | load |")
+    print("| --- " * 14 + "|")
     for r in rows:
         f, t = r.figures, r.truth
         if f is None:
-            print(f"| {r.tool} | {r.case} | {r.rate:g} | failed: {r.note} |" + " |" * 11)
+            print(f"| {r.tool} | {r.case} | {r.rate:g} | failed: {r.note} |" + " |" * 10)
             continue
-        print(f"| {r.tool}{'*' if f.itl_per_request else ''} | {r.case} | {r.rate:g} | {r.truth.received_rps:.1f} | {f.errors} | {ms(f.lag_p99_s)} | "
+        gap, mean = t.pct("itl_s", 99), t.pct("itl_request_s", 99)
+        print(f"| {r.tool} | {r.case} | {r.rate:g} | {r.truth.received_rps:.1f} | {f.errors} | {ms(f.lag_p99_s)} | "
               f"{ms(f.ttft_p50_s)} / {ms(f.ttft_p99_s)} | {ms(t.pct('ttft_s', 50))} / {ms(t.pct('ttft_s', 99))} | "
-              f"{ms(error(f.ttft_p50_s, t.pct('ttft_s', 50)), True)} / {ms(error(f.ttft_p99_s, t.pct('ttft_s', 99)), True)} | "
-              f"{ms(f.itl_p50_s)} / {ms(f.itl_p99_s)} | {ms(t.pct(itl_truth(f), 99))} | "
-              f"{ms(error(f.itl_p99_s, t.pct(itl_truth(f), 99)), True)} | {'yes' if r.clean else 'no'} | {r.cpu_s:.1f} | {r.load:.2f} |",
-              flush=True)
+              f"{ms(error(f.ttft_p50_s, t.pct('ttft_s', 50)), True)} / "
+              f"{ms(error(f.ttft_p99_s, t.pct('ttft_s', 99)), True)} | "
+              f"{ms(f.itl_p99_s)} / {ms(gap)} / {ms(error(f.itl_p99_s, gap), True)} | "
+              f"{ms(f.mean_itl_p99_s)} / {ms(mean)} / {ms(error(f.mean_itl_p99_s, mean), True)} | "
+              f"{'yes' if r.clean else 'no'} | {r.cpu_s:.1f} | {r.load:.2f} |", flush=True)
 
 
 def run_one(tool, case: Case, rate: float, mock: Mock, args, work: Path, processes: int = 1,
@@ -187,6 +187,22 @@ def summary(rows: list[Row]) -> None:
     peers = [v for k, v in best.items() if not k.startswith("benchd")]
     if "benchd" in best and peers:
         print(f"  benchd / best peer: {best['benchd'] / max(peers):.1f}x")
+    print("errors |figure − the mock's own| where a peer's is smaller than benchd's (TTFT p50, p99; ITL p99 of the "
+          "same kind):")
+    worse = 0
+    for key in dict.fromkeys((r.case, r.rate) for r in rows):
+        at = [r for r in rows if (r.case, r.rate) == key and r.figures is not None]
+        ours = next((r for r in at if r.tool == "benchd"), None)
+        for peer in (r for r in at if ours is not None and r.tool != "benchd"):
+            for name, truth in (("ttft_p50_s", ("ttft_s", 50)), ("ttft_p99_s", ("ttft_s", 99)),
+                                ("itl_p99_s", ("itl_s", 99)), ("mean_itl_p99_s", ("itl_request_s", 99))):
+                mine, theirs = (error(getattr(r.figures, name), r.truth.pct(*truth)) for r in (ours, peer))
+                if mine is not None and theirs is not None and abs(theirs) < abs(mine):
+                    worse += 1
+                    print(f"  {key[0]} {key[1]:g}/s {name}: {peer.tool} {theirs * 1e3:+.2f} ms, "
+                          f"benchd {mine * 1e3:+.2f} ms")
+    if not worse:
+        print("  none")
 
 
 def main() -> None:

@@ -32,10 +32,11 @@ class Figures:
     achieved_rps: float
     ttft_p50_s: float | None
     ttft_p99_s: float | None
-    itl_p50_s: float | None
+    itl_p50_s: float | None  # every gap between tokens (None: the tool does not report it)
     itl_p99_s: float | None
     lag_p99_s: float | None = None  # dispatch lag, where the tool reports it
-    itl_per_request: bool = False  # ITL is each request's mean gap, not every gap
+    mean_itl_p50_s: float | None = None  # each request's mean gap, (last token − first) / (tokens − 1)
+    mean_itl_p99_s: float | None = None
 
 
 def pinned(cores: str | None, command: list[str]) -> list[str]:
@@ -79,7 +80,8 @@ class Benchd:
                    out, seconds * 3 + 120, env)
         s = json.loads((out / "result" / "summary.json").read_text())["stages"][0]
         return Figures(s["requests"], s["errors"], s["requests_per_s"], s["ttft_s"]["p50"], s["ttft_s"]["p99"],
-                       s["itl_s"]["p50"], s["itl_s"]["p99"], s["dispatch_lag_s"]["p99"])
+                       s["itl_s"]["p50"], s["itl_s"]["p99"], s["dispatch_lag_s"]["p99"],
+                       s["tpot_s"]["p50"], s["tpot_s"]["p99"])  # benchd's TPOT: each request's mean gap
 
 
 class Peer:
@@ -127,11 +129,10 @@ class Guidellm(Peer):
 
         totals = metrics["request_totals"]  # "incomplete": cut off by the time limit, not failed
         delay = metrics["request_dispatch_delay"]["successful"]["percentiles"]["p99"]  # seconds
-        # guidellm's ITL is per request: (latency − TTFT) / (output tokens − 1)
+        # guidellm's ITL is each request's mean gap, (latency − TTFT) / (output tokens − 1); no gap by gap
         return Figures(totals["successful"], totals["errored"], metrics["requests_per_second"]["successful"]["mean"],
-                       pct("time_to_first_token_ms", "p50"), pct("time_to_first_token_ms", "p99"),
-                       pct("inter_token_latency_ms", "p50"), pct("inter_token_latency_ms", "p99"), delay,
-                       itl_per_request=True)
+                       pct("time_to_first_token_ms", "p50"), pct("time_to_first_token_ms", "p99"), None, None, delay,
+                       pct("inter_token_latency_ms", "p50"), pct("inter_token_latency_ms", "p99"))
 
 
 class Aiperf(Peer):
@@ -153,10 +154,11 @@ class Aiperf(Peer):
             return None if metric is None or metric.get(q) is None else metric[q] / 1e3  # ms
 
         errors = sum(e.get("count", 1) for e in report.get("error_summary") or [])
-        # inter_chunk_latency: every gap between chunks (its inter_token_latency is a per-request mean)
+        # inter_chunk_latency: every gap between chunks; inter_token_latency: each request's mean gap
         return Figures(int(report["request_count"]["avg"]), errors, report["request_throughput"]["avg"],
                        pct("time_to_first_token", "p50"), pct("time_to_first_token", "p99"),
-                       pct("inter_chunk_latency", "p50"), pct("inter_chunk_latency", "p99"))
+                       pct("inter_chunk_latency", "p50"), pct("inter_chunk_latency", "p99"), None,
+                       pct("inter_token_latency", "p50"), pct("inter_token_latency", "p99"))
 
 
 TOOLS = {"benchd": Benchd, "guidellm": Guidellm, "aiperf": Aiperf}
