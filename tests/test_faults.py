@@ -67,6 +67,36 @@ def test_kill_9_mid_run_keeps_the_rows_written_before_it(tmp_path):
         process.wait(30)
 
 
+def test_a_worker_hung_past_its_daemons_kill_is_ended_by_the_next_daemon(tmp_path):
+    # A hang that holds the interpreter: the worker's own exit timer cannot run, so it would hold its device for good
+    port, workers_dir = free_port(), tmp_path / "workers"
+    process, url = serve(tmp_path, port, BENCHD_FAULTS__WORKLOAD="hung", BENCHD_FAULTS__ACTION="hang",
+                         BENCHD_FAULTS__AFTER_S="0.5")
+    try:
+        http = httpx.Client(base_url=url, timeout=30)
+        run_id = http.post("/runs", json=spec(duration=60, output=16, concurrency=2, name="hung")).json()["id"]
+        wait_for(lambda: http.get(f"/runs/{run_id}").json()["status"] == "running", 60, "the run to start")
+        (hung,) = [w["pid"] for w in http.get("/readyz").json()["workers"]]
+        assert [p.name for p in workers_dir.glob("*.pid")] == [f"worker.{hung}.pid"]
+        time.sleep(2.0)  # the fault has fired
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+    time.sleep(1.0)
+    assert running(hung)  # orphaned, and it stays
+
+    process, url = serve(tmp_path, port)
+    try:
+        assert not running(hung)
+        assert f"worker pid {hung} (worker.{hung}) outlived its daemon" in process.log_path.read_text()
+        (worker,) = httpx.get(f"{url}/readyz").json()["workers"]
+        assert [p.name for p in workers_dir.glob("*.pid")] == [f"worker.{worker['pid']}.pid"]
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert not list(workers_dir.glob("*.pid"))  # a daemon that stops forgets its workers' files
+
+
 def running(pid: int) -> bool:
     """The process exists and is not a zombie (an orphan nobody has reaped yet has ended)."""
     try:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.devices import Slot
-from benchd.workers import process, protocol
+from benchd.workers import orphans, process, protocol
 
 log = logging.getLogger("benchd.workers")
 
@@ -97,6 +97,7 @@ class WorkerHandle:
         self._stopping = False
         self._stop_watching = False  # killed from outside: the watch thread leaves the end to kill()
         self._end_lock = threading.Lock()
+        self._pid_file: Path | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ class WorkerHandle:
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        orphans.reap(self.settings.log_dir)  # a killed daemon's workers still holding a device
         with self.log_path.open("a") as f:
             f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         self._process = context.Process(target=process.main,
@@ -117,6 +119,7 @@ class WorkerHandle:
         self._process.start()
         child.close()
         self.pid = self._process.pid
+        self._pid_file = orphans.record(self.settings.log_dir, self.name, self.pid)
         self._thread = threading.Thread(target=self._watch, name=f"benchd-{self.name}", daemon=True)
         self._thread.start()
 
@@ -131,6 +134,7 @@ class WorkerHandle:
             self._process.kill()
             self._process.join(5)
         self.state = "stopped"
+        orphans.forget(self._pid_file)
         if self._thread is not None:
             self._thread.join(5)
 
@@ -266,6 +270,7 @@ class WorkerHandle:
         self._end(Death(death.reason, death.cause + self._log_tail()))
 
     def _end(self, death: Death) -> None:
+        orphans.forget(self._pid_file)
         with self._end_lock:  # the watch thread and kill() may both see the end: it is handled once
             if self.state in ("dead", "stopped"):
                 return
