@@ -223,3 +223,14 @@ def test_dispatch_lag_script_prints_a_line_for_the_idle_engine_and_each_switch_i
     assert [line.split(",")[0] for line in lines] == ["idle engine (4/1 tokens)", "generating (32/32 tokens)",
                                                       "generating (32/32 tokens)"]
     assert "switch interval 1 ms" in lines[-1] and "latest dispatches" in lines[-1]
+
+
+def test_worker_orphans_script_shows_the_next_daemon_ending_the_hung_worker():
+    done = subprocess.run([sys.executable, "bench/worker_orphans.py", "--grace-s", "1", "--port", str(free_port())],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    hung = next(line for line in lines if line.startswith("daemon SIGKILLed"))
+    assert "GiB" in hung and "gone" not in hung  # the orphan still held its memory
+    assert ": ended; the new worker" in done.stdout
+    assert "an ordinary run on the new worker: succeeded" in done.stdout
