@@ -6,7 +6,8 @@ starts its own worker.
 
 Prints the hung worker's memory (on CUDA: NVML's per-process GPU memory; on a CPU: its resident set) right after
 the kill and again --grace-s later (past the worker's own exit timer, which a held interpreter stops), then the next
-daemon's start → ready, whether the orphan is gone, what the new worker holds, and an ordinary run's status."""
+daemon's start → ready, whether the orphan is gone, what the new worker holds, and an ordinary run's status and KV
+cache (which transformers sizes from the device's free memory)."""
 
 from __future__ import annotations
 
@@ -94,8 +95,10 @@ def main() -> int:
         after = http.post("/runs", json={**body, "name": "after"}).json()["id"]
         wait(lambda: http.get(f"/runs/{after}").json()["status"] not in ("queued", "running"), 600)
         run = http.get(f"/runs/{after}").json()
+        engine = ((run.get("metadata") or {}).get("engine_settings") or {}).get("continuous_batching") or {}
         print(f"an ordinary run on the new worker: {run['status']}, "
-              f"{run['summary'][0]['output_tokens_per_s']:.0f} output tok/s", flush=True)
+              f"{run['summary'][0]['output_tokens_per_s']:.0f} output tok/s, its KV cache "
+              f"{engine.get('num_blocks')} blocks of {engine.get('block_size')} tokens", flush=True)
     finally:
         second.terminate()
         second.wait(60)
