@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from benchd import arrivals, capacity, replay
 from benchd.engines import Engine, GenerationRequest
+from benchd.engines.handoff import Handoff
 from benchd.profiles import Capacity, Trace, is_open_loop
 from benchd.records import RecordBook, RequestRecord, StageSummary, summarize
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, Workload, describe_profile
@@ -154,15 +155,27 @@ class Stage:
         # An engine that sends at t_s itself gets the request this early; not under a cap, which decides at t_s
         # whether a slot is free.
         lead = self.engine.dispatch_lead_s if self.cap is None else 0.0
+        handoff = self.engine.handoff
+        try:
+            self._send_open_loop(lead, handoff)
+        finally:
+            if handoff is not None:
+                handoff.sent()  # nothing more is due: the engine's thread waits for nothing
+
+    def _send_open_loop(self, lead: float, handoff: Handoff | None) -> None:
         for i, offset in enumerate(arrivals.offsets(self.profile, self.spec.seed)):
             t_s = self._t0 + offset
             if self._done_dispatching(t_s):
                 return
+            if handoff is not None:
+                handoff.expect(t_s - lead)  # the engine's thread gives way then
             while (now := self.clock()) < t_s - lead:
                 self._wait(t_s - lead - now)
             while self.cap is not None and len(self.in_flight) >= self.cap:
                 self._wait(None)  # held back: it keeps its scheduled time, the wait is its dispatch lag
             self._submit(i, t_s)
+            if handoff is not None:
+                handoff.sent()
 
     def _closed_loop(self, slots: int) -> None:
         # Each slot's next request is scheduled when the slot frees up: at its previous request's end.

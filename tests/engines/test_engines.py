@@ -1,5 +1,6 @@
 """Both in-process engines on the tiny model, for real. CI runs this file against transformers 5.17 and the newest 5.x."""
 
+import math
 import threading
 import time
 
@@ -7,9 +8,11 @@ import pytest
 import torch
 
 from benchd.engines import GenerationRequest, create_engine
+from benchd.engines.handoff import MAX_WAIT_S, Handoff
 from benchd.engines.transformers_cb import kv_blocks
 from benchd.models import load_model
 from benchd.spec import SpecError
+from benchd.workers.local import run_local
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -236,3 +239,36 @@ def test_a_warm_engine_forgets_the_prefixes_an_earlier_run_cached(tiny):
         assert sink.ends["again"][1] is None and len(sink.token_ids["again"]) == 8
     finally:
         engine.stop()
+
+
+def test_the_engine_thread_gives_way_to_a_due_send_once_and_not_past_the_bound():
+    handoff = Handoff()
+    handoff.expect(time.perf_counter() + 60)
+    start = time.perf_counter()
+    handoff.give_way()  # not due yet: no wait
+    assert time.perf_counter() - start < MAX_WAIT_S and handoff.due != math.inf
+    handoff.expect(time.perf_counter() - 1)  # due, never sent: one wait of the bound, then no more for this send
+    start = time.perf_counter()
+    handoff.give_way()
+    assert time.perf_counter() - start >= MAX_WAIT_S and handoff.due == math.inf
+    handoff.expect(time.perf_counter())
+    sent = threading.Event()
+    threading.Thread(target=lambda: (time.sleep(0.0005), handoff.sent(), sent.set())).start()
+    handoff.give_way()  # waits for the send
+    assert sent.wait(5) and handoff.due == math.inf
+
+
+def test_an_open_loop_hands_off_around_each_send_and_the_engine_drops_its_hooks(tiny, monkeypatch):
+    """The engine's thread passes its hooks during an open-loop run (each layer, each forward pass) with sends
+    expected, and the run leaves none due; the stopped engine takes its hooks off the model it shares."""
+    calls = []
+    give_way = Handoff.give_way
+    monkeypatch.setattr(Handoff, "give_way", lambda self, *args: calls.append(self.due) or give_way(self, *args))
+    spec = make_spec(workload={"arrivals": {"profile": "poisson", "rate": 40}, "stop": {"requests": 12}})
+    outcome = run_local(spec, tiny)
+    assert outcome.status == "succeeded"
+    layers = next(m for m in tiny.model.modules() if isinstance(m, torch.nn.ModuleList))
+    assert len(calls) > 12 * (len(layers) + 2)  # every forward pass: before each layer, before and after the model
+    assert any(due != math.inf for due in calls)  # sends were expected while the engine ran
+    assert not tiny.model._forward_pre_hooks and not tiny.model._forward_hooks
+    assert all(not layer._forward_pre_hooks for layer in layers)

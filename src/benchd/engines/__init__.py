@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from benchd.engines.handoff import Handoff
     from benchd.models import LoadedModel
     from benchd.spec import RunSpec
 
@@ -58,6 +59,9 @@ class Engine(Protocol):
     # > 0: submit() takes `at` (the scheduled perf_counter() time) and is called up to this many seconds early;
     # the engine sends the request at that time itself and reports it with sink.submitted.
     dispatch_lead_s: float
+    # An engine whose thread runs Python in the dispatcher's process gives way to a due send (engines/handoff.py);
+    # None: it does not share the dispatcher's GIL, or never keeps it long.
+    handoff: Handoff | None
 
     def start(self) -> None:
         """Allocate caches, warm up (CUDA graphs), start threads. Not timed as part of any run."""

@@ -61,6 +61,7 @@ class _Client:
 class OpenAIEngine:
     name = "openai"
     dispatch_lead_s = DISPATCH_LEAD_S
+    handoff = None
 
     def __init__(self, options: OpenAIOptions, workload: Workload, model: str) -> None:
         self.options = options

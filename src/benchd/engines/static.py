@@ -65,6 +65,7 @@ class _RowsDone(StoppingCriteria):
 class StaticEngine:
     name = "static"
     dispatch_lead_s = 0.0  # the stage submits at the scheduled time
+    handoff = None
 
     def __init__(self, loaded: LoadedModel, options: StaticOptions, workload: Workload,
                  compile_mode: str = "off") -> None:

@@ -14,6 +14,7 @@ from transformers.generation.continuous_batching.utils import WorkloadHints
 
 from benchd import replay
 from benchd.engines import EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.handoff import Handoff
 from benchd.models import LoadedModel, greedy_config
 from benchd.spec import SpecError, TransformersOptions, Workload
 from benchd.stack import base_attention
@@ -63,6 +64,16 @@ def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(CUDA_CPU_THREADS, cores // 2))  # half the cores at most: the rest for benchd and the host
+
+
+def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
+    """Where the generation thread gives way to a due send: before each decoder layer (the first list of modules:
+    a forward pass of a small model on a CPU is milliseconds), and before and after each forward pass (sampling and
+    scheduling lie between). CUDA graph replay calls none of them: on a GPU the thread waits on the device without
+    the GIL anyway."""
+    layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), [])
+    return [*(layer.register_forward_pre_hook(handoff.give_way) for layer in layers),
+            model.register_forward_pre_hook(handoff.give_way), model.register_forward_hook(handoff.give_way)]
 
 
 def kv_blocks(cache) -> tuple[int, int]:
@@ -132,6 +143,8 @@ class TransformersEngine:
         self._manager = None
         self._consumer: threading.Thread | None = None
         self._stopping = threading.Event()
+        self.handoff = Handoff()
+        self._hooks: list = []
 
     def _check_capacity(self, workload: Workload) -> None:
         size = getattr(self._config, _SIZE_FIELD)
@@ -144,6 +157,7 @@ class TransformersEngine:
 
     def start(self) -> None:
         self._start_manager()
+        self._hooks = handoff_hooks(self._loaded.model, self.handoff)
         self._stopping.clear()
         self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
         self._consumer.start()
@@ -337,5 +351,8 @@ class TransformersEngine:
             self._consumer.join(timeout=5)
         self._manager.destroy()
         self._manager = None
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
         self._restore_threads()
         self._restore_attention()
