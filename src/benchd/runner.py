@@ -160,7 +160,7 @@ class Stage:
             self._send_open_loop(lead, handoff)
         finally:
             if handoff is not None:
-                handoff.sent()  # nothing more is due: the engine's thread waits for nothing
+                handoff.clear()
 
     def _send_open_loop(self, lead: float, handoff: Handoff | None) -> None:
         for i, offset in enumerate(arrivals.offsets(self.profile, self.spec.seed)):
@@ -172,10 +172,12 @@ class Stage:
             while (now := self.clock()) < t_s - lead:
                 self._wait(t_s - lead - now)
             while self.cap is not None and len(self.in_flight) >= self.cap:
+                if handoff is not None:
+                    handoff.clear()  # the send waits for a completion, which needs the engine
                 self._wait(None)  # held back: it keeps its scheduled time, the wait is its dispatch lag
             self._submit(i, t_s)
             if handoff is not None:
-                handoff.sent()
+                handoff.clear()
 
     def _closed_loop(self, slots: int) -> None:
         # Each slot's next request is scheduled when the slot frees up: at its previous request's end.

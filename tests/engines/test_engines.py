@@ -253,7 +253,7 @@ def test_the_engine_thread_gives_way_to_a_due_send_once_and_not_past_the_bound()
     assert time.perf_counter() - start >= MAX_WAIT_S and handoff.due == math.inf
     handoff.expect(time.perf_counter())
     sent = threading.Event()
-    threading.Thread(target=lambda: (time.sleep(0.0005), handoff.sent(), sent.set())).start()
+    threading.Thread(target=lambda: (time.sleep(0.0005), handoff.clear(), sent.set())).start()
     handoff.give_way()  # waits for the send
     assert sent.wait(5) and handoff.due == math.inf
 
@@ -272,3 +272,22 @@ def test_an_open_loop_hands_off_around_each_send_and_the_engine_drops_its_hooks(
     assert any(due != math.inf for due in calls)  # sends were expected while the engine ran
     assert not tiny.model._forward_pre_hooks and not tiny.model._forward_hooks
     assert all(not layer._forward_pre_hooks for layer in layers)
+
+
+def test_a_send_held_back_by_a_concurrency_cap_does_not_hold_the_engine(tiny, monkeypatch):
+    """At a cap, a due send waits for a completion, which needs the engine: the engine's thread must not wait for
+    it (once a request, that would cost a saturated engine MAX_WAIT_S a request)."""
+    waits = []
+    give_way = Handoff.give_way
+
+    def timed(self, *args):
+        start = time.perf_counter()
+        give_way(self, *args)
+        waits.append(time.perf_counter() - start)
+
+    monkeypatch.setattr(Handoff, "give_way", timed)
+    spec = make_spec(workload={"arrivals": {"profile": "poisson", "rate": 400, "max_concurrency": 2},
+                               "stop": {"requests": 24}})
+    outcome = run_local(spec, tiny)
+    assert outcome.status == "succeeded" and waits
+    assert sum(w >= MAX_WAIT_S for w in waits) <= 2, sorted(waits)[-5:]

@@ -28,7 +28,8 @@ class Handoff:
         self._sent.clear()
         self.due = t
 
-    def sent(self) -> None:
+    def clear(self) -> None:
+        """Nothing is due: a send went out, or the dispatcher waits for something else (a free slot, the end)."""
         self.due = math.inf
         self._sent.set()
 

@@ -62,6 +62,9 @@ def reap(log_dir: Path, timeout_s: float = 10.0) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        except PermissionError:  # another user's daemon shared the directory: not ours to end
+            log.error("worker pid %d belongs to another user: left running", pid)
+            continue
         deadline = time.monotonic() + timeout_s
         while (now := _stat(pid)) is not None and now[0] != "Z" and now[2] == started:
             if time.monotonic() > deadline:
