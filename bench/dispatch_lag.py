@@ -1,9 +1,11 @@
 """Where the transformers engine's dispatch lag comes from on CPU: the same seeded Poisson run on the tiny model in
 this process (benchd's worker core, no daemon, no HTTP), with the engine idle between arrivals (1 output token) and
-generating (32), at several GIL switch intervals, and every garbage collection timed: the run's dispatch lag p50,
-p99 and max, and whether a collection overlapped any of the latest dispatches.
+generating (32), at several GIL switch intervals, with the engine's thread giving way to due sends (engines/handoff.py)
+and without, alternating, and every garbage collection timed: the run's dispatch lag p50, p99 and max, and whether a
+collection overlapped any of the latest dispatches.
 
     python bench/dispatch_lag.py [--requests 150] [--rate 5] [--cpu-threads 1] [--switch-intervals 0.005,0.0002]
+                                 [--handoff on,off] [--repeats 1]
 
 Runs on the project's 2-core CPU machine (no GPU); prints one line a configuration."""
 
@@ -20,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from http_load import workload  # the same run as bench/http_load.py's, without the daemon
 
+import benchd.engines.transformers_cb as transformers_cb
 from benchd.models import load_model
 from benchd.spec import RunSpec
 from benchd.workers.local import run_local
@@ -53,14 +56,20 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5.0)
     parser.add_argument("--cpu-threads", type=int, default=1)
     parser.add_argument("--switch-intervals", default="0.005,0.0002", type=lambda s: [float(x) for x in s.split(",")])
+    parser.add_argument("--handoff", default="on,off", type=lambda s: s.split(","),
+                        help="the engine's thread gives way to due sends (on), or has no hooks to (off)")
+    parser.add_argument("--repeats", type=int, default=1, help="the generating cases, alternating, this many times")
     args = parser.parse_args()
     loaded = load_model("tiny", dtype="float32", device="cpu", seed=0)
     collections = Collections()
     gc.callbacks.append(collections)
-    cases = [("idle engine", 1, 4, args.switch_intervals[0])]
-    cases += [("generating", 32, 32, interval) for interval in args.switch_intervals]
-    for name, output_tokens, prompt_tokens, interval in cases:
+    hooks = transformers_cb.handoff_hooks
+    cases = [("idle engine", 1, 4, args.switch_intervals[0], args.handoff[0])]
+    cases += [("generating", 32, 32, interval, handoff) for _ in range(args.repeats)
+              for interval in args.switch_intervals for handoff in args.handoff]
+    for name, output_tokens, prompt_tokens, interval, handoff in cases:
         sys.setswitchinterval(interval)
+        transformers_cb.handoff_hooks = hooks if handoff == "on" else lambda model, handoff: []
         collections.spans.clear()
         outcome = run_local(spec(args.rate, args.requests, output_tokens, prompt_tokens, args.cpu_threads), loaded)
         records = [r for r in outcome.stages[0].records if not r.warmup]
@@ -70,7 +79,8 @@ def main() -> None:
         spans = collections.spans
         overlapping = sum(any(s < r.submitted_s and e > r.scheduled_s for s, e in spans) for r in latest)
         longest = max((e - s for s, e in spans), default=0.0)
-        print(f"{name} ({prompt_tokens}/{output_tokens} tokens), switch interval {interval * 1e3:g} ms: dispatch lag "
+        print(f"{name} ({prompt_tokens}/{output_tokens} tokens), switch interval {interval * 1e3:g} ms, handoff "
+              f"{handoff}: dispatch lag "
               f"p50 {statistics.median(lags) * 1e3:.2f} p99 {p99 * 1e3:.2f} max {lags[-1] * 1e3:.2f} ms; "
               f"{len(spans)} collections, longest {longest * 1e3:.1f} ms, overlapping {overlapping} of the "
               f"{len(latest)} latest dispatches", flush=True)

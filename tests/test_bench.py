@@ -219,10 +219,12 @@ def test_dispatch_lag_script_prints_a_line_for_the_idle_engine_and_each_switch_i
     done = subprocess.run([sys.executable, "bench/dispatch_lag.py", "--requests", "8", "--rate", "40",
                            "--switch-intervals", "0.005,0.001"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = [line for line in done.stdout.splitlines() if ": dispatch lag p50 " in line]
-    assert [line.split(",")[0] for line in lines] == ["idle engine (4/1 tokens)", "generating (32/32 tokens)",
-                                                      "generating (32/32 tokens)"]
-    assert "switch interval 1 ms" in lines[-1] and "latest dispatches" in lines[-1]
+    lines = [line.split(": dispatch lag p50 ") for line in done.stdout.splitlines() if ": dispatch lag p50 " in line]
+    assert [case for case, _ in lines] == [
+        "idle engine (4/1 tokens), switch interval 5 ms, handoff on",
+        *(f"generating (32/32 tokens), switch interval {ms} ms, handoff {handoff}"
+          for ms in (5, 1) for handoff in ("on", "off"))]
+    assert all("latest dispatches" in figures for _, figures in lines)
 
 
 def test_worker_orphans_script_shows_the_next_daemon_ending_the_hung_worker():
