@@ -9,9 +9,9 @@ import torch
 
 from benchd.engines import GenerationRequest, create_engine
 from benchd.engines.handoff import MAX_WAIT_S, Handoff
-from benchd.engines.transformers_cb import kv_blocks
+from benchd.engines.transformers_cb import TransformersEngine, kv_blocks
 from benchd.models import load_model
-from benchd.spec import SpecError
+from benchd.spec import SpecError, TransformersOptions
 from benchd.workers.local import run_local
 from tests.helpers import make_spec
 
@@ -291,3 +291,11 @@ def test_a_send_held_back_by_a_concurrency_cap_does_not_hold_the_engine(tiny, mo
     outcome = run_local(spec, tiny)
     assert outcome.status == "succeeded" and waits
     assert sum(w >= MAX_WAIT_S for w in waits) <= 2, sorted(waits)[-5:]
+
+
+def test_no_handoff_where_the_engine_thread_does_not_keep_the_gil_or_the_forward_is_compiled(tiny):
+    compiled = TransformersEngine(tiny, TransformersOptions(block_size=16, num_blocks=64, compile_level=1),
+                                  make_spec().workload)
+    assert compiled.handoff is None  # hooks would break the compiled graph at every layer
+    plain = TransformersEngine(tiny, TransformersOptions(block_size=16, num_blocks=64), make_spec().workload)
+    assert plain.handoff is not None

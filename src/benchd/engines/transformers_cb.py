@@ -69,8 +69,7 @@ def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
 def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
     """Where the generation thread gives way to a due send: before each decoder layer (the first list of modules:
     a forward pass of a small model on a CPU is milliseconds), and before and after each forward pass (sampling and
-    scheduling lie between). CUDA graph replay calls none of them: on a GPU the thread waits on the device without
-    the GIL anyway."""
+    scheduling lie between)."""
     layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), [])
     return [*(layer.register_forward_pre_hook(handoff.give_way) for layer in layers),
             model.register_forward_pre_hook(handoff.give_way), model.register_forward_hook(handoff.give_way)]
@@ -143,7 +142,9 @@ class TransformersEngine:
         self._manager = None
         self._consumer: threading.Thread | None = None
         self._stopping = threading.Event()
-        self.handoff = Handoff()
+        # On a CPU the generation thread runs the model's Python and keeps the GIL; on a GPU it waits on the device
+        # without it, and a compiled forward would break its graph at every hook.
+        self.handoff = Handoff() if loaded.device.type == "cpu" and not self._config.default_compile_level else None
         self._hooks: list = []
 
     def _check_capacity(self, workload: Workload) -> None:
@@ -157,7 +158,8 @@ class TransformersEngine:
 
     def start(self) -> None:
         self._start_manager()
-        self._hooks = handoff_hooks(self._loaded.model, self.handoff)
+        if self.handoff is not None:
+            self._hooks = handoff_hooks(self._loaded.model, self.handoff)
         self._stopping.clear()
         self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
         self._consumer.start()
