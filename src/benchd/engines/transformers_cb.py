@@ -144,7 +144,8 @@ class TransformersEngine:
         self._stopping = threading.Event()
         # On a CPU the generation thread runs the model's Python and keeps the GIL; on a GPU it waits on the device
         # without it, and a compiled forward would break its graph at every hook.
-        self.handoff = Handoff() if loaded.device.type == "cpu" and not self._config.default_compile_level else None
+        compiled = getattr(self._config, "default_compile_level", 0)
+        self.handoff = Handoff() if loaded.device.type == "cpu" and not compiled else None
         self._hooks: list = []
 
     def _check_capacity(self, workload: Workload) -> None:
