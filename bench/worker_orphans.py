@@ -59,9 +59,10 @@ def main() -> int:
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     faults = {"BENCHD_FAULTS__WORKLOAD": "hung", "BENCHD_FAULTS__ACTION": "hang", "BENCHD_FAULTS__AFTER_S": "1"}
     cache = {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256} if args.device == "cpu" else {}
+    fixed = {"dist": "fixed", "value": 32}
     body = {"transformers": cache,
             "workload": {"arrivals": {"profile": "concurrent", "concurrency": 4}, "stop": {"duration_s": 5},
-                         "prompt_tokens": {"dist": "fixed", "value": 32}, "output_tokens": {"dist": "fixed", "value": 32}}}
+                         "prompt_tokens": fixed, "output_tokens": fixed}}
     http = httpx.Client(base_url=f"http://127.0.0.1:{args.port}", timeout=60)
 
     def serve(extra: dict, name: str) -> tuple[subprocess.Popen, float]:
