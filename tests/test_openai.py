@@ -153,12 +153,12 @@ def test_chunks_read_together_are_one_arrival(server, prompts, usage):
     options = {"include_usage": True, "continuous_usage_stats": usage == "running"}
     outcome = run(openai_spec(server.base_url, model="pairs", prompts=prompts, stream_options=options))
     for record in records(outcome):
-        assert record.arrival_tokens == [2, 2, 2, 1] and record.error is None
-        stamps = record.arrival_s
+        # [2, 2, 2, 1], or fewer arrivals where a busy client read two writes at once: never a chunk on its own
+        counts, stamps = record.arrival_tokens, record.arrival_s
+        assert record.error is None and sum(counts) == 7 and all(k % 2 == 0 for k in counts[:-1]) and counts[-1] % 2
         assert all(b > a for a, b in zip(stamps, stamps[1:]))
-        gaps = [(b - a) / k for a, b, k in zip(stamps, stamps[1:], record.arrival_tokens[1:])]
-        assert record.itl_s() == pytest.approx([gaps[0]] * 2 + [gaps[1]] * 2 + [gaps[2]])
-        assert min(record.itl_s()) > 0
+        expected = [(b - a) / k for a, b, k in zip(stamps, stamps[1:], counts[1:]) for _ in range(k)]
+        assert record.itl_s() == pytest.approx(expected) and min(record.itl_s()) > 0
 
 
 def test_token_ids_in_chat_chunks(server, prompts):
@@ -305,9 +305,9 @@ def test_response_framings_and_reads_cut_anywhere(server, prompts, shape):
     assert outcome.status == "succeeded", outcome.error
     for record in records(outcome):
         assert record.error is None and record.output_tokens == 5
-        if shape == "split":  # every chunk is its own arrival, stamped by the read that completed it
-            assert record.arrival_tokens == [1] * 5
-            assert record.arrival_s == sorted(record.arrival_s) and record.arrival_s[-1] - record.arrival_s[0] > 0
+        if shape == "split":  # chunks are stamped by the read that completed them (two in one read: one arrival)
+            assert sum(record.arrival_tokens) == 5 and len(record.arrival_tokens) > 1
+            assert all(b > a for a, b in zip(record.arrival_s, record.arrival_s[1:]))
 
 
 def test_traceparent_names_the_request_span_the_otlp_receiver_gets(server, prompts, monkeypatch):
