@@ -163,7 +163,7 @@ def test_loadgen_comparison_runs_benchd_against_the_c_mock(tmp_path):
         assert 19.5 < ttft_truth_p50 < 25  # the mock's own stamp of its 20 ms first token
         for itl in (row[10], row[11]):  # every gap, and each request's mean gap: benchd's, the mock's, the error
             figure, truth, err = (float(x) for x in itl.split("/"))
-            assert 4.9 < truth < 8 and figure == pytest.approx(truth + err, abs=0.011)
+            assert truth > 4.9 and figure == pytest.approx(truth + err, abs=0.011)  # the mock's 5 ms, or later
     stamps = (tmp_path / "short" / "stamps.txt").read_text().splitlines()
     assert len(stamps) >= 2 * (20 + 40) * 0.9 and all(len(line.split()) == 17 for line in stamps)  # read + 16
 
