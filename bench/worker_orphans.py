@@ -23,10 +23,12 @@ from pathlib import Path
 import httpx
 from common import ROOT, wait
 
+from benchd.workers import orphans
+
 
 def held_bytes(pid: int, device: str) -> int | None:
     """What the process holds: GPU memory on CUDA (NVML), its resident set on a CPU; None when it is gone."""
-    if not Path(f"/proc/{pid}").exists():
+    if orphans.live(pid) is None:
         return None
     if device.startswith("cuda"):
         import pynvml

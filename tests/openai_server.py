@@ -163,18 +163,20 @@ class OpenAIServer:
             frame = b"data: " + data + b"\n\n"
             if framing == "length":
                 held.append(frame)
-            elif framing == "until-close":
+                return
+            if framing == "until-close":
                 writer.write(frame)
-            elif behaviour == "split":
+                return
+            wire = f"{len(frame):x}\r\n".encode() + frame + b"\r\n"
+            if behaviour == "split":
                 while halves:  # the previous event's second half first
                     writer.write(halves.pop(0))
-                wire = f"{len(frame):x}\r\n".encode() + frame + b"\r\n"
                 halves.append(wire[len(wire) // 2:])
                 writer.write(wire[:len(wire) // 2])
             elif behaviour == "pairs":
-                together.append(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+                together.append(wire)
             else:
-                writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+                writer.write(wire)
 
         halves: list[bytes] = []
         together: list[bytes] = []  # pairs: what goes out in the next write

@@ -7,6 +7,7 @@ import time
 import httpx
 
 from benchd.store import Store
+from benchd.workers.orphans import live as running
 from tests.helpers import PostgresServer, daemon, free_port, serve, spec, submit, wait_for
 
 
@@ -96,11 +97,3 @@ def test_a_worker_hung_past_its_daemons_kill_is_ended_by_the_next_daemon(tmp_pat
         process.wait(30)
     assert not list(workers_dir.glob("*.pid"))  # a daemon that stops forgets its workers' files
 
-
-def running(pid: int) -> bool:
-    """The process exists and is not a zombie (an orphan nobody has reaped yet has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -27,6 +27,13 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     return fields[0], int(fields[1]), int(fields[19])
 
 
+def live(pid: int, started: int | None = None) -> tuple[str, int, int] | None:
+    """The process's stat while it runs (a zombie has ended), and is the one that started at `started` when given
+    (a pid used again is another process); else None."""
+    stat = _stat(pid)
+    return stat if stat is not None and stat[0] != "Z" and (started is None or stat[2] == started) else None
+
+
 def record(log_dir: Path, name: str, pid: int) -> Path | None:
     """The worker's pid file: its pid, its start time (a pid used again is not taken for it) and its daemon's pid."""
     stat = _stat(pid)
@@ -51,9 +58,9 @@ def reap(log_dir: Path, timeout_s: float = 10.0) -> list[int]:
             pid, started, daemon = (int(x) for x in path.read_text().split())
         except (OSError, ValueError):
             continue  # being written, or not ours
-        stat = _stat(pid)
-        if stat is None or stat[0] == "Z" or stat[2] != started:
-            forget(path)  # it ended (a zombie has), or the pid is another process's now
+        stat = live(pid, started)
+        if stat is None:
+            forget(path)  # it ended, or the pid is another process's now
             continue
         if stat[1] == daemon:
             continue  # its daemon is alive and holds it
@@ -66,7 +73,7 @@ def reap(log_dir: Path, timeout_s: float = 10.0) -> list[int]:
             log.error("worker pid %d belongs to another user: left running", pid)
             continue
         deadline = time.monotonic() + timeout_s
-        while (now := _stat(pid)) is not None and now[0] != "Z" and now[2] == started:
+        while (now := live(pid, started)) is not None:
             if time.monotonic() > deadline:
                 log.error("worker pid %d did not end within %g s of SIGKILL (state %s)", pid, timeout_s, now[0])
                 break
