@@ -1,8 +1,12 @@
 """Does HTTP load distort a measurement? The same seeded Poisson run on the tiny model, through a live daemon,
 unloaded and under 200 concurrent HTTP clients hammering GET /metrics and GET /runs, pairs alternating in one
 invocation (ABAB…): the run's TTFT p99, output tok/s and dispatch lag p99 side by side, and the scrape latency.
+With --dispatch-priorities 1,0, a daemon for each (the workers' sending thread in SCHED_FIFO, and not), their pairs
+in turn; the other daemon idles meanwhile. Closed-loop clients wait clients ÷ served-per-second on average
+(Little's law): the table prints both.
 
     python bench/http_load.py [--pairs 3] [--clients 200] [--rate 5] [--requests 60] [--cpu-threads N]
+                              [--dispatch-priorities 1,0]
 
 Runs on the project's 2-core CPU machine (no GPU); prints a table and writes http_load.json under --out."""
 
@@ -85,6 +89,32 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] if ordered else float("nan")
 
 
+def start_daemon(work: Path, port: int, dispatch_priority: int) -> tuple[subprocess.Popen, httpx.Client]:
+    """A daemon of its own (store, spool, worker logs) with its workers' sending thread at dispatch_priority."""
+    work.mkdir(parents=True)
+    env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{work}/benchd.db", "BENCHD_PORT": str(port),
+           "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_SPOOL_DIR": str(work / "spool"),
+           "BENCHD_WORKERS__LOG_DIR": str(work / "workers"),
+           "BENCHD_WORKERS__DISPATCH_PRIORITY": str(dispatch_priority)}
+    log = open(work / "daemon.log", "w")
+    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if (ready := http.get("/readyz")).status_code == 200:
+                got = ready.json()["workers"][0]["dispatch_priority"]
+                if got != dispatch_priority:
+                    raise SystemExit(f"the worker got dispatch priority {got}, not {dispatch_priority}: root or "
+                                     "CAP_SYS_NICE is needed")
+                return daemon, http
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the daemon did not get ready: see {work / 'daemon.log'}")
+        time.sleep(0.2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3)
@@ -94,71 +124,70 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=18321)
     parser.add_argument("--cpu-threads", type=int, help="the engine's torch threads (transformers.cpu_threads); "
                         "default torch's, one a core")
+    parser.add_argument("--dispatch-priorities", default="1", help="the workers' dispatch priority "
+                        "(BENCHD_WORKERS__DISPATCH_PRIORITY), comma-separated: a daemon each, their pairs in turn")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "runs")))
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="benchd-http-load-"))
-    env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{work}/benchd.db", "BENCHD_PORT": str(args.port),
-           "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_SPOOL_DIR": str(work / "spool"),
-           "BENCHD_WORKERS__LOG_DIR": str(work / "workers")}
-    log = open(work / "daemon.log", "w")
-    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{args.port}"
-    http = httpx.Client(base_url=url, timeout=60)
+    levels = [int(level) for level in args.dispatch_priorities.split(",")]
+    daemons: dict[int, tuple[subprocess.Popen, httpx.Client]] = {}
+    body = workload(args.rate, args.requests, args.cpu_threads)
+    expected_s = (args.requests + 4) / args.rate + 5
+    rows = []
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if http.get("/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the daemon did not get ready: see {work / 'daemon.log'}")
-            time.sleep(0.2)
-        body = workload(args.rate, args.requests, args.cpu_threads)
-        measure(http, body)  # warm: the engine starts and keeps its configuration
-        expected_s = (args.requests + 4) / args.rate + 5
-        rows = []
+        for i, level in enumerate(levels):
+            daemons[level] = start_daemon(work / f"priority-{level}", args.port + i, level)
+            measure(daemons[level][1], body)  # warm: the engine starts and keeps its configuration
         context = multiprocessing.get_context("spawn")
         for pair in range(args.pairs):
-            quiet = measure(http, body)
-            results = context.Queue()
-            load = context.Process(target=hammer, args=(url, args.clients, expected_s, results))
-            load.start()
-            time.sleep(1.0)  # the clients are all going
-            loaded = measure(http, body)
-            scrapes = results.get(timeout=expected_s + 120)
-            load.join(30)
-            rows.append({"pair": pair, "unloaded": quiet, "loaded": loaded,
-                         "metrics_p50_s": percentile(scrapes["metrics_latency_s"], 50),
-                         "metrics_p99_s": percentile(scrapes["metrics_latency_s"], 99),
-                         "metrics_requests": scrapes["metrics"], "runs_requests": scrapes["runs"],
-                         "errors": scrapes["errors"]})
-            print(json.dumps(rows[-1]), flush=True)
+            for level in levels:
+                http = daemons[level][1]
+                quiet = measure(http, body)
+                results = context.Queue()
+                load = context.Process(target=hammer, args=(str(http.base_url), args.clients, expected_s, results))
+                load.start()
+                time.sleep(1.0)  # the clients are all going
+                loaded = measure(http, body)
+                scrapes = results.get(timeout=expected_s + 120)
+                load.join(30)
+                rows.append({"pair": pair, "dispatch_priority": level, "unloaded": quiet, "loaded": loaded,
+                             "metrics_p50_s": percentile(scrapes["metrics_latency_s"], 50),
+                             "metrics_p99_s": percentile(scrapes["metrics_latency_s"], 99),
+                             "metrics_requests": scrapes["metrics"], "runs_requests": scrapes["runs"],
+                             "served_per_s": (scrapes["metrics"] + scrapes["runs"]) / expected_s,
+                             "errors": scrapes["errors"]})
+                print(json.dumps(rows[-1]), flush=True)
     finally:
-        daemon.terminate()
-        daemon.wait(60)
+        for daemon, _ in daemons.values():
+            daemon.terminate()
+        for daemon, _ in daemons.values():
+            daemon.wait(60)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "http_load.json").write_text(json.dumps(rows, indent=2))
 
-    def ratio(key: str) -> list[float]:
-        return [r["loaded"][key] / r["unloaded"][key] for r in rows if r["unloaded"][key]]
-
     print(f"\n{args.clients} clients on GET /metrics and /runs during a Poisson {args.rate:g}/s run "
-          f"({args.requests} requests, 32/32 tokens), tiny model, {os.cpu_count()} CPUs; {len(rows)} pairs")
-    print("| pair | TTFT p99 ms unloaded → loaded | tok/s unloaded → loaded | dispatch lag p99 ms | "
-          "/metrics p50 / p99 ms | requests served (metrics, runs) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+          f"({args.requests} requests, 32/32 tokens), tiny model, {os.cpu_count()} CPUs; {args.pairs} pairs a "
+          "dispatch priority")
+    print("| pair | dispatch priority | TTFT p99 ms unloaded → loaded | tok/s unloaded → loaded | dispatch lag p99 ms | "
+          "/metrics p50 / p99 ms | served /s (clients ÷ it, ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         u, l = r["unloaded"], r["loaded"]
-        print(f"| {r['pair']} | {u['ttft_p99_s'] * 1e3:.1f} → {l['ttft_p99_s'] * 1e3:.1f} | "
+        print(f"| {r['pair']} | {r['dispatch_priority']} | {u['ttft_p99_s'] * 1e3:.1f} → {l['ttft_p99_s'] * 1e3:.1f} | "
               f"{u['output_tokens_per_s']:.0f} → {l['output_tokens_per_s']:.0f} | "
               f"{u['dispatch_lag_p99_s'] * 1e3:.2f} → {l['dispatch_lag_p99_s'] * 1e3:.2f} | "
               f"{r['metrics_p50_s'] * 1e3:.1f} / {r['metrics_p99_s'] * 1e3:.1f} | "
-              f"{r['metrics_requests']}, {r['runs_requests']} |")
-    print(f"median loaded/unloaded: TTFT p99 {statistics.median(ratio('ttft_p99_s')):.3f}, "
-          f"tok/s {statistics.median(ratio('output_tokens_per_s')):.3f}")
+              f"{r['served_per_s']:.0f} ({args.clients / r['served_per_s'] * 1e3:.0f}) |")
+    for level in levels:
+        mine = [r for r in rows if r["dispatch_priority"] == level]
+
+        def ratio(key: str) -> float:
+            return statistics.median(r["loaded"][key] / r["unloaded"][key] for r in mine if r["unloaded"][key])
+
+        print(f"dispatch priority {level}: median loaded/unloaded TTFT p99 {ratio('ttft_p99_s'):.3f}, "
+              f"tok/s {ratio('output_tokens_per_s'):.3f}; loaded dispatch lag p99 max "
+              f"{max(r['loaded']['dispatch_lag_p99_s'] for r in mine) * 1e3:.2f} ms")
     return 0
 
 

@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -132,7 +134,7 @@ def test_a_run_that_breaks_its_device_fails_and_the_worker_is_replaced(tmp_path)
             assert worker["nice"] == -10 == os.getpriority(os.PRIO_PROCESS, worker["pid"])
 
 
-PRIORITY = "import os; from benchd.workers.process import prioritize; prioritize({}); print(os.getpriority(0, 0))"
+PRIORITY = "import os; from benchd.priority import prioritize; prioritize({}); print(os.getpriority(0, 0))"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops a capability (util-linux)")
@@ -146,3 +148,77 @@ def test_a_worker_without_the_privilege_keeps_its_priority_and_says_so():
     assert f"the worker stays at nice {base}: nice {base - 1} needs CAP_SYS_NICE" in higher.stderr
     lower = unprivileged(base + 1)  # anyone may lower their own priority
     assert lower.stdout.split() == [str(base + 1)] and lower.stderr == ""
+
+
+def _policies(pid: int) -> dict[int, int]:
+    """Each thread of a process: its scheduling policy (field 41 of /proc/…/stat: 0 normal, 1 SCHED_FIFO)."""
+    policies = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            policies[int(task.name)] = int((task / "stat").read_text().rpartition(")")[2].split()[38])
+        except (OSError, ValueError):  # the thread ended
+            continue
+    return policies
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a real-time class needs root or CAP_SYS_NICE")
+def test_an_open_loop_sends_in_the_realtime_class_and_nothing_else_does(tmp_path):
+    """The worker's sending thread (its main thread) is in SCHED_FIFO while an open loop sends, and back to normal
+    after; the engine's threads and the worker's others stay normal throughout."""
+    poisson = spec(requests=40, name="poisson")
+    poisson["workload"]["arrivals"] = {"profile": "poisson", "rate": 20}
+    with daemon(tmp_path) as server:
+        server.wait_ready()
+        worker = server.http.get("/readyz").json()["workers"][0]
+        assert worker["dispatch_priority"] == 1
+        pid = worker["pid"]
+        assert set(_policies(pid).values()) == {0}
+        run_id = submit(server, poisson)
+        seen: dict[int, set[int]] = {}
+        while server.http.get(f"/runs/{run_id}").json()["status"] in ("queued", "running"):
+            for tid, policy in _policies(pid).items():
+                seen.setdefault(tid, set()).add(policy)
+            time.sleep(0.01)
+        assert server.http.get(f"/runs/{run_id}").json()["status"] == "succeeded"
+        assert seen[pid] == {0, 1}, seen  # sending, then waiting for the last requests
+        assert all(policies == {0} for tid, policies in seen.items() if tid != pid), seen
+        assert set(_policies(pid).values()) == {0}
+
+
+def test_a_thread_in_the_realtime_class_goes_back_to_its_policy_and_nice():
+    from benchd import priority
+
+    if os.geteuid() != 0:
+        pytest.skip("a real-time class needs root or CAP_SYS_NICE")
+    seen = {}
+
+    def sender() -> None:
+        os.setpriority(os.PRIO_PROCESS, 0, 5)  # this thread's nice (Linux: per thread)
+        with priority.realtime(1):
+            seen["inside"] = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+            child = threading.Thread(target=lambda: seen.update(child=os.sched_getscheduler(0)))
+            child.start()
+            child.join()
+        seen["after"] = os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    thread.join()
+    assert seen["inside"] == (os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, 1)
+    assert seen["child"] == os.SCHED_OTHER  # a thread started while sending is born normal
+    assert seen["after"] == (os.SCHED_OTHER, 5)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread never changed
+
+
+REALTIME = "from benchd import priority; print(priority.allowed({}))"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops a capability (util-linux)")
+def test_a_worker_without_the_privilege_sends_at_normal_priority_and_says_so():
+    refused = subprocess.run(["setpriv", "--bounding-set=-sys_nice", sys.executable, "-c", REALTIME.format(1)],
+                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert refused.returncode == 0 and refused.stdout.split() == ["0"], refused.stderr
+    assert "open loops send at normal priority: real-time priority 1 needs CAP_SYS_NICE" in refused.stderr
+    off = subprocess.run([sys.executable, "-c", REALTIME.format(0)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert off.stdout.split() == ["0"] and off.stderr == ""

@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
-from benchd import arrivals, capacity, replay
+from benchd import arrivals, capacity, priority, replay
 from benchd.engines import Engine, GenerationRequest
 from benchd.engines.handoff import Handoff
 from benchd.profiles import Capacity, Trace, is_open_loop
@@ -84,8 +84,9 @@ class Stage:
 
     def __init__(self, engine: Engine, spec: RunSpec, profile: ArrivalProfile, content: Callable[[], RequestContent],
                  outbox: Outbox, index: int = 0, clock: Callable[[], float] = time.perf_counter,
-                 trace_id: str | None = None) -> None:
+                 trace_id: str | None = None, dispatch_priority: int = 0) -> None:
         self.engine, self.spec, self.profile = engine, spec, profile
+        self.dispatch_priority = dispatch_priority  # an open loop sends in SCHED_FIFO at it (benchd.priority)
         self.trace_id = trace_id  # the run's trace, when it is traced: a server engine's requests join it
         self.workload: Workload = spec.workload
         self.content = content
@@ -157,7 +158,8 @@ class Stage:
         lead = self.engine.dispatch_lead_s if self.cap is None else 0.0
         handoff = self.engine.handoff
         try:
-            self._send_open_loop(lead, handoff)
+            with priority.realtime(self.dispatch_priority):  # woken at t_s, it runs then, not after a slice
+                self._send_open_loop(lead, handoff)
         finally:
             if handoff is not None:
                 handoff.clear()
@@ -337,7 +339,8 @@ def stage_plan(spec: RunSpec) -> Iterator[tuple[ArrivalProfile, Callable[[StageS
 
 
 def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[[], RequestContent]],
-               outbox: Outbox, stop: StopSignal | None = None, trace_id: str | None = None) -> tuple[str, str | None]:
+               outbox: Outbox, stop: StopSignal | None = None, trace_id: str | None = None,
+               dispatch_priority: int = 0) -> tuple[str, str | None]:
     """Every stage in turn on a started engine; (status, error). Whatever happens, what was measured has been
     passed on: a stage cut short cancels what is in flight and reports where its window ends; a stage a stop rule
     ends (errors, over-saturation) reports why, and the next stage runs."""
@@ -345,7 +348,8 @@ def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[
     try:
         for index, (profile, judged) in enumerate(stage_plan(spec)):
             # Every stage sends the same request contents: load levels differ only in timing.
-            stage = Stage(engine, spec, profile, new_stream(), outbox, index, trace_id=trace_id)
+            stage = Stage(engine, spec, profile, new_stream(), outbox, index, trace_id=trace_id,
+                          dispatch_priority=dispatch_priority)
             stage.run(stop)
             judged(stage.summary())
         return "succeeded", None

@@ -86,6 +86,8 @@ class WorkerView(BaseModel):
     pid: int | None
     busy: bool
     nice: int | None  # its CPU priority (BENCHD_WORKERS__NICE when the worker had the privilege to take it)
+    # the real-time priority its open loops send at (BENCHD_WORKERS__DISPATCH_PRIORITY with the privilege, else 0)
+    dispatch_priority: int | None
     load_error: str | None  # why the daemon's model did not load in it
 
 

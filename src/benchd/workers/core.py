@@ -27,11 +27,12 @@ Emit = Callable[[tuple[Any, ...]], None]
 
 class WorkerCore:
     def __init__(self, emit: Emit, device: str = "cpu", loader: Callable[..., LoadedModel] = load_model,
-                 group: Any = None) -> None:
+                 group: Any = None, dispatch_priority: int = 0) -> None:
         """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0, cuda:0+cuda:1);
         group: the tensor-parallel group this worker is rank 0 of (workers/parallel.Group), which loads and starts
-        with it."""
+        with it; dispatch_priority: the real-time priority an open loop's sending thread takes (benchd.priority)."""
         self.emit, self.device, self.loader, self.group = emit, device, loader, group
+        self.dispatch_priority = dispatch_priority
         self._loaded: LoadedModel | None = None
         self._loaded_key: tuple[str, ...] | None = None
         self._engine: Engine | None = None
@@ -168,7 +169,8 @@ class WorkerCore:
             if fault is not None and fault.applies(spec.name, spec.label, self.device) else None
         peak = PeakMemory(self._loaded.device if not server else None)
         try:
-            status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id)
+            status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id,
+                                       dispatch_priority=self.dispatch_priority)
         finally:
             if disarm is not None:
                 disarm.set()

@@ -39,6 +39,10 @@ class WorkerSettings(BaseModel):
     # clients of the daemon do not delay the engine's thread. Lowering nice needs root or CAP_SYS_NICE; without
     # it the worker keeps the daemon's and logs so. /readyz shows each worker's nice.
     nice: int = Field(default=-10, ge=-20, le=19)
+    # The real-time priority (SCHED_FIFO, 1-99) of the thread that sends an open loop's requests, while it sends: it
+    # runs as soon as a request is due, ahead of every normal thread (benchd/priority.py); 0: none. The same
+    # privilege as nice; /readyz shows what each worker got.
+    dispatch_priority: int = Field(default=1, ge=0, le=99)
 
 
 class RunSink(Protocol):
@@ -109,9 +113,9 @@ class WorkerHandle:
         orphans.reap(self.settings.log_dir)  # a killed daemon's workers still holding a device
         with self.log_path.open("a") as f:
             f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-        self._process = context.Process(target=process.main,
-                                        args=(child, self.slot.key, str(self.log_path),
-                                              {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice)}),
+        env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
+               "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority)}
+        self._process = context.Process(target=process.main, args=(child, self.slot.key, str(self.log_path), env),
                                         name=f"benchd-{self.name}", daemon=True)
         self._oom_before = oom_kills()
         self.state, self.started_at = "starting", time.perf_counter()

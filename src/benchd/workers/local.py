@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from benchd import priority
 from benchd.devices import Slot
 from benchd.models import LoadedModel, load_model
 from benchd.workers import protocol
@@ -20,7 +21,8 @@ class LocalPool:
         self.slots = [Slot("cpu", "cpu", "")]
         self._sink: RunSink | None = None
         self._lock = threading.Lock()
-        self.core = WorkerCore(self._emit, loader=self._load)
+        self.core = WorkerCore(self._emit, loader=self._load,
+                               dispatch_priority=priority.allowed(self.settings.dispatch_priority))
         self._given = loaded
         self._closing = threading.Event()
         threading.Thread(target=self._pulse, name="benchd-local-pulse", daemon=True).start()

@@ -57,7 +57,8 @@ class WorkerPool:
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"name": w.name, "device": w.slot.key, "gpu": w.slot.gpu, "state": w.state, "pid": w.pid,
-                 "busy": w.busy, "nice": w.info.get("nice"), "load_error": self.load_errors.get(w.slot.key)}
+                 "busy": w.busy, "nice": w.info.get("nice"),
+                 "dispatch_priority": w.info.get("dispatch_priority"), "load_error": self.load_errors.get(w.slot.key)}
                 for w in self.workers.values()]
 
     def held_bytes(self, device: str) -> int:

@@ -13,6 +13,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from benchd import priority
 from benchd.workers import protocol
 
 ORPHAN_GRACE_S = 10.0  # the daemon is gone: what runs has this long to stop before the process ends anyway
@@ -29,7 +30,7 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
         os.dup2(log, 1)
         sys.stderr = sys.stdout = os.fdopen(2, "w", buffering=1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops runs itself
-    prioritize(int(os.environ.get("BENCHD_WORKER_NICE", "0")))  # before any thread: they inherit it
+    priority.prioritize(int(os.environ.get("BENCHD_WORKER_NICE", "0")))  # before any thread: they inherit it
     try:
         if int(os.environ.get("BENCHD_WORKER_TP", "1")) > 1:
             from benchd.workers.parallel import launch  # torch loads here, in the worker only
@@ -54,21 +55,6 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-def prioritize(nice: int) -> None:
-    """The worker's CPU priority, by default above the daemon's HTTP side and the node's other work: an engine
-    thread kept waiting for a core shows as TTFT and dispatch lag that are not the engine's (docs/benchmarks.md,
-    issue 17). Raising priority needs root or CAP_SYS_NICE; without, the worker stays where it is and says so in
-    its log."""
-    current = os.getpriority(os.PRIO_PROCESS, 0)
-    if nice == current:
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
-    except OSError as error:  # EACCES/EPERM: no privilege to raise it
-        print(f"benchd: the worker stays at nice {current}: nice {nice} needs CAP_SYS_NICE ({error.strerror})",
-              file=sys.stderr, flush=True)
-
-
 def serve(conn: Connection, device: str, group: Any = None) -> None:
     """The daemon's side of a worker: commands in, events and heartbeats out, runs on this thread. group: a
     tensor-parallel group this process is rank 0 of (workers/parallel.py), told what to load and start."""
@@ -80,7 +66,8 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
 
     from benchd.workers.core import WorkerCore  # torch loads here, in the worker only
 
-    core = WorkerCore(send, device, group=group)
+    dispatch_priority = priority.allowed(int(os.environ.get("BENCHD_WORKER_DISPATCH_PRIORITY", "0")))
+    core = WorkerCore(send, device, group=group, dispatch_priority=dispatch_priority)
     commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     closing = threading.Event()
 
@@ -129,7 +116,8 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
         torch.set_num_threads(len(cores))
     send((protocol.HELLO, os.getpid(), {"torch": str(torch.__version__), "device": device,
                                          "cuda_devices": torch.cuda.device_count(),
-                                         "nice": os.getpriority(os.PRIO_PROCESS, 0)}))
+                                         "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                                         "dispatch_priority": dispatch_priority}))
     threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()
     threading.Thread(target=pulse, name="benchd-worker-pulse", daemon=True).start()
     while True:

@@ -8,7 +8,8 @@ Commands, daemon → worker:
   ("stop",)                          finish, release the device and exit
 
 Messages, worker → daemon:
-  ("hello", pid, info)               started; info: versions, devices, nice (torch is imported)
+  ("hello", pid, info)               started; info: versions, devices, nice, the real-time priority open
+                                     loops send at (0: none) (torch is imported)
   ("heartbeat", t, activity, phase, held)   every HEARTBEAT_S: perf_counter(), events made so far, what it is
                                      doing, and the GPU memory its torch allocator holds (bytes; 0 on a CPU):
                                      weights, a warm engine's KV cache, what it would release for another model
