@@ -151,7 +151,9 @@ class Daemon:
         deadline = time.monotonic() + 900
         while True:
             try:
-                if self.http.get("/readyz").status_code == 200:
+                if (ready := self.http.get("/readyz")).status_code == 200:
+                    worker = ready.json()["workers"][0]
+                    self.priority = {"worker_nice": worker["nice"], "worker_dispatch_priority": worker["dispatch_priority"]}
                     break
             except httpx.TransportError:
                 pass
@@ -182,6 +184,7 @@ class Daemon:
         row = row_of(StageSummary.model_validate(run["summary"][0]),
                      HardwareSummary.model_validate(run["hardware"]) if run["hardware"] else None,
                      (run["metadata"] or {}).get("engine_settings"))
+        row.update(self.priority)
         during = sorted(seconds for t, seconds in self.scrapes() if started <= t <= ended)
         if during:
             row.update(metrics_p50_ms=float(np.percentile(during, 50)) * 1e3,

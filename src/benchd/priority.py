@@ -8,8 +8,11 @@ thread; the dispatcher is asleep between sends, so it takes almost nothing from 
 dispatch lag p99 under 200 HTTP clients on two cores, 3.7–5.2 ms at nice -10, 0.35–0.52 ms in SCHED_FIFO). The
 engine's own threads stay normal: a real-time thread that computes would starve the daemon and the node.
 
-Both need root or CAP_SYS_NICE (a container: `--cap-add SYS_NICE`, the chart's securityContext); without it the
-worker keeps the daemon's priority, says so in its log, and /readyz shows what it got."""
+Both need root or CAP_SYS_NICE (a container: `--cap-add SYS_NICE`); the real-time class also needs a real-time share
+for the process's cgroup where the kernel schedules real-time groups (cgroup v2 then admits real-time threads in the
+root group only, cgroup v1 by `cpu.rt_runtime_us`, Docker's `--cpu-rt-runtime`): a container on the lent H100 hosts
+may renice but not take SCHED_FIFO. Refused either, the worker keeps the daemon's priority, says so in its log, and
+/readyz shows what it got."""
 
 from __future__ import annotations
 
@@ -43,8 +46,8 @@ def allowed(level: int) -> int:
     try:
         _restore(_raise(level))
     except OSError as error:  # EPERM: no CAP_SYS_NICE, or RLIMIT_RTPRIO below level, or no real-time share
-        print(f"benchd: open loops send at normal priority: real-time priority {level} needs CAP_SYS_NICE "
-              f"({error.strerror})", file=sys.stderr, flush=True)
+        print(f"benchd: open loops send at normal priority: real-time priority {level} was refused ({error.strerror}); "
+              "it needs CAP_SYS_NICE and, in a container, a real-time share for its cgroup", file=sys.stderr, flush=True)
         return 0
     return level
 
