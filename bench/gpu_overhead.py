@@ -117,17 +117,29 @@ def local(loaded, spec, telemetry, hardware, pool: LocalPool | None = None) -> d
 
 
 SCRAPER = """
-import sys, time, httpx
-url, path = sys.argv[1], sys.argv[2]
-headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
-with httpx.Client(base_url=url, timeout=10) as http, open(path, "a", buffering=1) as out:
-    next_at = time.perf_counter()
+import subprocess, sys, time
+url, path, client, offset = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+accept = "application/openmetrics-text; version=1.0.0"
+if client == "httpx":
+    import httpx
+    http = httpx.Client(base_url=url, timeout=10)
+
+    def scrape():
+        start = time.perf_counter()
+        http.get("/metrics", headers={"Accept": accept})
+        return start, time.perf_counter() - start
+else:  # curl times itself: no Python client in the figure
+    def scrape():
+        start = time.perf_counter()
+        done = subprocess.run(["curl", "-s", "-o", "/dev/null", "-H", f"Accept: {accept}", "-w", "%{time_total}",
+                               url + "/metrics"], capture_output=True, text=True)
+        return start, float(done.stdout)
+with open(path, "a", buffering=1) as out:
+    next_at = time.perf_counter() + offset
     while True:
         next_at += 1.0
         time.sleep(max(0.0, next_at - time.perf_counter()))
-        start = time.perf_counter()
-        http.get("/metrics", headers=headers)
-        out.write(f"{start} {time.perf_counter() - start}\\n")
+        out.write("%r %r\\n" % scrape())
 """
 
 
@@ -135,7 +147,7 @@ class Daemon:
     """`benchd serve` in its own process, its worker warmed with the spec's model; scraped every second with the
     OpenMetrics Accept header, as Prometheus does, each scrape's latency kept with its time."""
 
-    def __init__(self, spec, otlp_endpoint: str, work: str, port: int = 18765) -> None:
+    def __init__(self, spec, otlp_endpoint: str, work: str, port: int = 18765, curl_scraper: bool = False) -> None:
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "BENCHD_PORT": str(port), "BENCHD_MODEL": spec.model, "BENCHD_DTYPE": spec.dtype,
                "BENCHD_DEVICE": spec.device, "BENCHD_DEFAULT_SCHEDULE": "false",
@@ -146,8 +158,8 @@ class Daemon:
         self.process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT,
                                         stdout=self.log, stderr=self.log)
         self.http = httpx.Client(base_url=self.url, timeout=60)
-        self.scrapes_path = f"{work}/scrapes.txt"
-        self.scraper: subprocess.Popen | None = None
+        self.work = work
+        self.scrapers: dict[str, subprocess.Popen] = {}
         deadline = time.monotonic() + 900
         while True:
             try:
@@ -163,12 +175,16 @@ class Daemon:
         # The scraper is a process of its own, as Prometheus is: in this one, the thread polling the run's status
         # (and decoding its summary) shared the GIL with it and showed as scrape latency. perf_counter() stamps are
         # CLOCK_MONOTONIC, comparable across processes.
-        self.scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, self.url, self.scrapes_path])
+        # With curl too (--curl-scraper), a second scraper half a second after the first: its figure has no
+        # Python client in it.
+        for client, offset in (("httpx", 0.0), ("curl", 0.5))[:2 if curl_scraper else 1]:
+            self.scrapers[client] = subprocess.Popen([sys.executable, "-c", SCRAPER, self.url,
+                                                      f"{work}/scrapes-{client}.txt", client, str(offset)])
 
-    def scrapes(self) -> list[tuple[float, float]]:
+    def scrapes(self, client: str) -> list[tuple[float, float]]:
         """(when, seconds) of every scrape so far."""
         try:
-            with open(self.scrapes_path) as f:
+            with open(f"{self.work}/scrapes-{client}.txt") as f:
                 return [(float(a), float(b)) for a, b in (line.split() for line in f if line.count(" ") == 1)]
         except FileNotFoundError:
             return []
@@ -185,17 +201,24 @@ class Daemon:
                      HardwareSummary.model_validate(run["hardware"]) if run["hardware"] else None,
                      (run["metadata"] or {}).get("engine_settings"))
         row.update(self.priority)
-        during = sorted(seconds for t, seconds in self.scrapes() if started <= t <= ended)
-        if during:
-            row.update(metrics_p50_ms=float(np.percentile(during, 50)) * 1e3,
-                       metrics_p99_ms=float(np.percentile(during, 99)) * 1e3, metrics_max_ms=during[-1] * 1e3,
-                       metrics_scrapes=len(during))
+        for client in self.scrapers:
+            key = "metrics" if client == "httpx" else f"metrics_{client}"
+            timed = [(t - started, seconds) for t, seconds in self.scrapes(client) if started <= t <= ended]
+            during = sorted(seconds for _, seconds in timed)
+            if during:
+                row.update({f"{key}_p50_ms": float(np.percentile(during, 50)) * 1e3,
+                            f"{key}_p99_ms": float(np.percentile(during, 99)) * 1e3,
+                            f"{key}_max_ms": during[-1] * 1e3, f"{key}_scrapes": len(during),
+                            # the three slowest: when in the run (s from its request) and how long (ms)
+                            f"{key}_slowest": [(round(t, 2), round(seconds * 1e3, 2))
+                                               for t, seconds in sorted(timed, key=lambda x: -x[1])[:3]]})
+        row["run_s"] = ended - started
         return row
 
     def close(self) -> None:
-        if self.scraper is not None:
-            self.scraper.kill()
-            self.scraper.wait()
+        for scraper in self.scrapers.values():
+            scraper.kill()
+            scraper.wait()
         self.process.terminate()
         self.process.wait(120)
 
@@ -216,6 +239,8 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--smoke", action="store_true",
                         help="the tiny preset on the CPU, 16 requests of 32/32 tokens: checks the script, measures nothing")
+    parser.add_argument("--curl-scraper", action="store_true",
+                        help="a second scraper through curl, half a second after the first (metrics_curl_*)")
     parser.add_argument("--one-bare", metavar="SPEC_JSON", help=argparse.SUPPRESS)  # what bare-fresh starts
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -279,7 +304,8 @@ def main() -> None:
         """A daemon started for this run and stopped after it: its worker keeps its engine, and the KV cache and
         CUDA graph pool with it, warm between runs, and on one GPU the bare runs would find that memory taken.
         Bare runs give theirs back too (empty_cache after each). Like bare, one untimed run comes first."""
-        daemons.append(Daemon(spec, endpoint, tempfile.mkdtemp(prefix="benchd-overhead-"), 18765 + len(daemons)))
+        daemons.append(Daemon(spec, endpoint, tempfile.mkdtemp(prefix="benchd-overhead-"), 18765 + len(daemons),
+                              args.curl_scraper))
         try:
             # Untimed first, as bare's: the run's engine (its own KV-cache size) is new in the worker, and its first
             # run pays first-use costs (CUDA graphs for each batch shape) that a daemon's warm engine does not.
@@ -325,7 +351,8 @@ def main() -> None:
         warm_pool.stop()
     telemetry.shutdown()
     spans, metric_exports = receiver.communicate("", timeout=60)[0].split()  # tests/otlp.py's two counts
-    median = {mode: {k: statistics.median(r.get(k) or 0.0 for r in runs) for k in set().union(*runs)}
+    median = {mode: {k: statistics.median(r.get(k) or 0.0 for r in runs) for k in set().union(*runs)
+                     if not any(isinstance(r.get(k), list) for r in runs)}  # the slowest scrapes: raw only
               for mode, runs in rows.items()}
     with open(os.path.join(args.out, "overhead.json"), "w") as f:
         json.dump({"environment": environment(), "runs": rows, "median": median, "spans": spans,
@@ -347,7 +374,8 @@ def main() -> None:
               + ", ".join(f"{key.removesuffix('_ms')} {ratio:.3f}" for key, ratio in latency.items()))
     print(f"\n{'figure (median of ' + str(args.repeats) + ')':28} "
           + " ".join(f"{mode:>14} {'/ base':>7}" for mode in args.modes))
-    for key in ("output_tok_s", *LATENCIES, "metrics_p50_ms", "metrics_p99_ms", "metrics_max_ms"):
+    for key in ("output_tok_s", *LATENCIES, "metrics_p50_ms", "metrics_p99_ms", "metrics_max_ms",
+                "metrics_curl_p50_ms", "metrics_curl_p99_ms", "metrics_curl_max_ms"):
         if not all(key in median[mode] for mode in args.modes if split_mode(mode)[0] == "daemon"):
             continue
         cells = []
