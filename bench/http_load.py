@@ -6,7 +6,7 @@ in turn; the other daemon idles meanwhile. Closed-loop clients wait clients ÷ s
 (Little's law): the table prints both.
 
     python bench/http_load.py [--pairs 3] [--clients 200] [--rate 5] [--requests 60] [--cpu-threads N]
-                              [--dispatch-priorities 1,0]
+                              [--dispatch-priorities 1,0] [--floor]
 
 Runs on the project's 2-core CPU machine (no GPU); prints a table and writes http_load.json under --out."""
 
@@ -74,6 +74,61 @@ def hammer(url: str, clients: int, seconds: float, results) -> None:
     asyncio.run(main())
 
 
+FLOOR_APP = """
+import sys
+from pathlib import Path
+import uvicorn
+from fastapi import FastAPI, Response
+work, port = Path(sys.argv[1]), int(sys.argv[2])
+metrics, runs = (work / "metrics.txt").read_bytes(), (work / "runs.json").read_bytes()
+app = FastAPI()
+
+@app.get("/metrics")
+async def page() -> Response:
+    return Response(metrics, media_type="application/openmetrics-text; version=1.0.0; charset=utf-8")
+
+@app.get("/runs")
+async def listing() -> Response:
+    return Response(runs, media_type="application/json")
+
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+"""
+
+
+def floor(http: httpx.Client, work: Path, port: int, clients: int, seconds: float) -> dict:
+    """The same clients against a bare FastAPI app (uvicorn as the daemon runs it) that answers with the daemon's
+    own last /metrics page and /runs list as bytes made ahead: no engine, no store, no rendering. What no Python
+    daemon on this machine can beat."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "metrics.txt").write_bytes(http.get("/metrics", headers={
+        "Accept": "application/openmetrics-text; version=1.0.0"}).content)
+    (work / "runs.json").write_bytes(http.get("/runs", params={"limit": "50"}).content)
+    server = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(work), str(port)])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/runs", timeout=5)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the floor's app did not start") from None
+                time.sleep(0.2)
+        results = multiprocessing.get_context("spawn").Queue()
+        load = multiprocessing.get_context("spawn").Process(target=hammer, args=(url, clients, seconds, results))
+        load.start()
+        scrapes = results.get(timeout=seconds + 120)
+        load.join(30)
+    finally:
+        server.terminate()
+        server.wait(30)
+    return {"metrics_p50_s": percentile(scrapes["metrics_latency_s"], 50),
+            "metrics_p99_s": percentile(scrapes["metrics_latency_s"], 99),
+            "served_per_s": (scrapes["metrics"] + scrapes["runs"]) / seconds, "errors": scrapes["errors"],
+            "page_bytes": (work / "metrics.txt").stat().st_size, "runs_bytes": (work / "runs.json").stat().st_size}
+
+
 def measure(http: httpx.Client, body: dict) -> dict:
     run_id = http.post("/runs", json=body).json()["id"]
     while (run := http.get(f"/runs/{run_id}").json())["status"] in ("queued", "running"):
@@ -126,6 +181,8 @@ def main() -> int:
                         "default torch's, one a core")
     parser.add_argument("--dispatch-priorities", default="1", help="the workers' dispatch priority "
                         "(BENCHD_WORKERS__DISPATCH_PRIORITY), comma-separated: a daemon each, their pairs in turn")
+    parser.add_argument("--floor", action="store_true", help="after the pairs, the same clients against a bare "
+                        "FastAPI app answering with the daemon's last pages as bytes made ahead")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "runs")))
     args = parser.parse_args()
 
@@ -134,7 +191,7 @@ def main() -> int:
     daemons: dict[int, tuple[subprocess.Popen, httpx.Client]] = {}
     body = workload(args.rate, args.requests, args.cpu_threads)
     expected_s = (args.requests + 4) / args.rate + 5
-    rows = []
+    rows, bound = [], None
     try:
         for i, level in enumerate(levels):
             daemons[level] = start_daemon(work / f"priority-{level}", args.port + i, level)
@@ -158,6 +215,8 @@ def main() -> int:
                              "served_per_s": (scrapes["metrics"] + scrapes["runs"]) / expected_s,
                              "errors": scrapes["errors"]})
                 print(json.dumps(rows[-1]), flush=True)
+        bound = floor(daemons[levels[0]][1], work / "floor", args.port + len(levels), args.clients, expected_s) \
+            if args.floor else None
     finally:
         for daemon, _ in daemons.values():
             daemon.terminate()
@@ -165,6 +224,8 @@ def main() -> int:
             daemon.wait(60)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "http_load.json").write_text(json.dumps(rows, indent=2))
+    if bound is not None:
+        Path(args.out, "http_load_floor.json").write_text(json.dumps(bound, indent=2))
 
     print(f"\n{args.clients} clients on GET /metrics and /runs during a Poisson {args.rate:g}/s run "
           f"({args.requests} requests, 32/32 tokens), tiny model, {os.cpu_count()} CPUs; {args.pairs} pairs a "
@@ -188,6 +249,11 @@ def main() -> int:
         print(f"dispatch priority {level}: median loaded/unloaded TTFT p99 {ratio('ttft_p99_s'):.3f}, "
               f"tok/s {ratio('output_tokens_per_s'):.3f}; loaded dispatch lag p99 max "
               f"{max(r['loaded']['dispatch_lag_p99_s'] for r in mine) * 1e3:.2f} ms")
+    if bound is not None:
+        print(f"floor, a bare FastAPI app answering the same pages as bytes ({bound['page_bytes']} and "
+              f"{bound['runs_bytes']} bytes), no engine: /metrics p50 {bound['metrics_p50_s'] * 1e3:.1f} / p99 "
+              f"{bound['metrics_p99_s'] * 1e3:.1f} ms, {bound['served_per_s']:.0f} served /s "
+              f"({args.clients} ÷ it: {args.clients / bound['served_per_s'] * 1e3:.0f} ms)")
     return 0
 
 

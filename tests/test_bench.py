@@ -208,7 +208,7 @@ def test_http_load_script_pairs_an_unloaded_and_a_loaded_run(tmp_path):
     levels = [1, 0] if os.geteuid() == 0 else [0]  # a daemon each; the real-time class needs the privilege
     done = subprocess.run([sys.executable, "bench/http_load.py", "--pairs", "1", "--clients", "4", "--rate", "20",
                            "--requests", "8", "--cpu-threads", "1", "--port", str(free_port()), "--out",
-                           str(tmp_path / "out"), "--dispatch-priorities", ",".join(map(str, levels))],
+                           str(tmp_path / "out"), "--dispatch-priorities", ",".join(map(str, levels)), "--floor"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = json.loads((tmp_path / "out" / "http_load.json").read_text())
@@ -218,6 +218,9 @@ def test_http_load_script_pairs_an_unloaded_and_a_loaded_run(tmp_path):
         assert row["metrics_requests"] > 0 and row["runs_requests"] > 0 and row["errors"] == 0
     for level in levels:
         assert f"dispatch priority {level}: median loaded/unloaded TTFT p99" in done.stdout
+    bound = json.loads((tmp_path / "out" / "http_load_floor.json").read_text())
+    assert bound["served_per_s"] > 0 and bound["errors"] == 0 and bound["page_bytes"] > 1000
+    assert "floor, a bare FastAPI app answering the same pages as bytes" in done.stdout
 
 
 def test_dispatch_lag_script_prints_a_line_for_the_idle_engine_and_each_switch_interval():
