@@ -80,7 +80,8 @@ def test_ctrl_c_keeps_and_writes_what_was_measured(tmp_path):
     stage = summary["stages"][0]
     assert stage["status"] == "interrupted" and stage["requests"] > 0 and stage["output_tokens"] > 0
     rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
-    assert any(row["error"] == "interrupted" and int(row["output_tokens"]) > 0 for row in rows)
+    assert any(row["error"] == "interrupted" and int(row["output_tokens"]) > 0 for row in rows), \
+        [(row["error"], row["output_tokens"]) for row in rows]  # what was there, if it ever fails again
     assert "status: interrupted" in stdout
 
 
