@@ -125,7 +125,11 @@ def test_saturated_open_loop_ttft_grows_with_queueing(tiny):
     records = sorted(run(spec, loaded=tiny).stages[0].records, key=lambda r: r.index)
     ttft = [r.ttft_s for r in records]
     queue = [r.queue_s for r in records]
-    assert np.mean(ttft[-6:]) > 3 * np.mean(ttft[:6])
+    served = [r.arrival_s[0] - r.admitted_s for r in records]  # time to first token once the engine took it
+    # The last requests wait behind about twenty others; compared with the engine's own time to a first token, not
+    # with the first requests' TTFT, which a slow first generate() (a loaded CI machine) can inflate as much.
+    assert np.mean(ttft[-6:]) > 3 * np.mean(served[-6:])
+    assert ttft[-1] > ttft[1]
     assert queue[-1] > 0.5 * ttft[-1]  # the growth is queue time, counted from the scheduled time
     assert all(b >= a for a, b in zip(queue[1:], queue[2:]))  # FIFO: the wait only grows
 
