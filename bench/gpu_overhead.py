@@ -165,7 +165,8 @@ class Daemon:
             try:
                 if (ready := self.http.get("/readyz")).status_code == 200:
                     worker = ready.json()["workers"][0]
-                    self.priority = {"worker_nice": worker["nice"], "worker_dispatch_priority": worker["dispatch_priority"]}
+                    self.priority = {"worker_nice": worker["nice"],
+                                     "worker_dispatch_priority": worker["dispatch_priority"]}
                     break
             except httpx.TransportError:
                 pass

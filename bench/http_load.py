@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
+from common import ROOT, wait
 
 
 def workload(rate: float, requests: int, cpu_threads: int | None = None) -> dict:
@@ -106,15 +105,7 @@ def floor(http: httpx.Client, work: Path, port: int, clients: int, seconds: floa
     server = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(work), str(port)])
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/runs", timeout=5)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the floor's app did not start") from None
-                time.sleep(0.2)
+        wait(lambda: httpx.get(f"{url}/runs", timeout=5), 60, 0.2)
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
         load = context.Process(target=hammer, args=(url, clients, seconds, results))
@@ -124,10 +115,16 @@ def floor(http: httpx.Client, work: Path, port: int, clients: int, seconds: floa
     finally:
         server.terminate()
         server.wait(30)
+    return {**served(scrapes, seconds), "page_bytes": (work / "metrics.txt").stat().st_size,
+            "runs_bytes": (work / "runs.json").stat().st_size}
+
+
+def served(scrapes: dict, seconds: float) -> dict:
+    """What the hammering clients saw: /metrics latency, and requests answered a second."""
     return {"metrics_p50_s": percentile(scrapes["metrics_latency_s"], 50),
             "metrics_p99_s": percentile(scrapes["metrics_latency_s"], 99),
-            "served_per_s": (scrapes["metrics"] + scrapes["runs"]) / seconds, "errors": scrapes["errors"],
-            "page_bytes": (work / "metrics.txt").stat().st_size, "runs_bytes": (work / "runs.json").stat().st_size}
+            "metrics_requests": scrapes["metrics"], "runs_requests": scrapes["runs"],
+            "served_per_s": (scrapes["metrics"] + scrapes["runs"]) / seconds, "errors": scrapes["errors"]}
 
 
 def measure(http: httpx.Client, body: dict) -> dict:
@@ -155,20 +152,15 @@ def start_daemon(work: Path, port: int, dispatch_priority: int) -> tuple[subproc
     log = open(work / "daemon.log", "w")
     daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
-    deadline = time.monotonic() + 120
-    problem = None
-    while problem is None:
-        try:
-            if (ready := http.get("/readyz")).status_code == 200:
-                got = ready.json()["workers"][0]["dispatch_priority"]
-                if got == dispatch_priority:
-                    return daemon, http
-                problem = f"the worker got dispatch priority {got}, not {dispatch_priority}: see {work / 'workers'}"
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            problem = f"the daemon did not get ready: see {work / 'daemon.log'}"
-        time.sleep(0.2)
+    try:
+        ready = wait(lambda: (answer := http.get("/readyz")).status_code == 200 and answer.json(), 120, 0.2)
+    except SystemExit:
+        problem = f"the daemon did not get ready: see {work / 'daemon.log'}"
+    else:
+        got = ready["workers"][0]["dispatch_priority"]
+        if got == dispatch_priority:
+            return daemon, http
+        problem = f"the worker got dispatch priority {got}, not {dispatch_priority}: see {work / 'workers'}"
     daemon.terminate()
     daemon.wait(60)
     raise SystemExit(problem)
@@ -213,11 +205,7 @@ def main() -> int:
                 scrapes = results.get(timeout=expected_s + 120)
                 load.join(30)
                 rows.append({"pair": pair, "dispatch_priority": level, "unloaded": quiet, "loaded": loaded,
-                             "metrics_p50_s": percentile(scrapes["metrics_latency_s"], 50),
-                             "metrics_p99_s": percentile(scrapes["metrics_latency_s"], 99),
-                             "metrics_requests": scrapes["metrics"], "runs_requests": scrapes["runs"],
-                             "served_per_s": (scrapes["metrics"] + scrapes["runs"]) / expected_s,
-                             "errors": scrapes["errors"]})
+                             **served(scrapes, expected_s)})
                 print(json.dumps(rows[-1]), flush=True)
         bound = floor(daemons[levels[0]][1], work / "floor", args.port + len(levels), args.clients, expected_s) \
             if args.floor else None
@@ -234,12 +222,13 @@ def main() -> int:
     print(f"\n{args.clients} clients on GET /metrics and /runs during a Poisson {args.rate:g}/s run "
           f"({args.requests} requests, 32/32 tokens), tiny model, {os.cpu_count()} CPUs; {args.pairs} pairs a "
           "dispatch priority")
-    print("| pair | dispatch priority | TTFT p99 ms unloaded → loaded | tok/s unloaded → loaded | dispatch lag p99 ms | "
-          "/metrics p50 / p99 ms | served /s (clients ÷ it, ms) |")
+    print("| pair | dispatch priority | TTFT p99 ms unloaded → loaded | tok/s unloaded → loaded | "
+          "dispatch lag p99 ms | /metrics p50 / p99 ms | served /s (clients ÷ it, ms) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         u, l = r["unloaded"], r["loaded"]
-        print(f"| {r['pair']} | {r['dispatch_priority']} | {u['ttft_p99_s'] * 1e3:.1f} → {l['ttft_p99_s'] * 1e3:.1f} | "
+        print(f"| {r['pair']} | {r['dispatch_priority']} | "
+              f"{u['ttft_p99_s'] * 1e3:.1f} → {l['ttft_p99_s'] * 1e3:.1f} | "
               f"{u['output_tokens_per_s']:.0f} → {l['output_tokens_per_s']:.0f} | "
               f"{u['dispatch_lag_p99_s'] * 1e3:.2f} → {l['dispatch_lag_p99_s'] * 1e3:.2f} | "
               f"{r['metrics_p50_s'] * 1e3:.1f} / {r['metrics_p99_s'] * 1e3:.1f} | "

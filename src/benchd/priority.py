@@ -46,8 +46,9 @@ def allowed(level: int) -> int:
     try:
         _restore(_raise(level))
     except OSError as error:  # EPERM: no CAP_SYS_NICE, or RLIMIT_RTPRIO below level, or no real-time share
-        print(f"benchd: open loops send at normal priority: real-time priority {level} was refused ({error.strerror}); "
-              "it needs CAP_SYS_NICE and, in a container, a real-time share for its cgroup", file=sys.stderr, flush=True)
+        print(f"benchd: open loops send at normal priority: real-time priority {level} was refused "
+              f"({error.strerror}); it needs CAP_SYS_NICE and, in a container, a real-time share for its cgroup",
+              file=sys.stderr, flush=True)
         return 0
     return level
 
