@@ -59,7 +59,7 @@ def test_mig_readings_stay_out_of_the_run_summary():
 
 def test_a_scrape_never_waits_on_a_hung_read_and_runs_wait_a_bounded_time():
     nvml = FakeNVML([FakeGPU(UUID0)])
-    with sampling(reader(nvml=nvml), interval_s=0.05, stale_after_s=0.5, wait_s=0.3) as sampler:
+    with sampling(reader(nvml=nvml), interval_s=0.05, stale_after_s=0.5, wait_s=1.0) as sampler:
         registry = CollectorRegistry()
         registry.register(HardwareCollector(sampler))
         power = {"gpu": "0", "uuid": UUID0, "name": H100}
@@ -87,7 +87,7 @@ def test_a_scrape_never_waits_on_a_hung_read_and_runs_wait_a_bounded_time():
             # Stalled, a run's end does not wait at all; no read bracketed the window's end, so no energy.
             started = time.perf_counter()
             summary = recording.end(time.perf_counter() - 0.1, time.perf_counter(), 10)
-            assert time.perf_counter() - started < 0.3
+            assert time.perf_counter() - started < 0.5  # well under wait_s: it did not wait (room for a loaded CI)
             assert summary.energy_joules is None and summary.gpus[0].power_mean_watts == pytest.approx(523.456)
         finally:
             nvml.gate.set()

@@ -233,7 +233,7 @@ def test_failed_reads_are_counted_and_never_wait(server, path, message):
     wait_for(lambda: scrape.failures >= 1, 30, "a failed read")
     began = time.perf_counter()
     scrape.stop()  # a read under way (the slow page) is not waited for
-    assert time.perf_counter() - began < 0.05
+    assert time.perf_counter() - began < 0.5  # the slow page answers after 3 s (room for a loaded CI)
     timeline = scrape.timeline(began)
     assert timeline["scrapes"] == 0 and message in timeline["warning"].lower().replace("timed out", "timeout")
 
