@@ -124,9 +124,9 @@ def base_image() -> str:
 def pip_mounts() -> list[str]:
     """`podman build` volumes that give every RUN step the host's pip configuration: one pip.conf merged from
     pip's files and PIP_* variables (as `pip config list` reports them) at /etc/pip.conf, and what it names
-    on disk under /tmp/pip-host: the CA bundle (PyPI is reached through this host's proxy), wheel directories
-    (the CPU torch) and file:// indexes. Their contents stay out of the image; buildah leaves the empty mount
-    points."""
+    on disk at their own paths under /tmp/pip-host: the CA bundle (PyPI is reached through this host's proxy),
+    constraint files, wheel directories (the CPU torch) and file:// indexes. Their contents stay out of the image;
+    buildah leaves the empty mount points."""
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
                             check=True).stdout
     config = configparser.ConfigParser(interpolation=None)
@@ -140,7 +140,9 @@ def pip_mounts() -> list[str]:
     mounts: dict[str, str] = {}  # host path -> path in the build
 
     def inside(host: Path) -> str:
-        return mounts.setdefault(str(host), f"/tmp/pip-host/{len(mounts)}")
+        # At the host's own path under /tmp/pip-host: a cached layer keeps its empty mount points, so a place
+        # must never be a file in one build and a directory in another.
+        return mounts.setdefault(str(host), f"/tmp/pip-host{host.resolve()}")
 
     def location_inside(location: str, index: bool) -> str:
         parsed = urlparse(location)
@@ -156,6 +158,9 @@ def pip_mounts() -> list[str]:
         settings = config[section]
         if "cert" in settings:
             settings["cert"] = inside(Path(settings["cert"]))
+        for key in ("constraint", "requirement"):  # files pip reads on every install, e.g. a host's version caps
+            if key in settings:
+                settings[key] = " ".join(inside(Path(place)) for place in settings[key].split())
         for key in ("find-links", "index-url", "extra-index-url"):
             if key in settings:
                 index = key != "find-links"
