@@ -142,7 +142,8 @@ def pip_mounts() -> list[str]:
     def inside(host: Path) -> str:
         # At the host's own path under /tmp/pip-host: a cached layer keeps its empty mount points, so a place
         # must never be a file in one build and a directory in another.
-        return mounts.setdefault(str(host), f"/tmp/pip-host{host.resolve()}")
+        host = host.resolve()
+        return mounts.setdefault(str(host), f"/tmp/pip-host{host}")
 
     def location_inside(location: str, index: bool) -> str:
         parsed = urlparse(location)
