@@ -16,9 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_overhead_script_accounts_for_both_paths(tmp_path):
     done = subprocess.run([sys.executable, "bench/gpu_overhead.py", "--smoke", "--repeats", "1",
                            "--modes", "bare", "bare-fresh", "local", "local-warm", "daemon", "--curl-scraper"],
-                          cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)},
-                          check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OUT": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "daemon / bare-fresh output tok/s by pair" in done.stdout
     assert "local / bare-fresh output tok/s by pair" in done.stdout
