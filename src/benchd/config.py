@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
+from benchd.footprint import MEMORY_FRACTION
 from benchd.metrics import HistogramBuckets, MetricsSettings
 from benchd.spec import Name, RunSpec
 from benchd.workers.faults import Faults
@@ -35,7 +36,7 @@ class Limits(BaseModel):
     # spec): this many bytes, or unset: memory_fraction of the device's available memory (host RAM for a CPU, free
     # GPU memory for CUDA, counting what benchd itself holds and would release).
     memory_bytes: Annotated[int, Field(ge=1)] | None = None
-    memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    memory_fraction: Annotated[float, Field(gt=0, le=1)] = MEMORY_FRACTION  # workers plan GPU caches within it
 
 
 class DeclaredSchedule(BaseModel):

@@ -38,7 +38,8 @@ class Daemon:
         self.metrics: Metrics | None = telemetry.metrics
         self.queue = RunQueue(settings.queue_max)
         self.pool = WorkerPool(slots, settings.workers, (settings.model, settings.dtype), on_restart=self._restarted,
-                               watch=sampler.watch_process if sampler is not None else lambda name, pid: None)
+                               watch=sampler.watch_process if sampler is not None else lambda name, pid: None,
+                               memory_fraction=settings.limits.memory_fraction)
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults)
         self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel
 
@@ -52,6 +52,14 @@ class Shape:
         return cls(hidden=c.hidden_size, ffn=c.intermediate_size, layers=c.num_hidden_layers, heads=heads,
                    kv_heads=getattr(c, "num_key_value_heads", None) or heads, head_dim=head_dim,
                    vocab=c.vocab_size, gated_mlp=getattr(c, "hidden_act", "silu") in ("silu", "swish"))
+
+
+    def sharded(self, ranks: int) -> Shape:
+        """One tensor-parallel rank's share: its heads, KV heads and MLP columns (the vocabulary stays whole)."""
+        if ranks == 1:
+            return self
+        return replace(self, heads=max(1, self.heads // ranks), kv_heads=max(1, self.kv_heads // ranks),
+                       ffn=self.ffn // ranks)
 
 
 def forward_flops_per_token(shape: Shape, context: int) -> int:

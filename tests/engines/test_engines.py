@@ -299,3 +299,26 @@ def test_no_handoff_where_the_engine_thread_does_not_keep_the_gil_or_the_forward
     assert compiled.handoff is None  # hooks would break the compiled graph at every layer
     plain = TransformersEngine(tiny, TransformersOptions(block_size=16, num_blocks=64), make_spec().workload)
     assert plain.handoff is not None
+
+
+def test_a_planned_engine_whose_warm_up_captured_no_graph_does_not_start(tiny):
+    """transformers says nothing when the largest step's capture fails at warm-up (out of memory), and the graph pool
+    then fragments under load (docs/memory.md): a planned engine checks its warm-up captured that graph. On the CPU no
+    graph is ever captured, so the check is run on a started engine's real objects with CUDA graphs marked on."""
+    from benchd.footprint import plan_cache
+    from benchd.flops import Shape
+
+    engine = create_engine(tiny, make_spec())
+    engine.start()
+    try:
+        engine.plan = plan_cache(Shape.of(tiny.model.config), 4, 0, 2 << 30, 64, num_blocks=64, block_size=16,
+                                 max_batch_tokens=128)
+        engine._manager.continuous_batching_config.use_cuda_graph = (True, True)
+        with pytest.raises(torch.OutOfMemoryError, match="the warm-up could not capture the largest step"):
+            engine._check_warmup()
+        engine._manager.batch_processor.inputs_and_outputs.graphs._storage[(128, 1024)] = "captured"
+        engine._check_warmup()  # captured: it starts
+        engine._manager.batch_processor.inputs_and_outputs.graphs._storage.clear()
+    finally:
+        engine._manager.continuous_batching_config.use_cuda_graph = (False, False)
+        engine.stop()

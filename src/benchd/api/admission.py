@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 
 from benchd.config import Settings
 from benchd.devices import DeviceError, Slot, targets
-from benchd.footprint import estimate, gib
+from benchd.footprint import PlanError, estimate, gib, plan_for, planned
 from benchd.presets import PRESETS
 from benchd import replay
 from benchd.spec import (ArrivalProfile, Capacity, Concurrent, Constant, Gamma, Poisson, Ramp, RunSpec, Sweep, Trace,
@@ -140,22 +140,29 @@ def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Sl
                      loc: tuple) -> list[dict]:
     """A GPU group's ranks each hold a shard, checked against each member's memory; CPU ranks share the host's RAM,
     which must hold the whole."""
-    need = estimate(spec, slot.local)
-    if need is None:
-        return []
-    problems = []
     members = [s for s in slots if s.key in slot.devices] if slot.local == "cuda" and slot.size > 1 else [slot]
-    share = need.sharded(len(members)) if len(members) > 1 else need
+    sharding = f", its 1/{len(members)} share" if len(members) > 1 else ""
+    need = None if planned(spec, slot.local) else estimate(spec, slot.local)
+    share = need.sharded(len(members)) if need is not None and len(members) > 1 else need
+    problems = []
     for member in members:
         limit = memory.limit(settings, member)
-        if limit is None or share.total <= limit:
+        if limit is None:
             continue
-        field = {"kernel": ("kernel", "shapes"), "train_step": ("train_step", "batch_size")}.get(spec.kind,
-                                                                                                ("model",))
         where = "host RAM" if slot.local == "cpu" else f"free memory on {member.key}"
         source = ("BENCHD_LIMITS__MEMORY_BYTES" if settings.limits.memory_bytes is not None
                   else f"{settings.limits.memory_fraction:.0%} of the {where}")
-        sharding = f", its 1/{len(members)} share" if len(members) > 1 else ""
+        if need is None:  # the worker's plan for the cache, steps and CUDA graphs, made with this limit
+            try:
+                plan_for(spec, limit, len(members))
+            except PlanError as error:
+                problems.append(problem((*loc, *error.field.split(".")), f"{error.reason} in {spec.dtype} on "
+                                                                        f"{member.key}{sharding} ({source})"))
+            continue
+        if share.total <= limit:
+            continue
+        field = {"kernel": ("kernel", "shapes"), "train_step": ("train_step", "batch_size")}.get(spec.kind,
+                                                                                                ("model",))
         problems.append(problem((*loc, *field), f"needs about {gib(share.total)}{sharding} ({share.describe()}) in "
                                                 f"{spec.dtype} on {member.key}, more than the {gib(limit)} it may "
                                                 f"use ({source})"))

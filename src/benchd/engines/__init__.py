@@ -54,6 +54,14 @@ class EngineLoad:
         return self.kv_blocks_used / self.kv_blocks_total
 
 
+@dataclass(slots=True, frozen=True)
+class EngineFailure:
+    """Why a started engine can no longer serve: out of memory (a new engine can), or a fault of another kind."""
+
+    message: str
+    out_of_memory: bool = False
+
+
 class Engine(Protocol):
     name: str
     # > 0: submit() takes `at` (the scheduled perf_counter() time) and is called up to this many seconds early;
@@ -80,6 +88,10 @@ class Engine(Protocol):
 
     def alive(self) -> bool:
         """Started and still able to serve (a fatal error stops continuous batching's loop)."""
+
+    def failure(self) -> EngineFailure | None:
+        """What stopped the engine, or left it out of device memory (read at once: it carries the allocator's
+        figures of that moment); None while it serves."""
 
     def settings(self) -> dict[str, Any]:
         """The resolved configuration, stored with the run."""

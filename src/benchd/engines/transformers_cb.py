@@ -13,8 +13,12 @@ from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
 from benchd import replay
-from benchd.engines import EngineLoad, GenerationRequest, TokenSink
+from benchd.engines import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.handoff import Handoff
+from benchd.engines.oom import failure_of, figures
+from benchd.flops import Shape
+from benchd.footprint import (CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS, MEMORY_FRACTION, CachePlan,
+                              PlanError, chosen, plan_cache)
 from benchd.models import LoadedModel, greedy_config
 from benchd.spec import SpecError, TransformersOptions, Workload
 from benchd.stack import base_attention
@@ -22,7 +26,8 @@ from benchd.stack import base_attention
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
 # transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (DESIGN.md).
-CPU_DEFAULTS: dict[str, Any] = {"block_size": 32, "num_blocks": 256, "max_batch_tokens": 256}
+CPU_DEFAULTS: dict[str, Any] = {"block_size": CPU_BLOCK_SIZE, "num_blocks": CPU_CACHE_TOKENS // CPU_BLOCK_SIZE,
+                                "max_batch_tokens": CPU_BATCH_TOKENS}
 CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
 
 # How often running requests' new tokens are read. Their stamps are exact whatever this is; it sets how soon
@@ -44,15 +49,41 @@ CUDA_CPU_THREADS = 6
 _SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
 
 
-def cb_config(options: TransformersOptions, device_type: str) -> ContinuousBatchingConfig:
+def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | None = None) -> ContinuousBatchingConfig:
+    """plan: benchd's sizing of the cache and steps on a GPU (footprint.plan_cache); what the spec sets is in it."""
     chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "cpu_threads"})
     defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
     kwargs = {**defaults, **chosen}
+    if plan is not None:
+        kwargs.update(block_size=plan.block_size, num_blocks=plan.num_blocks, max_batch_tokens=plan.max_batch_tokens)
     if "compile_level" in kwargs:
         kwargs["default_compile_level"] = kwargs.pop("compile_level")
     if "block_size" in kwargs:
         kwargs[_SIZE_FIELD] = kwargs.pop("block_size")
     return ContinuousBatchingConfig(**kwargs)
+
+
+def device_memory(device: torch.device) -> tuple[int, int, int]:
+    """(free on the device, held by this process's allocator, allocated in it: the weights), in bytes."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free, torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device)
+
+
+def gpu_plan(loaded: LoadedModel, options: TransformersOptions, workload: Workload, attention: str,
+             memory: tuple[int, int, int] | None = None) -> CachePlan:
+    """benchd's plan for the cache on the model's GPU, within the share of the memory a run may use: what is free
+    and what this process holds (the weights) together, × BENCHD_LIMITS__MEMORY_FRACTION (which the daemon hands
+    its workers). memory: device_memory()'s figures, read now when None. Raises SpecError naming the field when
+    one request cannot fit."""
+    free, held, weights = memory or device_memory(loaded.device)
+    fraction = float(os.environ.get("BENCHD_WORKER_MEMORY_FRACTION", MEMORY_FRACTION))
+    ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    shape = Shape.of(loaded.model.config).sharded(ranks)
+    try:
+        return plan_cache(shape, loaded.dtype.itemsize, weights, int((free + held) * fraction),
+                          sum(replay.longest(workload)), attention, **chosen(options))
+    except PlanError as error:
+        raise SpecError(f"{error.field}: out of GPU memory as planned: {error.reason}") from None
 
 
 def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
@@ -129,7 +160,10 @@ class TransformersEngine:
         # otherwise switch sdpa to flash attention by itself where flash-attn is installed.
         self._attention = None if attn_implementation is None else "paged|" + base_attention(attn_implementation)
         self._attention_before: str | None = None
-        self._config = cb_config(options, loaded.device.type)
+        planned = loaded.device.type == "cuda" and not options.library_defaults
+        self.plan = gpu_plan(loaded, options, workload, base_attention(attn_implementation or "sdpa")) \
+            if planned else None
+        self._config = cb_config(options, loaded.device.type, self.plan)
         self._threads = cpu_threads(options, loaded.device.type)
         self._threads_before: int | None = None
         prompt, output = replay.longest(workload)
@@ -203,11 +237,28 @@ class TransformersEngine:
                 workload_hints=self._hints,
             )
             self._manager.warmup()  # CUDA graph capture: before any timed request
+            self._check_warmup()
             self._manager.start()
         except BaseException:
             self._restore_threads()
             self._restore_attention()
             raise
+
+    def _check_warmup(self) -> None:
+        """transformers captures the largest step's graph first, so that the graphs captured later reuse its pool,
+        and says nothing when that capture fails; the pool then grows with every new step shape until a step runs
+        out of memory (docs/memory.md). A planned engine whose warm-up captured nothing does not start."""
+        processor = self._manager.batch_processor
+        if self.plan is None or processor is None or not any(self._manager.continuous_batching_config.cuda_graph_booleans):
+            return
+        io = processor.inputs_and_outputs
+        ios = [pair.device_io for pair in io.io_pairs] if hasattr(io, "io_pairs") else [io]
+        stored = [getattr(getattr(each, "graphs", None), "_storage", None) for each in ios]
+        if any(graphs is not None and not graphs for graphs in stored):
+            raise torch.OutOfMemoryError(
+                f"the warm-up could not capture the largest step ({self.plan.max_batch_tokens:,} tokens against "
+                f"{self.plan.cache_tokens:,} cached), planned at {self.plan.describe()} "
+                f"({figures(self._loaded.device)})")
 
     def _restore_attention(self) -> None:
         """The model is shared with the next engine (a static one runs the unpaged implementation)."""
@@ -320,6 +371,11 @@ class TransformersEngine:
     def alive(self) -> bool:
         return self._manager is not None and self._manager.is_running()
 
+    def failure(self) -> EngineFailure | None:
+        status = getattr(self._manager, "background_thread_status", None)
+        error = getattr(status, "fatal_error", None)
+        return None if error is None else failure_of(error, self._loaded.device)
+
     def load(self) -> EngineLoad:
         manager = self._manager
         processor = manager.batch_processor if manager is not None else None
@@ -342,7 +398,8 @@ class TransformersEngine:
         if load.kv_blocks_total is not None:
             resolved["num_blocks"] = load.kv_blocks_total
         return {"engine": self.name, "continuous_batching": resolved,
-                "cpu_threads": self._threads if self._threads is not None else torch.get_num_threads()}
+                "cpu_threads": self._threads if self._threads is not None else torch.get_num_threads(),
+                **({"memory_plan": self.plan.as_dict()} if self.plan is not None else {})}
 
     def stop(self) -> None:
         if self._manager is None:

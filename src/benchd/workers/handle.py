@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.devices import Slot
+from benchd.footprint import MEMORY_FRACTION
 from benchd.workers import orphans, process, protocol
 
 log = logging.getLogger("benchd.workers")
@@ -76,8 +77,12 @@ def oom_kills() -> int | None:
 
 
 class WorkerHandle:
-    def __init__(self, slot: Slot, settings: WorkerSettings, on_death=lambda handle, death: None) -> None:
+    def __init__(self, slot: Slot, settings: WorkerSettings, on_death=lambda handle, death: None,
+                 memory_fraction: float = MEMORY_FRACTION) -> None:
+        """memory_fraction: of its device's available memory, what a run may plan to use
+        (BENCHD_LIMITS__MEMORY_FRACTION, which admission checks runs against)."""
         self.slot, self.settings, self.on_death = slot, settings, on_death
+        self.memory_fraction = memory_fraction
         self.name = slot.name
         self.log_path = settings.log_dir / f"{self.name}.log"
         self.state = "new"  # new | starting | ready | dead | stopped
@@ -114,7 +119,8 @@ class WorkerHandle:
         with self.log_path.open("a") as f:
             f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
-               "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority)}
+               "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority),
+               "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction)}
         self._process = context.Process(target=process.main, args=(child, self.slot.key, str(self.log_path), env),
                                         name=f"benchd-{self.name}", daemon=True)
         self._oom_before = oom_kills()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchd.devices import Slot, pick, targets
-from benchd.footprint import dtype_bytes, model_shape_and_weights
+from benchd.footprint import MEMORY_FRACTION, dtype_bytes, model_shape_and_weights
 from benchd.workers.handle import Death, RunSink, WorkerHandle, WorkerSettings
 
 log = logging.getLogger("benchd.workers")
@@ -20,10 +20,12 @@ log = logging.getLogger("benchd.workers")
 class WorkerPool:
     def __init__(self, slots: list[Slot], settings: WorkerSettings, model: tuple[str, str] | None = None,
                  on_restart: Callable[[str], None] = lambda reason: None,
-                 watch: Callable[[str, int], None] = lambda name, pid: None) -> None:
+                 watch: Callable[[str, int], None] = lambda name, pid: None,
+                 memory_fraction: float = MEMORY_FRACTION) -> None:
         """slots: the devices, a worker each unless a tensor-parallel group holds them; model: (ref, dtype) loaded
-        in each at start."""
+        in each at start; memory_fraction: what a run may plan to use of its device (BENCHD_LIMITS__…)."""
         self.slots, self.settings, self.model = slots, settings, model
+        self.memory_fraction = memory_fraction
         self.on_restart, self.watch = on_restart, watch
         self.workers: dict[str, WorkerHandle] = {}  # by slot key
         self.load_errors: dict[str, str | None] = {}  # by slot key: why the daemon's model did not load
@@ -132,7 +134,7 @@ class WorkerPool:
     # ---- supervision -------------------------------------------------------------------------------
 
     def _spawn(self, slot: Slot) -> WorkerHandle:
-        worker = WorkerHandle(slot, self.settings, on_death=self._died)
+        worker = WorkerHandle(slot, self.settings, on_death=self._died, memory_fraction=self.memory_fraction)
         with self._lock:
             self.workers[slot.key] = worker
             self.load_errors.pop(slot.key, None)

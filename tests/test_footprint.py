@@ -1,0 +1,151 @@
+"""What a run needs in memory: benchd's plan for transformers' cache on a GPU, checked by hand for the tiny model and
+against the worst step measured on the CPU, and the planned sizes run by the real engine."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchd.engines.transformers_cb import cb_config, gpu_plan
+from benchd.flops import Shape
+from benchd.footprint import (CUDA_RESERVE, GRAPH_POOL_MARGIN, MASK_ELEMENTS, PlanError, _preset_shape,
+                              cache_figures, plan_cache)
+from benchd.presets import PRESETS, parameter_count
+from benchd.spec import SpecError, TransformersOptions
+from benchd.workers.local import run_local
+from tests.helpers import make_spec
+
+TINY = Shape(hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=512)
+MIB = 2**20
+
+
+def test_a_plan_is_its_parts_as_computed_by_hand():
+    """The tiny model's shape in bfloat16, 1,000 blocks of 256 tokens and steps of 2,048 tokens."""
+    plan = cache_figures(TINY, 2, 1_000_000, "sdpa", graphs=True, io_pairs=1, block_size=256, num_blocks=1000,
+                         batch_tokens=2048, requests=1024)
+    n, m = 256_000, 2048
+    read = n + m  # 258,048 tokens a step reads at most
+    assert plan.cache_tokens == n
+    # K and V of 2 layers × 2 KV heads × 16 dims × 2 bytes, for the blocks and transformers' 2 spare ones
+    assert plan.kv_cache == 1002 * 256 * 2 * 2 * 2 * 16 * 2 == 65_667_072
+    assert plan.masks == m * read * 2 + 8 * (read + m) == 1_059_045_376  # the mask, the read and write indices
+    per_read = 2 * 2 * 16 * 2 + 2 * 4 * 16 * 2  # K and V gathered (2 heads), then repeated for 4 query heads
+    per_token = (3 * 64 + (4 + 4) * 16 + 3 * 128) * 2  # hidden states, q/k/v projections, MLP
+    logits = 1024 * 512 * (2 + 4)  # the rows of logits a step keeps, and their float32 copy
+    assert plan.step == per_read * read + per_token * m + logits == 105_119_744
+    assert plan.graph_pool == int(plan.step * GRAPH_POOL_MARGIN)
+    assert plan.total == 1_000_000 + plan.kv_cache + plan.masks + plan.graph_pool + CUDA_RESERVE
+
+
+def test_the_largest_plan_fits_its_budget_and_never_reads_a_mask_past_2_to_the_31():
+    preset = PRESETS["llama-3.2-1b"]
+    shape, weights = _preset_shape(preset), parameter_count(preset) * 2
+    for budget_gib in (8, 20, 40, 70, 130):
+        plan = plan_cache(shape, 2, weights, budget_gib << 30, longest=4096 + 1024)
+        assert plan.total <= budget_gib << 30
+        assert plan.max_batch_tokens * (plan.cache_tokens + plan.max_batch_tokens) <= MASK_ELEMENTS
+        bigger = cache_figures(shape, 2, weights, "sdpa", True, 1, plan.block_size, plan.num_blocks + 1,
+                               plan.max_batch_tokens, 1024)
+        capped = plan.max_batch_tokens * (bigger.cache_tokens + plan.max_batch_tokens) > MASK_ELEMENTS
+        assert bigger.total > budget_gib << 30 or capped  # the largest cache that fits, or the mask's limit
+    # From 70 GiB on the mask's limit binds: a bigger device gets the same cache, not a larger step
+    assert plan_cache(shape, 2, weights, 70 << 30, 5120) == plan_cache(shape, 2, weights, 130 << 30, 5120)
+
+
+def test_what_cannot_hold_one_request_is_refused_naming_the_field():
+    preset = PRESETS["llama-3.1-8b"]
+    shape, weights = _preset_shape(preset), parameter_count(preset) * 2
+    with pytest.raises(PlanError) as refused:
+        plan_cache(shape, 2, weights, 16 << 30, longest=2048)
+    assert refused.value.field == "model" and "to hold one request of 2,048 tokens" in refused.value.reason
+    with pytest.raises(PlanError) as small:
+        plan_cache(shape, 2, weights, 60 << 30, longest=2048, num_blocks=4)
+    assert small.value.field == "transformers.num_blocks" and "may need 2,048" in small.value.reason
+    with pytest.raises(PlanError) as large:
+        plan_cache(shape, 2, weights, 60 << 30, longest=2048, num_blocks=4096)
+    assert large.value.field == "transformers.num_blocks" and "more than the 60.00 GiB" in large.value.reason
+    # A cache the spec sizes gets the largest step within the mask's limit
+    plan = plan_cache(shape, 2, weights, 60 << 30, longest=2048, num_blocks=800)
+    assert plan.max_batch_tokens * (plan.cache_tokens + plan.max_batch_tokens) <= MASK_ELEMENTS
+
+
+WORST_STEP = """
+import json, resource, sys
+from transformers.generation.configuration_utils import ContinuousBatchingConfig
+from benchd.models import greedy_config, load_model
+blocks, m = int(sys.argv[1]), int(sys.argv[2])
+loaded = load_model("tiny", "float32", "cpu")
+config = ContinuousBatchingConfig(block_size=32, num_blocks=blocks, max_batch_tokens=m, use_cuda_graph=False)
+manager = loaded.model.init_continuous_batching(generation_config=greedy_config(loaded, True, 8),
+                                                continuous_batching_config=config)
+manager.warmup()  # the cache, masks and indices allocated (without graphs nothing runs)
+runner = manager.batch_processor.model_runner
+with open("/proc/self/statm") as f:
+    before = int(f.read().split()[1]) * 4096
+runner.pad_inputs = True  # the warm-up's step, eager: m tokens against the whole cache
+runner.run_one_warmup(loaded.model, m, blocks * 32 - m)
+print(json.dumps({"step": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before}))
+"""
+
+
+def test_the_worst_step_measured_on_the_cpu_is_within_the_estimate():
+    """transformers' largest step (256 tokens against 131,072 cached, the tiny model in float32) in a process of its
+    own: its peak resident memory above what the cache and masks hold stays within the estimate's step, and the
+    estimate is no more than 1.6× it (on a CPU sdpa holds float32 scores for each KV-head group; a GPU's does not)."""
+    blocks, m = 4096, 256
+    done = subprocess.run([sys.executable, "-c", WORST_STEP, str(blocks), str(m)], capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])["step"]
+    estimated = cache_figures(TINY, 4, 0, "sdpa", False, 1, 32, blocks, m, 1024, device_type="cpu").step
+    assert measured <= estimated <= 1.6 * measured, (measured / MIB, estimated / MIB)
+
+
+def test_a_planned_cache_is_what_the_engine_runs(tiny):
+    """The GPU's plan made from a model and its device's memory figures (here given: 1.2 GiB free, nothing held),
+    the configuration it becomes, and the real engine running a workload with it on the CPU."""
+    workload = make_spec().workload
+    free = 1229 * MIB
+    plan = gpu_plan(tiny, TransformersOptions(), workload, "sdpa", memory=(free, 0, 0))
+    assert plan.total <= int(free * 0.9) and plan.cache_tokens >= 24 + 12
+    config = cb_config(TransformersOptions(), "cuda", plan)
+    assert (config.num_blocks, config.max_batch_tokens) == (plan.num_blocks, plan.max_batch_tokens)
+    with pytest.raises(SpecError, match="^model: out of GPU memory as planned: needs about"):
+        gpu_plan(tiny, TransformersOptions(), workload, "sdpa", memory=(1024 * MIB, 0, 0))  # the CUDA reserve
+    sized = {"block_size": plan.block_size, "num_blocks": plan.num_blocks, "max_batch_tokens": plan.max_batch_tokens}
+    outcome = run_local(make_spec(transformers=sized), loaded=tiny)
+    assert outcome.status == "succeeded", outcome.error
+    assert outcome.metadata.engine_settings["continuous_batching"]["num_blocks"] == plan.num_blocks
+
+
+def test_admission_refuses_a_gpu_run_whose_step_or_cache_cannot_fit():
+    """Admission makes the worker's plan with the memory the run may use (90 % of the GPU's free memory here): the
+    weights, the cache for one request and the worst step's graph pool must fit, else a 422 names the field."""
+    from fastapi.exceptions import RequestValidationError
+
+    from benchd.api.admission import Memory, admit
+    from benchd.config import Settings
+    from benchd.devices import resolve
+    from benchd.spec import RunSpec
+
+    settings = Settings(device="cuda", model="tiny")
+    slots = resolve("all", [("0", "GPU-0000", "H100")])
+    body = {"model": "llama-3.1-8b", "dtype": "bfloat16", "device": "cuda:0",
+            "workload": {"prompt_tokens": {"dist": "fixed", "value": 4096},
+                         "output_tokens": {"dist": "fixed", "value": 1024}}}
+
+    def refused(free_gib: float, **transformers) -> dict:
+        try:
+            admit(RunSpec.model_validate({**body, "transformers": transformers}), settings,
+                  Memory(lambda slot: int(free_gib * 2**30)), slots)
+        except RequestValidationError as error:
+            return {".".join(map(str, p["loc"])): p["msg"] for p in error.errors()}
+        return {}
+
+    model = refused(20)["body.model"]  # 16 GB of weights fit 18 GiB; with a step's logits and graphs they do not
+    assert "to hold one request of 5,120 tokens" in model and "graph pool" in model and "on cuda:0" in model
+    assert refused(24) == {}
+    assert "more than the 21.60 GiB" in refused(24, num_blocks=400)["body.transformers.num_blocks"]
+    assert "may need 5,120" in refused(24, num_blocks=10)["body.transformers.num_blocks"]
+    assert "body.transformers.max_batch_tokens" in refused(24, max_batch_tokens=65536)
