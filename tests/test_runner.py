@@ -226,7 +226,7 @@ def test_a_run_whose_requests_all_fail_has_failed(tiny):
     # The engine's loop dies with the fault: the stage ends at once (nothing more is sent to a dead engine) and
     # keeps what it recorded, every request failed.
     assert outcome.status == "failed"
-    assert outcome.error == "EngineStopped: the engine stopped (injected fault)"
+    assert outcome.error == "EngineStopped: the engine stopped (RuntimeError: injected fault)"
     records = outcome.stages[0].records
     assert records and all(not r.ok for r in records)
 

@@ -134,6 +134,37 @@ def test_a_run_that_breaks_its_device_fails_and_the_worker_is_replaced(tmp_path)
             assert worker["nice"] == -10 == os.getpriority(os.PRIO_PROCESS, worker["pid"])
 
 
+@pytest.mark.parametrize("engine", ["transformers", "static"])
+def test_a_stage_that_runs_out_of_memory_fails_alone_and_a_new_engine_runs_the_next(tmp_path, engine):
+    """An out-of-memory error in a step (injected at a forward pass: on a GPU a step that does not fit raises it)
+    fails the stage it hit with the cause and the allocator's figures; the next stages of the sweep run on a new
+    engine in the same worker, the run fails naming the stage, benchd_engine_restarts_total counts it, and the next
+    run succeeds."""
+    faults = {"workload": "oomme", "action": "oom", "after_s": 0.8}
+    with daemon(tmp_path, faults=faults) as server:
+        server.wait_ready()
+        pid = server.http.get("/readyz").json()["workers"][0]["pid"]
+        body = {**spec(duration=2, output=16, name="oomme"), "engine": engine, "static": {"batch_size": 2}}
+        body["workload"]["arrivals"] = {"profile": "sweep", "over": "concurrent", "values": [2, 3, 4]}
+        run = server.wait_status(submit(server, body), "failed", "succeeded", timeout_s=180)
+        assert run["status"] == "failed", run
+        assert run["error"].startswith("stage 0 (concurrent=2) ran out of device memory: CUDA out of memory. Tried "
+                                       "to allocate 540.00 MiB (no device allocator figures on a CPU)"), run["error"]
+        assert run["error"].endswith("(the engine was started again after each)")
+        stages = run["summary"]
+        assert [s["status"] for s in stages] == ["failed", "succeeded", "succeeded"]
+        assert stages[0]["valid"] is False and all(s["requests"] > 0 and s["errors"] == 0 for s in stages[1:])
+        page = server.http.get("/metrics").text
+        restarts = [line for line in page.splitlines() if line.startswith("benchd_engine_restarts_total{")]
+        assert len(restarts) == 1 and 'reason="out_of_memory"' in restarts[0] and 'workload="oomme"' in restarts[0]
+        assert restarts[0].endswith(" 1.0")
+        after = server.wait_status(submit(server, {**spec(requests=4), "engine": engine}), "succeeded", "failed",
+                                   timeout_s=120)
+        assert after["status"] == "succeeded", after["error"]
+        ready = server.http.get("/readyz").json()
+        assert ready["workers"][0]["pid"] == pid and ready["worker_restarts"] == 0  # the process was kept
+
+
 PRIORITY = "import os; from benchd.priority import prioritize; prioritize({}); print(os.getpriority(0, 0))"
 
 

@@ -38,6 +38,7 @@ class RunMetadata(BaseModel):
     attn_implementation: str | None = None  # as the engine runs it (continuous batching's paged| variant)
     compile: str | None = None
     peak_memory_bytes: int | None = None  # torch's allocator peak over the run (CUDA only)
+    peak_reserved_bytes: int | None = None  # what torch's allocator held at most (CUDA graph pools included)
     started_at: str
     finished_at: str | None = None
 
@@ -94,6 +95,13 @@ class PeakMemory:
         import torch
 
         return int(torch.cuda.max_memory_allocated(self.device))
+
+    def reserved(self) -> int | None:
+        if self.device is None:
+            return None
+        import torch
+
+        return int(torch.cuda.max_memory_reserved(self.device))
 
 
 def collect(device, model: str, label: str | None, model_load_s: float | None = None) -> RunMetadata:

@@ -59,7 +59,8 @@ class RunIngest:
         self._handlers = {
             "phase": self._phase, "stage": self._stage, "request": self._request, "submitted": self._submitted,
             "admitted": self._admitted, "tokens": self._tokens, "prompt": self._prompt, "finished": self._finished,
-            "load": self._load, "stage_end": self._stage_end, "timing": self._timing,
+            "load": self._load, "stage_end": self._stage_end, "engine_restart": self._engine_restart,
+            "timing": self._timing,
             "timed_stage": self._timed_stage, "span": self._span, "progress": self._timed_progress,
         }
 
@@ -152,6 +153,9 @@ class RunIngest:
         result = self.stages[index].result
         result.status, result.end_s, result.kv_peak, result.stop_reason = status, end_s, kv_peak, stop_reason
         self._progress(self.stages[index], force=True)
+
+    def _engine_restart(self, index: int, reason: str) -> None:
+        self.observer.engine_restarted(reason)
 
     def _progress(self, stage: _Stage, force: bool = False) -> None:
         now = time.perf_counter()

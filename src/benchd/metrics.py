@@ -274,6 +274,10 @@ class Metrics:
         self.request_errors = family(HotCounter, "benchd_request_errors", "Failed requests by error type (http_500, "
                                      "timeout, disconnected, malformed_chunk, …).", (*LABELS, "error_type"))
         self.runs = family(HotCounter, "benchd_runs", "Finished runs by status.", (*LABELS, "status"))
+        self.engine_restarts = family(HotCounter, "benchd_engine_restarts",
+                                      "Engines replaced by a new one within their worker during a run, by reason "
+                                      "(out_of_memory: a stage ran out of device memory; the next stages ran on "
+                                      "the new engine).", (*LABELS, "reason"))
         self.running = family(HotGauge, "benchd_requests_running", "Requests the engine is working on.")
         self.waiting = family(HotGauge, "benchd_requests_waiting",
                               "Requests submitted but not yet admitted by the engine.")

@@ -262,9 +262,14 @@ class Stage:
             record = None
         if record is not None:
             self.in_flight.pop(record.request_id, None)
-        if (record is None or record.error) and not self.engine.alive():
-            # A dead engine fails every request at once: a closed loop would send thousands a second to it.
-            raise EngineStopped(f"the engine stopped{f' ({record.error})' if record is not None else ''}")
+        if (record is not None and record.error) or (record is None and not self.engine.alive()):
+            failure = self.engine.failure()
+            if failure is not None and failure.out_of_memory:  # a new engine can serve the next stages
+                raise OutOfMemory(failure.message)
+            if not self.engine.alive():
+                # A dead engine fails every request at once: a closed loop would send thousands a second to it.
+                detail = failure.message if failure is not None else record.error if record is not None else None
+                raise EngineStopped(f"the engine stopped{f' ({detail})' if detail else ''}")
         if record is not None and not record.warmup and (reason := self.watch.finished(record.ok)) is not None:
             self.stop_reason = reason
             raise StageStopped(reason)
@@ -313,6 +318,11 @@ class EngineStopped(RuntimeError):
     """The engine's loop ended during a stage (a fault in it): the stage ends failed with what it measured."""
 
 
+class OutOfMemory(RuntimeError):
+    """The engine ran out of device memory during a stage: the stage ends failed with what it measured, and the
+    next stages run on a new engine."""
+
+
 def check_fits(spec: RunSpec, max_positions: int | None) -> None:
     workload = spec.workload
     if isinstance(workload.arrivals, Trace):
@@ -340,18 +350,34 @@ def stage_plan(spec: RunSpec) -> Iterator[tuple[ArrivalProfile, Callable[[StageS
 
 def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[[], RequestContent]],
                outbox: Outbox, stop: StopSignal | None = None, trace_id: str | None = None,
-               dispatch_priority: int = 0) -> tuple[str, str | None]:
+               dispatch_priority: int = 0, renew: Callable[[], Engine] | None = None) -> tuple[str, str | None]:
     """Every stage in turn on a started engine; (status, error). Whatever happens, what was measured has been
     passed on: a stage cut short cancels what is in flight and reports where its window ends; a stage a stop rule
-    ends (errors, over-saturation) reports why, and the next stage runs."""
+    ends (errors, over-saturation) reports why, and the next stage runs. A stage whose engine runs out of device
+    memory fails alone: renew() gives a new engine (the old one's memory released) for the stages after it, and the
+    run fails naming each such stage."""
     stage: Stage | None = None
+    out_of_memory: list[str] = []
     try:
         for index, (profile, judged) in enumerate(stage_plan(spec)):
             # Every stage sends the same request contents: load levels differ only in timing.
             stage = Stage(engine, spec, profile, new_stream(), outbox, index, trace_id=trace_id,
                           dispatch_priority=dispatch_priority)
-            stage.run(stop)
+            try:
+                stage.run(stop)
+            except OutOfMemory as error:
+                if renew is None:
+                    raise
+                stage.abort("failed", "out_of_memory: the engine ran out of device memory")
+                out_of_memory.append(f"stage {index} ({stage.label}) ran {error}")
+                outbox.put("engine_restart", index, "out_of_memory")
+                judged(stage.summary())
+                stage = None  # ended: a failing renewal must not end it again
+                engine = renew()
+                continue
             judged(stage.summary())
+        if out_of_memory:
+            return "failed", "; ".join(out_of_memory) + " (the engine was started again after each)"
         return "succeeded", None
     except KeyboardInterrupt:
         if stage is not None:

@@ -238,6 +238,10 @@ class RunTelemetry:
                 self.run_span.set_status(Status(StatusCode.ERROR, error))
             self.run_span.end(end_time=self.clock.ns(t))
 
+    def engine_restarted(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.engine_restarts.labels(self.model, self._engine, self._workload, self.gpu, reason).inc()
+
     def energy(self, joules_per_output_token: float | None) -> None:
         if self.metrics is not None and joules_per_output_token is not None:
             self.metrics.energy_per_token.labels(self.model, self._engine, self._workload, self.gpu).set(

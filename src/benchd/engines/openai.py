@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from benchd.engines import EngineLoad, GenerationRequest, TokenSink
+from benchd.engines import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.openai_counts import apportion, chunk_counts
 from benchd.engines.openai_http import Target
 from benchd.engines.openai_worker import FrameReader, send_frame
@@ -150,6 +150,11 @@ class OpenAIEngine:
     def alive(self) -> bool:
         return (self._alive and self._receiver is not None and self._receiver.is_alive()
                 and all(c.process.poll() is None for c in self._clients))
+
+    def failure(self) -> EngineFailure | None:
+        """A client process that died: what its exit code says (the server's own failures are its requests')."""
+        dead = [c.process.returncode for c in self._clients if c.process.poll() is not None]
+        return EngineFailure(f"a client process exited with code {dead[0]}") if self._alive and dead else None
 
     def stop(self) -> None:
         """Every request still out ends as cancelled; the client processes exit and are waited for."""

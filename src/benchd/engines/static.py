@@ -11,7 +11,8 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from benchd.engines import EngineLoad, GenerationRequest, TokenSink
+from benchd.engines import EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.oom import failure_of, is_out_of_memory
 from benchd.models import LoadedModel, greedy_config
 from benchd.spec import StaticOptions, Workload
 
@@ -80,6 +81,7 @@ class StaticEngine:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._failure: EngineFailure | None = None
 
     def start(self) -> None:
         self._stopping = False
@@ -102,6 +104,9 @@ class StaticEngine:
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def failure(self) -> EngineFailure | None:
+        return self._failure
 
     def forget(self) -> None:
         """generate() keeps nothing from one batch to the next."""
@@ -138,6 +143,8 @@ class StaticEngine:
             try:
                 self._generate(batch)
             except Exception as error:  # the engine thread's one boundary: fail this batch, keep serving
+                if is_out_of_memory(error):  # the stage reports it; a new engine serves the next
+                    self._failure = failure_of(error, self._loaded.device)
                 t = time.perf_counter()
                 for slot in batch:
                     if not slot.done:

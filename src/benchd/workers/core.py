@@ -170,11 +170,12 @@ class WorkerCore:
         peak = PeakMemory(self._loaded.device if not server else None)
         try:
             status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id,
-                                       dispatch_priority=self.dispatch_priority)
+                                       dispatch_priority=self.dispatch_priority,
+                                       renew=None if self.group is not None else lambda: self._renew(spec))
         finally:
             if disarm is not None:
                 disarm.set()
-        metadata.peak_memory_bytes = peak.read()
+        metadata.peak_memory_bytes, metadata.peak_reserved_bytes = peak.read(), peak.reserved()
         return metadata, status, error, "run"
 
     def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
@@ -209,6 +210,12 @@ class WorkerCore:
         engine.start()
         self._engine, self._engine_key = engine, key
         return engine
+
+    def _renew(self, spec: RunSpec) -> Engine:
+        """A new engine for the stages after one whose engine ran out of device memory: the old one's cache and
+        graphs are released first (a tensor-parallel group's ranks would have to renew together: not done)."""
+        self._close_engine()
+        return self._engine_for(spec)
 
     def _close_engine(self) -> None:
         if self._engine is not None:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Action = Literal["abort", "exit", "kill", "segfault", "hang", "stall", "slow", "error", "device_assert"]
+Action = Literal["abort", "exit", "kill", "segfault", "hang", "stall", "slow", "error", "device_assert", "oom"]
 # What an injected device fault left behind on a CPU worker, where no real device-side assert can happen: the
 # worker treats it as it treats a CUDA context a real one broke (workers/core.device_fault).
 INJECTED_DEVICE_FAULT: list[str] = []
@@ -25,7 +25,8 @@ class Faults(BaseModel):
     every forward pass takes delay_s longer (a slow GPU); error: every forward pass raises (an engine fault the
     worker survives); device_assert: after after_s, a forward pass indexes out of bounds on the model's device (a
     real device-side assert on CUDA, which leaves the process's CUDA context unusable; on a CPU, a stand-in that
-    marks the device broken the same way)."""
+    marks the device broken the same way); oom: after after_s, one forward pass raises torch's out-of-memory error
+    (what a step that does not fit raises; called eagerly only: a replayed CUDA graph calls no hook)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -45,12 +46,19 @@ def arm(faults: Faults, model=None) -> threading.Event:
     """Start the fault for the run beginning now; setting the returned event disarms it (the run ended first)."""
     disarmed = threading.Event()
     on_cuda = model is not None and next(model.parameters()).device.type == "cuda"
-    if faults.action in ("slow", "stall", "error") or (faults.action == "device_assert" and not on_cuda):
+    if faults.action in ("slow", "stall", "error", "oom") or (faults.action == "device_assert" and not on_cuda):
         if model is not None:
             started = time.perf_counter()
+            fired = threading.Event()
 
             def delay(module, args) -> None:
-                if faults.action == "slow":
+                if faults.action == "oom":
+                    if not fired.is_set() and time.perf_counter() - started > faults.after_s:
+                        fired.set()
+                        import torch
+
+                        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 540.00 MiB (injected)")
+                elif faults.action == "slow":
                     time.sleep(faults.delay_s)
                 elif faults.action == "error":
                     raise RuntimeError("injected engine fault")

@@ -32,6 +32,8 @@ processes, so every latency is derived in the daemon exactly as it would be in t
   ("load", stage, t, running, waiting, kv_used, kv_total)
   ("stage_end", index, status, end_s, kv_peak, stop_reason)   end_s: where an aborted stage's window closes;
                                                        status stopped: a stop rule ended it, stop_reason says why
+  ("engine_restart", stage, reason)                    the stage's engine was replaced by a new one (reason:
+                                                       out_of_memory), which runs the stages after it
   ("timing", stage, series, index, warmup, seconds)    a timed run's repetition
   ("timed_stage", kind, summary, start, end)           a timed run's stage closed with its summary (a dict)
   ("progress", label, index, stages, completed, expected, elapsed_s, duration_s)   a timed run's progress
