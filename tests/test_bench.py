@@ -244,3 +244,15 @@ def test_worker_orphans_script_shows_the_next_daemon_ending_the_hung_worker():
     assert "GiB" in hung and "gone" not in hung  # the orphan still held its memory
     assert ": ended; the new worker" in done.stdout
     assert "an ordinary run on the new worker: succeeded" in done.stdout
+
+
+def test_memory_grid_script_doubles_an_open_loop_and_prints_its_table(tmp_path):
+    """bench/gpu_memory_grid.py through a live daemon on the tiny model: a closed loop, then an open loop doubled
+    from 16/s up to its limit; every row saved as it ends."""
+    done = subprocess.run([sys.executable, "bench/gpu_memory_grid.py", "--smoke", "--out", str(tmp_path),
+                           "--port", str(free_port())], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = json.loads((tmp_path / "memory_grid.json").read_text())["rows"]
+    assert [r["title"] for r in rows][:2] == ["closed 4 × 16/8", "open 16/s × 16/8"]
+    assert all(r["status"] == "succeeded" and r["restarts"] == 0 for r in rows)
+    assert "| tiny | open 16/s × 16/8 | succeeded |" in done.stdout and "no run ran out of memory" in done.stdout
