@@ -148,7 +148,12 @@ def live() -> dict:
     layout.add(prom_panel("Host CPU", "percentunit", [
         (f"benchd_host_cpu_utilization_ratio{{{NODE}}}", "all cores {{hostname}}"),
         (f"benchd_host_process_cpu_utilization_ratio{{{NODE}}}", "benchd {{process}} {{hostname}}"),
-    ]))
+    ], description="A benchd process's share is of the cores it may use (its affinity)."))
+    layout.add(prom_panel("benchd processes: CPU cores busy", "none", [
+        (f"sum by (hostname, process) (rate(benchd_host_process_cpu_seconds_total{{{NODE}}}[$__rate_interval]))",
+         "{{process}} {{hostname}}"),
+        (f"max by (hostname, process) (benchd_host_process_cpu_cores{{{NODE}}})", "may use: {{process}} {{hostname}}"),
+    ], description="CPU seconds per second, user and kernel together: 2 is two cores kept busy."))
     layout.add(prom_panel("Host memory", "bytes", [
         (f"benchd_host_memory_used_bytes{{{NODE}}}", "used {{hostname}}"),
         (f"benchd_host_memory_total_bytes{{{NODE}}}", "total {{hostname}}"),

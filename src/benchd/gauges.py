@@ -119,8 +119,14 @@ def families(snapshot: Snapshot) -> list[Metric]:
             out.add("benchd_host_load_average", "gauge", "Run-queue load average.", {"period": period}, value)
     for process, reading in host.processes.items():
         out.add("benchd_host_process_cpu_utilization_ratio", "gauge",
-                "A benchd process's CPU time as a fraction of all cores (process: daemon, worker…).",
-                {"process": process}, reading.cpu_ratio)
+                "A benchd process's CPU time as a share of the cores it may use (its affinity), 0–1, over the last "
+                "half second or more (process: daemon, worker…).", {"process": process}, reading.cpu_ratio)
+        for mode, seconds in (("user", reading.cpu_user_s), ("system", reading.cpu_system_s)):
+            out.add("benchd_host_process_cpu_seconds", "counter",
+                    "A benchd process's CPU time since it started, by mode (user, system), as process_cpu_seconds_total "
+                    "counts it: its rate is the cores it keeps busy.", {"process": process, "mode": mode}, seconds)
+        out.add("benchd_host_process_cpu_cores", "gauge", "The cores a benchd process may run on (its affinity).",
+                {"process": process}, reading.cores)
         out.add("benchd_host_process_resident_memory_bytes", "gauge",
                 "A benchd process's resident memory (process: daemon, worker…).", {"process": process},
                 reading.resident_bytes)
