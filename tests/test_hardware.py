@@ -3,6 +3,7 @@ node label, and the live daemon's /metrics."""
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -154,6 +155,7 @@ def test_xid_events_are_counted_by_code_with_a_bounded_label_set():
     assert first[UUID0].labelled["xid_errors"] == {"79": 2, "48": 1, "other": 1}
     assert first[UUID0].values["last_xid_code"] == 5000
     assert first[UUID1].labelled["xid_errors"] == {} and first[UUID1].values["last_xid_code"] == 0
+    assert first[UUID0].values["xid_events"] == 4 and first[UUID1].values["xid_events"] == 0  # every code together
     nvml.emit(gpus[1], 0x8, 31)
     second = {g.uuid: g for g in hardware.read().gpus}
     assert second[UUID0].labelled["xid_errors"] == {"79": 2, "48": 1, "other": 1}  # counts since start
@@ -161,6 +163,7 @@ def test_xid_events_are_counted_by_code_with_a_bounded_label_set():
     with scraped(hardware) as registry:
         assert gpu_value(registry, "benchd_gpu_xid_errors_total", xid="79") == 2
         assert gpu_value(registry, "benchd_gpu_xid_errors_total", gpu="1", uuid=UUID1, xid="31") == 1
+        assert gpu_value(registry, "benchd_gpu_xid_events_total") == 4
 
 
 def test_mig_instances_with_dcgm_labels_and_their_own_memory():
@@ -400,3 +403,45 @@ def test_no_ratio_series_of_a_live_daemon_exceeds_one(tmp_path):
             "benchd_gpu_utilization_ratio", "benchd_kv_cache_usage_ratio"} <= names, names
     assert {"benchd_host_process_cpu_utilization_ratio{worker}", "benchd_host_process_cpu_utilization_ratio{busy}"} \
         <= set(seen)
+
+
+def health_expressions() -> list[str]:
+    """The expressions of the GPU-health panels, the fleet's health table and the GPU-health alerts."""
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).parent.parent
+    loaded = importlib.util.spec_from_file_location("dashboards", root / "grafana" / "dashboards.py")
+    dashboards = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(dashboards)
+    rules = yaml.safe_load((root / "prometheus-rules" / "benchd-gpu-health.yml").read_text())
+    return [*(t["expr"] for panel in dashboards.gpu_health() for t in panel["targets"]),
+            *(expr for _, _, expr in dashboards.FLEET_HEALTH),
+            *(rule["expr"] for group in rules["groups"] for rule in group["rules"])]
+
+
+def test_a_healthy_gpu_reads_zero_on_every_health_series_the_dashboards_and_alerts_use():
+    # As DCGM exporter users see it: no XID, ECC error, remapped row or throttle yet is a 0, not "no data".
+    healthy = FakeGPU(UUID0, ecc={(0, 0): 0, (1, 0): 0, (0, 1): 0, (1, 1): 0}, remapped_rows=(0, 0, 0, 0),
+                      pcie_replays=0, throttle_mask=0)
+    names = {n for expr in health_expressions() for n in re.findall(r"\bbenchd_gpu_\w+", expr)}
+    names -= {"benchd_gpu_nvlink_transmit_bytes_total", "benchd_gpu_nvlink_receive_bytes_total"}  # NVLink GPUs only
+    assert {"benchd_gpu_xid_errors_total", "benchd_gpu_xid_events_total", "benchd_gpu_ecc_volatile_errors_total",
+            "benchd_gpu_row_remap_pending", "benchd_gpu_clock_throttle_reason"} <= names
+    counts = names - {"benchd_gpu_info", "benchd_gpu_pcie_transmit_bytes_per_second",
+                      "benchd_gpu_pcie_receive_bytes_per_second", "benchd_gpu_encoder_utilization_ratio",
+                      "benchd_gpu_decoder_utilization_ratio"}
+    with scraped(reader(healthy)) as registry:
+        samples = {}
+        for family in registry.collect():
+            for sample in family.samples:
+                if sample.labels.get("uuid") == UUID0:
+                    samples.setdefault(sample.name, []).append(sample.value)
+    # A code's own series comes with its first event; every code together reads 0 from the start.
+    assert "benchd_gpu_xid_errors_total" not in samples and samples["benchd_gpu_xid_events_total"] == [0]
+    for name in sorted(names - {"benchd_gpu_xid_errors_total"}):
+        assert name in samples, f"{name}: no data on a healthy GPU"
+    for name in sorted(counts - {"benchd_gpu_xid_errors_total"}):
+        assert set(samples[name]) == {0}, (name, samples[name])

@@ -47,6 +47,9 @@ GPU_SERIES = {
     "row_remap_failure": ("benchd_gpu_row_remap_failure", "gauge",
                           "1 once a memory row could not be remapped: the GPU needs service."),
     "last_xid_code": ("benchd_gpu_last_xid_code", "gauge", "The latest XID error's code since benchd started; 0: none."),
+    "xid_events": ("benchd_gpu_xid_events", "counter",
+                   "XID error events since benchd started, every code together: 0 from the start on a GPU whose XIDs "
+                   "are watched, so a healthy GPU reads 0 and a first event is an increase."),
 }
 # Readings with a label of their own: reading name → (metric name, type, label, help).
 GPU_LABELLED = {
