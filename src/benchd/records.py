@@ -246,8 +246,8 @@ class StageSummary(BaseModel):
     slo_misses: list[str] = []
     # Open loop: requests sent per second over requests scheduled per second (1: every request left on time).
     sent_rate_ratio: float | None = None
-    # Open loop, over the latter half of its sending (validity.Saturation; None: too short to judge): requests offered
-    # per second, and requests that ended per second, the engine's pace where it could not keep up.
+    # Open loop (validity.Saturation; None: too short to judge): requests offered per second over the latter half of
+    # its sending, and requests answered per second from there to the last answer, the engine's pace.
     offered_requests_per_s: float | None = None
     completed_requests_per_s: float | None = None
     # The verdict (validity.py): valid, or invalid with each reason; None: stored before verdicts were kept.
@@ -302,8 +302,8 @@ def summarize(
     lag = LatencyStats.of([x for r in measured if (x := r.dispatch_lag_s) is not None])
     sent = [r for r in measured if r.submitted_s is not None]
     ratio = sent_rate_ratio([r.scheduled_s for r in sent], [r.submitted_s for r in sent]) if open_loop else None
-    pace = saturation([r.scheduled_s for r in measured],
-                      [r.finished_s for r in records if r.finished_s is not None]) if open_loop else None
+    pace = saturation([r.scheduled_s for r in measured], [r.finished_s for r in records if r.finished_s is not None],
+                      end_s) if open_loop else None
     invalid = None
     if rules is not None:
         invalid = judge(rules, Figures(status, stop_reason, open_loop, duration, len(good), len(failed), lag.p99,

@@ -20,14 +20,15 @@ MIN_FINISHED_FOR_RATE = 20
 # NOISE_SIGMAS standard deviations of a stable queue's wandering (Backlog).
 MIN_GROWTH = 2
 NOISE_SIGMAS = 3.0
-# Over-saturation in the verdict (every open loop): completions against offers over the latter half of the stage's
-# sending (SETTLE_SHARE of it lets the queue fill to its steady level: a stage starts empty, and its first requests'
-# latency is a ramp, not a backlog). A judged window under MIN_SATURATION_WINDOW_S (a stage sending for under about
+# Over-saturation in the verdict (every open loop): completions against offers from the latter half of the stage's
+# sending on (SETTLE_SHARE of it lets the queue fill to its steady level: a stage starts empty, and its first
+# requests' latency is a ramp, not a backlog). A judged window under MIN_SATURATION_WINDOW_S (a stage sending for under about
 # 2 s) is too short to tell a queue that grows from one that fills: it is not judged. The in-flight count must grow
 # in each half of the window by at least STEADY_SHARE of its growth: steadily, as a rate beyond the engine's grows it,
 # not in one burst (a trace's, a pause's) that drains once the stage ends.
 SETTLE_SHARE = 0.5
 MIN_SATURATION_WINDOW_S = 1.0
+MIN_SATURATION_OFFERS = 20  # offers in the judged window: fewer are no rate (a start-up stall outweighs them)
 STEADY_SHARE = 0.25
 
 
@@ -79,13 +80,18 @@ class Figures:
 
 @dataclass(slots=True, frozen=True)
 class Saturation:
-    """Completions against offers over an open loop's judged window (the latter half of its sending): the requests
-    offered in each half of it (measured ones, by scheduled time) and those that ended in each (any, failed ones too:
-    an answer is a completion). The requests in flight grew by offered − completed in each half."""
+    """An open loop's completions against its offers. Over the judged window (the latter half of its sending): the
+    requests offered in each half of it (measured ones, by scheduled time) and those that ended in each (any, failed
+    ones too: an answer is a completion), the in-flight count growing by the difference. And the engine's pace: the
+    requests answered from the window's start to the last answer (or to where the stage was cut), backlog included,
+    as MLPerf LoadGen's completed samples per second (from the window on, so that a stage's first latencies and a
+    stall at its start weigh nothing)."""
 
     window_s: float
     offered: tuple[int, int]
     completed: tuple[int, int]
+    answered: int
+    answered_over_s: float
 
     @property
     def offered_per_s(self) -> float:
@@ -93,33 +99,35 @@ class Saturation:
 
     @property
     def completed_per_s(self) -> float:
-        return sum(self.completed) / self.window_s
+        return self.answered / self.answered_over_s
 
     @property
     def growth(self) -> tuple[int, int]:
         return self.offered[0] - self.completed[0], self.offered[1] - self.completed[1]
 
     def oversaturated(self, min_ratio: float) -> str | None:
-        """A reason when completions fell behind offers (under min_ratio of them) with the backlog growing steadily
-        beyond a stable queue's noise (NOISE_SIGMAS of √(offered + completed), as Backlog); None otherwise."""
-        offered, completed = sum(self.offered), sum(self.completed)
+        """A reason when the engine's pace fell behind the offers (under min_ratio of them) with the in-flight count
+        growing steadily beyond a stable queue's noise (NOISE_SIGMAS of √(offered + completed), as Backlog); None
+        otherwise, and with fewer than MIN_SATURATION_OFFERS offers in the window: no rate."""
+        offered = sum(self.offered)
         first, second = self.growth
         growth = first + second
-        if completed >= min_ratio * offered:
+        if offered < MIN_SATURATION_OFFERS or self.completed_per_s >= min_ratio * self.offered_per_s:
             return None
-        if growth <= max(MIN_GROWTH, NOISE_SIGMAS * math.sqrt(offered + completed)):
+        if growth <= max(MIN_GROWTH, NOISE_SIGMAS * math.sqrt(offered + sum(self.completed))):
             return None
         if min(first, second) < STEADY_SHARE * growth:
             return None
         return (f"over-saturated: completed {self.completed_per_s:.3g} requests/s against {self.offered_per_s:.3g} "
-                f"offered ({completed / offered:.0%}) over the last {self.window_s:.3g} s of sending, the requests in "
-                f"flight growing by {first} then {second}: the figures measure a growing queue; the engine kept up "
-                f"with about {self.completed_per_s:.3g} requests/s")
+                f"offered ({self.completed_per_s / self.offered_per_s:.0%}) from the last {self.window_s:.3g} s of "
+                f"sending on, the requests in flight growing by {first} then {second} over them: the figures measure "
+                f"a growing queue; the engine kept up with about {self.completed_per_s:.3g} requests/s")
 
 
-def saturation(scheduled: Iterable[float], finished: Iterable[float]) -> Saturation | None:
+def saturation(scheduled: Iterable[float], finished: Iterable[float], end_s: float | None = None) -> Saturation | None:
     """scheduled: the measured requests' scheduled times (their last ends the sending); finished: when each of the
-    stage's requests ended (warm-up ones too). None when the judged window is shorter than MIN_SATURATION_WINDOW_S."""
+    stage's requests ended (warm-up ones too); end_s: where a stage cut short was cut (what it cancelled then is no
+    answer). None when the judged window is shorter than MIN_SATURATION_WINDOW_S."""
     offers, ends = sorted(scheduled), sorted(finished)
     if len(offers) < 2:
         return None
@@ -132,8 +140,14 @@ def saturation(scheduled: Iterable[float], finished: Iterable[float]) -> Saturat
     def between(times: list[float], lo: float, hi: float) -> int:  # in (lo, hi]
         return bisect.bisect_right(times, hi) - bisect.bisect_right(times, lo)
 
+    if end_s is None:
+        until = max(last, ends[-1] if ends else last)
+        answered = between(ends, start, until)
+    else:
+        until = max(last, end_s)
+        answered = bisect.bisect_left(ends, until) - bisect.bisect_right(ends, start)  # in (start, until)
     return Saturation(last - start, (between(offers, start, middle), between(offers, middle, last)),
-                      (between(ends, start, middle), between(ends, middle, last)))
+                      (between(ends, start, middle), between(ends, middle, last)), answered, until - start)
 
 
 def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
