@@ -345,6 +345,22 @@ def test_a_closed_loop_on_the_tiny_model_gets_a_verdict(tiny):
     assert s.invalid[0].message == "12 measured requests finished, under the minimum of 100"
 
 
+@pytest.mark.timeout(120)
+def test_a_server_that_completes_half_what_it_is_offered_is_oversaturated_by_default(tokenizer):
+    # The finding through the openai engine: one slot, 8 tokens × 10 ms a request (12.5 requests/s at
+    # most), offered 30/s for 4 s with the default rules: the verdict was "valid".
+    with OpenAIServer(delay_s=0.01) as server:
+        spec = served(server.base_url, tokenizer, "slots-1", {"profile": "poisson", "rate": 30}, {"duration_s": 4},
+                      validity={"max_dispatch_lag_p99_s": 0.05})
+        outcome = run(spec)
+    assert outcome.status == "succeeded", outcome.error
+    (s,) = outcome.summaries()
+    assert s.status == "succeeded" and checks(s) == ["oversaturated"]  # it ran to its end: a verdict, not a stop
+    assert s.completed_requests_per_s == pytest.approx(12.5, rel=0.25)
+    assert s.invalid[0].message.startswith(f"over-saturated: completed {s.completed_requests_per_s:.3g} requests/s "
+                                           f"against {s.offered_requests_per_s:.3g} offered")
+
+
 @pytest.mark.engine
 @pytest.mark.timeout(300)
 def test_the_tiny_model_offered_far_beyond_its_capacity_is_oversaturated_and_under_it_valid(tiny):
