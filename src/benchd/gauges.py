@@ -126,8 +126,9 @@ def families(snapshot: Snapshot) -> list[Metric]:
                 "half second or more (process: daemon, worker…).", {"process": process}, reading.cpu_ratio)
         for mode, seconds in (("user", reading.cpu_user_s), ("system", reading.cpu_system_s)):
             out.add("benchd_host_process_cpu_seconds", "counter",
-                    "A benchd process's CPU time since it started, by mode (user, system), as process_cpu_seconds_total "
-                    "counts it: its rate is the cores it keeps busy.", {"process": process, "mode": mode}, seconds)
+                    "A benchd process's CPU time since it started, by mode (user, system), as "
+                    "process_cpu_seconds_total counts it: its rate is the cores it keeps busy.",
+                    {"process": process, "mode": mode}, seconds)
         out.add("benchd_host_process_cpu_cores", "gauge", "The cores a benchd process may run on (its affinity).",
                 {"process": process}, reading.cores)
         out.add("benchd_host_process_resident_memory_bytes", "gauge",

@@ -22,10 +22,10 @@ MIN_GROWTH = 2
 NOISE_SIGMAS = 3.0
 # Over-saturation in the verdict (every open loop): completions against offers from the latter half of the stage's
 # sending on (SETTLE_SHARE of it lets the queue fill to its steady level: a stage starts empty, and its first
-# requests' latency is a ramp, not a backlog). A judged window under MIN_SATURATION_WINDOW_S (a stage sending for under about
-# 2 s) is too short to tell a queue that grows from one that fills: it is not judged. The in-flight count must grow
-# in each half of the window by at least STEADY_SHARE of its growth: steadily, as a rate beyond the engine's grows it,
-# not in one burst (a trace's, a pause's) that drains once the stage ends.
+# requests' latency is a ramp, not a backlog). A judged window under MIN_SATURATION_WINDOW_S (a stage sending for
+# under about 2 s) is too short to tell a queue that grows from one that fills: it is not judged. The in-flight count
+# must grow in each half of the window by at least STEADY_SHARE of its growth: steadily, as a rate beyond the
+# engine's grows it, not in one burst (a trace's, a pause's) that drains once the stage ends.
 SETTLE_SHARE = 0.5
 MIN_SATURATION_WINDOW_S = 1.0
 MIN_SATURATION_OFFERS = 20  # offers in the judged window: fewer are no rate (a start-up stall outweighs them)
@@ -55,7 +55,8 @@ class ValidityRules(Strict):
 
 
 class Invalidity(BaseModel):
-    check: str  # unfinished | stopped | dispatch_lag | sent_rate | min_duration | min_requests | max_errors | max_error_rate | oversaturated
+    check: str  # unfinished | stopped | dispatch_lag | sent_rate | min_duration | min_requests | max_errors | max_error_rate
+    #             | oversaturated
     message: str
 
 
