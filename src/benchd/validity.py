@@ -45,8 +45,8 @@ class ValidityRules(Strict):
     # Errors: beyond either, the stage stops early (what it measured is kept) and is invalid.
     max_errors: NonNegativeInt | None = None
     max_error_rate: Fraction | None = None  # checked once MIN_FINISHED_FOR_RATE measured requests have finished
-    # Over-saturation (open loop), in the verdict: over the latter half of the stage's sending, requests completed per
-    # second under this share of those offered, the requests in flight growing steadily beyond their noise
+    # Over-saturation (open loop), in the verdict: from the latter half of the stage's sending on, requests completed
+    # per second under this share of those offered, the requests in flight growing steadily beyond their noise
     # (Saturation). None or 0: not judged.
     min_completion_ratio: Fraction | None = 0.9
     # And as a stop rule: the requests in flight grew, never draining, for this long: the stage stops early (off when
