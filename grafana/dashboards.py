@@ -148,7 +148,12 @@ def live() -> dict:
     layout.add(prom_panel("Host CPU", "percentunit", [
         (f"benchd_host_cpu_utilization_ratio{{{NODE}}}", "all cores {{hostname}}"),
         (f"benchd_host_process_cpu_utilization_ratio{{{NODE}}}", "benchd {{process}} {{hostname}}"),
-    ]))
+    ], description="A benchd process's share is of the cores it may use (its affinity)."))
+    layout.add(prom_panel("benchd processes: CPU cores busy", "none", [
+        (f"sum by (hostname, process) (rate(benchd_host_process_cpu_seconds_total{{{NODE}}}[$__rate_interval]))",
+         "{{process}} {{hostname}}"),
+        (f"max by (hostname, process) (benchd_host_process_cpu_cores{{{NODE}}})", "may use: {{process}} {{hostname}}"),
+    ], description="CPU seconds per second, user and kernel together: 2 is two cores kept busy."))
     layout.add(prom_panel("Host memory", "bytes", [
         (f"benchd_host_memory_used_bytes{{{NODE}}}", "used {{hostname}}"),
         (f"benchd_host_memory_total_bytes{{{NODE}}}", "total {{hostname}}"),
@@ -183,11 +188,14 @@ def gpu_health() -> list[dict]:
     by = "hostname, gpu"
     return [
         prom_panel("GPU health: XID errors by code", "none", [
-            (f"sum by ({by}, xid) (increase(benchd_gpu_xid_errors_total{{{GPU}}}[$__rate_interval]))",
-             "{{hostname}} GPU {{gpu}} XID {{xid}}"),
+            # A code's series appears at its first event; every codes' together ("all") is there from the start.
+            (f"sum by ({by}, xid) (increase(benchd_gpu_xid_errors_total{{{GPU}}}[$__rate_interval])) or "
+             f"label_replace(sum by ({by}) (increase(benchd_gpu_xid_events_total{{{GPU}}}[$__rate_interval])), "
+             f'"xid", "all", "", "")', "{{hostname}} GPU {{gpu}} XID {{xid}}"),
             (f"benchd_gpu_last_xid_code{{{GPU}}}", "latest code {{hostname}} {{gpu}}"),
-        ], description="Events in each interval, by code (NVIDIA's XID catalogue says what each means), and the "
-                       "latest code since benchd started (0: none)."),
+        ], description="Events in each interval, every code together (all: 0 on a healthy GPU) and by code "
+                       "(NVIDIA's XID catalogue says what each means), and the latest code since benchd started "
+                       "(0: none)."),
         prom_panel("GPU health: ECC errors", "none", [
             (f"sum by ({by}, error_type) (increase(benchd_gpu_ecc_volatile_errors_total{{{GPU}}}[$__rate_interval]))",
              "volatile {{error_type}} {{hostname}} {{gpu}}"),
@@ -252,7 +260,7 @@ def fleet_figures(window: str) -> list[tuple[str, str, str]]:
 
 
 FLEET_HEALTH = [
-    ("XIDs", "none", f"sum by (hostname, gpu) (increase(benchd_gpu_xid_errors_total{{{FLEET_NODES}}}[$__range]))"),
+    ("XIDs", "none", f"sum by (hostname, gpu) (increase(benchd_gpu_xid_events_total{{{FLEET_NODES}}}[$__range]))"),
     ("uncorrectable ECC", "none", f"sum by (hostname, gpu) (increase(benchd_gpu_ecc_volatile_errors_total"
                                   f"{{{FLEET_NODES}, error_type=\"uncorrectable\"}}[$__range]))"),
     ("row remap pending", "none", f"max by (hostname, gpu) (benchd_gpu_row_remap_pending{{{FLEET_NODES}}})"),

@@ -65,6 +65,17 @@ def test_an_unusable_probe_is_run_again_then_ends_the_search_incomplete():
     assert "unusable 2 times (late)" in s.reason
 
 
+def test_an_oversaturated_probe_fails_even_where_its_slo_held_or_the_client_was_late_too():
+    saturated = Invalidity(check="oversaturated", message="over-saturated: completed 7.89 requests/s against 16 …")
+    late = Invalidity(check="dispatch_lag", message="late")
+    for invalid in ([saturated], [late, saturated]):  # a max_concurrency cap is late exactly when the engine is full
+        summary = BASE.model_copy(update={"valid": False, "invalid": invalid})
+        assert summary.slo_met is True and capacity.outcome(summary) == "fail"
+    s = Search(profile(start_rate=8.0, min_rate=1.0, precision=0.5))
+    s.record(BASE.model_copy(update={"valid": False, "invalid": [late, saturated]}))
+    assert s.high == 8 and s.next_rate() == 4  # decided on, not run again
+
+
 def test_max_probes_ends_the_search_incomplete():
     s, rates = search(profile(start_rate=1.0, max_probes=3), 1000)
     assert rates == [1, 2, 4] and not s.complete and s.reason == "max_probes (3) reached"

@@ -3,8 +3,10 @@ node label, and the live daemon's /metrics."""
 
 import logging
 import os
+import re
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 
 import psutil
@@ -153,6 +155,7 @@ def test_xid_events_are_counted_by_code_with_a_bounded_label_set():
     assert first[UUID0].labelled["xid_errors"] == {"79": 2, "48": 1, "other": 1}
     assert first[UUID0].values["last_xid_code"] == 5000
     assert first[UUID1].labelled["xid_errors"] == {} and first[UUID1].values["last_xid_code"] == 0
+    assert first[UUID0].values["xid_events"] == 4 and first[UUID1].values["xid_events"] == 0  # every code together
     nvml.emit(gpus[1], 0x8, 31)
     second = {g.uuid: g for g in hardware.read().gpus}
     assert second[UUID0].labelled["xid_errors"] == {"79": 2, "48": 1, "other": 1}  # counts since start
@@ -160,6 +163,7 @@ def test_xid_events_are_counted_by_code_with_a_bounded_label_set():
     with scraped(hardware) as registry:
         assert gpu_value(registry, "benchd_gpu_xid_errors_total", xid="79") == 2
         assert gpu_value(registry, "benchd_gpu_xid_errors_total", gpu="1", uuid=UUID1, xid="31") == 1
+        assert gpu_value(registry, "benchd_gpu_xid_events_total") == 4
 
 
 def test_mig_instances_with_dcgm_labels_and_their_own_memory():
@@ -248,6 +252,45 @@ def test_host_gauges_from_real_psutil():
         rss = psutil.Process(os.getpid()).memory_info().rss
         assert 0.5 * rss < get("benchd_host_process_resident_memory_bytes", {"process": "daemon"}) < 2 * rss
         assert 0 <= get("benchd_host_process_cpu_utilization_ratio", {"process": "daemon"}) <= 1
+        user = get("benchd_host_process_cpu_seconds_total", {"process": "daemon", "mode": "user"})
+        times = psutil.Process(os.getpid()).cpu_times()
+        assert 0 < user <= times.user  # read a moment before
+        assert get("benchd_host_process_cpu_seconds_total", {"process": "daemon", "mode": "system"}) <= times.system
+        assert get("benchd_host_process_cpu_cores", {"process": "daemon"}) == len(os.sched_getaffinity(0))
+
+
+# A process whose threads each keep a core busy: hashlib releases the GIL while it hashes a large buffer.
+BUSY_THREADS = """
+import hashlib, sys, threading
+data = bytes(1 << 20)
+def spin():
+    while True:
+        hashlib.sha256(data).digest()
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+sys.stdin.read()
+"""
+
+
+def test_a_process_busy_on_every_core_reads_at_most_one_however_often_it_is_read():
+    # Four busy threads on this machine's cores, read back to back: CPU times move in clock ticks of each thread,
+    # so a ratio taken over a millisecond read several machines' worth (2.12 was seen on two cores).
+    child = subprocess.Popen([sys.executable, "-c", BUSY_THREADS], stdin=subprocess.PIPE)
+    try:
+        host = HostReader()
+        host.watch("worker", child.pid)
+        readings = []
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            readings.append(host.read().processes["worker"])
+        cores = len(os.sched_getaffinity(child.pid))
+    finally:
+        child.communicate(b"")
+    ratios = [r.cpu_ratio for r in readings]
+    assert all(0 <= r <= 1 for r in ratios), max(ratios)
+    seconds = [r.cpu_user_s + r.cpu_system_s for r in readings]
+    assert ratios[-1] > 0 and seconds == sorted(seconds) and seconds[-1] > seconds[0]
+    assert readings[-1].cores == cores
 
 
 def test_a_worker_process_is_reported_beside_the_daemon_while_watched():
@@ -319,3 +362,86 @@ def test_live_daemon_exports_gpu_gauges_and_stores_the_hardware_summary(tmp_path
     assert 0 <= age < 10
     assert run["status"] == "succeeded"
     assert run["hardware"]["gpus"][0]["uuid"] == UUID0 and run["hardware"]["gpu_utilization_mean"] == pytest.approx(0.87)
+
+
+def test_no_ratio_series_of_a_live_daemon_exceeds_one(tmp_path):
+    """Every *_ratio series on /metrics, scraped over and over while a run keeps the worker's threads busy, with the
+    hardware read every 2 ms (the shorter the window, the larger a CPU ratio's error was)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from benchd.api import create_app
+    from benchd.config import Settings
+    from tests.helpers import LiveServer, spec, submit
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/benchd.db", device="cpu", dtype="float32",
+                        default_schedule=False, hardware_interval_s=0.002, node_name="ratio-node",
+                        workers={"log_dir": str(tmp_path / "workers")})
+    app = create_app(settings, hardware_reader=lambda: reader(FakeGPU(UUID0)))
+    seen: dict[str, float] = {}  # series → the largest value scraped
+    busy = subprocess.Popen([sys.executable, "-c", BUSY_THREADS], stdin=subprocess.PIPE)
+    with LiveServer(app) as server:
+        # A process of four busy threads watched beside the daemon and its worker, as a worker's would be.
+        app.state.services.hardware.watch_process("busy", busy.pid)
+        run_id = submit(server, spec(requests=24, output=16, concurrency=4))
+
+        def scan() -> bool:
+            for family in text_string_to_metric_families(server.http.get("/metrics").text):
+                if family.name.endswith("_ratio"):
+                    for sample in family.samples:
+                        key = f"{sample.name}{{{sample.labels.get('process', '')}}}"
+                        seen[key] = max(seen.get(key, sample.value), sample.value)
+                        assert 0 <= sample.value <= 1, (sample.name, sample.labels, sample.value)
+            return server.http.get(f"/runs/{run_id}").json()["status"] not in ("queued", "running")
+
+        try:
+            wait_for(scan, 300, "the run to end, scraping all along")
+            scan()
+        finally:
+            busy.communicate(b"")
+    names = {key.split("{")[0] for key in seen}
+    assert {"benchd_host_process_cpu_utilization_ratio", "benchd_host_cpu_utilization_ratio",
+            "benchd_gpu_utilization_ratio", "benchd_kv_cache_usage_ratio"} <= names, names
+    assert {"benchd_host_process_cpu_utilization_ratio{worker}", "benchd_host_process_cpu_utilization_ratio{busy}"} \
+        <= set(seen)
+
+
+def health_expressions() -> list[str]:
+    """The expressions of the GPU-health panels, the fleet's health table and the GPU-health alerts."""
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).parent.parent
+    loaded = importlib.util.spec_from_file_location("dashboards", root / "grafana" / "dashboards.py")
+    dashboards = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(dashboards)
+    rules = yaml.safe_load((root / "prometheus-rules" / "benchd-gpu-health.yml").read_text())
+    return [*(t["expr"] for panel in dashboards.gpu_health() for t in panel["targets"]),
+            *(expr for _, _, expr in dashboards.FLEET_HEALTH),
+            *(rule["expr"] for group in rules["groups"] for rule in group["rules"])]
+
+
+def test_a_healthy_gpu_reads_zero_on_every_health_series_the_dashboards_and_alerts_use():
+    # As DCGM exporter users see it: no XID, ECC error, remapped row or throttle yet is a 0, not "no data".
+    healthy = FakeGPU(UUID0, ecc={(0, 0): 0, (1, 0): 0, (0, 1): 0, (1, 1): 0}, remapped_rows=(0, 0, 0, 0),
+                      pcie_replays=0, throttle_mask=0)
+    names = {n for expr in health_expressions() for n in re.findall(r"\bbenchd_gpu_\w+", expr)}
+    names -= {"benchd_gpu_nvlink_transmit_bytes_total", "benchd_gpu_nvlink_receive_bytes_total"}  # NVLink GPUs only
+    assert {"benchd_gpu_xid_errors_total", "benchd_gpu_xid_events_total", "benchd_gpu_ecc_volatile_errors_total",
+            "benchd_gpu_row_remap_pending", "benchd_gpu_clock_throttle_reason"} <= names
+    counts = names - {"benchd_gpu_info", "benchd_gpu_pcie_transmit_bytes_per_second",
+                      "benchd_gpu_pcie_receive_bytes_per_second", "benchd_gpu_encoder_utilization_ratio",
+                      "benchd_gpu_decoder_utilization_ratio"}
+    with scraped(reader(healthy)) as registry:
+        samples = {}
+        for family in registry.collect():
+            for sample in family.samples:
+                if sample.labels.get("uuid") == UUID0:
+                    samples.setdefault(sample.name, []).append(sample.value)
+    # A code's own series comes with its first event; every code together reads 0 from the start.
+    assert "benchd_gpu_xid_errors_total" not in samples and samples["benchd_gpu_xid_events_total"] == [0]
+    for name in sorted(names - {"benchd_gpu_xid_errors_total"}):
+        assert name in samples, f"{name}: no data on a healthy GPU"
+    for name in sorted(counts - {"benchd_gpu_xid_errors_total"}):
+        assert set(samples[name]) == {0}, (name, samples[name])

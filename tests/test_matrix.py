@@ -155,6 +155,26 @@ def live(tmp_path_factory):
         yield server
 
 
+def test_a_variant_whose_runs_were_oversaturated_is_marked_in_the_comparison_and_its_page():
+    from benchd.matrix_compare import compare_matrix, run_figures
+    from benchd.matrix_page import SUMMARY_HEAD, matrix_page, summary_rows
+
+    saturated = {"output_tokens_per_s": 50.0, "invalid": [{"check": "oversaturated", "message": "over-saturated: …"}]}
+    ok = {"output_tokens_per_s": 90.0, "invalid": []}
+    variants = [{"index": 0, "label": "sdpa", "values": {}}, {"index": 1, "label": "eager", "values": {}}]
+    runs = {0: [run_figures("a1", "succeeded", [], ok, None, None), run_figures("a2", "succeeded", [], ok, None, None)],
+            1: [run_figures("b1", "succeeded", [], saturated, None, None),
+                run_figures("b2", "succeeded", [], ok, None, None)]}
+    comparison = compare_matrix(variants, runs, baseline=0)
+    base, eager = comparison.variants
+    assert (base.invalid, base.oversaturated) == ([], []) and (eager.invalid, eager.oversaturated) == (["b1"], ["b1"])
+    verdicts = [row[SUMMARY_HEAD.index("verdict")] for row in summary_rows(comparison)]
+    assert verdicts == ["valid", "OVERSATURATED (1/2 runs)"]
+    page = matrix_page({"id": "m", "baseline": 0, "variants": [{**v, "spec": {"name": "ab"}} for v in variants],
+                        "runs": [], "comparison": comparison.model_dump(mode="json")}, {})
+    assert "variant 1 (eager): completions fell behind the offers in 1 of its 2 runs" in page
+
+
 def test_a_method_this_host_cannot_run_is_refused_with_what_it_needs(live):
     body = {**spec(), "quantization": "bnb_8bit"}
     if installed("bitsandbytes"):

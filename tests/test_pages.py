@@ -230,6 +230,25 @@ def test_a_large_run_gives_a_page_of_reasonable_size(tmp_path, chromium):
     assert "(n=9,900)" in loaded.charts["ttft"]["caption"] and "(n=2,524,500)" in loaded.charts["itl"]["caption"]
 
 
+def test_an_oversaturated_stage_is_marked_in_the_report():
+    from benchd.validity import ValidityRules
+    from tests.test_validity import served_records
+
+    # A sweep's two levels against one server of 8 requests/s: 4/s keeps up, 16/s does not.
+    stages = [(f"poisson@{rate}/s", served_records([i / rate for i in range(rate * 20)], None, servers=1,
+                                                   service_s=lambda i: 1 / 8)) for rate in (4, 16)]
+    summaries = [summarize(label, "succeeded", records, rules=ValidityRules(), open_loop=True).model_dump(mode="json")
+                 for label, records in stages]
+    rows = [{**r.to_row(label, 0.0), "stage_index": index} for index, (label, records) in enumerate(stages)
+            for r in records]
+    page = run_page({"id": "sweep", "status": "succeeded", "spec": {"name": "sweep"}, "summary": summaries}, rows)
+    well_formed(page)
+    assert "<td>verdict</td><td>valid</td><td>INVALID: oversaturated</td>" in page
+    assert "<td>completed / offered req/s</td><td>4.00 / 4.05 (99%)</td><td>8.02 / 16.05 (50%)</td>" in page
+    assert "poisson@16/s: invalid: over-saturated: completed 8.02 requests/s against 16.1 offered" in page
+    assert ">poisson@16/s · OVERSATURATED</text>" in page and ">poisson@4/s</text>" in page  # on every chart's bands
+
+
 def test_a_run_that_has_not_ended_or_failed_early_still_has_a_page():
     for kind, extra in (("generate", {}), ("kernel", {"kernel": {"op": "matmul"}}), ("train_step", {})):
         page = run_page({"id": "q", "status": "queued", "spec": {"name": "q", "kind": kind, **extra},

@@ -8,7 +8,8 @@ import pytest
 
 from benchd.records import RequestRecord, summarize
 from benchd.spec import parse_spec
-from benchd.validity import MIN_FINISHED_FOR_RATE, Backlog, Figures, ValidityRules, Watch, judge, sent_rate_ratio
+from benchd.validity import (MIN_FINISHED_FOR_RATE, Backlog, Figures, ValidityRules, Watch, judge, saturation,
+                             sent_rate_ratio)
 from benchd.workers.local import run_local as run
 from tests.openai_server import OpenAIServer
 
@@ -80,6 +81,139 @@ def test_a_stage_that_did_not_finish_or_was_stopped_is_invalid():
 def test_no_rules_no_verdict():
     s = summarize("s", "succeeded", [record(0, 0.0, 0.0)])
     assert s.valid is None and s.invalid == []
+
+
+# ---- over-saturation in the verdict: completions against offers -------------------------------------------
+
+
+def served_records(arrivals, latency_s, servers=None, service_s=None, warmup=0):
+    """Records of requests scheduled (and sent) at `arrivals`: each takes latency_s(i) from its scheduled time, or,
+    with `servers`, waits first come first served for one of them and holds it service_s(i)."""
+    free = [0.0] * (servers or 0)
+    out = []
+    for i, t in enumerate(arrivals):
+        if servers:
+            slot = min(range(servers), key=free.__getitem__)
+            free[slot] = max(t, free[slot]) + service_s(i)
+            end = free[slot]
+        else:
+            end = t + latency_s(i)
+        out.append(RequestRecord(index=i, request_id=f"r{i}", warmup=i < warmup, prompt_tokens=4, max_new_tokens=1,
+                                 scheduled_s=t, submitted_s=t, arrival_s=[end], arrival_tokens=[1], finished_s=end))
+    return out
+
+
+def poisson(rate, seconds, seed):
+    rng, t, out = random.Random(seed), 0.0, []
+    while (t := t + rng.expovariate(rate)) < seconds:
+        out.append(t)
+    return out
+
+
+def test_completions_falling_behind_offers_are_oversaturated_with_both_rates_named():
+    # The issue's stage: 16 requests/s offered for 20 s to a server that completes one every 1/7.89 s.
+    records = served_records([i / 16 for i in range(320)], None, servers=1, service_s=lambda i: 1 / 7.89)
+    s = summarize("poisson@16/s", "succeeded", records, rules=ValidityRules(), open_loop=True)
+    assert s.valid is False and checks(s) == ["oversaturated"]
+    assert s.offered_requests_per_s == pytest.approx(16, rel=0.01)
+    assert s.completed_requests_per_s == pytest.approx(7.89, rel=0.02)
+    message = s.invalid[0].message
+    assert message.startswith("over-saturated: completed 7.91 requests/s against 16.1 offered (49%) from the last "
+                              "9.97 s of sending on, the requests in flight growing by 41 then 40 over them")
+    assert message.endswith("the engine kept up with about 7.91 requests/s")
+    # The rule is the workload's: a lower ratio lets it through (the backlog is beyond it anyway), 0 turns it off.
+    assert summarize("s", "succeeded", records, rules=ValidityRules(min_completion_ratio=0.4), open_loop=True).valid
+    assert summarize("s", "succeeded", records, rules=ValidityRules(min_completion_ratio=0), open_loop=True).valid
+    assert summarize("s", "succeeded", records, rules=ValidityRules(min_completion_ratio=None), open_loop=True).valid
+    # A closed loop's pace is the engine's: never judged.
+    closed = summarize("concurrent=8", "succeeded", records, rules=ValidityRules(), open_loop=False)
+    assert closed.valid is True and closed.offered_requests_per_s is None
+
+
+@pytest.mark.parametrize("load", [0.5, 0.8, 0.9])
+def test_a_stable_queue_is_never_oversaturated(load):
+    # 8 servers, 160 ms a request (50 requests/s at load 1), Poisson offers for 60 s; five seeds.
+    for seed in range(5):
+        rng = random.Random(seed + 100)
+        records = served_records(poisson(50 * load, 60, seed), None, servers=8,
+                                 service_s=lambda i: rng.expovariate(1 / 0.16))
+        s = summarize("s", "succeeded", records, rules=ValidityRules(max_dispatch_lag_p99_s=None), open_loop=True)
+        assert s.valid is True, (load, seed, s.invalid)
+        assert s.completed_requests_per_s == pytest.approx(s.offered_requests_per_s, rel=0.15)
+
+
+@pytest.mark.parametrize("over", [1.25, 1.5, 2.0, 8.0])
+def test_a_queue_beyond_its_capacity_is_oversaturated(over):
+    for seed in range(5):
+        rng = random.Random(seed + 100)
+        records = served_records(poisson(50 * over, 60, seed), None, servers=8,
+                                 service_s=lambda i: rng.expovariate(1 / 0.16))
+        s = summarize("s", "succeeded", records, rules=ValidityRules(max_dispatch_lag_p99_s=None), open_loop=True)
+        assert checks(s) == ["oversaturated"], (over, seed)
+        assert s.completed_requests_per_s == pytest.approx(50, rel=0.1)  # the servers' pace
+
+
+def test_long_requests_fill_the_queue_in_the_first_half_without_being_oversaturated():
+    # 32 requests/s of 1 to 14 s each (mixed output lengths) for 30 s: the queue fills to ~240 over the first 14 s;
+    # only the latter 15 s of sending are judged.
+    rng = random.Random(7)
+    lengths = [rng.uniform(1, 14) for _ in range(2000)]
+    records = served_records(poisson(32, 30, 1), lambda i: lengths[i])
+    s = summarize("s", "succeeded", records, rules=ValidityRules(), open_loop=True)
+    assert s.valid is True, s.invalid
+    # Over the whole stage (an offer at −30 s opens the window at 0), completions were 22 % behind the offers, but
+    # the queue grew in its first half only: filling, not growing steadily.
+    whole = saturation([-30.0] + [r.scheduled_s for r in records], [r.finished_s for r in records])
+    assert whole.completed_per_s < 0.8 * whole.offered_per_s and whole.growth[1] <= 0
+    assert whole.oversaturated(0.9) is None
+
+
+def test_a_burst_that_drains_is_not_oversaturated():
+    # 20 requests/s to an engine that holds 40/s, and a burst of 150 in the last half second of sending (a trace's):
+    # the backlog at the end is a burst's, not a growing queue's.
+    offers = [i / 20 for i in range(400)] + [19.5 + i / 300 for i in range(150)]
+    records = served_records(sorted(offers), None, servers=4, service_s=lambda i: 0.1)
+    s = summarize("trace", "succeeded", records, rules=ValidityRules(max_dispatch_lag_p99_s=None), open_loop=True)
+    assert s.completed_requests_per_s < 0.9 * s.offered_requests_per_s  # behind, by the burst
+    assert s.valid is True, s.invalid
+
+
+def test_a_stall_the_engine_catches_up_on_is_not_oversaturated():
+    # 16 requests/s for 2.5 s, and nothing answered before 3 s (a first step's compilation, graph captures): over
+    # the judged window nothing completed, but the engine then answered all 40 in 0.4 s, faster than they came.
+    records = served_records([i / 16 for i in range(40)], lambda i: 3.0 + i * 0.01 - i / 16)
+    s = summarize("s", "succeeded", records, rules=ValidityRules(), open_loop=True)
+    assert s.valid is True, s.invalid
+    assert s.completed_requests_per_s > s.offered_requests_per_s  # the pace, backlog and all
+
+
+def test_short_stages_noise_and_warmup_are_not_judged():
+    behind = lambda n, rate, seconds: served_records([i / rate for i in range(n)], None, servers=1,  # noqa: E731
+                                                     service_s=lambda i: seconds)
+    # Sending for 1.9 s: the latter half is under a second, too short to tell a filling queue from a growing one.
+    assert saturation([r.scheduled_s for r in behind(39, 20, 0.2)], [0.0]) is None
+    assert summarize("s", "succeeded", behind(39, 20, 0.2), rules=ValidityRules(), open_loop=True).valid is True
+    # 4 requests/s to an engine of 2/s for 9 s: completions are half the offers, but 18 offers are no rate yet.
+    few = summarize("s", "succeeded", behind(36, 4, 0.5), rules=ValidityRules(), open_loop=True)
+    assert few.completed_requests_per_s < 0.6 * few.offered_requests_per_s and few.valid is True
+    # Warm-up requests are no offers: 200 sent at once before the measured ones, done by the time the window opens.
+    warm = served_records([0.0] * 200 + [1 + i / 10 for i in range(100)], lambda i: 0.5 if i < 200 else 0.05,
+                          warmup=200)
+    s = summarize("s", "succeeded", warm, rules=ValidityRules(max_dispatch_lag_p99_s=None), open_loop=True)
+    assert s.valid is True and s.offered_requests_per_s == pytest.approx(10, rel=0.05)
+
+
+def test_a_stopped_stage_can_be_oversaturated_too():
+    # Stopped by the watch (oversaturation_s) at 12 s: its requests cancelled then end at the stop, not before.
+    records = served_records([i / 16 for i in range(192)], None, servers=1, service_s=lambda i: 1 / 4)
+    stop = 12.0
+    for r in records:
+        if r.finished_s > stop:
+            r.arrival_s, r.arrival_tokens, r.finished_s, r.error = [], [], stop, "stopped: over-saturated"
+    s = summarize("s", "stopped", records, end_s=stop, rules=ValidityRules(oversaturation_s=2), open_loop=True,
+                  stop_reason="over-saturated: requests in flight grew")
+    assert checks(s) == ["stopped", "oversaturated"]
+    assert s.completed_requests_per_s == pytest.approx(4, rel=0.05)
 
 
 # ---- the worker's watch ------------------------------------------------------------------------------
@@ -211,6 +345,53 @@ def test_a_closed_loop_on_the_tiny_model_gets_a_verdict(tiny):
     assert s.invalid[0].message == "12 measured requests finished, under the minimum of 100"
 
 
+@pytest.mark.timeout(120)
+def test_a_server_that_completes_half_what_it_is_offered_is_oversaturated_by_default(tokenizer):
+    # The issue's finding through the openai engine: one slot, 8 tokens × 10 ms a request (12.5 requests/s at
+    # most), offered 30/s for 4 s with the default rules: the verdict was "valid".
+    with OpenAIServer(delay_s=0.01) as server:
+        spec = served(server.base_url, tokenizer, "slots-1", {"profile": "poisson", "rate": 30}, {"duration_s": 4},
+                      validity={"max_dispatch_lag_p99_s": 0.05})
+        outcome = run(spec)
+    assert outcome.status == "succeeded", outcome.error
+    (s,) = outcome.summaries()
+    assert s.status == "succeeded" and checks(s) == ["oversaturated"]  # it ran to its end: a verdict, not a stop
+    assert s.completed_requests_per_s == pytest.approx(12.5, rel=0.25)
+    assert s.invalid[0].message.startswith(f"over-saturated: completed {s.completed_requests_per_s:.3g} requests/s "
+                                           f"against {s.offered_requests_per_s:.3g} offered")
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(300)
+def test_the_tiny_model_offered_far_beyond_its_capacity_is_oversaturated_and_under_it_valid(tiny):
+    # Prompts of 16 tokens and outputs of 128: the tiny model completes about 30 requests/s on this CPU (of 16
+    # tokens, about 200). The rules are the defaults (the client's aside: a loaded 2-core machine is late by more
+    # than 1 ms).
+    from tests.helpers import make_spec
+
+    def stage(rate, output_tokens):
+        spec = make_spec(workload={"arrivals": {"profile": "poisson", "rate": rate}, "stop": {"duration_s": 3},
+                                   "prompt_tokens": {"dist": "fixed", "value": 16},
+                                   "output_tokens": {"dist": "fixed", "value": output_tokens},
+                                   "validity": {"max_dispatch_lag_p99_s": 0.05, "min_sent_rate_ratio": 0.5}})
+        outcome = run(spec, loaded=tiny)
+        assert outcome.status == "succeeded", outcome.error
+        return outcome
+
+    # 150/s of 128 tokens, five times what it completes; 15/s of 16 tokens, a tenth.
+    outcome = stage(150, 128)
+    (over,) = outcome.summaries()
+    assert over.valid is False and "oversaturated" in checks(over)
+    assert over.completed_requests_per_s < 0.5 * over.offered_requests_per_s
+    message = next(i.message for i in over.invalid if i.check == "oversaturated")
+    assert f"completed {over.completed_requests_per_s:.3g} requests/s against {over.offered_requests_per_s:.3g} " \
+           "offered" in message
+    assert outcome.valid() is False
+    (under,) = stage(15, 16).summaries()
+    assert under.valid is True, under.invalid
+    assert under.completed_requests_per_s == pytest.approx(under.offered_requests_per_s, rel=0.3)
+
+
 # ---- the verdict through the daemon: stored, exported, shown, and never a baseline ------------------------
 
 
@@ -252,3 +433,20 @@ def test_the_verdict_is_stored_exported_shown_and_keeps_an_invalid_run_from_bein
     rows = dict(summary_rows([StageSummary.model_validate(bad["summary"][0]),
                               StageSummary.model_validate(good["summary"][0])]))
     assert rows["verdict"] == ["INVALID: min_requests", "valid"]
+
+
+def test_the_daemons_settings_give_the_rules_a_workload_leaves_unset(tmp_path, monkeypatch):
+    from benchd.config import Settings
+    from tests.helpers import daemon, spec, submit
+
+    monkeypatch.setenv("BENCHD_VALIDITY__MIN_COMPLETION_RATIO", "0.8")  # as the environment gives it: text
+    assert Settings().validity.min_completion_ratio == 0.8
+    with daemon(tmp_path, validity={"min_completion_ratio": 0.5, "max_errors": 3}) as server:
+        server.wait_ready()
+        own = spec()
+        own["workload"]["validity"] = {"min_completion_ratio": 0.95}
+        for body, ratio in ((spec(), 0.5), (own, 0.95)):
+            run = server.wait_status(submit(server, body), "succeeded")
+            rules = run["spec"]["workload"]["validity"]
+            assert (rules["min_completion_ratio"], rules["max_errors"]) == (ratio, 3)
+            assert rules["max_dispatch_lag_p99_s"] == 0.001  # the default, where neither sets it

@@ -18,10 +18,12 @@ Outcome = Literal["pass", "fail", "unusable"]
 
 def outcome(summary: StageSummary) -> Outcome:
     """pass: a valid stage that meets its stage objectives. fail: one that misses them, or that the load broke (a stop
-    rule ended it: over-saturation, errors; or too many errors). unusable: one the client spoiled (late dispatch, too
-    short, not run to its end): it says nothing about the rate."""
+    rule ended it: over-saturation, errors; completions fell behind offers; or too many errors): the rate is beyond
+    the capacity even where its SLO held, and even where the client was late too (a max_concurrency cap holds requests
+    back exactly when the engine cannot keep up). unusable: one the client spoiled (late dispatch, too short, not run
+    to its end): it says nothing about the rate."""
     checks = {i.check for i in summary.invalid}
-    if "stopped" in checks:
+    if checks & {"stopped", "oversaturated"}:
         return "fail"
     if checks & CLIENT_CHECKS or summary.valid is None:
         return "unusable"

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from benchd.footprint import MEMORY_FRACTION
 from benchd.metrics import HistogramBuckets, MetricsSettings
 from benchd.spec import Name, RunSpec
+from benchd.validity import ValidityRules
 from benchd.workers.faults import Faults
 from benchd.workers.handle import WorkerSettings
 
@@ -37,6 +38,12 @@ class Limits(BaseModel):
     # GPU memory for CUDA, counting what benchd itself holds and would release).
     memory_bytes: Annotated[int, Field(ge=1)] | None = None
     memory_fraction: Annotated[float, Field(gt=0, le=1)] = MEMORY_FRACTION  # workers plan GPU caches within it
+
+
+class ValidityDefaults(ValidityRules):
+    """ValidityRules as settings give them: from the environment, where every value is text ("0.8")."""
+
+    model_config = ConfigDict(strict=False)
 
 
 class DeclaredSchedule(BaseModel):
@@ -75,6 +82,9 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1 << 20  # a request body larger than this gets 413
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
+    # The validity rules a workload leaves unset (BENCHD_VALIDITY__MIN_COMPLETION_RATIO=0.8, …): those set here
+    # replace the defaults for every run this daemon takes; a workload's own `validity` still wins.
+    validity: ValidityDefaults = ValidityDefaults()
     buckets: HistogramBuckets = HistogramBuckets()
     metrics: MetricsSettings = MetricsSettings()
     workers: WorkerSettings = WorkerSettings()

@@ -88,10 +88,15 @@ class Daemon:
     # ---- runs --------------------------------------------------------------------------------------
 
     def resolve(self, spec: RunSpec) -> RunSpec:
-        """What the spec leaves unset comes from the daemon: its model, dtype, device and label."""
+        """What the spec leaves unset comes from the daemon: its model, dtype, device and label, and the validity
+        rules its settings set."""
         daemon = {"model": self.settings.model, "dtype": self.settings.dtype, "device": self.settings.device,
                   "label": self.settings.label}
         unset = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
+        rules, ours = spec.workload.validity, self.settings.validity
+        rules_unset = {k: getattr(ours, k) for k in ours.model_fields_set if k not in rules.model_fields_set}
+        if rules_unset:
+            unset["workload"] = spec.workload.model_copy(update={"validity": rules.model_copy(update=rules_unset)})
         return spec.model_copy(update=unset)
 
     def submit(self, spec: RunSpec, schedule: str | None = None) -> str:

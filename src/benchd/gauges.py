@@ -47,6 +47,9 @@ GPU_SERIES = {
     "row_remap_failure": ("benchd_gpu_row_remap_failure", "gauge",
                           "1 once a memory row could not be remapped: the GPU needs service."),
     "last_xid_code": ("benchd_gpu_last_xid_code", "gauge", "The latest XID error's code since benchd started; 0: none."),
+    "xid_events": ("benchd_gpu_xid_events", "counter",
+                   "XID error events since benchd started, every code together: 0 from the start on a GPU whose XIDs "
+                   "are watched, so a healthy GPU reads 0 and a first event is an increase."),
 }
 # Readings with a label of their own: reading name → (metric name, type, label, help).
 GPU_LABELLED = {
@@ -119,8 +122,15 @@ def families(snapshot: Snapshot) -> list[Metric]:
             out.add("benchd_host_load_average", "gauge", "Run-queue load average.", {"period": period}, value)
     for process, reading in host.processes.items():
         out.add("benchd_host_process_cpu_utilization_ratio", "gauge",
-                "A benchd process's CPU time as a fraction of all cores (process: daemon, worker…).",
-                {"process": process}, reading.cpu_ratio)
+                "A benchd process's CPU time as a share of the cores it may use (its affinity), 0–1, over the last "
+                "half second or more (process: daemon, worker…).", {"process": process}, reading.cpu_ratio)
+        for mode, seconds in (("user", reading.cpu_user_s), ("system", reading.cpu_system_s)):
+            out.add("benchd_host_process_cpu_seconds", "counter",
+                    "A benchd process's CPU time since it started, by mode (user, system), as "
+                    "process_cpu_seconds_total counts it: its rate is the cores it keeps busy.",
+                    {"process": process, "mode": mode}, seconds)
+        out.add("benchd_host_process_cpu_cores", "gauge", "The cores a benchd process may run on (its affinity).",
+                {"process": process}, reading.cores)
         out.add("benchd_host_process_resident_memory_bytes", "gauge",
                 "A benchd process's resident memory (process: daemon, worker…).", {"process": process},
                 reading.resident_bytes)

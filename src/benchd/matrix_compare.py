@@ -31,6 +31,7 @@ class RunFigures:
     model_load_s: float | None = None
     tokens: dict[int, list[int]] = field(default_factory=dict)  # request index → generated token ids
     stack: dict[str, Any] = field(default_factory=dict)  # what the worker says was in effect
+    invalid: list[str] = field(default_factory=list)  # the first stage's broken validity checks (oversaturated, …)
 
 
 def run_figures(run_id: str, status: str, records: Sequence, summary: dict | None, metadata: dict | None,
@@ -50,7 +51,8 @@ def run_figures(run_id: str, status: str, records: Sequence, summary: dict | Non
         weight_bytes=meta.get("weight_bytes"), model_load_s=meta.get("model_load_s"),
         tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
         stack={k: meta.get(k) for k in ("quantization", "quantization_method", "quantized_layers", "quantize_s",
-                                        "attn_implementation", "compile")})
+                                        "attn_implementation", "compile")},
+        invalid=[i["check"] for i in (summary or {}).get("invalid") or []])
 
 
 def figures_from_result(run_id: str, result) -> RunFigures:
@@ -97,6 +99,10 @@ class VariantComparison(BaseModel):
     stack: dict[str, Any]
     metrics: list[MetricChange]  # against the baseline (none for the baseline itself)
     tokens: TokenAgreement | None
+    # Its runs whose (first) stage's verdict is invalid, and those among them whose completions fell behind the
+    # offers: their latencies measure a growing queue, and a change against the baseline says how long it grew.
+    invalid: list[str] = []
+    oversaturated: list[str] = []
 
 
 class MatrixComparison(BaseModel):
@@ -175,7 +181,9 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
             tpot_p50_s=_pooled_p50(mine, "tpot_s"),
             weight_bytes=next((r.weight_bytes for r in mine if r.weight_bytes is not None), None),
             peak_memory_bytes=max((r.peak_memory_bytes for r in mine if r.peak_memory_bytes is not None), default=None),
-            model_load_s=_mean([r.model_load_s for r in mine]), stack=stack, metrics=metrics, tokens=tokens))
+            model_load_s=_mean([r.model_load_s for r in mine]), stack=stack, metrics=metrics, tokens=tokens,
+            invalid=[r.run_id for r in every if r is not None and r.invalid],
+            oversaturated=[r.run_id for r in every if r is not None and "oversaturated" in r.invalid]))
     return MatrixComparison(baseline=baseline, threshold=threshold, confidence=confidence, variants=out)
 
 

@@ -55,7 +55,7 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str]]:
                   else f"{v.tokens.ratio:.1%} ({v.tokens.identical_requests}/{v.tokens.requests} requests)")
         rows.append([
             f"{v.index}{' (baseline)' if v.baseline else ''}", v.label,
-            f"{sum(s == 'succeeded' for s in v.statuses)}/{len(v.statuses)}",
+            f"{sum(s == 'succeeded' for s in v.statuses)}/{len(v.statuses)}", verdict(v),
             figure("output_tokens_per_s", v.output_tokens_per_s) + _change(v, "output_tokens_per_s"),
             figure("ttft_s", v.ttft_p50_s) + _change(v, "ttft_s.p50"),
             figure("itl_s", v.itl_p50_s) + _change(v, "itl_s.p50"),
@@ -71,7 +71,14 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str]]:
     return rows
 
 
-SUMMARY_HEAD = ("variant", "values", "runs ok", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "weights",
+def verdict(v: VariantComparison) -> str:
+    """Its runs' verdicts: an over-saturated one is named, since its latencies measure a growing queue."""
+    if v.oversaturated:
+        return f"OVERSATURATED ({len(v.oversaturated)}/{len(v.run_ids)} runs)"
+    return f"INVALID ({len(v.invalid)}/{len(v.run_ids)} runs)" if v.invalid else "valid"
+
+
+SUMMARY_HEAD = ("variant", "values", "runs ok", "verdict", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "weights",
                 "peak memory", "greedy tokens = baseline", "attention", "quantized", "load s")
 
 
@@ -95,8 +102,12 @@ def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
     else:
         about = (f"changes against the baseline with their bootstrap intervals at {comparison.confidence:.0%}; a "
                  f"verdict needs a change beyond ±{comparison.threshold:.0%}")
-        sections.append(_section("Variants", _table(SUMMARY_HEAD, summary_rows(comparison), 2), anchor="summary",
-                                 about=about))
+        saturated = [f'<p class="note error">variant {_esc(v.index)} ({_esc(v.label)}): completions fell behind '
+                     f'the offers in {len(v.oversaturated)} of its {len(v.run_ids)} runs: its latencies measure a '
+                     'growing queue, and their change against the baseline says how long it grew</p>'
+                     for v in comparison.variants if v.oversaturated]
+        sections.append(_section("Variants", _table(SUMMARY_HEAD, summary_rows(comparison), 2), *saturated,
+                                 anchor="summary", about=about))
         sections.append(_section("Every metric", *[_metrics(v) for v in comparison.variants if not v.baseline],
                                  anchor="metrics", about="each variant against the baseline"))
     good: dict[int, list[RequestRecord]] = {v["index"]: [] for v in variants}

@@ -250,7 +250,9 @@ class NVMLReader:
         if device.gpm_sample is not None:
             reading.values.update(self._gpm(device))
         if device.mig is None and self.xids is not None and device.uuid in self.xids.counts:
-            reading.labelled["xid_errors"] = {code: float(n) for code, n in self.xids.counts[device.uuid].items()}
+            counts = self.xids.counts[device.uuid]
+            reading.labelled["xid_errors"] = {code: float(n) for code, n in counts.items()}
+            reading.values["xid_events"] = float(sum(counts.values()))  # 0 from registration: a healthy GPU reads 0
             reading.values["last_xid_code"] = float(self.xids.last[device.uuid])
         return reading
 

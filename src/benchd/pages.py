@@ -136,9 +136,14 @@ def run_page(run: dict, rows: list[dict]) -> str:
 def _generation(summaries: list, timeline: dict | None, rows: list[dict], summary: str, missing: str) -> list[str]:
     """missing: what the panels that need the timeline say when there is none."""
     stages, placed = _stages(rows, timeline)
-    bands: list[Band] = [(s.start_s, s.end_s, s.label) for s in stages]
+    # A stage whose completions fell behind its offers is marked on every chart over the run.
+    saturated = {i for i, s in enumerate(summaries) if any(x.check == "oversaturated" for x in s.invalid)}
+    bands: list[Band] = [(s.start_s, s.end_s, s.label + (" · OVERSATURATED" if s.index in saturated else ""))
+                         for s in stages]
     head = [""] + [s.stage for s in summaries]
-    out = [_section("Summary", _table(head, [[n, *c] for n, c in summary_rows(summaries)]), summary,
+    why = "".join(f'<p class="note error">{_esc(s.stage)}: invalid: {_esc(x.message)}</p>'
+                  for s in summaries for x in s.invalid)
+    out = [_section("Summary", _table(head, [[n, *c] for n, c in summary_rows(summaries)]), why, summary,
                     anchor="summary")]
     good = [(s.label, [r for r in s.records if not r.warmup and r.ok]) for s in stages]
     out.append(_section(

@@ -63,7 +63,12 @@ class GPUReading:
 @dataclass(slots=True)
 class ProcessReading:
     resident_bytes: float
-    cpu_ratio: float  # CPU time as a fraction of the whole machine, over the time since the previous read
+    # CPU time as a share of the cores the process may use (its affinity), 0–1, over a window of at least
+    # host.MIN_CPU_WINDOW_S
+    cpu_ratio: float
+    cpu_user_s: float = 0.0  # CPU time since the process started, in user mode
+    cpu_system_s: float = 0.0  # and in the kernel
+    cores: int = 1  # the cores it may use
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from benchd import slo as objectives
 from benchd.slo import SLO
-from benchd.validity import Figures, Invalidity, ValidityRules, judge, sent_rate_ratio
+from benchd.validity import Figures, Invalidity, ValidityRules, judge, saturation, sent_rate_ratio
 
 
 @dataclass(slots=True)
@@ -246,6 +246,10 @@ class StageSummary(BaseModel):
     slo_misses: list[str] = []
     # Open loop: requests sent per second over requests scheduled per second (1: every request left on time).
     sent_rate_ratio: float | None = None
+    # Open loop (validity.Saturation; None: too short to judge): requests offered per second over the latter half of
+    # its sending, and requests answered per second from there to the last answer, the engine's pace.
+    offered_requests_per_s: float | None = None
+    completed_requests_per_s: float | None = None
     # The verdict (validity.py): valid, or invalid with each reason; None: stored before verdicts were kept.
     valid: bool | None = None
     invalid: list[Invalidity] = []
@@ -298,10 +302,12 @@ def summarize(
     lag = LatencyStats.of([x for r in measured if (x := r.dispatch_lag_s) is not None])
     sent = [r for r in measured if r.submitted_s is not None]
     ratio = sent_rate_ratio([r.scheduled_s for r in sent], [r.submitted_s for r in sent]) if open_loop else None
+    pace = saturation([r.scheduled_s for r in measured], [r.finished_s for r in records if r.finished_s is not None],
+                      end_s) if open_loop else None
     invalid = None
     if rules is not None:
         invalid = judge(rules, Figures(status, stop_reason, open_loop, duration, len(good), len(failed), lag.p99,
-                                       ratio))
+                                       ratio, pace))
 
     return StageSummary(
         stage=stage,
@@ -324,6 +330,8 @@ def summarize(
         slo_met=met,
         slo_misses=misses,
         sent_rate_ratio=ratio,
+        offered_requests_per_s=None if pace is None else pace.offered_per_s,
+        completed_requests_per_s=None if pace is None else pace.completed_per_s,
         valid=None if invalid is None else not invalid,
         invalid=invalid or [],
         stop_reason=stop_reason,

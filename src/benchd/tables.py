@@ -29,6 +29,8 @@ def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
         ("KV-cache peak", ["–" if s.kv_cache_occupancy_peak is None else f"{s.kv_cache_occupancy_peak:.0%}"
                            for s in summaries]),
     ]
+    if any(s.offered_requests_per_s is not None for s in summaries):  # open loops long enough to judge
+        rows.insert(4, ("completed / offered req/s", [pace(s) for s in summaries]))
     if any(s.valid is not None for s in summaries):
         rows.insert(0, ("verdict", [verdict(s) for s in summaries]))
     if any(s.goodput_requests_per_s is not None for s in summaries):
@@ -44,6 +46,14 @@ def verdict(s: StageSummary) -> str:
     if s.valid is None:
         return "–"
     return "valid" if s.valid else "INVALID: " + ", ".join(i.check for i in s.invalid)
+
+
+def pace(s: StageSummary) -> str:
+    """An open loop's completions against its offers over the latter half of its sending (validity.Saturation)."""
+    done, offered = s.completed_requests_per_s, s.offered_requests_per_s
+    if done is None or offered is None:
+        return "–"
+    return f"{done:.2f} / {offered:.2f}" + (f" ({done / offered:.0%})" if offered else "")
 
 
 def capacity_line(found: CapacityResult) -> str:

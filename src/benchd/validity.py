@@ -3,8 +3,10 @@ worker's watch that stops a stage early (errors, over-saturation) and says why."
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -18,6 +20,16 @@ MIN_FINISHED_FOR_RATE = 20
 # NOISE_SIGMAS standard deviations of a stable queue's wandering (Backlog).
 MIN_GROWTH = 2
 NOISE_SIGMAS = 3.0
+# Over-saturation in the verdict (every open loop): completions against offers from the latter half of the stage's
+# sending on (SETTLE_SHARE of it lets the queue fill to its steady level: a stage starts empty, and its first
+# requests' latency is a ramp, not a backlog). A judged window under MIN_SATURATION_WINDOW_S (a stage sending for
+# under about 2 s) is too short to tell a queue that grows from one that fills: it is not judged. The in-flight count
+# must grow in each half of the window by at least STEADY_SHARE of its growth: steadily, as a rate beyond the
+# engine's grows it, not in one burst (a trace's, a pause's) that drains once the stage ends.
+SETTLE_SHARE = 0.5
+MIN_SATURATION_WINDOW_S = 1.0
+MIN_SATURATION_OFFERS = 20  # offers in the judged window: fewer are no rate (a start-up stall outweighs them)
+STEADY_SHARE = 0.25
 
 
 class ValidityRules(Strict):
@@ -33,12 +45,18 @@ class ValidityRules(Strict):
     # Errors: beyond either, the stage stops early (what it measured is kept) and is invalid.
     max_errors: NonNegativeInt | None = None
     max_error_rate: Fraction | None = None  # checked once MIN_FINISHED_FOR_RATE measured requests have finished
-    # Over-saturation (open loop): the requests in flight grew, never draining, for this long: the stage stops.
+    # Over-saturation (open loop), in the verdict: from the latter half of the stage's sending on, requests completed
+    # per second under this share of those offered, the requests in flight growing steadily beyond their noise
+    # (Saturation). None or 0: not judged.
+    min_completion_ratio: Fraction | None = 0.9
+    # And as a stop rule: the requests in flight grew, never draining, for this long: the stage stops early (off when
+    # unset; Backlog).
     oversaturation_s: PositiveFloat | None = None
 
 
 class Invalidity(BaseModel):
     check: str  # unfinished | stopped | dispatch_lag | sent_rate | min_duration | min_requests | max_errors | max_error_rate
+    #             | oversaturated
     message: str
 
 
@@ -58,6 +76,79 @@ class Figures:
     errors: int  # measured, failed
     dispatch_lag_p99_s: float | None
     sent_rate_ratio: float | None
+    saturation: Saturation | None = None  # an open loop's, where its window is long enough
+
+
+@dataclass(slots=True, frozen=True)
+class Saturation:
+    """An open loop's completions against its offers. Over the judged window (the latter half of its sending): the
+    requests offered in each half of it (measured ones, by scheduled time) and those that ended in each (any, failed
+    ones too: an answer is a completion), the in-flight count growing by the difference. And the engine's pace: the
+    requests answered from the window's start to the last answer (or to where the stage was cut), backlog included,
+    as MLPerf LoadGen's completed samples per second (from the window on, so that a stage's first latencies and a
+    stall at its start weigh nothing)."""
+
+    window_s: float
+    offered: tuple[int, int]
+    completed: tuple[int, int]
+    answered: int
+    answered_over_s: float
+
+    @property
+    def offered_per_s(self) -> float:
+        return sum(self.offered) / self.window_s
+
+    @property
+    def completed_per_s(self) -> float:
+        return self.answered / self.answered_over_s
+
+    @property
+    def growth(self) -> tuple[int, int]:
+        return self.offered[0] - self.completed[0], self.offered[1] - self.completed[1]
+
+    def oversaturated(self, min_ratio: float) -> str | None:
+        """A reason when the engine's pace fell behind the offers (under min_ratio of them) with the in-flight count
+        growing steadily beyond a stable queue's noise (NOISE_SIGMAS of √(offered + completed), as Backlog); None
+        otherwise, and with fewer than MIN_SATURATION_OFFERS offers in the window: no rate."""
+        offered = sum(self.offered)
+        first, second = self.growth
+        growth = first + second
+        if offered < MIN_SATURATION_OFFERS or self.completed_per_s >= min_ratio * self.offered_per_s:
+            return None
+        if growth <= max(MIN_GROWTH, NOISE_SIGMAS * math.sqrt(offered + sum(self.completed))):
+            return None
+        if min(first, second) < STEADY_SHARE * growth:
+            return None
+        return (f"over-saturated: completed {self.completed_per_s:.3g} requests/s against {self.offered_per_s:.3g} "
+                f"offered ({self.completed_per_s / self.offered_per_s:.0%}) from the last {self.window_s:.3g} s of "
+                f"sending on, the requests in flight growing by {first} then {second} over them: the figures measure "
+                f"a growing queue; the engine kept up with about {self.completed_per_s:.3g} requests/s")
+
+
+def saturation(scheduled: Iterable[float], finished: Iterable[float], end_s: float | None = None) -> Saturation | None:
+    """scheduled: the measured requests' scheduled times (their last ends the sending); finished: when each of the
+    stage's requests ended (warm-up ones too); end_s: where a stage cut short was cut (what it cancelled then is no
+    answer). None when the judged window is shorter than MIN_SATURATION_WINDOW_S."""
+    offers, ends = sorted(scheduled), sorted(finished)
+    if len(offers) < 2:
+        return None
+    last = offers[-1]
+    start = offers[0] + (last - offers[0]) * SETTLE_SHARE
+    if last - start < MIN_SATURATION_WINDOW_S:
+        return None
+    middle = (start + last) / 2
+
+    def between(times: list[float], lo: float, hi: float) -> int:  # in (lo, hi]
+        return bisect.bisect_right(times, hi) - bisect.bisect_right(times, lo)
+
+    if end_s is None:
+        until = max(last, ends[-1] if ends else last)
+        answered = between(ends, start, until)
+    else:
+        until = max(last, end_s)
+        answered = bisect.bisect_left(ends, until) - bisect.bisect_right(ends, start)  # in (start, until)
+    return Saturation(last - start, (between(offers, start, middle), between(offers, middle, last)),
+                      (between(ends, start, middle), between(ends, middle, last)), answered, until - start)
 
 
 def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
@@ -84,6 +175,9 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
     finished = f.requests + f.errors
     if finished < rules.min_requests:
         bad("min_requests", f"{finished} measured requests finished, under the minimum of {rules.min_requests}")
+    if f.open_loop and rules.min_completion_ratio and f.saturation is not None:
+        if (reason := f.saturation.oversaturated(rules.min_completion_ratio)) is not None:
+            bad("oversaturated", reason)
     if f.status == "stopped":  # its reason says which rule stopped it; what it cancelled then counts as failed
         return out
     if rules.max_errors is not None and f.errors > rules.max_errors:
