@@ -76,12 +76,19 @@ def submit_matrix(body: Annotated[dict[str, Any], Body(examples=[EXAMPLE])], ser
                   request: Request, response: Response) -> MatrixCreated:
     """A spec's fields with `matrix` (dotted field path → the values it takes), `repeats` (rounds; default 3) and
     `baseline` (a variant's index or values; default the first). Its runs are queued together, every variant once a
-    round; each variant is admitted as a run would be (422 naming the field, the variant in the message)."""
+    round (429 while the queue lacks room for them, 422 when it never could: more runs than BENCHD_QUEUE_MAX); each
+    variant is admitted as a run would be (422 naming the field, the variant in the message)."""
     try:
         matrix = parse_matrix(body)
     except MatrixProblem as error:
         raise RequestValidationError([problem(loc, msg) for loc, msg in error.problems]) from None
     variants = matrix.variants()
+    runs, room = len(variants) * matrix.repeats, services.settings.queue_max
+    if runs > room:  # it would never fit, however long the client waited: not a 429
+        where = ("repeats",) if matrix.repeats > 1 else ("matrix",)
+        raise RequestValidationError([problem(where, (
+            f"{len(variants)} variants × {matrix.repeats} repeats are {runs:,} runs, more than the run queue ever "
+            f"holds ({room}, BENCHD_QUEUE_MAX): fewer variants or repeats"))])
     specs, problems = [], []
     for variant in variants:
         try:
