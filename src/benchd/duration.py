@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from benchd import replay
 from benchd.flops import attention_flops, forward_flops_per_token, matmul_flops, step_flops
 from benchd.footprint import LOGIT_BYTES, dtype_bytes, fit_problems, model_shape_and_weights
-from benchd.speed import DeviceSpeed
 from benchd.spec import (ArrivalProfile, Concurrent, Constant, FixedLength, Gamma, ListLength, MatmulKernel, Poisson,
                          Ramp, RunSpec, Sweep, Synchronous, Trace)
+from benchd.speed import DeviceSpeed
 
 COMPILE_S = 120.0  # torch.compile with max-autotune, once a shape: allowed on top of a kernel run's deadline
 SCORE_PASSES = 3  # eager attention writes its scores, softmaxes them (a read and a write), reads them for P·V
