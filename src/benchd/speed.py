@@ -95,7 +95,12 @@ def _probe(device: str) -> DeviceSpeed:
     if kind == "cpu":
         torch.set_num_threads(1)
     try:
-        rates = {name: threads * gemm(getattr(torch, name)) for name in DTYPES}
+        rates = {}
+        for name in DTYPES:
+            try:
+                rates[name] = threads * gemm(getattr(torch, name))
+            except RuntimeError:  # a dtype this device has no matmul for (bfloat16 before Ampere): left out
+                continue
         if kind == "cuda":  # float32 on TF32 tensor cores: what a kernel run's tf32 implementation uses
             before = torch.get_float32_matmul_precision()
             torch.set_float32_matmul_precision("high")
