@@ -18,9 +18,10 @@ def profile(**kw):
     return Capacity(profile="capacity", **kw)
 
 
-BASE = summarize("s", "succeeded", [RequestRecord(index=0, request_id="r0", warmup=False, prompt_tokens=4,
-                                                  max_new_tokens=2, scheduled_s=0.0, submitted_s=0.0,
-                                                  arrival_s=[0.1, 0.2], arrival_tokens=[1, 1], finished_s=0.2)],
+BASE = summarize("s", "succeeded", [RequestRecord(index=i, request_id=f"r{i}", warmup=False, prompt_tokens=4,
+                                                  max_new_tokens=2, scheduled_s=i / 10, submitted_s=i / 10,
+                                                  arrival_s=[i / 10 + 0.1, i / 10 + 0.2], arrival_tokens=[1, 1],
+                                                  finished_s=i / 10 + 0.2) for i in range(2)],  # a rate needs two
                  SLO(e2e_p99_s=1.0), rules=ValidityRules(), open_loop=True)
 
 

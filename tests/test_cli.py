@@ -171,3 +171,59 @@ def test_a_model_that_cannot_be_loaded_ends_in_one_line(tmp_path):
     debug = benchd("--debug", "run", "--model", "gpt2", "--device", "cpu", "--requests", "2", env=env)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
     assert "offline mode" in debug.stderr  # the full error, past its first line
+
+
+# ---- issue 32: what the daemon refuses, the command line refuses too (unless --force), and says what failed ------
+
+
+def test_what_the_daemon_would_refuse_exits_2_unless_forced(tmp_path):
+    """The same checks as admission: a kernel run that could not end within BENCHD_LIMITS__MAX_DURATION_S at the
+    speed its worker measured, or requests the model cannot hold; --force runs it anyway."""
+    kernel = tmp_path / "kernel.yaml"
+    kernel.write_text("kind: kernel\ndevice: cpu\nkernel: {op: matmul, shapes: [{m: 8, n: 8, k: 8}, {m: 128, n: 128, "
+                      "k: 128}], warmup: 1, repeats: 20, flush_bytes: 1048576}\n")
+    env = {**os.environ, "BENCHD_LIMITS__MAX_DURATION_S": "0.000001"}
+    refused = benchd("run", str(kernel), env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "kernel.shapes.1: the run should take" in refused.stderr and "GFLOP/s float32" in refused.stderr
+    assert "BENCHD_LIMITS__MAX_DURATION_S" in refused.stderr and "(--force runs it anyway)" in refused.stderr
+    forced = benchd("run", str(kernel), "--force", env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert benchd("run", str(kernel)).returncode == 0  # within the default hour
+    long = benchd("run", "--model", "tiny", "--device", "cpu", "--prompt-tokens", "4090", "--output-tokens", "8")
+    assert long.returncode == 2 and "workload.prompt_tokens: prompt + output may reach 4098 tokens, beyond the " \
+                                   "model's 4096 positions" in long.stderr and "--force" in long.stderr
+
+
+def test_a_spec_file_nested_too_deep_exits_2_naming_the_field(tmp_path):
+    """The CLI printed a traceback (a spec) or exited 1 (a matrix) where the daemon answered 500."""
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("openai:\n  extra_body:\n    x: " + "[" * 70 + "]" * 70 + "\n")
+    result = benchd("run", str(deep))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "openai.extra_body.x.0.0.0.0.0… (64 levels down): nested too deeply" in result.stderr
+    deeper = tmp_path / "deeper.json"
+    deeper.write_text('{"openai": {"extra_body": ' + '{"a": ' * 5000 + "1" + "}" * 5002)
+    result = benchd("run", str(deeper))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"spec file {deeper}: line 1, column" in result.stderr and "nested too deeply" in result.stderr
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("matrix:\n  openai.extra_body:\n    - " + "[" * 100 + "]" * 100 + "\n")
+    result = benchd("run", str(matrix))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "matrix.openai.extra_body.0.0.0" in result.stderr and "nested too deeply" in result.stderr
+
+
+def test_an_openai_run_that_no_server_answers_says_so(tmp_path):
+    """It said "could not load the tokenizer None: ConnectionError" of a run with a dataset and no tokenizer."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    server = nobody_listening()
+    path = tmp_path / "openai.yaml"
+    path.write_text(f"engine: openai\nopenai: {{base_url: '{server}/v1', connect_timeout_s: 2}}\n"
+                    f"workload: {{dataset: {{format: jsonl, path: '{prompts}'}}, stop: {{requests: 1}}}}\n")
+    result = benchd("run", str(path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"benchd: the server at {server}/v1 (openai.base_url) did not answer: "), last
+    assert "Connection refused" in last and "tokenizer" not in last

@@ -70,6 +70,37 @@ def test_a_bad_matrix_names_the_place_and_the_reason(dims, extra, where, why):
         raised.value.problems
 
 
+def deep(levels: int):
+    value = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_a_matrix_value_nested_too_deep_is_named_not_copied_into_a_recursion_error():
+    """copy.deepcopy of a value 495 levels deep raised RecursionError in the expansion (a 500 on POST /matrices)."""
+    at_limit = matrix({"openai.extra_body": [{"x": deep(63)}]})  # 64 levels with its mapping: the limit
+    assert at_limit.variants()[0].spec.openai.extra_body["x"] == deep(63)
+    for levels in (64, 495, 100_000):
+        with pytest.raises(MatrixProblem) as raised:
+            matrix({"openai.extra_body": [{"x": deep(levels)}]})
+        (loc, why), = raised.value.problems
+        assert loc == ("matrix", "openai.extra_body", 0) and "nested too deeply" in why
+    with pytest.raises(MatrixProblem) as raised:
+        matrix({"static.batch_size": [1]}, baseline={"x": deep(100)})
+    assert raised.value.problems[0][0] == ("baseline",)
+
+
+@pytest.mark.parametrize("extra, where", [({"repeats": True}, "repeats"), ({"repeats": "5"}, "repeats"),
+                                          ({"repeats": 2.0}, "repeats"), ({"baseline": True}, "baseline"),
+                                          ({"baseline": "0"}, "baseline")])
+def test_a_matrix_is_strict_as_a_spec_is(extra, where):
+    """true is not 1 and "5" is not 5: each was taken."""
+    with pytest.raises(MatrixProblem) as raised:
+        matrix({"static.batch_size": [1, 2]}, **extra)
+    assert [".".join(map(str, loc)) for loc, _ in raised.value.problems] == [where]
+
+
 def test_variants_run_interleaved_every_variant_once_a_round():
     assert interleaved(3, 2) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
 

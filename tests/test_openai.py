@@ -230,8 +230,8 @@ def test_open_loop_requests_leave_at_their_scheduled_time(server, prompts):
 
 
 def test_api_key_and_extra_body(server, prompts, monkeypatch):
-    monkeypatch.setenv("BENCHD_TEST_KEY", "sk-test-123")
-    run(openai_spec(server.base_url, prompts=prompts, requests=1, api_key_env="BENCHD_TEST_KEY",
+    monkeypatch.setenv("OPENAI_TEST_KEY", "sk-test-123")
+    run(openai_spec(server.base_url, prompts=prompts, requests=1, api_key_env="OPENAI_TEST_KEY",
                     extra_body={"ignore_eos": True, "temperature": 0}))
     assert server.headers[-1]["authorization"] == "Bearer sk-test-123"
     assert server.bodies[-1]["ignore_eos"] is True and server.bodies[-1]["temperature"] == 0

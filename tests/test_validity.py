@@ -57,6 +57,20 @@ def test_falling_behind_the_schedule_is_a_low_sent_rate():
     assert sent_rate_ratio([0.0], [0.0]) is None
 
 
+def test_an_open_loop_that_sent_fewer_than_two_requests_has_no_rate_to_judge():
+    """A sparse stage that ended after its first request was judged valid: the sent rate needs two."""
+    (one,) = [record(0, 0.0, 0.0002)]
+    s = summarize("poisson@0.1/s", "succeeded", [one], rules=ValidityRules(), open_loop=True)
+    assert s.sent_rate_ratio is None and s.valid is False
+    assert checks(s) == ["too_few_requests"] and "1 measured, 2 needed" in s.invalid[0].message
+    none = judge(ValidityRules(), Figures("succeeded", None, True, 1.0, 0, 0, None, None))
+    assert [i.check for i in none] == ["too_few_requests"]
+    # a closed loop's pace is the engine's: one request is no rate to judge, and no fault
+    assert summarize("concurrent=1", "succeeded", [one], rules=ValidityRules(), open_loop=False).valid is True
+    two = [record(0, 0.0, 0.0002), record(1, 0.1, 0.1002)]
+    assert summarize("constant@10/s", "succeeded", two, rules=ValidityRules(), open_loop=True).valid is True
+
+
 def test_minimum_duration_and_requests_and_error_rules():
     records = [record(i, i * 0.1, i * 0.1) for i in range(8)] + [record(8, 0.8, 0.8, error="http_500: x")]
     rules = ValidityRules(min_duration_s=5, min_requests=10, max_errors=0, max_error_rate=0.05)

@@ -109,6 +109,28 @@ def test_a_run_past_its_deadline_is_stopped_and_failed(tmp_path):
         wait_for(lambda: server.http.get("/readyz").json()["ready"], 30)
 
 
+def test_a_kernel_past_its_deadline_is_ended_by_the_supervisor_with_the_cause(tmp_path):
+    """A call in progress cannot be cancelled: a kernel run past deadline_factor × what it should take at the
+    device's measured speed (+ deadline_slack_s) is ended by killing its worker, its cause the run's error, what it
+    timed kept, and the replaced worker runs the next run. Here the factor leaves it a thousandth of its time."""
+    with daemon(tmp_path, workers={"deadline_factor": 0.001, "deadline_slack_s": 0}) as server:
+        server.wait_ready()
+        kernel = {"kind": "kernel", "name": "overrun", "kernel": {
+            "op": "matmul", "shapes": [{"m": 1024, "n": 1024, "k": 1024}], "warmup": 1, "repeats": 2000,
+            "flush_bytes": 1 << 20}}
+        started = time.monotonic()
+        run = server.wait_status(submit(server, kernel), "failed", "succeeded", timeout_s=120)
+        assert run["status"] == "failed" and run["error_stage"] == "worker", run
+        assert "the kernel run passed its deadline of" in run["error"] and "the supervisor ended it" in run["error"]
+        assert "0.001 ×" in run["error"] and "GFLOP/s float32" in run["error"]
+        assert time.monotonic() - started < 60  # 2,000 calls of 2 GFLOP take far longer
+        page = server.http.get("/metrics").text
+        assert 'benchd_worker_restarts_total{hostname="test-node",reason="deadline"} 1.0' in page
+        wait_for(lambda: server.http.get("/readyz").json()["ready"], 60)
+        after = server.wait_status(submit(server, spec(requests=2)), "succeeded", "failed")
+        assert after["status"] == "succeeded", after["error"]
+
+
 def test_a_run_that_breaks_its_device_fails_and_the_worker_is_replaced(tmp_path):
     """A device-side assert leaves a CUDA context unusable: the run ends failed with what the device said, its
     records kept, and the worker exits after its "done" so that the next run gets a fresh one (on a CPU worker the

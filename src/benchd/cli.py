@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from benchd import heap
@@ -13,24 +12,6 @@ from benchd.spec import SpecError, load_spec, parse_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
 WARMUP_STUDY = (0, 1, 2, 5)  # --warmup-study: the train_step run repeated with these warm-up step counts
-
-
-def load_failure(spec, error: str | None) -> str:
-    """One line for a run whose model (or an openai run's tokenizer) could not be loaded: the error's first line,
-    and what to give instead."""
-    first = (error or "unknown error").strip().splitlines()[0].rstrip(".")
-    if spec.engine == "openai" and spec.kind == "generate":
-        return (f"could not load the tokenizer {spec.openai.tokenizer!r}: {first}; give a local directory holding "
-                "the served model's tokenizer (tokenizer.json or its files)")
-    if "out of memory" in first.lower():
-        return (f"could not load model {spec.model!r}: {first}; choose a smaller model or dtype, or another device")
-    if Path(spec.model).is_dir():
-        return (f"could not load model {spec.model!r}: {first}; the directory must hold a transformers model "
-                "(config.json and its weights)")
-    from benchd.presets import PRESETS
-
-    return (f"could not load model {spec.model!r}: {first}; give a preset ({', '.join(PRESETS)}), a local directory "
-            "holding the model, or a hub id with network access or already in the Hugging Face cache")
 
 
 def _quick_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -78,12 +59,12 @@ def _spec(args: argparse.Namespace):
 def _matrix_document(args: argparse.Namespace, console) -> dict[str, Any] | int | None:
     """A spec file with `matrix:` (benchd.matrix), flags applied to its spec; None for a plain spec; an exit code
     when the file cannot be read."""
-    import yaml
+    from benchd.spec import read_document
 
     try:
-        data = yaml.safe_load(Path(args.spec).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        console.print(f"[red]invalid spec[/red]\nspec file {args.spec}: {error}", highlight=False)
+        data = read_document(args.spec)
+    except SpecError as error:
+        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
     if not isinstance(data, dict) or "matrix" not in data:
         return None
@@ -106,140 +87,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         spec = _spec(args)
     except SpecError as error:
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
+        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
+    from benchd import run_cli
+
     if args.server is not None:
-        return _run_on_server(args, spec, console)
-
-    return _run_here(args, spec, console)
-
-
-def _run_here(args: argparse.Namespace, spec, console) -> int:
-    """The run on a worker process of its own, through the daemon's lifecycle: the CLI measures as the daemon does."""
-    import signal
-    import tempfile
-    import uuid
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from benchd.devices import DeviceError, local, targets
-    from benchd.hardware import HardwareReader
-    from benchd.lifecycle import Lifecycle
-    from benchd.otel import build_genai_metrics
-    from benchd.report import print_summary, write_outputs
-    from benchd.sampler import HardwareSampler
-    from benchd.stopping import StopSignal
-    from benchd.telemetry import Telemetry
-    from benchd.tracing import build_tracer_provider
-    from benchd.workers.handle import WorkerSettings
-    from benchd.workers.pool import WorkerPool
-
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=console, transient=True)
-    tasks: dict[int, int] = {}
-
-    def on_progress(p) -> None:
-        if p.stage_index not in tasks:
-            if not console.is_terminal:  # logs get a line where a terminal gets the bar
-                console.print(f"measuring {p.stage} ({p.stage_index + 1}/{p.stages})", highlight=False)
-            tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
-        bar.update(tasks[p.stage_index], completed=p.completed)
-
-    # OTEL_* variables are read first: a bad one stops the command before anything starts.
-    dropped = {"spans": 0}
-    telemetry = Telemetry(tracer_provider=build_tracer_provider(
-        on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)), genai=build_genai_metrics())
-    sampler = HardwareSampler(HardwareReader.default())
-    sampler.start()
-    try:
-        slots = local([spec.device], sampler.reader.nvml.devices)
-        # the devices the run takes, their workers started by the run (one each, or a tensor-parallel group's)
-        chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
-        slots = [s for s in slots if any(s.key in c.devices for c in chosen)]
-    except DeviceError as error:
-        sampler.stop()
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
-        return EXIT_BAD_SPEC
-    worker_log = Path(tempfile.gettempdir()) / "benchd-workers"
-    pool = WorkerPool(slots, WorkerSettings(log_dir=worker_log))  # the run starts the workers it takes
-    stop = StopSignal()
-    signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
-    console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
-    heap.settle()  # this process ingests every record of the run: its collections walk only what the run makes
-    try:
-        with bar:
-            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, stop,
-                                                                  on_progress)
-    finally:
-        pool.stop()
-        telemetry.shutdown()
-        sampler.stop()
-    if outcome.error and outcome.error.startswith("SpecError"):
-        console.print(f"[red]invalid spec[/red]\n{outcome.error.removeprefix('SpecError: ')}", highlight=False)
-        return EXIT_BAD_SPEC
-    if dropped["spans"]:
-        console.print(f"{dropped['spans']} spans could not be delivered to the OTLP collector")
-    loading = outcome.status == "failed" and outcome.error_stage == "load"
-    if not loading:  # nothing was measured: no table of dashes
-        print_summary(outcome, Console(width=None if sys.stdout.isatty() else 200))  # piped: no 80-column crop
-    out_dir = Path(args.out) if args.out else None
-    if out_dir is not None:
-        written = write_outputs(outcome, out_dir)
-        # Whole paths, never wrapped at the console's width (a log line a user copies them from).
-        console.print(f"wrote {', '.join(str(path) for path in written)}", highlight=False, soft_wrap=True)
-    if loading:
-        raise CommandError(load_failure(spec, outcome.error), outcome.error + f"\n(worker logs: {worker_log})")
-    if outcome.status == "interrupted":
-        return EXIT_INTERRUPTED
-    return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
-
-
-def _run_on_server(args: argparse.Namespace, spec, console) -> int:
-    """Submit to a running daemon and follow its events; the daemon fills in what the spec leaves unset."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from benchd.client import Client, DaemonError
-    from benchd.report import parse_summaries, summary_table, timed_table
-
-    client = Client(args.server)
-    created: dict = {}
-    try:
-        created = client.submit(spec.model_dump(mode="json", exclude_unset=True))
-        console.print(f"run {created['id']} queued on {client.server}", highlight=False)
-        final: dict = {}
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as bar:
-            task = bar.add_task("queued", total=None)
-            for kind, data in client.events(created["id"]):
-                if kind == "status":
-                    bar.update(task, description=data["status"])
-                elif kind == "progress":
-                    bar.update(task, description=f"{data['stage']} ({data['stage_index'] + 1}/{data['stages']})",
-                               completed=data["completed"], total=data["expected"])
-                elif kind == "summary":
-                    final = data
-        run = client.run(created["id"])
-    except DaemonError as error:
-        if error.status != 422:
-            raise
-        console.print(f"[red]{error}[/red]", highlight=False)
-        return EXIT_BAD_SPEC
-    except KeyboardInterrupt:
-        if created:
-            client.cancel(created["id"])
-            console.print(f"cancelled run {created['id']}")
-        return EXIT_INTERRUPTED
-    status, error = final.get("status", run["status"]), final.get("error")
-    if status == "failed" and run.get("error_stage") == "load":
-        raise CommandError(f"run {run['id']}: {load_failure(spec, error)}", error)
-    summaries = parse_summaries(spec.kind, final.get("stages", []))
-    title = f"benchd · {run['workload']} · {run['model']} · {run['engine']} · run {run['id']}"
-    table = (summary_table(title, status, error, summaries) if spec.kind == "generate"
-             else timed_table(title, status, error, spec.kind, summaries))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
-    return EXIT_OK if run["status"] == "succeeded" else EXIT_FAILED
+        return run_cli.on_server(args, spec, console)
+    return run_cli.here(args, spec, console)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -314,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int)
     run.add_argument("--label", help="a commit or label stored with the run")
     run.add_argument("--server", help="submit to the daemon at this URL and follow its events")
+    run.add_argument("--force", action="store_true", help="run even what the daemon would refuse: a run that cannot "
+                     "end within BENCHD_LIMITS__MAX_DURATION_S at this device's speed, or whose requests the model or "
+                     "its cache cannot hold")
     run.add_argument("--warmup-study", action="store_true",
                      help="train_step specs: repeat the run with 0, 1, 2 and 5 warm-up steps")
     quick = run.add_argument_group("quick workload (without a spec file)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -10,6 +9,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
+from benchd.documents import parse_json
 from benchd.records import RequestRecord
 
 Verdict = Literal["faster", "slower", "no significant change", "inconclusive"]
@@ -186,7 +186,7 @@ def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, floa
     if not (path / "summary.json").is_file():
         raise NotAResult(f"{path}: no summary.json there; give a directory written by `benchd run --out`")
     try:
-        summary = json.loads((path / "summary.json").read_text())
+        summary = parse_json((path / "summary.json").read_text(), nodes_max=None)  # bounded: any file may be given
         kind = summary["spec"].get("kind", "generate")
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise NotAResult(f"{path}/summary.json: not a benchd summary ({error})") from None
@@ -198,7 +198,7 @@ def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, floa
     try:
         with (path / REQUESTS_FILE).open() as f:
             records = [RequestRecord.from_row(row) for line in f if line.strip()
-                       if (row := json.loads(line))["stage_index"] == 0]
+                       if (row := parse_json(line, nodes_max=None))["stage_index"] == 0]
     except (ValueError, KeyError, TypeError) as error:
         raise NotAResult(f"{path}/{REQUESTS_FILE}: a line is not a stored request ({error!r})") from None
     stages = summary.get("stages") or []

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -12,7 +15,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from benchd.footprint import MEMORY_FRACTION
 from benchd.metrics import HistogramBuckets, MetricsSettings
-from benchd.spec import Name, RunSpec
+from benchd.spec import NAME_MAX, Name, RunSpec
 from benchd.validity import ValidityRules
 from benchd.workers.faults import Faults
 from benchd.workers.handle import WorkerSettings
@@ -44,6 +47,82 @@ class ValidityDefaults(ValidityRules):
     """ValidityRules as settings give them: from the environment, where every value is text ("0.8")."""
 
     model_config = ConfigDict(strict=False)
+
+
+EnvName = Annotated[str, Field(max_length=NAME_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+LOOPBACK = ["localhost", "127.0.0.0/8", "::1"]
+
+
+class OpenAISettings(BaseModel):
+    """What an openai spec from HTTP may make the daemon do on its behalf: which variable's value it may send as the
+    key (none by default, never a BENCHD_* one: the daemon's own settings and secrets), and to which hosts or
+    networks it may send requests (base_url) or read a metrics page from (metrics_url): loopback by default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key_envs: list[EnvName] = []
+    hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = LOOPBACK  # names, addresses, CIDR networks
+
+    @field_validator("key_envs")
+    @classmethod
+    def _not_the_daemons(cls, names: list[str]) -> list[str]:
+        if own := [name for name in names if name.upper().startswith("BENCHD_")]:
+            raise ValueError(f"{', '.join(own)}: a BENCHD_* variable holds the daemon's own settings and secrets, "
+                             "never a key a spec may send")
+        return names
+
+    @field_validator("hosts")
+    @classmethod
+    def _names_or_networks(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            if _network(host) is None and not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", host):
+                raise ValueError(f"{host!r} is neither a host name nor an address or network (127.0.0.0/8, ::1)")
+        return hosts
+
+    def key_problem(self, name: str) -> str | None:
+        if name in self.key_envs:
+            return None
+        allowed = ", ".join(self.key_envs) if self.key_envs else "none are"
+        return f"{name!r} is not a variable BENCHD_OPENAI__KEY_ENVS allows a spec to send as its key ({allowed})"
+
+    def url_problem(self, url: str) -> str | None:
+        """Why the daemon must not send requests to this URL for a spec from HTTP; None when it may. Judged on the
+        URL as the engine's client parses it (urlsplit), user information and backslashes refused outright."""
+        parts = urlsplit(url)
+        if "@" in parts.netloc or "\\" in url:
+            return "user information (user@) and backslashes are not accepted in the URL"
+        try:
+            host, _ = parts.hostname, parts.port
+        except ValueError as error:
+            return f"{error} in {url!r}"
+        if not host:
+            return f"{url!r} names no host"
+        address = _address(host)
+        if address is not None:
+            allowed = any(address in network for h in self.hosts if (network := _network(h)) is not None)
+        else:
+            allowed = host.rstrip(".").lower() in {h.rstrip(".").lower() for h in self.hosts}
+        if allowed:
+            return None
+        return (f"{host} is not among the hosts BENCHD_OPENAI__HOSTS allows ({', '.join(self.hosts)}): the daemon "
+                "sends requests only where its operator lets it")
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    return address
 
 
 class DeclaredSchedule(BaseModel):
@@ -85,6 +164,7 @@ class Settings(BaseSettings):
     # The validity rules a workload leaves unset (BENCHD_VALIDITY__MIN_COMPLETION_RATIO=0.8, …): those set here
     # replace the defaults for every run this daemon takes; a workload's own `validity` still wins.
     validity: ValidityDefaults = ValidityDefaults()
+    openai: OpenAISettings = OpenAISettings()  # what openai specs from HTTP may send, and where
     buckets: HistogramBuckets = HistogramBuckets()
     metrics: MetricsSettings = MetricsSettings()
     workers: WorkerSettings = WorkerSettings()

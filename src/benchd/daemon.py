@@ -18,6 +18,7 @@ from benchd.matrices import MatrixRuns
 from benchd.matrix import MatrixSpec
 from benchd.metrics import Metrics
 from benchd.outcome import RunResult
+from benchd.roots import confined
 from benchd.runqueue import Job, QueueFull, RunQueue
 from benchd.sampler import HardwareSampler
 from benchd.schedules import Schedules
@@ -142,9 +143,14 @@ class Daemon:
             self.matrices.started(job)
         self.store.mark_running(job.run_id)
         self.events.publish(job.run_id, RunEvent("status", {"status": "running"}))
+        # Paths a spec from HTTP names were checked at admission; its worker checks them again on what it opens
+        # (benchd.roots). The settings' own schedules are the operator's, as the daemon's model is.
+        declared = {s.name for s in self.settings.schedules}
+        confine = None if job.schedule in declared else confined(job.spec, self.settings.model,
+                                                                 self.settings.model_roots)
         result = self.lifecycle.execute(job.run_id, job.spec, job.spec.device, job.stop,
                                         self._progress(job.run_id),
-                                        deadline_s(job.spec, self.settings.limits.max_duration_s))
+                                        deadline_s(job.spec, self.settings.limits.max_duration_s), confine)
         self.hooks.after(job, result, [s.model_dump(mode="json") for s in result.summaries()])
 
     def _progress(self, run_id: str):

@@ -1,4 +1,5 @@
-"""Model FLOPs and memory of a training step, computed from the model's config, and devices' peak rates."""
+"""Model FLOPs and memory of a training step, computed from the model's config, single kernels' FLOPs, and devices'
+peak rates."""
 
 from __future__ import annotations
 
@@ -72,6 +73,17 @@ def forward_flops_per_token(shape: Shape, context: int) -> int:
     scores = 2 * 2 * q * context  # Q·Kᵀ and P·V
     mlp = (3 if shape.gated_mlp else 2) * 2 * d * shape.ffn
     return shape.layers * (projections + scores + mlp) + 2 * d * shape.vocab
+
+
+def matmul_flops(shape) -> int:
+    """C = A @ B with A (m, k), B (k, n): a multiply and an add per term."""
+    return 2 * shape.m * shape.n * shape.k
+
+
+def attention_flops(shape) -> int:
+    """softmax(Q Kᵀ / √d) V, forward: 4·b·h·s²·d, half when causal (FlashAttention's convention)."""
+    full = 4 * shape.batch * shape.heads * shape.seq_len * shape.seq_len * shape.head_dim
+    return full // 2 if shape.causal else full
 
 
 class StepFlops(BaseModel):

@@ -3,15 +3,15 @@ activations, and a timed run's tensors; admission compares it with the memory of
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchd import replay
+from benchd.documents import parse_json
 from benchd.flops import Shape, memory_breakdown
 from benchd.presets import PRESETS, Preset, parameter_count
-from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, TransformersOptions
+from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, Trace, TransformersOptions
 from benchd.stack import base_attention
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -59,13 +59,21 @@ def _preset_shape(p: Preset) -> Shape:
                  head_dim=p.hidden // p.heads, vocab=p.vocab)
 
 
-def _dir_shape(path: Path) -> Shape | None:
-    """A local model's shape from its config.json (decoder configs name these fields alike)."""
+def _dir_config(path: Path) -> dict | None:
+    """A local model's config.json, its text model's part (a multimodal config nests it)."""
     try:
-        config = json.loads((path / "config.json").read_text())
+        config = parse_json((path / "config.json").read_text())  # bounded: a config.json may be anything
     except (OSError, ValueError):
         return None
-    config = config.get("text_config", config)
+    config = config.get("text_config", config) if isinstance(config, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def _dir_shape(path: Path) -> Shape | None:
+    """A local model's shape from its config.json (decoder configs name these fields alike)."""
+    config = _dir_config(path)
+    if config is None:
+        return None
     try:
         heads = int(config["num_attention_heads"])
         hidden = int(config["hidden_size"])
@@ -306,3 +314,51 @@ def plan_cache(shape: Shape, element: int, weights: int, available: int, longest
         raise PlanError("transformers.num_blocks", f"needs about {gib(plan.total)} ({plan.describe()}), more than "
                                                     f"the {gib(available)} it may use")
     return plan
+
+
+# ---- what one request needs of the model and its cache (the worker checks the same as it loads) --------------
+
+def model_positions(ref: str) -> int | None:
+    """The longest sequence the model takes: a preset's positions, or a local model's max_position_embeddings;
+    None when unknown before loading (a hub id)."""
+    if ref in PRESETS:
+        return PRESETS[ref].max_positions
+    path = Path(ref)
+    config = _dir_config(path) if path.is_dir() else None
+    value = config.get("max_position_embeddings") if config is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def cache_tokens(options: TransformersOptions, device_type: str) -> tuple[int, int] | None:
+    """(blocks, tokens a block) of continuous batching's cache where the spec or benchd's CPU default sizes it; None
+    where a plan (CUDA: plan_cache) or transformers (library_defaults) sizes it from the memory."""
+    cpu = device_type == "cpu"
+    if options.num_blocks is None and (options.library_defaults or not cpu):
+        return None
+    size = options.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
+    return options.num_blocks or CPU_CACHE_TOKENS // size, size
+
+
+def fit_problems(spec: RunSpec, device_type: str) -> list[tuple[tuple, str]]:
+    """(field, why) for each thing one request (or a training step's context) needs and the model or its cache
+    cannot hold: what the worker would otherwise find as it loads (runner.check_fits, the engine's capacity)."""
+    problems: list[tuple[tuple, str]] = []
+    positions = model_positions(spec.model) if spec.kind != "kernel" else None
+    if spec.kind == "train_step":
+        context = spec.train_step.context_length
+        if positions is not None and context > positions:
+            problems.append((("train_step", "context_length"),
+                             f"{context} is beyond the model's {positions} positions"))
+        return problems
+    if spec.kind != "generate" or spec.engine == "openai":
+        return problems
+    trace = isinstance(spec.workload.arrivals, Trace)
+    need = sum(replay.longest(spec.workload))
+    if positions is not None and need > positions:
+        field = ("workload", "arrivals", "path") if trace else ("workload", "prompt_tokens")
+        problems.append((field, f"prompt + output may reach {need} tokens, beyond the model's {positions} positions"))
+    cache = cache_tokens(spec.transformers, device_type) if spec.engine == "transformers" else None
+    if cache is not None and cache[0] * cache[1] < need:
+        problems.append((("transformers", "num_blocks"), f"the cache holds {cache[0]} × {cache[1]} tokens, but one "
+                                                         f"request may need {need} (prompt + output)"))
+    return problems

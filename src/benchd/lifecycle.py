@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchd import timeline
+from benchd.duration import kernel_deadline
 from benchd.ingest import Progress, RunIngest
 from benchd.outcome import RunResult, StageResult
 from benchd.parts import ProgressSum, merge, verdicts
@@ -48,10 +49,12 @@ class Lifecycle:
         self.threshold, self.confidence = threshold, confidence
 
     def execute(self, run_id: str, spec: RunSpec, device: str, stop: StopSignal,
-                on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None) -> RunResult:
+                on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None,
+                confine: dict | None = None) -> RunResult:
         """Run the spec on the device's worker, or its tensor-parallel group's (placement every_gpu: on every one at
         once) and return what it left, whatever happens; with a store, every request is written as it finishes and
-        the run's end once known."""
+        the run's end once known. confine: the spec's paths its worker re-checks against the roots as it loads
+        (benchd.roots); a kernel run is also ended by its worker's supervisor past its deadline (benchd.duration)."""
         slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel)
         single = len(slots) == 1
         observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "",
@@ -75,8 +78,11 @@ class Lifecycle:
             for part in parts:
                 if part.observer is not observer:
                     part.observer.run_started(started)
+                settings = self.pool.settings
                 self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
-                                 wait_s=self.pool.settings.start_timeout_s, trace_id=observer.run_trace_id)
+                                 wait_s=settings.start_timeout_s, trace_id=observer.run_trace_id, confine=confine,
+                                 deadline=lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,
+                                                                        settings.deadline_slack_s))
             late = self._wait(run_id, parts, stop, started, deadline_s)
         except Exception as error:  # the run's one boundary in the daemon: the failure is recorded, measures kept
             log.exception("run %s failed in the daemon", run_id)

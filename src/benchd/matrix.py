@@ -9,8 +9,9 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from benchd.fields import Bounded, BoundedMapping
 from benchd.spec import RunSpec, SpecError
 
 MAX_VARIANTS = 64  # whatever the daemon's limits: a matrix is one comparison, not a sweep of a space
@@ -44,12 +45,21 @@ class MatrixSpec(BaseModel):
     the values it takes, in order), how many rounds, and the baseline (a variant's index or its values; default the
     first)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: true is not 1 and "5" is not 5; numbers finite; every value bounded (documents.DEPTH_MAX) before a
+    # variant's copy is made of it
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
-    spec: dict[str, Any]  # the base spec as given (unset fields stay unset: the daemon fills them in)
-    matrix: dict[Annotated[str, Field(min_length=1, max_length=200)], Annotated[list[Any], Field(min_length=1)]]
+    spec: BoundedMapping  # the base spec as given (unset fields stay unset: the daemon fills them in)
+    matrix: dict[Annotated[str, Field(min_length=1, max_length=200)], Annotated[list[Bounded], Field(min_length=1)]]
     repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 3
-    baseline: Annotated[int, Field(ge=0)] | dict[str, Any] | None = None
+    baseline: Bounded = None  # a variant's index, or its values (a mapping of paths to values)
+
+    @field_validator("baseline")
+    @classmethod
+    def _index_or_values(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0 or isinstance(value, dict | None):
+            return value
+        raise ValueError(f"a variant's index (a whole number, 0 or more) or its values (a mapping), not {value!r}")
 
     def variants(self) -> list[Variant]:
         return expand(self)

@@ -51,7 +51,7 @@ def run(data: dict[str, Any], args, console: Console) -> int:
     try:
         matrix = parse_matrix(data)
     except ValueError as error:
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
+        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
     if args.server is not None:
         return _on_server(matrix, args, console)
@@ -66,6 +66,7 @@ def _here(matrix: MatrixSpec, args, console: Console) -> int:
     from benchd.hardware import HardwareReader
     from benchd.lifecycle import Lifecycle
     from benchd.matrices import run_matrix, stored_variants
+    from benchd.run_cli import refused
     from benchd.sampler import HardwareSampler
     from benchd.stopping import StopSignal
     from benchd.telemetry import Telemetry
@@ -79,11 +80,19 @@ def _here(matrix: MatrixSpec, args, console: Console) -> int:
         slots = local_slots({v.spec.device for v in variants}, sampler.reader.nvml.devices)
     except DeviceError as error:
         sampler.stop()
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
+        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
     pool = WorkerPool(list({s.key: s for s in slots.values()}.values()),
                       WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
     pool.start()
+    if not args.force:  # what the daemon's admission would refuse of any variant
+        found = [f"variant {v.label}: {line}" for v in variants for line in refused(v.spec, pool)]
+        if found:
+            pool.stop()
+            sampler.stop()
+            console.print("[red]invalid spec[/red]\n" + "\n".join(found) + "\n(--force runs it anyway)",
+                          highlight=False, soft_wrap=True)
+            return EXIT_BAD_SPEC
     stop = StopSignal()
     signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))
     lifecycle = Lifecycle(pool, Telemetry(), sampler)

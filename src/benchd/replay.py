@@ -3,11 +3,11 @@ Mooncake trace (kvcache-ai/Mooncake, FAST'25: timestamp in ms, input_length, out
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchd.documents import DocumentError, parse_json
 from benchd.profiles import Trace
 from benchd.spec import SpecError, Workload, length_upper_bound
 
@@ -48,9 +48,9 @@ def read(profile: Trace) -> Iterator[TraceItem]:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                raise TraceError(f"{where}: {path} line {number} is not JSON") from None
+                data = parse_json(line)
+            except DocumentError as error:
+                raise TraceError(f"{where}: {path} line {number} is not JSON ({error})") from None
             if not isinstance(data, dict):
                 raise TraceError(f"{where}: {path} line {number} is not a JSON object")
             item = _mooncake(data) if profile.format == "mooncake" else _jsonl(data)

@@ -9,8 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from benchd.runqueue import QueueFull
-from benchd.spec import RunSpec
+from benchd.spec import RunSpec, format_validation_error
 from benchd.store import Store, StoreUnavailable
 
 log = logging.getLogger("benchd.schedules")
@@ -114,7 +116,12 @@ class Schedules:
         with self._lock:
             for row in rows:
                 if row["name"] not in self._schedules:
-                    spec = RunSpec.model_validate(row["spec"])
+                    try:
+                        spec = RunSpec.model_validate(row["spec"])
+                    except ValidationError as error:  # stored by an older benchd, no longer valid: left out, said once
+                        log.error("schedule %s is left out: its stored spec is no longer valid: %s", row["name"],
+                                  format_validation_error(error))
+                        continue
                     self._schedules[row["name"]] = Schedule(row["name"], spec, row["interval_s"], row["enabled"], now)
             self._loaded = True
 

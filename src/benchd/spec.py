@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from benchd.documents import DocumentError, load_yaml
 from benchd.fields import (FLOAT_MAX, INT_MAX, LABEL_MAX, MODEL_MAX, NAME_MAX, PATH_MAX,  # noqa: F401 (re-exported)
-                           Name, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt)
+                           FreeFormMapping, Name, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt)
 from benchd.fields import Strict as _Strict
 from benchd.profiles import (Arrivals, ArrivalProfile, Burstiness, Capacity, Concurrent, Constant,  # noqa: F401
                              Gamma, Poisson, Ramp, Sweep, Synchronous, Trace, describe_profile)
@@ -218,9 +219,9 @@ class OpenAIOptions(_Strict):
     # OpenAI's own chat API wants max_completion_tokens.
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     api_key_env: Annotated[str, Field(max_length=NAME_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None  # read at run time
-    extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into every request (ignore_eos, …)
+    extra_body: FreeFormMapping = Field(default_factory=dict)  # merged into every request (ignore_eos, …)
     # include_usage gives the final count; continuous_usage_stats (vLLM) a running count on every chunk.
-    stream_options: dict[str, Any] | None = Field(default_factory=lambda: {"include_usage": True})
+    stream_options: FreeFormMapping | None = Field(default_factory=lambda: {"include_usage": True})
     tokenizer: Annotated[str, Field(max_length=PATH_MAX)] | None = None  # a local directory: sizes synthetic prompts and counts tokens in text
     # default: the workload's concurrency, or 1,024 a client process in open loop
     max_connections: PositiveInt | None = None
@@ -234,6 +235,13 @@ class OpenAIOptions(_Strict):
     # into the run's server timeline and benchd_server_* gauges (benchd.server_metrics). None: not read.
     metrics_url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] | None = None
     metrics_interval_s: Annotated[float, Field(ge=0.1, le=60.0)] = 1.0
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _not_the_daemons(cls, name: str | None) -> str | None:
+        if name is not None and name.upper().startswith("BENCHD_"):
+            raise ValueError("a BENCHD_* variable holds benchd's own settings and secrets: never sent as a key")
+        return name
 
     @model_validator(mode="after")
     def _reserved(self) -> OpenAIOptions:
@@ -351,14 +359,23 @@ def parse_spec(data: Any) -> RunSpec:
         raise SpecError(format_validation_error(error)) from None
 
 
-def load_spec(path: str | Path) -> RunSpec:
+def read_document(path: str | Path) -> Any:
+    """A spec file's document, YAML or JSON (YAML is a superset: one loader for both), parsed within
+    documents.DEPTH_MAX; SpecError naming the place."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as error:
         raise SpecError(f"spec file {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(f"spec file {path}: not UTF-8 ({error.reason} at byte {error.start})") from None
     try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON: one loader for both
+        return load_yaml(text)
+    except DocumentError as error:
+        raise SpecError(str(error) if error.loc else f"spec file {path}: {error.reason}") from None
     except yaml.YAMLError as error:
         raise SpecError(f"spec file {path}: not valid YAML or JSON: {error}") from None
-    return parse_spec(data)
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    return parse_spec(read_document(path))

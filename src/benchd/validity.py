@@ -55,13 +55,16 @@ class ValidityRules(Strict):
 
 
 class Invalidity(BaseModel):
-    check: str  # unfinished | stopped | dispatch_lag | sent_rate | min_duration | min_requests | max_errors | max_error_rate
-    #             | oversaturated
+    check: str  # unfinished | stopped | dispatch_lag | sent_rate | too_few_requests | min_duration | min_requests |
+    #             max_errors | max_error_rate | oversaturated
     message: str
 
 
 # Checks that say the client (or the stage's length), not the load, spoiled a stage: run it again.
-CLIENT_CHECKS = frozenset({"dispatch_lag", "sent_rate", "min_duration", "min_requests", "unfinished"})
+CLIENT_CHECKS = frozenset({"dispatch_lag", "sent_rate", "too_few_requests", "min_duration", "min_requests",
+                           "unfinished"})
+# A rate is judged between two requests at least: an open loop that sent fewer is invalid, not on time.
+MIN_REQUESTS_FOR_RATE = 2
 
 
 @dataclass(slots=True, frozen=True)
@@ -168,7 +171,10 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
             bad("dispatch_lag", f"dispatch lag p99 {lag * 1e3:.2f} ms over {rules.max_dispatch_lag_p99_s * 1e3:g} ms: "
                                 "requests left later than scheduled (a busy client, or a concurrency cap)")
         ratio = f.sent_rate_ratio
-        if ratio is not None and ratio < rules.min_sent_rate_ratio:
+        if f.requests + f.errors < MIN_REQUESTS_FOR_RATE:
+            bad("too_few_requests", f"too few requests to judge the rate they were sent at: {f.requests + f.errors} "
+                                    f"measured, {MIN_REQUESTS_FOR_RATE} needed (run the stage longer)")
+        elif ratio is not None and ratio < rules.min_sent_rate_ratio:
             bad("sent_rate", f"sent at {ratio:.1%} of the scheduled rate, under {rules.min_sent_rate_ratio:.0%}")
     if f.duration_s < rules.min_duration_s:
         bad("min_duration", f"measured {f.duration_s:.1f} s, under the minimum of {rules.min_duration_s:g} s")

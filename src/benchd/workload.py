@@ -5,7 +5,6 @@ prefix, a trace's hash-id blocks, and for a conversation its earlier turns."""
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from benchd import replay
+from benchd.documents import DocumentError, parse_json
 from benchd.spec import (FixedLength, ListLength, NormalLength, SpecError, TextDataset, Trace, UniformLength,
                          Workload, length_upper_bound)
 
@@ -200,18 +200,18 @@ def read_dataset(dataset: TextDataset) -> list[str]:
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecError(f"workload.dataset.path: {path} line {number} is not JSON") from None
+                item = parse_json(line, nodes_max=None)
+            except DocumentError as error:
+                raise SpecError(f"workload.dataset.path: {path} line {number} is not JSON ({error})") from None
             prompt = item if isinstance(item, str) else item.get(dataset.field) if isinstance(item, dict) else None
             if not isinstance(prompt, str):
                 raise SpecError(f"workload.dataset.field: {path} line {number} has no string {dataset.field!r}")
             prompts.append(prompt)
     else:
         try:
-            conversations = json.loads(text)
-        except json.JSONDecodeError:
-            raise SpecError(f"workload.dataset.path: {path} is not a JSON list (ShareGPT format)") from None
+            conversations = parse_json(text, nodes_max=None)
+        except DocumentError as error:
+            raise SpecError(f"workload.dataset.path: {path} is not a JSON list (ShareGPT format): {error}") from None
         for item in conversations if isinstance(conversations, list) else []:
             turns = item.get("conversations", []) if isinstance(item, dict) else []
             human = next((t.get("value") for t in turns if isinstance(t, dict) and t.get("from") == "human"), None)

@@ -3,18 +3,19 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from fastapi.exceptions import RequestValidationError
 
 from benchd.config import Settings
 from benchd.devices import DeviceError, Slot, targets
-from benchd.footprint import PlanError, estimate, gib, plan_for, planned
+from benchd.duration import time_problems
+from benchd.footprint import PlanError, estimate, fit_problems, gib, plan_for, planned
 from benchd.presets import PRESETS
+from benchd.roots import model_problem, path_problem
 from benchd import replay
-from benchd.spec import (ArrivalProfile, Capacity, Concurrent, Constant, Gamma, Poisson, Ramp, RunSpec, Sweep, Trace,
+from benchd.speed import DeviceSpeed
+from benchd.spec import (Capacity, Concurrent, Constant, Gamma, Poisson, Ramp, RunSpec, Sweep, Trace,
                          length_upper_bound)
 from benchd.stack import unavailable
 
@@ -37,25 +38,14 @@ class Memory:
         return None if free is None else int((free + self.held(slot.key)) * settings.limits.memory_fraction)
 
 
-def expected_duration_s(profile: ArrivalProfile, spec: RunSpec) -> float | None:
-    """How long an open-loop stage takes to send its requests (its warm-up included); None for a closed loop,
-    whose pace is the engine's."""
-    if not isinstance(profile, Constant | Poisson | Gamma | Ramp):
-        return None
-    stop, warmup = spec.workload.stop, spec.workload.warmup
-    by_duration = None if stop.duration_s is None else stop.duration_s + warmup.seconds
-    # A ramp sends n requests within ramp_s + n / rate: at most the whole ramp, then the rest at the final rate.
-    ramp_s = profile.ramp_s if isinstance(profile, Ramp) else 0.0
-    by_requests = None if stop.requests is None else ramp_s + (stop.requests + warmup.requests) / profile.rate
-    if by_requests is not None and warmup.seconds:
-        by_requests += warmup.seconds
-    candidates = [d for d in (by_duration, by_requests) if d is not None]
-    return min(candidates) if candidates else None
+class Unmeasured(Exception):
+    """A timed run's time cannot be judged yet: its device's worker has not measured the device (it is starting)."""
 
 
-def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slot], loc: tuple = ()) -> None:
+def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slot], loc: tuple = (),
+          speeds: Callable[[Slot], DeviceSpeed | None] = lambda slot: None) -> None:
     """Checks a spec from HTTP against the daemon's limits, devices and model rules; 422 naming each field. slots:
-    the daemon's workers."""
+    the daemon's workers; speeds: each one's measured speed (benchd.speed), what its time is judged by."""
     problems = []
     try:
         chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
@@ -75,7 +65,7 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
     loads_model = spec.kind == "train_step" or (spec.kind == "generate" and spec.engine != "openai")
     # (a served model's name is not a path; the daemon's own model is the operator's choice)
     if loads_model and spec.model not in PRESETS and spec.model != settings.model:
-        reason = _local_model_problem(spec.model, settings.model_roots)
+        reason = model_problem(spec.model, settings.model_roots)
         if reason:
             problems.append(problem((*loc, "model"), reason))
     if workload.stop.requests is not None:
@@ -100,17 +90,20 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
             over(profile.rate, limits.max_rate, *where, setting="max_rate")
             if isinstance(profile, Ramp):
                 over(profile.start_rate, limits.max_rate, *where, "start_rate", setting="max_rate")
-            expected = expected_duration_s(profile, spec)
-            if expected is not None and expected > limits.max_duration_s:
-                problems.append(problem((*loc, *where), (
-                    f"at {profile.rate:g} requests/s the stage takes {expected:,.0f} s to send its requests, beyond "
-                    f"the limit of {limits.max_duration_s:g} s (BENCHD_LIMITS__MAX_DURATION_S): raise the rate or "
-                    f"send fewer requests")))
     problems.extend(_arrival_problems(spec, settings, loc))
+    if spec.engine == "openai" and spec.kind == "generate":
+        # Where the daemon sends requests, and what: only hosts and key variables the settings allow (README,
+        # "Who can do what").
+        openai = spec.openai
+        if openai.api_key_env is not None and (reason := settings.openai.key_problem(openai.api_key_env)):
+            problems.append(problem((*loc, "openai", "api_key_env"), reason))
+        for field, url in (("base_url", openai.base_url), ("metrics_url", openai.metrics_url)):
+            if url is not None and (reason := settings.openai.url_problem(url)):
+                problems.append(problem((*loc, "openai", field), reason))
     if spec.engine == "openai":  # files the daemon would read on the submitter's behalf stay under the roots
-        if spec.openai.tokenizer is not None and (reason := _path_problem(spec.openai.tokenizer, settings.model_roots)):
+        if spec.openai.tokenizer is not None and (reason := path_problem(spec.openai.tokenizer, settings.model_roots)):
             problems.append(problem((*loc, "openai", "tokenizer"), reason))
-        if workload.dataset is not None and (reason := _path_problem(workload.dataset.path, settings.model_roots)):
+        if workload.dataset is not None and (reason := path_problem(workload.dataset.path, settings.model_roots)):
             problems.append(problem((*loc, "workload", "dataset", "path"), reason))
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
@@ -130,8 +123,23 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
         if kernel.flush_l2:
             over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes", setting="max_flush_bytes")
     if not problems:  # sizes are only worth estimating for a spec that is otherwise fine
-        for slot in chosen:
+        for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in chosen}):
+            for field, why in fit_problems(spec, device_type):  # what one request needs of the model, its cache
+                if (found := problem((*loc, *field), why)) not in problems:
+                    problems.append(found)
+        for slot in chosen if not problems else ():  # a request that cannot fit the cache needs no plan
             problems.extend(_memory_problems(spec, settings, memory, slot, slots, loc))
+        unmeasured = []
+        for slot in chosen:  # its time, like its memory: at the speed each of its devices measured (benchd.duration)
+            speed = speeds(slot)
+            if speed is None and spec.kind != "generate":
+                unmeasured.append(slot.key)
+            for field, why in time_problems(spec, speed, limits.max_duration_s):
+                if (found := problem((*loc, *field), why)) not in problems:
+                    problems.append(found)
+        if unmeasured and not problems:
+            raise Unmeasured(f"the worker of {', '.join(unmeasured)} has not measured its device yet (it is starting): "
+                             "a timed run's time cannot be judged before")
     if problems:
         raise RequestValidationError(problems)
 
@@ -169,34 +177,6 @@ def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Sl
     return problems
 
 
-def _path_problem(ref: str, roots: list[Path]) -> str | None:
-    allowed = "not under BENCHD_MODEL_ROOTS"
-    if not roots or not os.path.isabs(ref):
-        return f"{ref!r} is {allowed}" + ("" if roots else " (no roots are configured)")
-    path = Path(os.path.normpath(ref))
-    real = Path(os.path.realpath(path))
-    if not any(path.is_relative_to(root) and real.is_relative_to(Path(os.path.realpath(root))) for root in roots):
-        return f"{ref!r} is {allowed}"
-    return None
-
-
-def _local_model_problem(ref: str, roots: list[Path]) -> str | None:
-    """A non-preset model must be a directory under an allowed root, judged on the text of the path first so
-    that nothing outside the roots is ever looked at."""
-    allowed = "neither a preset nor a directory under BENCHD_MODEL_ROOTS"
-    if not roots or not os.path.isabs(ref):
-        return f"{ref!r} is {allowed}" + ("" if roots else " (no roots are configured)")
-    path = Path(os.path.normpath(ref))
-    if not any(path.is_relative_to(root) for root in roots):
-        return f"{ref!r} is {allowed}"
-    real = Path(os.path.realpath(path))  # a link inside a root must not lead outside it
-    if not any(real.is_relative_to(Path(os.path.realpath(root))) for root in roots):
-        return f"{ref!r} leads outside BENCHD_MODEL_ROOTS"
-    if not (real / "config.json").is_file():
-        return f"{ref!r} has no config.json"
-    return None
-
-
 def _arrival_problems(spec: RunSpec, settings: Settings, loc: tuple) -> list[dict]:
     """A capacity search's reach and a trace's file: what the stage list above cannot see."""
     arrivals, limits, where = spec.workload.arrivals, settings.limits, (*loc, "workload", "arrivals")
@@ -213,7 +193,7 @@ def _arrival_problems(spec: RunSpec, settings: Settings, loc: tuple) -> list[dic
             problems.append(problem((*where, "max_rate"), f"the search may reach {reach:g} requests/s, beyond the "
                                     f"limit of {limits.max_rate:g} (BENCHD_LIMITS__MAX_RATE): set max_rate"))
     if isinstance(arrivals, Trace):
-        if reason := _path_problem(arrivals.path, settings.model_roots):
+        if reason := path_problem(arrivals.path, settings.model_roots):
             return [*problems, problem((*where, "path"), reason)]
         try:
             trace = replay.summarize(arrivals)

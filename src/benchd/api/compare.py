@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import errors
+from benchd.fields import FLOAT_MAX, Strict
 from benchd.spec import Name
 from benchd.compare import Comparison, compare, side_from_store
 from benchd.pages import comparison_page
@@ -20,7 +21,7 @@ router = APIRouter(tags=["compare"], route_class=GuardedRoute)
 MAX_RUNS = 100  # run ids on one side
 
 
-class BaselineIn(BaseModel):
+class BaselineIn(Strict):
     run_id: Annotated[str, Field(min_length=1, max_length=32)]
 
 
@@ -59,8 +60,8 @@ def compare_runs(
     a_label: str | None = None,
     b_label: str | None = None,
     last: Annotated[int, Query(ge=1, le=100)] = 1,
-    threshold: Annotated[float | None, Query(ge=0)] = None,
-    confidence: Annotated[float | None, Query(gt=0.5, lt=1)] = None,
+    threshold: Annotated[float | None, Query(ge=0, le=FLOAT_MAX, allow_inf_nan=False)] = None,
+    confidence: Annotated[float | None, Query(gt=0.5, lt=1, allow_inf_nan=False)] = None,
     format: Literal["json", "html"] = "json",
 ):
     """Per metric, B against A: the relative change, its bootstrap interval, and a verdict. Each side is run

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from benchd.api.admission import Memory, admit
+from benchd.api.admission import Memory, Unmeasured, admit
 from benchd.api.schemas import RETRY_AFTER_S
 from benchd.config import Settings
 from benchd.daemon import Daemon
@@ -32,9 +32,14 @@ class Services:
 
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against
-        the limits and the device's memory (422), and the store's spool (429 while it is full)."""
+        the limits, the device's memory and speed (422; 503 while a timed run's device is not measured yet), and the
+        store's spool (429 while it is full)."""
         spec = self.daemon.resolve(spec)
-        admit(spec, self.settings, self.memory, self.daemon.pool.slots, loc)
+        try:
+            admit(spec, self.settings, self.memory, self.daemon.pool.slots, loc, self.daemon.pool.speed)
+        except Unmeasured as error:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error),
+                                headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         if self.store.spool.full():
             raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
                                 "writes waiting for the unreachable database fill the spool (BENCHD_SPOOL_MAX_BYTES)",

@@ -1,10 +1,10 @@
 """What every request passes before FastAPI parses it: the bearer token first on mutating methods, then a bounded,
-strictly parsed JSON body (UTF-8, no NaN or Infinity, no NUL or lone surrogate in any string) and clean path and
-query values; whatever fails is a 401, 413 or 422 naming the place, never a 400 or a 500."""
+strictly parsed JSON body (UTF-8, no NaN or Infinity, no NUL or lone surrogate in any string, nested at most
+documents.DEPTH_MAX levels) and clean path and query values; whatever fails is a 401, 413 or 422 naming the place,
+never a 400 or a 500."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from benchd.api.deps import token_accepted
+from benchd.documents import DocumentError, parse_json as parse_document
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -28,22 +29,13 @@ def text_problem(text: str) -> str | None:
     return None
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def parse_json(body: bytes) -> Any:
-    """Strict JSON; ValueError (with the reason) for anything else."""
+    """Strict, bounded JSON; DocumentError (where, and the reason) for anything else."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"not UTF-8 ({error.reason} at byte {error.start})") from None
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise DocumentError((), f"not UTF-8 ({error.reason} at byte {error.start})") from None
+    return parse_document(text)
 
 
 def walk(value: Any, loc: tuple, problems: list[dict]) -> None:
@@ -99,8 +91,9 @@ async def _check_body(request: Request, limit: int) -> None:
         return
     try:
         value = parse_json(body)
-    except ValueError as error:
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": str(error)}]) from None
+    except DocumentError as error:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", *error.loc),
+                                       "msg": error.reason}]) from None
     problems: list[dict] = []
     walk(value, ("body",), problems)
     if problems:

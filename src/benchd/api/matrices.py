@@ -15,7 +15,7 @@ from benchd.api.admission import problem
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.runs import _as_json
-from benchd.api.schemas import RETRY_AFTER_S, errors
+from benchd.api.schemas import RETRY_AFTER_S, errors, links
 from benchd.matrix import MatrixProblem, parse_matrix
 from benchd.matrix_compare import MatrixComparison
 from benchd.matrix_page import matrix_page
@@ -70,18 +70,33 @@ def _view(services, row: dict) -> MatrixView:
     return MatrixView(**{**row, "runs": runs})
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=MatrixCreated,
-             responses=errors(401, 413, 422, 429, 503), dependencies=[AuthDep])
+MATRIX_ID = {"matrix_id": "$response.body#/id"}
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=MatrixCreated, dependencies=[AuthDep],
+             responses={**errors(401, 413, 422, 429, 503), 202: links(
+                 GetMatrix=("get_matrix_matrices__matrix_id__get", MATRIX_ID),
+                 CancelMatrix=("cancel_matrix_matrices__matrix_id__delete", MATRIX_ID),
+                 MatrixReport=("matrix_report_matrices__matrix_id__report_get", MATRIX_ID),
+                 GetFirstRun=("get_run_runs__run_id__get", {"run_id": "$response.body#/runs/0"}),
+                 CancelFirstRun=("cancel_run_runs__run_id__delete", {"run_id": "$response.body#/runs/0"}))})
 def submit_matrix(body: Annotated[dict[str, Any], Body(examples=[EXAMPLE])], services: ServicesDep,
                   request: Request, response: Response) -> MatrixCreated:
     """A spec's fields with `matrix` (dotted field path → the values it takes), `repeats` (rounds; default 3) and
     `baseline` (a variant's index or values; default the first). Its runs are queued together, every variant once a
-    round; each variant is admitted as a run would be (422 naming the field, the variant in the message)."""
+    round (429 while the queue lacks room for them, 422 when it never could: more runs than BENCHD_QUEUE_MAX); each
+    variant is admitted as a run would be (422 naming the field, the variant in the message)."""
     try:
         matrix = parse_matrix(body)
     except MatrixProblem as error:
         raise RequestValidationError([problem(loc, msg) for loc, msg in error.problems]) from None
     variants = matrix.variants()
+    runs, room = len(variants) * matrix.repeats, services.settings.queue_max
+    if runs > room:  # it would never fit, however long the client waited: not a 429
+        where = ("repeats",) if matrix.repeats > 1 else ("matrix",)
+        raise RequestValidationError([problem(where, (
+            f"{len(variants)} variants × {matrix.repeats} repeats are {runs:,} runs, more than the run queue ever "
+            f"holds ({room}, BENCHD_QUEUE_MAX): fewer variants or repeats"))])
     specs, problems = [], []
     for variant in variants:
         try:

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
-from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors
+from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors, links
 from benchd.events import RunEvent
 from benchd.pages import run_page
 from benchd.report import write_csv
@@ -35,11 +35,26 @@ def _run_or_404(services, run_id: str) -> dict:
     return row
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=RunCreated,
-             responses=errors(401, 413, 422, 429, 503), dependencies=[AuthDep])
+RUN_ID = {"run_id": "$response.body#/id"}
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=RunCreated, dependencies=[AuthDep],
+             responses={**errors(401, 413, 422, 429, 503), 202: links(
+                 GetRun=("get_run_runs__run_id__get", RUN_ID), CancelRun=("cancel_run_runs__run_id__delete", RUN_ID),
+                 RunRequests=("run_requests_runs__run_id__requests_get", RUN_ID),
+                 RunTimings=("run_timings_runs__run_id__timings_get", RUN_ID))})
 def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response: Response) -> RunCreated:
-    """Queue a run; it starts when the runs before it have finished. What could not finish within the limits or
-    fit the device's memory is refused here (422), never accepted to fail later."""
+    """Queue a run; it starts when the runs before it have finished. What is known before anything loads is
+    checked here (422 naming the field): the limits; paths under BENCHD_MODEL_ROOTS; an openai run's hosts and key
+    variable (BENCHD_OPENAI__HOSTS, …__KEY_ENVS); requests longer than the model's positions (a preset's, or a
+    directory's config.json) or than its cache; memory on the device; and time: a stage, or a timed run, that
+    could not end within BENCHD_LIMITS__MAX_DURATION_S at the device's measured speed (503 for a timed run until
+    its worker has measured it).
+
+    Only the worker can find, and fails the run with (error_stage load): a hub model's shape, a model or tokenizer
+    that does not load, a quantization the GPU lacks, a dataset that does not parse, a path changed since it was
+    admitted, and what happens on the device itself (out of memory; a run slower than its bounds: stopped at the
+    limit, a kernel past its deadline ended by the supervisor)."""
     spec = services.admit(spec)
     try:
         run_id = services.daemon.submit(spec)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
-from benchd.api.schemas import ScheduleIn, ScheduleView, errors
+from benchd.api.schemas import ScheduleIn, ScheduleView, errors, links
 from benchd.schedules import Schedule
 
 router = APIRouter(prefix="/schedules", tags=["schedules"], route_class=GuardedRoute)
@@ -28,8 +28,9 @@ def list_schedules(services: ServicesDep) -> list[ScheduleView]:
     return [_view(s) for s in sorted(services.daemon.schedules.list(), key=lambda s: s.name)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ScheduleView,
-             responses=errors(401, 413, 422, 429, 503), dependencies=[AuthDep])
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ScheduleView, dependencies=[AuthDep],
+             responses={**errors(401, 413, 422, 429, 503), 201: links(
+                 DeleteSchedule=("delete_schedule_schedules__name__delete", {"name": "$response.body#/name"}))})
 def put_schedule(body: ScheduleIn, services: ServicesDep) -> ScheduleView:
     """Create or replace a schedule; its first run is due at once. A run still queued or running when the
     next is due makes the schedule skip that turn: it never piles up behind itself."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from benchd.fields import PositiveFloat, Strict
 from benchd.records import StageSummary
 from benchd.spec import Name, RunSpec
 from benchd.timings import KernelResult, TrainStepSummary
@@ -89,6 +90,8 @@ class WorkerView(BaseModel):
     # the real-time priority its open loops send at (BENCHD_WORKERS__DISPATCH_PRIORITY with the privilege, else 0)
     dispatch_priority: int | None
     load_error: str | None  # why the daemon's model did not load in it
+    # its device's speed as measured at its start (benchd.speed): matmul_flops_per_s by dtype, copy_bytes_per_s…
+    speed: dict[str, Any] | None = None
 
 
 class Readiness(BaseModel):
@@ -106,10 +109,12 @@ class Readiness(BaseModel):
     store_error: str | None
 
 
-class ScheduleIn(BaseModel):
+class ScheduleIn(Strict):
+    """Strict as a spec is: true is not 1 and "3600" is not 3600; numbers finite (1e309 is refused)."""
+
     name: Name
     spec: RunSpec
-    interval_s: Annotated[float, Field(gt=0)]
+    interval_s: PositiveFloat
     enabled: bool = True
 
 
@@ -133,10 +138,18 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationProblem, "description": "A field is invalid or over a limit: loc names it."},
     429: {"model": Problem, "description": "The run queue is full, or writes waiting for the database fill the "
                                           "spool.", "headers": _RETRY},
-    503: {"model": Problem, "description": "The database is unreachable (runs go on; their writes wait).",
+    503: {"model": Problem, "description": "The database is unreachable (runs go on; their writes wait), or a timed "
+                                          "run's device is not measured yet (its worker is starting).",
           "headers": _RETRY},
 }
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: ERRORS[code] for code in codes}
+
+
+def links(**targets: tuple[str, dict[str, str]]) -> dict[str, Any]:
+    """OpenAPI links from a response to the operations its ids lead to: name=(operationId, {parameter: expression});
+    clients and stateful fuzzers (tests/test_fuzz.py) follow them."""
+    return {"links": {name: {"operationId": operation, "parameters": parameters}
+                      for name, (operation, parameters) in targets.items()}}

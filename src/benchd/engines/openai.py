@@ -47,6 +47,11 @@ def connections_for(workload: Workload) -> int:
     return OPEN_LOOP_CONNECTIONS
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
 @dataclass(slots=True)
 class _Client:
     """One client process and the engine's end of its socket pair."""
@@ -106,9 +111,9 @@ class OpenAIEngine:
     def _check_server(self, headers: dict[str, str]) -> None:
         """Fail the run before any request if nothing answers at base_url (any HTTP answer will do)."""
         url = self.options.base_url.rstrip("/") + "/models"
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                   timeout=self.options.connect_timeout_s).close()
+        try:  # a redirect is an answer, never followed: the key goes to base_url's host only
+            urllib.request.build_opener(_NoRedirect).open(urllib.request.Request(url, headers=headers),
+                                                          timeout=self.options.connect_timeout_s).close()
         except urllib.error.HTTPError:
             pass
         except (urllib.error.URLError, OSError) as error:

@@ -22,8 +22,11 @@ from benchd.workers.outbox import Outbox
 class TimedContext:
     """What a timed body works through: stop checks, progress, stages and timings, all passed on as events."""
 
-    def __init__(self, spec: RunSpec, outbox: Outbox, metadata: RunMetadata, stop: StopSignal | None) -> None:
+    def __init__(self, spec: RunSpec, outbox: Outbox, metadata: RunMetadata, stop: StopSignal | None,
+                 model: str | None = None) -> None:
+        """model: where to load the spec's model from, when not from its name (a confined path, benchd.roots)."""
         self.spec, self.outbox, self.metadata, self.stop = spec, outbox, metadata, stop
+        self.model = model or spec.model
         self.device = resolve_device(spec.device)
         self.stage_index = 0  # stages closed so far
         self._open: tuple[Callable[[str, str | None], BaseModel], float] | None = None
@@ -71,12 +74,12 @@ class TimedContext:
 
 
 def run_timed(spec: RunSpec, outbox: Outbox, metadata: RunMetadata,
-              stop: StopSignal | None = None) -> tuple[str, str | None]:
+              stop: StopSignal | None = None, model: str | None = None) -> tuple[str, str | None]:
     """Run a train_step or kernel spec; (status, error). Whatever happens, what was timed has been passed on."""
     from benchd.timed import kernel, train_step
 
     body = {"train_step": train_step.execute, "kernel": kernel.execute}[spec.kind]
-    context = TimedContext(spec, outbox, metadata, stop)
+    context = TimedContext(spec, outbox, metadata, stop, model)
     try:
         body(context)
         context.close_stage()

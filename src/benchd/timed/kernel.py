@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from benchd.flops import attention_flops, matmul_flops  # noqa: F401 (their home: the daemon sizes runs with them)
 from benchd.models import resolve_device, resolve_dtype
 from benchd.spec import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
 from benchd.timed import TimedContext
@@ -20,15 +21,6 @@ class Unsupported(Exception):
 
 
 # ---- implementations ---------------------------------------------------------------------------
-
-
-def matmul_flops(shape: MatmulShape) -> int:
-    return 2 * shape.m * shape.n * shape.k
-
-
-def attention_flops(shape: AttentionShape) -> int:
-    full = 4 * shape.batch * shape.heads * shape.seq_len * shape.seq_len * shape.head_dim
-    return full // 2 if shape.causal else full
 
 
 @contextlib.contextmanager

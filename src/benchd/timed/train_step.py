@@ -53,7 +53,7 @@ class _Level:
         self.label = f"warmup={warmup}"
         dtype = "float32" if spec.dtype == "auto" else spec.dtype
         # A fresh model per level, so each warm-up count starts from the same cold state.
-        loaded = load_model(spec.model, dtype, spec.device, spec.seed, trust_remote_code=spec.trust_remote_code)
+        loaded = load_model(ctx.model, dtype, spec.device, spec.seed, trust_remote_code=spec.trust_remote_code)
         self.model = loaded.model
         self.device = loaded.device
         limit = loaded.max_positions

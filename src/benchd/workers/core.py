@@ -12,6 +12,7 @@ from benchd import heap, replay
 from benchd.engines import Engine, create_engine
 from benchd.environment import PeakMemory, RunMetadata, collect, record_stack, torch_threads, utc_now
 from benchd.models import LoadedModel, load_model, resolve_device
+from benchd.roots import Opened, open_confined
 from benchd.runner import check_fits, run_stages
 from benchd.stopping import StopSignal
 from benchd.spec import RunSpec
@@ -74,8 +75,10 @@ class WorkerCore:
         if run is not None:
             run[2].set("interrupted")
 
-    def run(self, run_id: str, spec_data: dict, faults: dict | None, trace_id: str | None = None) -> None:
-        """One run, start to end; every outcome ends in a "done" message after the run's last events."""
+    def run(self, run_id: str, spec_data: dict, faults: dict | None, trace_id: str | None = None,
+            confine: dict | None = None) -> None:
+        """One run, start to end; every outcome ends in a "done" message after the run's last events. confine: the
+        paths to open under the roots before anything loads (benchd.roots)."""
         outbox, stop = Outbox(), StopSignal()
         if run_id in self._cancelled:
             stop.set(self._cancelled.pop(run_id))
@@ -83,18 +86,27 @@ class WorkerCore:
         spec = RunSpec.model_validate(spec_data)
         metadata: RunMetadata | None = None
         status, error, stage = "failed", None, "load"
+        opened: dict[str, Opened] = {}
         try:
+            # Every path checked again on what it opens: the run reads through the descriptors (roots.Opened).
+            confined_data, opened = open_confined(spec_data, confine)
+            spec = RunSpec.model_validate(confined_data)
+            model = opened.get("model")
+            source = spec.model if model is None else model.real if self.group is not None else model.path
             if self.group is not None and (spec.kind != "generate" or spec.engine != "transformers"):
                 raise ValueError("a tensor-parallel worker runs transformers generation, not "
                                  f"{spec.kind}/{spec.engine}")
             if spec.kind != "generate":
-                metadata, status, error = self._timed(spec, outbox, stop)
+                metadata, status, error = self._timed(spec, outbox, stop, source)
                 stage = "run"
             else:
-                metadata, status, error, stage = self._generate(spec, outbox, stop, faults, trace_id)
+                metadata, status, error, stage = self._generate(spec, outbox, stop, faults, trace_id,
+                                                                (model.real if model else spec.model, source))
         except Exception as failure:  # the worker's boundary around what precedes the runner's own
             status, error = "failed", f"{type(failure).__name__}: {failure}"
         finally:
+            for item in opened.values():
+                item.close()
             self.phase = "idle"
             if metadata is not None:
                 metadata.run_id = run_id
@@ -136,7 +148,9 @@ class WorkerCore:
         outbox.put("phase", name, time.perf_counter())
 
     def _generate(self, spec: RunSpec, outbox: Outbox, stop: StopSignal, faults: dict | None,
-                  trace_id: str | None) -> tuple[RunMetadata, str, str | None, str]:
+                  trace_id: str | None, model: tuple[str, str]) -> tuple[RunMetadata, str, str | None, str]:
+        """model: (what identifies the model: the spec's ref, or where its confined path really is; where to load it
+        from)."""
         server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
         self._phase(outbox, "load")
         load_s = None
@@ -144,8 +158,8 @@ class WorkerCore:
             tokenizer = load_tokenizer(spec.openai.tokenizer) if spec.openai.tokenizer else None
             new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
         else:
-            load_s = self._model_for(spec.model, spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
-                                     spec.quantization, base_attention(spec.attn_implementation or "sdpa"))
+            load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
+                                     spec.quantization, base_attention(spec.attn_implementation or "sdpa"), model[1])
             check_fits(spec, self._loaded.max_positions)
             loaded = self._loaded
             new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
@@ -179,10 +193,12 @@ class WorkerCore:
         return metadata, status, error, "run"
 
     def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
-                   seed: int = 0, quantization: str = "none", attn_implementation: str = "sdpa") -> float | None:
+                   seed: int = 0, quantization: str = "none", attn_implementation: str = "sdpa",
+                   source: str | None = None) -> float | None:
         """Keep the loaded model unless another is needed; the load time when this call loaded one. One model at a
         time: variants of a matrix take turns (the next loads once the last is released), so that each engine sizes
-        its cache from the same free memory and no variant runs beside another's weights."""
+        its cache from the same free memory and no variant runs beside another's weights. source: where to load ref
+        from, when not from ref itself (a confined path's opened descriptor)."""
         key = (ref, dtype, device, quantization, attn_implementation)
         if self._loaded is not None and self._loaded_key == key:
             return None
@@ -190,7 +206,7 @@ class WorkerCore:
         self._loaded = self._loaded_key = None
         _release_memory()
         load = self.group.load if self.group is not None else self.loader  # a group's ranks load their shards
-        self._loaded = load(ref, dtype, device, seed, trust_remote_code=trust_remote_code,
+        self._loaded = load(source or ref, dtype, device, seed, trust_remote_code=trust_remote_code,
                             attn_implementation=attn_implementation, quantization=quantization)
         self._loaded_key = key
         return self._loaded.load_s
@@ -227,7 +243,8 @@ class WorkerCore:
 
     # ---- a timed run -----------------------------------------------------------------------------
 
-    def _timed(self, spec: RunSpec, outbox: Outbox, stop: StopSignal) -> tuple[RunMetadata, str, str | None]:
+    def _timed(self, spec: RunSpec, outbox: Outbox, stop: StopSignal,
+               model: str) -> tuple[RunMetadata, str, str | None]:
         # A timed run has the process to itself: no idle engine beside it holding its KV cache, its generation
         # thread and its setting of torch's CPU threads. It starts again, warmed up, at the next generation run.
         self._close_engine()
@@ -239,7 +256,7 @@ class WorkerCore:
         heap.settle()
         self._phase(outbox, "run")
         metadata = collect(resolve_device(spec.device), spec.subject, spec.label)
-        status, error = run_timed(spec, outbox, metadata, stop)
+        status, error = run_timed(spec, outbox, metadata, stop, model)
         return metadata, status, error
 
     @property

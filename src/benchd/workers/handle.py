@@ -4,12 +4,14 @@ with the cause, and the pool starts another."""
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.devices import Slot
 from benchd.footprint import MEMORY_FRACTION
+from benchd.speed import DeviceSpeed
 from benchd.workers import orphans, process, protocol
 
 log = logging.getLogger("benchd.workers")
@@ -44,6 +47,14 @@ class WorkerSettings(BaseModel):
     # runs as soon as a request is due, ahead of every normal thread (benchd/priority.py); 0: none. The same
     # privilege as nice; /readyz shows what each worker got.
     dispatch_priority: int = Field(default=1, ge=0, le=99)
+    # A kernel run longer than deadline_factor × what it should take at its device's measured speed, plus
+    # deadline_slack_s, is ended by the supervisor (its worker killed: a call in progress cannot be interrupted
+    # otherwise), with that cause (benchd.duration).
+    deadline_factor: float = Field(default=4.0, gt=0)
+    deadline_slack_s: float = Field(default=30.0, ge=0)
+
+
+Deadline = Callable[[DeviceSpeed | None], tuple[float, str] | None]
 
 
 class RunSink(Protocol):
@@ -58,7 +69,7 @@ class RunSink(Protocol):
 
 @dataclass(slots=True)
 class Death:
-    reason: str  # exit | signal | oom | no_heartbeat | no_progress | start | device_error
+    reason: str  # exit | signal | oom | no_heartbeat | no_progress | deadline | start | device_error
     cause: str  # one line for the run's error, then the worker's last log lines
 
 
@@ -78,11 +89,13 @@ def oom_kills() -> int | None:
 
 class WorkerHandle:
     def __init__(self, slot: Slot, settings: WorkerSettings, on_death=lambda handle, death: None,
-                 memory_fraction: float = MEMORY_FRACTION) -> None:
+                 memory_fraction: float = MEMORY_FRACTION, speed: DeviceSpeed | None = None) -> None:
         """memory_fraction: of its device's available memory, what a run may plan to use
-        (BENCHD_LIMITS__MEMORY_FRACTION, which admission checks runs against)."""
+        (BENCHD_LIMITS__MEMORY_FRACTION, which admission checks runs against); speed: the device's, measured by a
+        worker before this one (this one then measures nothing)."""
         self.slot, self.settings, self.on_death = slot, settings, on_death
         self.memory_fraction = memory_fraction
+        self.known_speed = speed
         self.name = slot.name
         self.log_path = settings.log_dir / f"{self.name}.log"
         self.state = "new"  # new | starting | ready | dead | stopped
@@ -101,6 +114,8 @@ class WorkerHandle:
         self.held_bytes = 0  # GPU memory its allocator holds, from its heartbeats
         self._activity = -1
         self._phase = "idle"
+        self._phase_since = 0.0  # when its heartbeats first said its current phase
+        self._deadline: tuple[float, str] | None = None  # the run's: (seconds into its "run" phase, the cause)
         self._oom_before: int | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -121,6 +136,8 @@ class WorkerHandle:
         env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
                "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority),
                "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction)}
+        if self.known_speed is not None:
+            env["BENCHD_WORKER_SPEED"] = json.dumps(self.known_speed.as_dict())
         self._process = context.Process(target=process.main, args=(child, self.slot.key, str(self.log_path), env),
                                         name=f"benchd-{self.name}", daemon=True)
         self._oom_before = oom_kills()
@@ -156,6 +173,11 @@ class WorkerHandle:
     def busy(self) -> bool:
         return self._run is not None
 
+    @property
+    def speed(self) -> DeviceSpeed | None:
+        """Its device's speed, as it said in its hello (benchd.speed)."""
+        return DeviceSpeed.of(self.info.get("speed"))
+
     # ---- commands ----------------------------------------------------------------------------------
 
     def warm(self, model: str, dtype: str, device: str, timeout_s: float) -> tuple[str | None, float | None]:
@@ -166,10 +188,15 @@ class WorkerHandle:
             return (self.death.cause if self.death else f"no answer within {timeout_s:g} s"), None
         return self._warm.get("error"), self._warm.get("load_s")
 
-    def submit(self, run_id: str, spec: dict, faults: dict | None, sink: RunSink, trace_id: str | None = None) -> None:
-        self._run = (run_id, sink)
-        self._progress = time.perf_counter()
-        if not self._send((protocol.RUN, run_id, spec, faults, trace_id)):
+    def submit(self, run_id: str, spec: dict, faults: dict | None, sink: RunSink, trace_id: str | None = None,
+               confine: dict | None = None, deadline: Deadline | None = None) -> None:
+        """confine: the paths the worker re-checks against the roots as it loads (benchd.roots); deadline: from its
+        device's speed, how long the run may be in its "run" phase and the cause it ends with after that (killed: a
+        call in progress cannot be interrupted otherwise), or None."""
+        self._run, self._deadline = (run_id, sink), deadline(self.speed) if deadline is not None else None
+        self._progress = self._phase_since = time.perf_counter()
+        self._phase = "submitted"  # its next heartbeat's phase is this run's
+        if not self._send((protocol.RUN, run_id, spec, faults, trace_id, confine)):
             self._run = None
             sink.died(self.death.cause if self.death else "the worker is not running")
 
@@ -218,6 +245,8 @@ class WorkerHandle:
         if kind == protocol.HEARTBEAT:
             _, _, activity, phase, self.held_bytes = message
             self._heartbeat = now
+            if phase != self._phase:
+                self._phase_since = now
             if activity != self._activity or phase != self._phase:
                 self._activity, self._phase, self._progress = activity, phase, now
         elif kind == protocol.EVENTS:
@@ -246,6 +275,10 @@ class WorkerHandle:
         if now - self._heartbeat > s.heartbeat_timeout_s:
             return Death("no_heartbeat", f"the worker stopped answering: no heartbeat for "
                                          f"{now - self._heartbeat:.0f} s (a call that never returns)")
+        if self._run is not None and self._deadline is not None and self._phase == "run":
+            limit_s, cause = self._deadline
+            if now - self._phase_since > limit_s:
+                return Death("deadline", cause)
         if self._run is not None:
             limit = s.load_timeout_s if self._phase in ("load", "start") else s.progress_timeout_s
             if now - self._progress > limit:

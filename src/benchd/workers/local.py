@@ -11,7 +11,7 @@ from benchd.devices import Slot
 from benchd.models import LoadedModel, load_model
 from benchd.workers import protocol
 from benchd.workers.core import WorkerCore
-from benchd.workers.handle import RunSink, WorkerSettings
+from benchd.workers.handle import Deadline, RunSink, WorkerSettings
 
 
 class LocalPool:
@@ -54,10 +54,15 @@ class LocalPool:
         return self.slots
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
-               wait_s: float = 0.0, trace_id: str | None = None) -> None:
+               wait_s: float = 0.0, trace_id: str | None = None, confine: dict | None = None,
+               deadline: Deadline | None = None) -> None:
+        """deadline: not kept (nothing here can end a call in progress: the process is the caller's)."""
         self._sink = sink
-        threading.Thread(target=self.core.run, args=(run_id, spec, faults, trace_id), name="benchd-local-run",
-                         daemon=True).start()
+        threading.Thread(target=self.core.run, args=(run_id, spec, faults, trace_id, confine),
+                         name="benchd-local-run", daemon=True).start()
+
+    def speed(self, slot) -> None:
+        return None  # not measured in the caller's process
 
     def cancel(self, device: str, run_id: str, reason: str) -> None:
         self.core.cancel(run_id, reason)

@@ -12,7 +12,8 @@ from typing import Any
 
 from benchd.devices import Slot, pick, targets
 from benchd.footprint import MEMORY_FRACTION, dtype_bytes, model_shape_and_weights
-from benchd.workers.handle import Death, RunSink, WorkerHandle, WorkerSettings
+from benchd.speed import DeviceSpeed
+from benchd.workers.handle import Death, Deadline, RunSink, WorkerHandle, WorkerSettings
 
 log = logging.getLogger("benchd.workers")
 
@@ -31,6 +32,9 @@ class WorkerPool:
         self.load_errors: dict[str, str | None] = {}  # by slot key: why the daemon's model did not load
         self.restarts = 0
         self.last_restart_s: float | None = None  # death → a new worker ready, the latest
+        # Each device's speed (benchd.speed) as its first worker measured it: kept, and handed to the workers that
+        # replace it, so that a device is measured once.
+        self.speeds: dict[str, DeviceSpeed] = {}
         self._lock = threading.Lock()
         self._closing = False
 
@@ -60,8 +64,17 @@ class WorkerPool:
     def describe(self) -> list[dict[str, Any]]:
         return [{"name": w.name, "device": w.slot.key, "gpu": w.slot.gpu, "state": w.state, "pid": w.pid,
                  "busy": w.busy, "nice": w.info.get("nice"),
-                 "dispatch_priority": w.info.get("dispatch_priority"), "load_error": self.load_errors.get(w.slot.key)}
+                 "dispatch_priority": w.info.get("dispatch_priority"), "load_error": self.load_errors.get(w.slot.key),
+                 "speed": w.info.get("speed")}
                 for w in self.workers.values()]
+
+    def speed(self, slot: Slot | str) -> DeviceSpeed | None:
+        """The device's speed (a group's: its first member's), as measured by its worker; None before its hello."""
+        keys = slot.devices if isinstance(slot, Slot) else tuple(slot.split("+"))
+        if known := next((self.speeds[key] for key in keys if key in self.speeds), None):
+            return known
+        return next((w.speed for w in list(self.workers.values()) if set(keys) & set(w.slot.devices) and w.speed),
+                    None)
 
     def held_bytes(self, device: str) -> int:
         """What benchd holds on this device and releases before another model loads: on a GPU, what its worker's
@@ -97,6 +110,16 @@ class WorkerPool:
                 covered |= set(slot.devices)
         return chosen
 
+    def measured(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[tuple[Slot, Any]]:
+        """The slots a run takes, their workers started, each with its device's speed once its worker said hello
+        (None: it did not start)."""
+        found = []
+        for slot in self.arrange(device, placement, tensor_parallel):
+            if (worker := self.workers.get(slot.key)) is not None:
+                worker.ready.wait(self.settings.start_timeout_s)
+            found.append((slot, self.speed(slot)))
+        return found
+
     def worker_for(self, device: str) -> WorkerHandle | None:
         """By slot key (a group's too), or as a spec names a device (auto, cuda)."""
         if (worker := self.workers.get(device)) is not None:
@@ -105,16 +128,17 @@ class WorkerPool:
         return self.workers.get(slot.key) if slot is not None else None
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
-               wait_s: float = 0.0, trace_id: str | None = None) -> None:
+               wait_s: float = 0.0, trace_id: str | None = None, confine: dict | None = None,
+               deadline: Deadline | None = None) -> None:
         """Hand the run to the device's worker (which names its device its own way: cpu, or cuda for its only
-        visible GPU), waiting up to wait_s for one being (re)started."""
-        deadline = time.perf_counter() + wait_s
+        visible GPU), waiting up to wait_s for one being (re)started. confine, deadline: WorkerHandle.submit's."""
+        waited_until = time.perf_counter() + wait_s
         while True:
             worker = self.worker_for(device)
             if worker is not None and worker.state == "ready":
-                worker.submit(run_id, {**spec, "device": worker.slot.local}, faults, sink, trace_id)
+                worker.submit(run_id, {**spec, "device": worker.slot.local}, faults, sink, trace_id, confine, deadline)
                 return
-            if time.perf_counter() >= deadline:
+            if time.perf_counter() >= waited_until:
                 state = worker.state if worker is not None else "missing"
                 sink.died(f"no worker is ready on {device} ({state})")
                 return
@@ -134,7 +158,8 @@ class WorkerPool:
     # ---- supervision -------------------------------------------------------------------------------
 
     def _spawn(self, slot: Slot) -> WorkerHandle:
-        worker = WorkerHandle(slot, self.settings, on_death=self._died, memory_fraction=self.memory_fraction)
+        worker = WorkerHandle(slot, self.settings, on_death=self._died, memory_fraction=self.memory_fraction,
+                              speed=self.speed(slot))
         with self._lock:
             self.workers[slot.key] = worker
             self.load_errors.pop(slot.key, None)
@@ -152,6 +177,9 @@ class WorkerPool:
     def _warm(self, worker: WorkerHandle) -> None:
         if not worker.ready.wait(self.settings.start_timeout_s) or worker.state != "ready":
             return
+        if worker.speed is not None:
+            for key in worker.slot.devices:
+                self.speeds.setdefault(key, worker.speed)
         self.watch(worker.name, worker.pid)
         if self.model is None:
             self.load_errors[worker.slot.key] = None

@@ -3,6 +3,7 @@ spec at a time; three threads move messages: commands in, events and heartbeats 
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -44,6 +45,19 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
         traceback.print_exc()
         _exit(1)
     _exit(0)
+
+
+def _speed(device: str) -> dict | None:
+    """The device's speed (benchd.speed): as an earlier worker on it measured it, or measured now."""
+    from benchd.speed import DeviceSpeed, measure
+
+    if known := os.environ.get("BENCHD_WORKER_SPEED"):
+        return DeviceSpeed.of(json.loads(known)).as_dict()
+    try:
+        return measure("cuda" if device.startswith("cuda") else "cpu").as_dict()
+    except RuntimeError as error:  # the device cannot run the probe: no figure (timed runs cannot be admitted)
+        print(f"benchd: measuring the device's speed failed: {error}", file=sys.stderr, flush=True)
+        return None
 
 
 def _exit(code: int) -> None:
@@ -117,7 +131,7 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
     send((protocol.HELLO, os.getpid(), {"torch": str(torch.__version__), "device": device,
                                          "cuda_devices": torch.cuda.device_count(),
                                          "nice": os.getpriority(os.PRIO_PROCESS, 0),
-                                         "dispatch_priority": dispatch_priority}))
+                                         "dispatch_priority": dispatch_priority, "speed": _speed(device)}))
     threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()
     threading.Thread(target=pulse, name="benchd-worker-pulse", daemon=True).start()
     while True:

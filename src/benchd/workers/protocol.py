@@ -1,15 +1,18 @@
 """The messages between the daemon and a worker process: plain tuples over a multiprocessing pipe.
 
 Commands, daemon → worker:
-  ("run", run_id, spec, faults, trace_id)   run a RunSpec (a dict); faults: the fault-injection settings or
-                                     None; trace_id: the run's trace, when traced (a server's requests join it)
+  ("run", run_id, spec, faults, trace_id, confine)   run a RunSpec (a dict); faults: the fault-injection settings
+                                     or None; trace_id: the run's trace, when traced (a server's requests join it);
+                                     confine: the roots and the spec's paths the worker re-checks and opens as it
+                                     loads (benchd.roots), or None
   ("cancel", run_id, reason)         end that run early (reason: cancelled | interrupted)
   ("warm", model, dtype, device)     load a model ahead of runs (the daemon's own, at start)
   ("stop",)                          finish, release the device and exit
 
 Messages, worker → daemon:
   ("hello", pid, info)               started; info: versions, devices, nice, the real-time priority open
-                                     loops send at (0: none) (torch is imported)
+                                     loops send at (0: none), the device's speed (benchd.speed; None: unmeasured)
+                                     (torch is imported)
   ("heartbeat", t, activity, phase, held)   every HEARTBEAT_S: perf_counter(), events made so far, what it is
                                      doing, and the GPU memory its torch allocator holds (bytes; 0 on a CPU):
                                      weights, a warm engine's KV cache, what it would release for another model
