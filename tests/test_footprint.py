@@ -147,5 +147,5 @@ def test_admission_refuses_a_gpu_run_whose_step_or_cache_cannot_fit():
     assert "to hold one request of 5,120 tokens" in model and "graph pool" in model and "on cuda:0" in model
     assert refused(24) == {}
     assert "more than the 21.60 GiB" in refused(24, num_blocks=400)["body.transformers.num_blocks"]
-    assert "may need 5,120" in refused(24, num_blocks=10)["body.transformers.num_blocks"]
+    assert "may need 5120" in refused(24, num_blocks=10)["body.transformers.num_blocks"]  # footprint.fit_problems
     assert "body.transformers.max_batch_tokens" in refused(24, max_batch_tokens=65536)
