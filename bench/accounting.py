@@ -14,8 +14,8 @@ from transformers.generation.continuous_batching.continuous_api import (
 )
 from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingIOs
 
-from benchd import runner
-from benchd.engines.transformers_cb import TransformersEngine
+from benchd.loadgen import stage
+from benchd.engines.transformers import TransformersEngine
 
 
 class Accounting:
@@ -33,7 +33,7 @@ class Accounting:
         self._wrap(ContinuousBatchProcessor, "update_batch", "update")
         self._wrap(ContinuousBatchingManager, "_generation_step", "step")
         self._wrap(TransformersEngine, "_poll_live", "poll")
-        self._wrap(runner.Stage, "_sample_load", "sample")
+        self._wrap(stage.Stage, "_sample_load", "sample")
         self._wrap_thread(ContinuousBatchingManager, "_run_generation_loop", "generation_cpu_s")
         self._wrap_thread(TransformersEngine, "_consume", "consumer_cpu_s")
         self._wrap_batches()

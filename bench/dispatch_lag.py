@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from http_load import workload  # the same run as bench/http_load.py's, without the daemon
 
-import benchd.engines.transformers_cb as transformers_cb
-from benchd.models import load_model
+import benchd.engines.transformers as transformers_cb
+from benchd.models.loading import load_model
 from benchd.spec import RunSpec
-from benchd.workers.local import run_local
+from benchd.supervisor.local import run_local
 
 
 class Collections:

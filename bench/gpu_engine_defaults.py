@@ -19,8 +19,8 @@ import time
 from common import REFERENCE, environment
 
 from benchd.engines import create_engine
-from benchd.models import load_model
-from benchd.runner import run
+from benchd.models.loading import load_model
+from benchd.loadgen.stage import run
 from benchd.spec import parse_spec
 
 CONFIGS: list[tuple[str, str, dict]] = [

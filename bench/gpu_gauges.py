@@ -33,14 +33,14 @@ sys.path.insert(0, str(ROOT))  # tests.fake_nvml for --smoke
 from nvidia_smi import parse, parse_nvlink  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from benchd.exposition import NodeRegistry  # noqa: E402
-from benchd.gauges import HardwareCollector, families  # noqa: E402
-from benchd.hardware import HardwareReader  # noqa: E402
-from benchd.host import HostReader  # noqa: E402
-from benchd.metrics import Metrics  # noqa: E402
-from benchd.nvml import NVMLReader  # noqa: E402
-from benchd.nvml_fields import gpu_fields  # noqa: E402
-from benchd.sampler import HardwareSampler  # noqa: E402
+from benchd.telemetry.exposition import NodeRegistry  # noqa: E402
+from benchd.telemetry.gauges import HardwareCollector, families  # noqa: E402
+from benchd.hardware.reader import HardwareReader  # noqa: E402
+from benchd.hardware.host import HostReader  # noqa: E402
+from benchd.telemetry.metrics import Metrics  # noqa: E402
+from benchd.hardware.nvml import NVMLReader  # noqa: E402
+from benchd.hardware.nvml_fields import gpu_fields  # noqa: E402
+from benchd.hardware.sampler import HardwareSampler  # noqa: E402
 
 # Gauges: benchd's value must lie between nvidia-smi's before and after, widened by nvidia-smi's resolution.
 GAUGES = {"utilization_ratio": 0.01, "memory_utilization_ratio": 0.01, "encoder_utilization_ratio": 0.01,

@@ -28,15 +28,15 @@ from pathlib import Path
 
 from common import REFERENCE, environment
 
-from benchd.lifecycle import Lifecycle
-from benchd.matrices import run_matrix
-from benchd.matrix import parse_matrix
-from benchd.matrix_cli import comparison_table, local_slots
-from benchd.nvml import NVMLReader
+from benchd.daemon.lifecycle import Lifecycle
+from benchd.daemon.matrices import run_matrix
+from benchd.spec.matrix import parse_matrix
+from benchd.cli.matrix import comparison_table, local_slots
+from benchd.hardware.nvml import NVMLReader
 from benchd.stopping import StopSignal
-from benchd.telemetry import Telemetry
-from benchd.workers.handle import WorkerSettings
-from benchd.workers.pool import WorkerPool
+from benchd.telemetry.run import Telemetry
+from benchd.supervisor.handle import WorkerSettings
+from benchd.supervisor.pool import WorkerPool
 
 QUANTIZATIONS = ["none", "int8_weight_only", "float8", "int4_weight_only"]
 ATTENTION = ["sdpa", "eager"]

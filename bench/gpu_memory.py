@@ -74,7 +74,7 @@ class Probe:
         import torch
         from transformers.generation.continuous_batching import model_runner
 
-        from benchd.engines import transformers_cb
+        from benchd.engines import transformers
 
         probe = self
         runner_cls = model_runner.ModelRunner
@@ -109,13 +109,13 @@ class Probe:
 
         runner_cls._capture_graph, runner_cls.run_one_warmup = timed_capture, timed_warmup
 
-        start = transformers_cb.TransformersEngine.start
+        start = transformers.TransformersEngine.start
 
         def described_start(self):
             start(self)
             probe.engine = describe(self)
 
-        transformers_cb.TransformersEngine.start = described_start
+        transformers.TransformersEngine.start = described_start
 
         class Warnings(logging.Handler):
             def emit(self, record):
@@ -174,9 +174,9 @@ def child(model: str, workload: str, options: dict, repeats: int) -> dict:
     import torch
 
     sys.path.insert(0, str(ROOT / "src"))
-    from benchd.models import load_model
+    from benchd.models.loading import load_model
     from benchd.spec import parse_spec
-    from benchd.workers.local import LocalPool, run_local
+    from benchd.supervisor.local import LocalPool, run_local
 
     probe = Probe()
     probe.install()

@@ -38,17 +38,17 @@ from prometheus_client import CollectorRegistry
 
 import httpx
 
-from benchd.engines.transformers_cb import cb_config, cpu_threads
-from benchd.hardware import HardwareReader
-from benchd.metrics import Metrics
-from benchd.models import greedy_config, load_model
-from benchd.records import StageSummary
-from benchd.sampler import HardwareSampler, HardwareSummary
+from benchd.engines.transformers import cb_config, cpu_threads
+from benchd.hardware.reader import HardwareReader
+from benchd.telemetry.metrics import Metrics
+from benchd.models.loading import greedy_config, load_model
+from benchd.measure.records import StageSummary
+from benchd.hardware.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import parse_spec
-from benchd.telemetry import Telemetry
-from benchd.tracing import build_tracer_provider
-from benchd.workers.local import LocalPool, run_local
-from benchd.workload import contents
+from benchd.telemetry.run import Telemetry
+from benchd.telemetry.tracing import build_tracer_provider
+from benchd.supervisor.local import LocalPool, run_local
+from benchd.loadgen.contents import contents
 
 LATENCIES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms")
 
@@ -155,7 +155,7 @@ class Daemon:
                "BENCHD_WORKERS__LOG_DIR": f"{work}/workers", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint,
                "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         self.log = open(f"{work}/daemon.log", "w")
-        self.process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT,
+        self.process = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env=env, cwd=ROOT,
                                         stdout=self.log, stderr=self.log)
         self.http = httpx.Client(base_url=self.url, timeout=60)
         self.work = work

@@ -22,8 +22,8 @@ import torch
 from common import environment
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
 
-from benchd.models import load_model
-from benchd.runner import run
+from benchd.models.loading import load_model
+from benchd.loadgen.stage import run
 from benchd.spec import parse_spec
 
 SPEC = {

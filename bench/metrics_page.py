@@ -14,8 +14,8 @@ import time
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from benchd.exposition import NodeRegistry, page
-from benchd.metrics import Metrics
+from benchd.telemetry.exposition import NodeRegistry, page
+from benchd.telemetry.metrics import Metrics
 
 
 def registry(workloads: int) -> NodeRegistry:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from benchd.server_metrics import read  # noqa: E402
+from benchd.measure.server_metrics import read  # noqa: E402
 
 
 def page() -> str:

@@ -1,5 +1,5 @@
 """What benchd's instrumentation costs: one seeded workload with telemetry off and on, in one process, through the
-daemon's lifecycle (workers/local.py: a worker's core in this process, its engine kept warm across runs).
+daemon's lifecycle (supervisor/local.py: a worker's core in this process, its engine kept warm across runs).
 
 On means everything: Prometheus histograms with exemplars, counters and gauges, a span per request, and the
 OpenTelemetry GenAI histograms exported every second, both over OTLP/HTTP to a local receiver in its own process, as
@@ -34,14 +34,14 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchd.lifecycle import Lifecycle  # noqa: E402
-from benchd.metrics import Metrics  # noqa: E402
-from benchd.otel import SERVER_TTFT, GenAIMetrics, GenAIRequest, build_genai_metrics  # noqa: E402
+from benchd.daemon.lifecycle import Lifecycle  # noqa: E402
+from benchd.telemetry.metrics import Metrics  # noqa: E402
+from benchd.telemetry.genai import SERVER_TTFT, GenAIMetrics, GenAIRequest, build_genai_metrics  # noqa: E402
 from benchd.spec import parse_spec  # noqa: E402
 from benchd.stopping import StopSignal  # noqa: E402
-from benchd.telemetry import Telemetry  # noqa: E402
-from benchd.tracing import build_tracer_provider  # noqa: E402
-from benchd.workers.local import LocalPool  # noqa: E402
+from benchd.telemetry.run import Telemetry  # noqa: E402
+from benchd.telemetry.tracing import build_tracer_provider  # noqa: E402
+from benchd.supervisor.local import LocalPool  # noqa: E402
 
 
 def per_observation_us(n: int = 200_000) -> dict[str, float]:

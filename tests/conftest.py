@@ -1,6 +1,6 @@
 import pytest
 
-from benchd.models import load_model
+from benchd.models.loading import load_model
 
 
 @pytest.fixture(scope="session")

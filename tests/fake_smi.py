@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
-from benchd.readings import THROTTLE_REASONS
+from benchd.hardware.readings import THROTTLE_REASONS
 from tests.fake_nvml import FakeGPU, FakeNVML
 
 

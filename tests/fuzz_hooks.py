@@ -11,7 +11,7 @@ import os
 import schemathesis
 from hypothesis import strategies as st
 
-from benchd.documents import DEPTH_MAX
+from benchd.spec.documents import DEPTH_MAX
 
 MARK = "\u2603fuzz\u2603"  # a string no generated body holds: where the raw text goes
 DEPTHS = [DEPTH_MAX - 2, DEPTH_MAX, DEPTH_MAX + 1, 250, 495, 600, 5000]  # of the value put in: the body's is more

@@ -9,8 +9,8 @@ import threading
 
 import httpx
 
-from benchd.config import Limits
-from benchd.documents import DEPTH_MAX
+from benchd.daemon.settings import Limits
+from benchd.spec.documents import DEPTH_MAX
 from benchd.store import TERMINAL
 from tests.helpers import daemon, free_port, serve, spec, submit, wait_for
 

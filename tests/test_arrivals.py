@@ -4,9 +4,9 @@ import statistics
 
 import pytest
 
-from benchd import arrivals
+from benchd.loadgen import arrivals
 from benchd.spec import Concurrent, Constant, Gamma, Poisson, Synchronous, parse_spec
-from benchd.workload import contents
+from benchd.loadgen.contents import contents
 
 
 def take(profile, seed, n):

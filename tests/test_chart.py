@@ -18,8 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from benchd.config import Settings
-from benchd.devices import resolve
+from benchd.daemon.settings import Settings
+from benchd.hardware.devices import resolve
 from tests import podman
 from tests.helpers import free_port
 from tests.test_image import base, benchd_image, until  # noqa: F401 - fixtures: the CPU image, built and cached

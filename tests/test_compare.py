@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from benchd.compare import Side, compare
-from benchd.pages import comparison_page
+from benchd.measure.compare import Side, compare
+from benchd.report.pages import comparison_page
 from tests.helpers import NODE, ROOT, daemon, free_port, spec, submit, wait_for
 
 
@@ -102,7 +102,7 @@ def test_identical_runs_and_an_injected_delay_through_the_daemon(tmp_path):
         assert by_workload["a"] == [slow]  # the latest run of the workload
         page = server.http.get("/compare", params={"a": first, "b": slow, "format": "html"})
         assert page.headers["content-type"].startswith("text/html") and "slower" in page.text
-        cli = subprocess.run([sys.executable, "-m", "benchd.cli", "compare", first, slow, "--server", server.url],
+        cli = subprocess.run([sys.executable, "-m", "benchd.cli.main", "compare", first, slow, "--server", server.url],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert cli.returncode == 0 and "slower" in cli.stdout, cli.stderr
         assert server.http.get("/compare", params={"a": "nope", "b": slow}).status_code == 404
@@ -166,13 +166,13 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
 def test_a_result_directory_gives_the_records_the_store_gives(tiny, tmp_path):
     """`benchd run --out` and a daemon's store keep a run's requests in one form (RequestRecord.to_row): a side read
     from the directory is the side read from the store, sample for sample."""
-    from benchd.compare import side_from_directories, side_from_store
-    from benchd.lifecycle import Lifecycle
-    from benchd.report import write_outputs
+    from benchd.measure.compare import side_from_directories, side_from_store
+    from benchd.daemon.lifecycle import Lifecycle
+    from benchd.report.outputs import write_outputs
     from benchd.stopping import StopSignal
     from benchd.store import Store
-    from benchd.telemetry import Telemetry
-    from benchd.workers.local import LocalPool
+    from benchd.telemetry.run import Telemetry
+    from benchd.supervisor.local import LocalPool
     from tests.helpers import make_spec
 
     store = Store(f"sqlite:///{tmp_path}/benchd.db", spool_dir=tmp_path / "spool")

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 import yaml
 
 from benchd.api import create_app
-from benchd.config import Settings
+from benchd.daemon.settings import Settings
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.helpers import LiveServer, free_port, spec, wait_for
 from tests.otlp import HTTPReceiver

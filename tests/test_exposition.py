@@ -9,8 +9,8 @@ from prometheus_client import Counter, Gauge, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from benchd.exposition import NodeRegistry, page
-from benchd.metrics import Metrics
+from benchd.telemetry.exposition import NodeRegistry, page
+from benchd.telemetry.metrics import Metrics
 
 
 def populated() -> NodeRegistry:

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from benchd.engines.transformers_cb import cb_config, gpu_plan
-from benchd.flops import Shape
-from benchd.footprint import (CUDA_RESERVE, GRAPH_POOL_MARGIN, MASK_ELEMENTS, PlanError, _preset_shape,
+from benchd.engines.transformers import cb_config, gpu_plan
+from benchd.models.flops import Shape
+from benchd.models.memory import (CUDA_RESERVE, GRAPH_POOL_MARGIN, MASK_ELEMENTS, PlanError, _preset_shape,
                               cache_figures, plan_cache)
-from benchd.presets import PRESETS, parameter_count
+from benchd.models.presets import PRESETS, parameter_count
 from benchd.spec import SpecError, TransformersOptions
-from benchd.workers.local import run_local
+from benchd.supervisor.local import run_local
 from tests.helpers import make_spec
 
 TINY = Shape(hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=512)
@@ -73,7 +73,7 @@ def test_what_cannot_hold_one_request_is_refused_naming_the_field():
 WORST_STEP = """
 import json, resource, sys
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
-from benchd.models import greedy_config, load_model
+from benchd.models.loading import greedy_config, load_model
 blocks, m = int(sys.argv[1]), int(sys.argv[2])
 loaded = load_model("tiny", "float32", "cpu")
 config = ContinuousBatchingConfig(block_size=32, num_blocks=blocks, max_batch_tokens=m, use_cuda_graph=False)
@@ -125,8 +125,8 @@ def test_admission_refuses_a_gpu_run_whose_step_or_cache_cannot_fit():
     from fastapi.exceptions import RequestValidationError
 
     from benchd.api.admission import Memory, admit
-    from benchd.config import Settings
-    from benchd.devices import resolve
+    from benchd.daemon.settings import Settings
+    from benchd.hardware.devices import resolve
     from benchd.spec import RunSpec
 
     settings = Settings(device="cuda", model="tiny")

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchd.documents import DEPTH_MAX
+from benchd.spec.documents import DEPTH_MAX
 from tests import fuzz_hooks
 from tests.helpers import ROOT, free_port, serve
 
@@ -61,7 +61,7 @@ def schemathesis(url: str, report: Path, checks: list[str], seed: int, *headers:
 
 def test_the_document_links_what_a_post_makes_to_where_it_is_read_and_ended(tmp_path):
     from benchd.api import create_app
-    from benchd.config import Settings
+    from benchd.daemon.settings import Settings
 
     document = create_app(Settings(default_schedule=False)).openapi()
     operations = {op["operationId"]: (method, path) for path, item in document["paths"].items()

@@ -3,7 +3,7 @@ whole's, and the slow one found. On CPU: two CPU workers, each on its own core, 
 
 import pytest
 
-from benchd.devices import DeviceError, pick, resolve
+from benchd.hardware.devices import DeviceError, pick, resolve
 from tests.helpers import NODE, daemon, spec, submit
 
 GPUS = [("0", "GPU-aaaa", "H200"), ("1", "GPU-bbbb", "H200"), ("2", "GPU-cccc", "H200"), ("3", "GPU-dddd", "H200")]

@@ -14,12 +14,12 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
-from benchd.exposition import NodeRegistry
-from benchd.gauges import HardwareCollector
-from benchd.hardware import HardwareReader
-from benchd.host import HostReader
-from benchd.nvml import NVMLReader, visible_devices
-from benchd.sampler import HardwareSampler
+from benchd.telemetry.exposition import NodeRegistry
+from benchd.telemetry.gauges import HardwareCollector
+from benchd.hardware.reader import HardwareReader
+from benchd.hardware.host import HostReader
+from benchd.hardware.nvml import NVMLReader, visible_devices
+from benchd.hardware.sampler import HardwareSampler
 from tests.fake_nvml import (
     FakeGPU,
     FakeMig,
@@ -120,7 +120,7 @@ def test_what_a_gpu_driver_or_binding_lacks_is_absent_never_an_error(caplog):
                   unsupported={"nvmlDeviceGetEncoderUtilization"},
                   errors={"nvmlDeviceGetPcieReplayCounter": NVMLError_FunctionNotFound,
                           "nvmlDeviceGetDecoderUtilization": NVMLError_NoPermission})
-    with caplog.at_level(logging.INFO, logger="benchd.hardware"):
+    with caplog.at_level(logging.INFO, logger="benchd.hardware.reader"):
         hardware = reader(gpu, nvml=OldBindings([gpu]))
         with scraped(hardware) as registry:
             names = {f.name for f in registry.collect()}
@@ -208,7 +208,7 @@ def test_cuda_visible_devices_is_respected():
 def test_unsupported_fields_are_left_out_once(caplog):
     gpu = FakeGPU(UUID0, unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceGetPcieThroughput"})
     hardware = reader(gpu)
-    with caplog.at_level(logging.WARNING, logger="benchd.hardware"):
+    with caplog.at_level(logging.WARNING, logger="benchd.hardware.reader"):
         for _ in range(3):
             values = hardware.read().gpus[0].values
             assert "power_watts" not in values and "pcie_transmit_bytes_per_second" not in values
@@ -217,7 +217,7 @@ def test_unsupported_fields_are_left_out_once(caplog):
 
 
 def test_no_nvml_means_no_gpu_gauges_and_a_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="benchd.hardware"):
+    with caplog.at_level(logging.WARNING, logger="benchd.hardware.reader"):
         hardware = reader(FakeGPU(UUID0), init_error=NVMLError_LibraryNotFound("libnvidia-ml.so.1 not found"))
     assert not hardware.nvml.available and "NVML is not available" in caplog.text
     with scraped(hardware) as registry:
@@ -230,7 +230,7 @@ def test_a_gpu_failing_mid_run_pauses_its_gauges(caplog):
     hardware = reader(bad, good)
     assert len(hardware.read().gpus) == 2
     bad.lost = True
-    with caplog.at_level(logging.WARNING, logger="benchd.hardware"):
+    with caplog.at_level(logging.WARNING, logger="benchd.hardware.reader"):
         readings = [hardware.read() for _ in range(3)]
     assert all([g.uuid for g in r.gpus] == [UUID1] for r in readings)
     assert sum("failed to read" in r.message for r in caplog.records) == 1  # said once, not per read
@@ -342,7 +342,7 @@ def _served(hardware: HardwareReader) -> HardwareSampler:
 
 def test_live_daemon_exports_gpu_gauges_and_stores_the_hardware_summary(tmp_path):
     from benchd.api import create_app
-    from benchd.config import Settings
+    from benchd.daemon.settings import Settings
     from tests.helpers import LiveServer, spec, submit
 
     settings = Settings(database_url=f"sqlite:///{tmp_path}/benchd.db", device="cpu", default_schedule=False,
@@ -370,7 +370,7 @@ def test_no_ratio_series_of_a_live_daemon_exceeds_one(tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
     from benchd.api import create_app
-    from benchd.config import Settings
+    from benchd.daemon.settings import Settings
     from tests.helpers import LiveServer, spec, submit
 
     settings = Settings(database_url=f"sqlite:///{tmp_path}/benchd.db", device="cpu", dtype="float32",

@@ -61,9 +61,9 @@ def test_a_settle_after_the_first_walks_only_what_is_new():
 def test_a_worker_frees_a_frozen_model_in_a_reference_cycle_when_another_loads():
     """The model is frozen before the run measures; hooks and closures often put a module in a reference cycle,
     which no collection frees while it is frozen: the worker's release where it drops the model must."""
-    from benchd.models import load_model
-    from benchd.workers import protocol
-    from benchd.workers.core import WorkerCore
+    from benchd.models.loading import load_model
+    from benchd.protocol import messages as protocol
+    from benchd.worker.core import WorkerCore
     from tests.helpers import make_spec
 
     def loader(ref, dtype, device, seed=0, **kwargs):

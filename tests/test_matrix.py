@@ -8,13 +8,13 @@ import sys
 import pytest
 import yaml
 
-from benchd.lifecycle import Lifecycle
-from benchd.matrices import run_matrix
-from benchd.matrix import MatrixProblem, interleaved, parse_matrix
-from benchd.stack import installed, unavailable
+from benchd.daemon.lifecycle import Lifecycle
+from benchd.daemon.matrices import run_matrix
+from benchd.spec.matrix import MatrixProblem, interleaved, parse_matrix
+from benchd.spec.stack import installed, unavailable
 from benchd.stopping import StopSignal
-from benchd.telemetry import Telemetry
-from benchd.workers.local import LocalPool, run_local
+from benchd.telemetry.run import Telemetry
+from benchd.supervisor.local import LocalPool, run_local
 from tests.browser import Chromium
 from tests.helpers import ROOT, daemon, make_spec, spec, wait_for
 
@@ -187,8 +187,8 @@ def live(tmp_path_factory):
 
 
 def test_a_variant_whose_runs_were_oversaturated_is_marked_in_the_comparison_and_its_page():
-    from benchd.matrix_compare import compare_matrix, run_figures
-    from benchd.matrix_page import SUMMARY_HEAD, matrix_page, summary_rows
+    from benchd.measure.matrix import compare_matrix, run_figures
+    from benchd.report.matrix import SUMMARY_HEAD, matrix_page, summary_rows
 
     saturated = {"output_tokens_per_s": 50.0, "invalid": [{"check": "oversaturated", "message": "over-saturated: …"}]}
     ok = {"output_tokens_per_s": 90.0, "invalid": []}
@@ -312,7 +312,7 @@ def test_benchd_run_of_a_matrix_file_runs_it_on_a_worker_process_and_writes_the_
                 "matrix": {"attn_implementation": ["sdpa", "eager"]}, "repeats": 2}
     path = tmp_path / "matrix.yaml"
     path.write_text(yaml.safe_dump(document))
-    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", str(path), "--out", str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "2 variants × 2 rounds" in done.stdout and "0 (baseline)" in done.stdout and "│ eager " in done.stdout

@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from benchd.models import PRESETS, load_model, parameter_count, preset_config, resolve_dtype
+from benchd.models.loading import PRESETS, load_model, parameter_count, preset_config, resolve_dtype
 
 
 def meta_model(name):

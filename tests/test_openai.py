@@ -11,15 +11,15 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from benchd.engines.openai import OpenAIEngine, apportion
-from benchd.engines.openai_counts import chunk_counts, text_counts
-from benchd.metrics import Metrics
+from benchd.engines.openai.engine import OpenAIEngine, apportion
+from benchd.engines.openai.counts import chunk_counts, text_counts
+from benchd.telemetry.metrics import Metrics
 from benchd.stopping import StopSignal
-from benchd.workers.local import run_local as run
+from benchd.supervisor.local import run_local as run
 from benchd.spec import SpecError, TextDataset, parse_spec
-from benchd.telemetry import Telemetry
-from benchd.tracing import build_tracer_provider
-from benchd.workload import clean_ids, load_tokenizer, read_dataset, sized_text, text_contents
+from benchd.telemetry.run import Telemetry
+from benchd.telemetry.tracing import build_tracer_provider
+from benchd.loadgen.contents import clean_ids, load_tokenizer, read_dataset, sized_text, text_contents
 from tests.helpers import daemon, free_port, wait_for
 from tests.openai_server import OpenAIServer
 from tests.otlp import HTTPReceiver
@@ -438,7 +438,7 @@ def test_genai_client_metrics_and_span_attributes(prompts, monkeypatch, api):
     """A server measured from outside: the conventions' client histograms (names, units, buckets, attributes with
     the server's address) over OTLP, holding exactly the runs' records, and request spans that name the operation,
     the provider and the server."""
-    from benchd.otel import build_genai_metrics
+    from benchd.telemetry.genai import build_genai_metrics
     from tests.test_telemetry import (SEMCONV_DURATION, SEMCONV_TOKENS, check_histogram, latest_metrics,
                                       point_attributes)
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from benchd import charts
+from benchd.report import charts
 from benchd.api import create_app
-from benchd.config import Settings
-from benchd.pages import run_page
-from benchd.records import RequestRecord, summarize
+from benchd.daemon.settings import Settings
+from benchd.report.pages import run_page
+from benchd.measure.records import RequestRecord, summarize
 from tests.browser import Chromium
 from tests.fake_nvml import FakeGPU
 from tests.helpers import CPU_CACHE, NODE, ROOT, LiveServer, spec, submit
@@ -182,7 +182,7 @@ def test_a_kernel_runs_report(live, chromium):
 
 def test_benchd_run_out_writes_a_report_that_renders(tmp_path, chromium):
     result = subprocess.run(
-        [sys.executable, "-m", "benchd.cli", "run", "--model", "tiny", "--device", "cpu", "--concurrency", "2",
+        [sys.executable, "-m", "benchd.cli.main", "run", "--model", "tiny", "--device", "cpu", "--concurrency", "2",
          "--requests", "8", "--warmup-requests", "1", "--prompt-tokens", "8", "--output-tokens", "8",
          "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -231,7 +231,7 @@ def test_a_large_run_gives_a_page_of_reasonable_size(tmp_path, chromium):
 
 
 def test_an_oversaturated_stage_is_marked_in_the_report():
-    from benchd.validity import ValidityRules
+    from benchd.spec.validity import ValidityRules
     from tests.test_validity import served_records
 
     # A sweep's two levels against one server of 8 requests/s: 4/s keeps up, 16/s does not.
@@ -265,9 +265,9 @@ def test_a_run_that_has_not_ended_or_failed_early_still_has_a_page():
 def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     from rich.console import Console
 
-    from benchd.compare import Side, compare
-    from benchd.pages import comparison_page
-    from benchd.report import comparison_table
+    from benchd.measure.compare import Side, compare
+    from benchd.report.pages import comparison_page
+    from benchd.report.outputs import comparison_table
 
     a = Side(run_ids=["a1", "a2"], samples={"ttft_s": [[0.010] * 30, [0.011] * 30]},
              output_tokens_per_s=[100.0, 102.0], energy_per_token_j=[])

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from benchd.records import LatencyStats
+from benchd.measure.records import LatencyStats
 from benchd.stopping import StopSignal
-from benchd.workers.local import run_local as run
+from benchd.supervisor.local import run_local as run
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -69,7 +69,7 @@ def test_warmup_by_seconds_cuts_by_scheduled_time(tiny):
 def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
     spec = make_spec(seed=11, workload={"arrivals": {"profile": "poisson", "rate": 30}, "stop": {"requests": 20}})
     stage = run(spec, loaded=tiny).stages[0]
-    from benchd import arrivals
+    from benchd.loadgen import arrivals
     import itertools
 
     expected = list(itertools.islice(arrivals.offsets(spec.workload.arrivals, 11), 20))
@@ -84,16 +84,16 @@ def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
 def test_request_contents_are_made_before_they_are_due(tiny, monkeypatch, arrivals):
     """Making a prompt takes time (~90 µs for 256 tokens over a 128k vocabulary; 50 ms here): a burst's contents
     are made before the stage starts, an open loop's while it waits, so none delays a request past its time."""
-    import benchd.workers.core
+    import benchd.worker.core
 
-    real = benchd.workers.core.contents
+    real = benchd.worker.core.contents
 
     def slow(*args, **kwargs):
         for content in real(*args, **kwargs):
             time.sleep(0.05)
             yield content
 
-    monkeypatch.setattr(benchd.workers.core, "contents", slow)
+    monkeypatch.setattr(benchd.worker.core, "contents", slow)
     spec = make_spec(workload={"arrivals": arrivals, "stop": {"requests": 6}, "output_tokens": {"dist": "fixed",
                                                                                              "value": 4}})
     records = run(spec, loaded=tiny).stages[0].records

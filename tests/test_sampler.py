@@ -8,10 +8,10 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from benchd.gauges import HardwareCollector
-from benchd.readings import GPUReading, HostReading, MigInstance, Snapshot
-from benchd.workers.local import run_local as run
-from benchd.sampler import HardwareSampler, summarize
+from benchd.telemetry.gauges import HardwareCollector
+from benchd.hardware.readings import GPUReading, HostReading, MigInstance, Snapshot
+from benchd.supervisor.local import run_local as run
+from benchd.hardware.sampler import HardwareSampler, summarize
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.helpers import make_spec, wait_for
 from tests.test_hardware import H100, UUID0, reader, sampling
@@ -169,7 +169,7 @@ def test_a_gpu_failing_during_a_run_never_fails_it(tiny):
 def test_a_stale_threshold_within_one_interval_is_refused_naming_both_settings():
     from pydantic import ValidationError
 
-    from benchd.config import Settings
+    from benchd.daemon.settings import Settings
 
     with pytest.raises(ValidationError, match="hardware_stale_after_s .* must be longer than hardware_interval_s"):
         Settings(hardware_interval_s=2.0, hardware_stale_after_s=1.5)

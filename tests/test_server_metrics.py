@@ -9,13 +9,13 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from rich.console import Console
 
-from benchd.metrics import Metrics
-from benchd.report import print_summary, write_outputs
-from benchd.server_metrics import PageError, increase, read
-from benchd.server_scrape import ServerGauges, ServerScrape
+from benchd.telemetry.metrics import Metrics
+from benchd.report.outputs import print_summary, write_outputs
+from benchd.measure.server_metrics import PageError, increase, read
+from benchd.daemon.server_scrape import ServerGauges, ServerScrape
 from benchd.spec import SpecError, parse_spec
-from benchd.telemetry import Telemetry
-from benchd.workers.local import run_local as run
+from benchd.telemetry.run import Telemetry
+from benchd.supervisor.local import run_local as run
 from tests.helpers import daemon, free_port, wait_for
 from tests.openai_server import OpenAIServer
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from benchd import arrivals
+from benchd.loadgen import arrivals
 from benchd.spec import SpecError, parse_spec
-from benchd.workers.local import run_local as run
-from benchd.workload import contents
+from benchd.supervisor.local import run_local as run
+from benchd.loadgen.contents import contents
 from tests.openai_server import OpenAIServer
 
 

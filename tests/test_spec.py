@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchd.matrix import parse_matrix
+from benchd.spec.matrix import parse_matrix
 from benchd.spec import (
     Concurrent,
     Gamma,

@@ -11,12 +11,12 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from benchd.config import Settings
-from benchd.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
-from benchd.otel import build_genai_metrics
-from benchd.workers.local import run_local as run
-from benchd.telemetry import Telemetry
-from benchd.tracing import build_tracer_provider
+from benchd.daemon.settings import Settings
+from benchd.telemetry.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
+from benchd.telemetry.genai import build_genai_metrics
+from benchd.supervisor.local import run_local as run
+from benchd.telemetry.run import Telemetry
+from benchd.telemetry.tracing import build_tracer_provider
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
 from tests.otlp import GRPCReceiver, HTTPReceiver
 
@@ -106,7 +106,7 @@ def test_series_stay_bounded_over_many_runs(tiny, registry):
 
 def test_series_stay_bounded_whatever_workload_names_clients_send(registry):
     """150 runs, each with its own name: at most max_workloads names keep series; the least recently run go."""
-    from benchd.records import RequestRecord
+    from benchd.measure.records import RequestRecord
 
     metrics = Metrics(registry, max_workloads=50)
     telemetry = Telemetry(metrics)
@@ -425,7 +425,7 @@ def test_server_ttft_and_tpot_count_successful_responses_only(tiny, registry, ot
 
 
 def error_kind(error):
-    from benchd.telemetry import error_type
+    from benchd.telemetry.run import error_type
 
     return error_type(error)
 
@@ -433,7 +433,7 @@ def error_kind(error):
 def test_genai_metrics_over_runs_are_cumulative_or_delta_and_bounded():
     from opentelemetry.sdk.resources import Resource
 
-    from benchd.otel import SERVER_TTFT, GenAIMetrics
+    from benchd.telemetry.genai import SERVER_TTFT, GenAIMetrics
 
     resource = Resource.create({})
     metrics = GenAIMetrics(max_series=2)
@@ -472,7 +472,7 @@ def test_genai_metrics_over_runs_are_cumulative_or_delta_and_bounded():
 
 def test_timed_runs_make_no_genai_series(registry):
     """A kernel or train-step run generates no tokens: no GenAI series, none of the attribute-set cap used."""
-    from benchd.otel import GenAIMetrics
+    from benchd.telemetry.genai import GenAIMetrics
 
     genai = GenAIMetrics(max_series=1)
     telemetry = Telemetry(Metrics(registry), None, genai)
@@ -487,8 +487,8 @@ def test_a_run_on_every_gpu_is_one_set_of_genai_series(registry):
     Prometheus keeps a child per gpu."""
     from opentelemetry.sdk.resources import Resource
 
-    from benchd.otel import GenAIMetrics
-    from benchd.records import RequestRecord
+    from benchd.telemetry.genai import GenAIMetrics
+    from benchd.measure.records import RequestRecord
 
     genai = GenAIMetrics()
     observer = Telemetry(Metrics(registry), None, genai).for_run("r", "tiny", "transformers", "test", spec=make_spec())
@@ -508,7 +508,7 @@ def test_a_run_on_every_gpu_is_one_set_of_genai_series(registry):
 
 
 def test_genai_metrics_follow_the_otel_variables(monkeypatch):
-    from benchd.otel import metrics_enabled
+    from benchd.telemetry.genai import metrics_enabled
 
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRICS_EXPORTER",
                  "OTEL_SDK_DISABLED"):
@@ -539,7 +539,7 @@ def test_benchd_run_exports_its_genai_metrics_before_it_exits(tmp_path):
 
     with HTTPReceiver() as receiver:
         env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "benchd-cli"}
-        result = subprocess.run([sys.executable, "-m", "benchd.cli", "run", "--model", "tiny", "--device", "cpu",
+        result = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", "--model", "tiny", "--device", "cpu",
                                  "--requests", "5", "--prompt-tokens", "8", "--output-tokens", "6", "--out",
                                  str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
         assert result.returncode == 0, result.stderr
@@ -622,7 +622,7 @@ def test_daemon_exports_spans_configured_by_otel_variables(tmp_path):
 def test_arrivals_observed_in_runs_are_what_they_would_be_one_at_a_time(registry):
     """Token arrivals reach the daemon in batches: every series, and which gaps carry exemplars, must be what the
     same arrivals one at a time would give; an arrival of k tokens is k equal gaps."""
-    from benchd.records import RecordBook
+    from benchd.measure.records import RecordBook
 
     stamps = [1.0, 1.01, 1.03, 1.035, 1.2, 1.21, 1.22, 1.5, 1.5001]
     counts = [1, 1, 1, 1, 3, 1, 1, 1, 1]

@@ -7,18 +7,18 @@ import torch
 from prometheus_client import CollectorRegistry
 from transformers import AutoModelForCausalLM
 
-from benchd.metrics import Metrics
-from benchd.models import load_model, parameter_count, preset_config
+from benchd.telemetry.metrics import Metrics
+from benchd.models.loading import load_model, parameter_count, preset_config
 from benchd.stopping import StopSignal
 from benchd.spec import SpecError, parse_spec
-from benchd.lifecycle import Lifecycle
-from benchd.workers.local import LocalPool
+from benchd.daemon.lifecycle import Lifecycle
+from benchd.supervisor.local import LocalPool
 from benchd.store import Store
-from benchd.telemetry import Telemetry
-from benchd.workers.local import run_local as run_timed
-from benchd.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
+from benchd.telemetry.run import Telemetry
+from benchd.supervisor.local import run_local as run_timed
+from benchd.models.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
 from benchd.timed.kernel import attention, attention_flops, matmul_flops
-from benchd.tracing import build_tracer_provider
+from benchd.telemetry.tracing import build_tracer_provider
 from tests.helpers import NODE, daemon, submit
 from tests.otlp import HTTPReceiver
 
@@ -228,7 +228,7 @@ def test_kernel_run_times_each_implementation_and_shape(tmp_path):
     timed = [t for t in outcome.timings if t.stage_index == 0]
     assert [t.index for t in timed] == [2, 3, 4, 5, 6] and not any(t.warmup for t in timed)
 
-    from benchd.report import write_outputs
+    from benchd.report.outputs import write_outputs
 
     write_outputs(outcome, tmp_path)
     rows = list(csv.DictReader((tmp_path / "kernels.csv").open()))
@@ -376,11 +376,11 @@ def test_cli_runs_a_kernel_spec(tmp_path):
     path = tmp_path / "k.yaml"
     path.write_text("kind: kernel\nname: cli-k\ndevice: cpu\nkernel:\n  op: attention\n  repeats: 3\n"
                     "  flush_bytes: 1048576\n  shapes: [{heads: 2, seq_len: 16, head_dim: 8}]\n")
-    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", str(path), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "b1h2s16d8c" in done.stdout and "eager" in done.stdout
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.json", "timings.csv", "kernels.csv", "report.html"}
-    refused = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--warmup-study"],
+    refused = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", str(path), "--warmup-study"],
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--warmup-study: applies to train_step specs" in refused.stderr

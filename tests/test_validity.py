@@ -1,4 +1,4 @@
-"""Verdicts (validity.py through records.summarize) and the worker's stop rules: unit cases on hand-built records
+"""Verdicts (spec/validity.py through records.summarize) and the worker's stop rules: unit cases on hand-built records
 and samples, then real runs against the controlled server (errors, over-saturation) and the tiny model."""
 
 import bisect
@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from benchd.records import RequestRecord, summarize
+from benchd.measure.records import RequestRecord, summarize
 from benchd.spec import parse_spec
-from benchd.validity import (MIN_FINISHED_FOR_RATE, Backlog, Figures, ValidityRules, Watch, judge, saturation,
+from benchd.spec.validity import (MIN_FINISHED_FOR_RATE, Backlog, Figures, ValidityRules, Watch, judge, saturation,
                              sent_rate_ratio)
-from benchd.workers.local import run_local as run
+from benchd.supervisor.local import run_local as run
 from tests.openai_server import OpenAIServer
 
 
@@ -420,8 +420,8 @@ def gauge(server, name, labels):
 
 
 def test_the_verdict_is_stored_exported_shown_and_keeps_an_invalid_run_from_being_a_baseline(tmp_path):
-    from benchd.records import StageSummary
-    from benchd.tables import summary_rows
+    from benchd.measure.records import StageSummary
+    from benchd.report.tables import summary_rows
     from tests.helpers import NODE, daemon, spec, submit
 
     labels = {"model": "tiny", "engine": "transformers", "workload": "short", "gpu": "", "hostname": NODE}
@@ -450,7 +450,7 @@ def test_the_verdict_is_stored_exported_shown_and_keeps_an_invalid_run_from_bein
 
 
 def test_the_daemons_settings_give_the_rules_a_workload_leaves_unset(tmp_path, monkeypatch):
-    from benchd.config import Settings
+    from benchd.daemon.settings import Settings
     from tests.helpers import daemon, spec, submit
 
     monkeypatch.setenv("BENCHD_VALIDITY__MIN_COMPLETION_RATIO", "0.8")  # as the environment gives it: text

@@ -41,7 +41,7 @@ def test_the_daemon_process_never_imports_torch(tmp_path):
         import sys, time
         from fastapi.testclient import TestClient
         from benchd.api import create_app
-        from benchd.config import Settings
+        from benchd.daemon.settings import Settings
         settings = Settings(database_url="sqlite:///{tmp_path}/b.db", spool_dir="{tmp_path}/spool", device="cpu",
                             default_schedule=False, workers={{"log_dir": "{tmp_path}/workers"}})
         with TestClient(create_app(settings)) as client:
@@ -97,7 +97,7 @@ def test_a_worker_fault_fails_one_run_and_the_next_succeeds(tmp_path, action, ca
 
 
 def test_a_run_past_its_deadline_is_stopped_and_failed(tmp_path):
-    from benchd.config import Limits
+    from benchd.daemon.settings import Limits
 
     with daemon(tmp_path, limits=Limits(max_duration_s=2)) as server:
         server.wait_ready()
@@ -187,7 +187,7 @@ def test_a_stage_that_runs_out_of_memory_fails_alone_and_a_new_engine_runs_the_n
         assert ready["workers"][0]["pid"] == pid and ready["worker_restarts"] == 0  # the process was kept
 
 
-PRIORITY = "import os; from benchd.priority import prioritize; prioritize({}); print(os.getpriority(0, 0))"
+PRIORITY = "import os; from benchd.loadgen.priority import prioritize; prioritize({}); print(os.getpriority(0, 0))"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops a capability (util-linux)")
@@ -239,7 +239,7 @@ def test_an_open_loop_sends_in_the_realtime_class_and_nothing_else_does(tmp_path
 
 
 def test_a_thread_in_the_realtime_class_goes_back_to_its_policy_and_nice():
-    from benchd import priority
+    from benchd.loadgen import priority
 
     if os.geteuid() != 0:
         pytest.skip("a real-time class needs root or CAP_SYS_NICE")

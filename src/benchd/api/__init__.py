@@ -17,21 +17,21 @@ from benchd.api.admission import Memory
 from benchd.api.deps import Services
 from benchd.api.guard import validation_detail
 from benchd.api.schemas import RETRY_AFTER_S
-from benchd.config import Settings
-from benchd.daemon import Daemon
-from benchd.devices import Slot, resolve
-from benchd.events import RunEvents
-from benchd.exposition import NodeRegistry
-from benchd.gauges import HardwareCollector
-from benchd.hardware import HardwareReader
-from benchd.metrics import Metrics
-from benchd.otel import build_genai_metrics
-from benchd.sampler import HardwareSampler
-from benchd.schedules import DEFAULT_SCHEDULE_SPEC
+from benchd.daemon.settings import Settings
+from benchd.daemon.service import Daemon
+from benchd.hardware.devices import Slot, resolve
+from benchd.daemon.events import RunEvents
+from benchd.telemetry.exposition import NodeRegistry
+from benchd.telemetry.gauges import HardwareCollector
+from benchd.hardware.reader import HardwareReader
+from benchd.telemetry.metrics import Metrics
+from benchd.telemetry.genai import build_genai_metrics
+from benchd.hardware.sampler import HardwareSampler
+from benchd.daemon.schedules import DEFAULT_SCHEDULE_SPEC
 from benchd.spec import RunSpec
 from benchd.store import Store, StoreUnavailable
-from benchd.telemetry import Telemetry
-from benchd.tracing import build_tracer_provider
+from benchd.telemetry.run import Telemetry
+from benchd.telemetry.tracing import build_tracer_provider
 
 
 def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader] = HardwareReader.default) -> FastAPI:

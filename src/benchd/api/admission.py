@@ -7,17 +7,17 @@ from collections.abc import Callable, Sequence
 
 from fastapi.exceptions import RequestValidationError
 
-from benchd.config import Settings
-from benchd.devices import DeviceError, Slot, targets
-from benchd.duration import time_problems
-from benchd.footprint import PlanError, estimate, fit_problems, gib, plan_for, planned
-from benchd.presets import PRESETS
-from benchd.roots import model_problem, path_problem
-from benchd import replay
-from benchd.speed import DeviceSpeed
+from benchd.daemon.settings import Settings
+from benchd.hardware.devices import DeviceError, Slot, targets
+from benchd.models.duration import time_problems
+from benchd.models.memory import PlanError, estimate, fit_problems, gib, plan_for, planned
+from benchd.models.presets import PRESETS
+from benchd.models.roots import model_problem, path_problem
+from benchd.spec import traces
+from benchd.hardware.speed import DeviceSpeed
 from benchd.spec import (Capacity, Concurrent, Constant, Gamma, Poisson, Ramp, RunSpec, Sweep, Trace,
                          length_upper_bound)
-from benchd.stack import unavailable
+from benchd.spec.stack import unavailable
 
 
 def problem(loc: tuple, message: str) -> dict:
@@ -45,7 +45,7 @@ class Unmeasured(Exception):
 def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slot], loc: tuple = (),
           speeds: Callable[[Slot], DeviceSpeed | None] = lambda slot: None) -> None:
     """Checks a spec from HTTP against the daemon's limits, devices and model rules; 422 naming each field. slots:
-    the daemon's workers; speeds: each one's measured speed (benchd.speed), what its time is judged by."""
+    the daemon's workers; speeds: each one's measured speed (benchd.hardware.speed), what its time is judged by."""
     problems = []
     try:
         chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
@@ -130,7 +130,7 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
         for slot in chosen if not problems else ():  # a request that cannot fit the cache needs no plan
             problems.extend(_memory_problems(spec, settings, memory, slot, slots, loc))
         unmeasured = []
-        for slot in chosen:  # its time, like its memory: at the speed each of its devices measured (benchd.duration)
+        for slot in chosen:  # its time, like its memory: at the speed each of its devices measured (benchd.models.duration)
             speed = speeds(slot)
             if speed is None and spec.kind != "generate":
                 unmeasured.append(slot.key)
@@ -196,8 +196,8 @@ def _arrival_problems(spec: RunSpec, settings: Settings, loc: tuple) -> list[dic
         if reason := path_problem(arrivals.path, settings.model_roots):
             return [*problems, problem((*where, "path"), reason)]
         try:
-            trace = replay.summarize(arrivals)
-        except replay.TraceError as error:
+            trace = traces.summarize(arrivals)
+        except traces.TraceError as error:
             return [*problems, problem((*where, "path"), str(error).split(": ", 1)[1])]
         if trace.requests > limits.max_requests and spec.workload.stop.requests is None:
             problems.append(problem((*where, "path"), f"the trace holds {trace.requests} requests, beyond the limit "

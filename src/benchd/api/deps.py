@@ -11,11 +11,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from benchd.api.admission import Memory, Unmeasured, admit
 from benchd.api.schemas import RETRY_AFTER_S
-from benchd.config import Settings
-from benchd.daemon import Daemon
-from benchd.events import RunEvents
-from benchd.exposition import NodeRegistry
-from benchd.sampler import HardwareSampler
+from benchd.daemon.settings import Settings
+from benchd.daemon.service import Daemon
+from benchd.daemon.events import RunEvents
+from benchd.telemetry.exposition import NodeRegistry
+from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import RunSpec
 from benchd.store import Store
 

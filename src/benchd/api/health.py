@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
 
-from benchd import exposition
+from benchd.telemetry import exposition
 from benchd.api.deps import ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import Readiness

@@ -16,10 +16,10 @@ from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.runs import _as_json
 from benchd.api.schemas import RETRY_AFTER_S, errors, links
-from benchd.matrix import MatrixProblem, parse_matrix
-from benchd.matrix_compare import MatrixComparison
-from benchd.matrix_page import matrix_page
-from benchd.runqueue import QueueFull
+from benchd.spec.matrix import MatrixProblem, parse_matrix
+from benchd.measure.matrix import MatrixComparison
+from benchd.report.matrix import matrix_page
+from benchd.daemon.queue import QueueFull
 
 router = APIRouter(prefix="/matrices", tags=["matrices"], route_class=GuardedRoute)
 

@@ -15,10 +15,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors, links
-from benchd.events import RunEvent
-from benchd.pages import run_page
-from benchd.report import write_csv
-from benchd.runqueue import QueueFull
+from benchd.daemon.events import RunEvent
+from benchd.report.pages import run_page
+from benchd.report.outputs import write_csv
+from benchd.daemon.queue import QueueFull
 from benchd.spec import RunSpec
 from benchd.store import TERMINAL
 

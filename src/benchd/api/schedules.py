@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import ScheduleIn, ScheduleView, errors, links
-from benchd.schedules import Schedule
+from benchd.daemon.schedules import Schedule
 
 router = APIRouter(prefix="/schedules", tags=["schedules"], route_class=GuardedRoute)
 

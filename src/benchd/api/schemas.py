@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchd.fields import PositiveFloat, Strict
-from benchd.records import StageSummary
+from benchd.spec.fields import PositiveFloat, Strict
+from benchd.measure.records import StageSummary
 from benchd.spec import Name, RunSpec
-from benchd.timings import KernelResult, TrainStepSummary
+from benchd.measure.timings import KernelResult, TrainStepSummary
 
 
 RETRY_AFTER_S = 5  # what a 429 (the queue is full) or a 503 (the database is unreachable) asks clients to wait
@@ -90,7 +90,7 @@ class WorkerView(BaseModel):
     # the real-time priority its open loops send at (BENCHD_WORKERS__DISPATCH_PRIORITY with the privilege, else 0)
     dispatch_priority: int | None
     load_error: str | None  # why the daemon's model did not load in it
-    # its device's speed as measured at its start (benchd.speed): matmul_flops_per_s by dtype, copy_bytes_per_s…
+    # its device's speed as measured at its start (benchd.hardware.speed): matmul_flops_per_s by dtype, copy_bytes_per_s…
     speed: dict[str, Any] | None = None
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from benchd.engines.handoff import Handoff
-    from benchd.models import LoadedModel
+    from benchd.models.loading import LoadedModel
     from benchd.spec import RunSpec
 
 
@@ -100,7 +100,7 @@ class Engine(Protocol):
 
 
 def _transformers(loaded: LoadedModel, spec: RunSpec) -> Engine:
-    from benchd.engines.transformers_cb import TransformersEngine
+    from benchd.engines.transformers import TransformersEngine
 
     return TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation)
 
@@ -112,7 +112,7 @@ def _static(loaded: LoadedModel, spec: RunSpec) -> Engine:
 
 
 def _openai(loaded: LoadedModel | None, spec: RunSpec) -> Engine:
-    from benchd.engines.openai import OpenAIEngine
+    from benchd.engines.openai.engine import OpenAIEngine
 
     return OpenAIEngine(spec.openai, spec.workload, spec.model)
 

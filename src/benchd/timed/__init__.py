@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchd.environment import RunMetadata
-from benchd.models import resolve_device
+from benchd.measure.metadata import RunMetadata
+from benchd.models.loading import resolve_device
 from benchd.stopping import StopSignal, Stopped
 from benchd.spec import RunSpec
-from benchd.workers.outbox import Outbox
+from benchd.protocol.outbox import Outbox
 
 
 class TimedContext:
@@ -24,7 +24,7 @@ class TimedContext:
 
     def __init__(self, spec: RunSpec, outbox: Outbox, metadata: RunMetadata, stop: StopSignal | None,
                  model: str | None = None) -> None:
-        """model: where to load the spec's model from, when not from its name (a confined path, benchd.roots)."""
+        """model: where to load the spec's model from, when not from its name (a confined path, benchd.models.roots)."""
         self.spec, self.outbox, self.metadata, self.stop = spec, outbox, metadata, stop
         self.model = model or spec.model
         self.device = resolve_device(spec.device)

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from benchd.flops import attention_flops, matmul_flops  # noqa: F401 (their home: the daemon sizes runs with them)
-from benchd.models import resolve_device, resolve_dtype
+from benchd.models.flops import attention_flops, matmul_flops  # noqa: F401 (their home: the daemon sizes runs with them)
+from benchd.models.loading import resolve_device, resolve_dtype
 from benchd.spec import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
 from benchd.timed import TimedContext
 from benchd.timed.clock import CacheFlusher, DeviceClock
-from benchd.timings import KernelResult, TimingStats
+from benchd.measure.timings import KernelResult, TimingStats
 
 class Unsupported(Exception):
     """This implementation cannot run this shape, type or device: its result records why."""

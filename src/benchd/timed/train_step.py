@@ -11,12 +11,12 @@ import time
 
 import torch
 
-from benchd.models import DTYPES, load_model, parameter_count
+from benchd.models.loading import DTYPES, load_model, parameter_count
 from benchd.spec import SpecError
 from benchd.timed import TimedContext
 from benchd.timed.clock import DeviceClock
-from benchd.timings import TrainStepSummary, TimingStats
-from benchd.flops import Shape, memory_breakdown, peak_tflops, step_flops
+from benchd.measure.timings import TrainStepSummary, TimingStats
+from benchd.models.flops import Shape, memory_breakdown, peak_tflops, step_flops
 
 PHASES = {"forward": ("forward",), "forward_backward": ("forward", "backward"),
           "train": ("forward", "backward", "optimizer")}

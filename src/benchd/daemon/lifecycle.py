@@ -1,0 +1,231 @@
+"""A run from the daemon's side, for every kind of run and for the daemon and the CLI alike: handed to a worker (or
+to every GPU's worker at once), its events ingested as they come, watched against its deadline, then judged, timed
+against the hardware, traced and stored. Nothing it meets stops the caller: a failure is the run's status, with
+where it happened."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from benchd.measure import timeline
+from benchd.models.duration import kernel_deadline
+from benchd.daemon.ingest import Progress, RunIngest
+from benchd.measure.result import RunResult, StageResult
+from benchd.daemon.every_gpu import ProgressSum, merge, verdicts
+from benchd.measure.records import RequestRecord
+from benchd.hardware.sampler import HardwareSampler, Recording
+from benchd.daemon.server_scrape import ServerGauges, ServerScrape
+from benchd.spec import RunSpec
+from benchd.stopping import StopSignal
+from benchd.store import RequestWriter, StageRequests, Store
+from benchd.telemetry.run import RunTelemetry, Telemetry
+from benchd.measure.timeline import StageSpan
+from benchd.supervisor.pool import WorkerPool
+
+log = logging.getLogger("benchd.daemon.lifecycle")
+
+POLL_S = 0.2
+CANCEL_GRACE_S = 60.0  # a worker told to stop that has not within this is hung: it is killed
+
+
+@dataclass(slots=True)
+class Part:
+    """The run on one worker: all of it, or one GPU's share of a run on every GPU."""
+
+    device: str  # the worker's slot key
+    gpu: str  # its label
+    observer: RunTelemetry
+    ingest: RunIngest
+
+
+class Lifecycle:
+    def __init__(self, pool: WorkerPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
+                 store: Store | None = None, faults: dict | None = None, threshold: float = 0.05,
+                 confidence: float = 0.95) -> None:
+        self.pool, self.telemetry, self.hardware, self.store, self.faults = pool, telemetry, hardware, store, faults
+        self.threshold, self.confidence = threshold, confidence
+
+    def execute(self, run_id: str, spec: RunSpec, device: str, stop: StopSignal,
+                on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None,
+                confine: dict | None = None) -> RunResult:
+        """Run the spec on the device's worker, or its tensor-parallel group's (placement every_gpu: on every one at
+        once) and return what it left, whatever happens; with a store, every request is written as it finishes and
+        the run's end once known. confine: the spec's paths its worker re-checks against the roots as it loads
+        (benchd.models.roots); a kernel run is also ended by its worker's supervisor past its deadline (benchd.models.duration)."""
+        slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel)
+        single = len(slots) == 1
+        observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "",
+                                          spec)
+        writer = self.store.requests_writer(run_id) if self.store is not None else None
+        progress = ProgressSum(on_progress, len(slots))
+        parts = []
+        for i, slot in enumerate(slots):
+            part_observer = observer if single else observer.part(slot.gpu)
+            finished = self._writes(writer, slot.gpu if not single else "") if writer is not None else None
+            parts.append(Part(slot.key, slot.gpu, part_observer,
+                              RunIngest(spec, part_observer, finished, progress.of(i) if on_progress else None)))
+        recording: Recording | None = None
+        scrape: ServerScrape | None = None
+        started = time.perf_counter()
+        try:
+            recording = self.hardware.begin() if self.hardware is not None else None
+            started = time.perf_counter()
+            scrape = self._scrape(spec, slots[0].gpu if single else "")
+            observer.run_started(started)
+            for part in parts:
+                if part.observer is not observer:
+                    part.observer.run_started(started)
+                settings = self.pool.settings
+                self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
+                                 wait_s=settings.start_timeout_s, trace_id=observer.run_trace_id, confine=confine,
+                                 deadline=lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,
+                                                                        settings.deadline_slack_s))
+            late = self._wait(run_id, parts, stop, started, deadline_s)
+        except Exception as error:  # the run's one boundary in the daemon: the failure is recorded, measures kept
+            log.exception("run %s failed in the daemon", run_id)
+            late = None
+            for part in parts:
+                if not part.ingest.ended.is_set():
+                    result = part.ingest.result
+                    result.status, result.error, result.error_stage = ("failed", f"{type(error).__name__}: {error}",
+                                                                        "daemon")
+        for part in parts:
+            result = part.ingest.result
+            if result.status == "running":  # the worker never answered (the daemon is stopping)
+                result.status, result.error_stage = "interrupted", "worker"
+            result.judge()
+        result = parts[0].ingest.result if single else merge(spec, {p.gpu: p.ingest.result for p in parts})
+        if late is not None:
+            result.status, result.error_stage = "failed", "run"
+            result.error = (f"the run went past its limit of {late:g} s (BENCHD_LIMITS__MAX_DURATION_S per stage) "
+                            "and was stopped")
+        if scrape is not None:
+            scrape.stop()
+        self._finish(run_id, result, parts, observer, recording, started, writer, scrape)
+        return result
+
+    def _scrape(self, spec: RunSpec, gpu: str) -> ServerScrape | None:
+        """An openai run with a metrics_url: its server's page read on a thread of the daemon, which stamps no
+        token (the client loops are processes of the worker's)."""
+        if spec.kind != "generate" or spec.engine != "openai" or spec.openai.metrics_url is None:
+            return None
+        metrics = self.telemetry.metrics
+        gauges = (ServerGauges(metrics, (spec.subject, spec.runner, spec.name, gpu)) if metrics is not None
+                  else None)
+        return ServerScrape(spec.openai.metrics_url, spec.openai.metrics_interval_s, gauges).start()
+
+    @staticmethod
+    def _writes(writer: RequestWriter, gpu: str) -> Callable[[StageResult, RequestRecord], None]:
+        keys: dict[int, StageRequests] = {}
+
+        def finished(stage: StageResult, record: RequestRecord) -> None:
+            key = keys.get(stage.index) or keys.setdefault(
+                stage.index, StageRequests(stage.index, stage.label, stage.start_s, gpu))
+            writer.add(key, record)
+
+        return finished
+
+    def _wait(self, run_id: str, parts: list[Part], stop: StopSignal, started: float,
+              deadline_s: float | None) -> float | None:
+        """Until every part has ended; the deadline when it was passed (the run was stopped), else None."""
+        told: float | None = None  # when the workers were told to stop
+        late = False
+        while True:
+            now = time.perf_counter()
+            # The deadline counts from when requests start: loading a model is bounded by the worker's own watch.
+            running = [t for p in parts for name, t in p.ingest.phases if name == "run"]
+            if told is None and deadline_s is not None and running and now - min(running) > deadline_s:
+                late, reason = True, "cancelled"
+            elif told is None and stop.is_set():
+                reason = stop.reason
+            else:
+                reason = None
+            if reason is not None:
+                for part in parts:
+                    self.pool.cancel(part.device, run_id, reason)
+                told = now
+            elif told is not None and now - told > CANCEL_GRACE_S:
+                for part in parts:
+                    if not part.ingest.ended.is_set():
+                        self.pool.kill(part.device, "no_progress",
+                                       f"the run did not stop within {CANCEL_GRACE_S:g} s of being told to")
+                told = float("inf")
+            if all(p.ingest.ended.wait(POLL_S / len(parts)) for p in parts):
+                return deadline_s if late else None
+
+    def _finish(self, run_id: str, result: RunResult, parts: list[Part], observer: RunTelemetry,
+                recording: Recording | None, started: float, writer: RequestWriter | None,
+                scrape: ServerScrape | None = None) -> None:
+        """Hardware, timeline, verdicts, spans and the store: each on its own, so one failing leaves the others."""
+        end = time.perf_counter()
+        try:
+            if recording is not None:
+                windows = [w for stage in result.stages if (w := stage.window()) is not None]
+                start, stop = (windows[0][0], windows[-1][1]) if windows else (started, end)
+                tokens = sum(stage.measured_tokens() for stage in result.stages)
+                result.hardware = recording.end(start, stop, tokens)
+                observer.energy(result.hardware.energy_per_output_token_joules)
+            spans = [StageSpan(s.index, s.label, s.start_s, s.end_s or (w[1] if (w := s.window()) else end))
+                     for s in result.stages]
+            load = [sample for part in parts for sample in part.ingest.load_samples()]
+            result.timeline = timeline.build(started, spans, load,
+                                             recording.snapshots if recording is not None else [],
+                                             scrape.timeline(started) if scrape is not None else None)
+        except Exception:  # the hardware's boundary: a failing sampler means fewer figures, never a lost run
+            log.exception("run %s: the hardware summary failed", run_id)
+        if result.parts is not None:
+            try:
+                result.parts["verdicts"] = verdicts(result, self.threshold, self.confidence)
+                self._export_verdicts(result)
+            except Exception:  # the comparison's boundary: the run keeps its figures without it
+                log.exception("run %s: comparing its GPUs failed", run_id)
+        if result.metadata is not None:
+            result.metadata.trace_id = observer.run_trace_id
+        for part in parts:
+            part.observer.trace_requests([r for stage in part.ingest.result.stages for r in stage.records])
+            if part.observer is not observer:
+                part.observer.run_finished(end, part.ingest.result.status, part.ingest.result.error)
+        summaries = result.summaries()
+        valid, found = result.valid(summaries), result.capacity(summaries)
+        observer.verdict(valid, found.requests_per_s if found else None, found is not None)
+        observer.run_finished(end, result.status, result.error)
+        if self.store is not None:
+            self._store(run_id, result, parts, writer)
+
+    def _export_verdicts(self, result: RunResult) -> None:
+        metrics = self.telemetry.metrics
+        if metrics is None:
+            return
+        for verdict in result.parts["verdicts"]:
+            workload, gpu = result.spec.name, verdict["gpu"]
+            if verdict["relative_throughput"] is not None:
+                metrics.gpu_relative_throughput.labels(workload, gpu).set(verdict["relative_throughput"])
+            metrics.gpu_outlier.labels(workload, gpu).set(float(verdict["outlier"]))
+
+    def _store(self, run_id: str, result: RunResult, parts: list[Part], writer: RequestWriter) -> None:
+        gpu = "" if len(parts) == 1 else None
+        writer.close((StageRequests(s.index, s.label, s.start_s, gpu if gpu is not None else p.gpu), s.records)
+                     for p in parts for s in p.ingest.result.stages)
+        summaries = result.summaries()
+        found = result.capacity(summaries)
+        meta = result.metadata.model_dump(mode="json") if result.metadata is not None else None
+        self.store.finish_run(
+            run_id, status=result.status, error=result.error, error_stage=result.error_stage,
+            subject=result.spec.subject, label=meta.get("label") if meta else result.spec.label,
+            summaries=[s.model_dump(mode="json") for s in summaries], metadata=meta,
+            hardware=result.hardware.model_dump(mode="json") if result.hardware is not None else None,
+            timeline=result.timeline, parts=result.parts, valid=result.valid(summaries),
+            capacity_requests_per_s=found.requests_per_s if found is not None else None,
+            timings_rows=[{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
+                           "seconds": t.seconds} for t in result.timings])
+
+
+def deadline_s(spec: RunSpec, max_duration_s: float) -> float:
+    """How long a run from HTTP may run its requests (or timed stages) before it is stopped: the limit per stage,
+    and one more for what is in flight when dispatching ends. Admission already refused what could not send its
+    requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
+    stages = spec.workload.stage_count() if spec.kind == "generate" else 1
+    return max_duration_s * (stages + 1)

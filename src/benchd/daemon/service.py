@@ -1,0 +1,166 @@
+"""The daemon's parts put together: the run queue, the one thread that runs what it holds, the schedules, the worker
+pool and the hooks after each run. Each long-lived thread has one loop whose body is guarded: what goes wrong in a
+run or a tick is recorded (the run failed, with the stage it failed in; the tick logged and counted in
+benchd_internal_errors_total) and the loop goes on."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from benchd.daemon.settings import Settings
+from benchd.hardware.devices import Slot
+from benchd.daemon.events import RunEvent, RunEvents
+from benchd.daemon.followup import Hooks
+from benchd.daemon.ingest import Progress
+from benchd.daemon.lifecycle import Lifecycle, deadline_s
+from benchd.daemon.matrices import MatrixRuns
+from benchd.spec.matrix import MatrixSpec
+from benchd.telemetry.metrics import Metrics
+from benchd.measure.result import RunResult
+from benchd.models.roots import confined
+from benchd.daemon.queue import Job, QueueFull, RunQueue
+from benchd.hardware.sampler import HardwareSampler
+from benchd.daemon.schedules import Schedules
+from benchd.spec import RunSpec
+from benchd.store import Store
+from benchd.telemetry.run import Telemetry
+from benchd.supervisor.pool import WorkerPool
+
+log = logging.getLogger("benchd.daemon.service")
+
+__all__ = ["Daemon", "QueueFull"]
+
+
+class Daemon:
+    def __init__(self, settings: Settings, store: Store, telemetry: Telemetry, sampler: HardwareSampler | None,
+                 events: RunEvents, slots: list[Slot]) -> None:
+        self.settings, self.store, self.telemetry, self.events = settings, store, telemetry, events
+        self.metrics: Metrics | None = telemetry.metrics
+        self.queue = RunQueue(settings.queue_max)
+        self.pool = WorkerPool(slots, settings.workers, (settings.model, settings.dtype), on_restart=self._restarted,
+                               watch=sampler.watch_process if sampler is not None else lambda name, pid: None,
+                               memory_fraction=settings.limits.memory_fraction)
+        faults = settings.faults.model_dump() if settings.faults.workload else None
+        self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults)
+        self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error)
+        self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,
+                                   settings.compare_confidence, self.internal_error)
+        self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices)
+        self._thread = threading.Thread(target=self._loop, name="benchd-runs", daemon=True)
+        self._closing = threading.Event()
+
+    # ---- state -------------------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.schedules.alive
+
+    @property
+    def ready(self) -> bool:
+        """Runs execute, and every worker answers and has tried the daemon's model (a failed load leaves the daemon
+        unready: /readyz says why)."""
+        return self.alive and self.pool.ready and self.pool.load_error() is None
+
+    def internal_error(self, component: str) -> None:
+        if self.metrics is not None:
+            self.metrics.internal_errors.labels(component).inc()
+
+    def _restarted(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.worker_restarts.labels(reason).inc()
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.pool.start()
+        self._thread.start()
+        self.schedules.start()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """The current run ends as interrupted with what it measured; queued runs are cancelled."""
+        self._closing.set()
+        for job in self.queue.close():
+            self._end(job, "cancelled", "the daemon stopped before the run started", "queue")
+        self._thread.join(timeout_s)
+        self.schedules.stop()
+        self.pool.stop()
+
+    # ---- runs --------------------------------------------------------------------------------------
+
+    def resolve(self, spec: RunSpec) -> RunSpec:
+        """What the spec leaves unset comes from the daemon: its model, dtype, device and label, and the validity
+        rules its settings set."""
+        daemon = {"model": self.settings.model, "dtype": self.settings.dtype, "device": self.settings.device,
+                  "label": self.settings.label}
+        unset = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
+        rules, ours = spec.workload.validity, self.settings.validity
+        rules_unset = {k: getattr(ours, k) for k in ours.model_fields_set if k not in rules.model_fields_set}
+        if rules_unset:
+            unset["workload"] = spec.workload.model_copy(update={"validity": rules.model_copy(update=rules_unset)})
+        return spec.model_copy(update=unset)
+
+    def submit(self, spec: RunSpec, schedule: str | None = None) -> str:
+        spec = self.resolve(spec)
+        job = self.queue.put(spec, schedule,
+                             lambda job: self.store.create_run(job.run_id, spec.model_dump(mode="json"), schedule))
+        self.events.publish(job.run_id, RunEvent("status", {"status": "queued"}))
+        return job.run_id
+
+    def submit_matrix(self, matrix: MatrixSpec, specs: list[RunSpec]) -> tuple[str, list[str]]:
+        """specs: the variants' specs as resolved and admitted; its runs are queued together, interleaved."""
+        matrix_id, run_ids = self.matrices.submit(matrix, specs)
+        for run_id in run_ids:
+            self.events.publish(run_id, RunEvent("status", {"status": "queued"}))
+        return matrix_id, run_ids
+
+    def cancel(self, run_id: str) -> str | None:
+        """Cancel a queued or running run; None when it is neither."""
+        job = self.queue.cancel(run_id)
+        if job is None:
+            return None
+        if job is self.queue.current:
+            return "cancelling"
+        self._end(job, "cancelled", "cancelled before it started", "queue")
+        return "cancelled"
+
+    def _loop(self) -> None:
+        while not self._closing.is_set():
+            job = self.queue.take(timeout_s=1.0)
+            if job is None:
+                continue
+            try:
+                self._execute(job)
+            except Exception as error:  # the loop's one boundary: the run fails, the next one runs
+                log.exception("run %s failed in the daemon", job.run_id)
+                self.internal_error("runs")
+                self._end(job, "failed", f"{type(error).__name__}: {error}", "daemon")
+            finally:
+                self.queue.done()
+
+    def _execute(self, job: Job) -> None:
+        if job.matrix is not None:
+            self.matrices.started(job)
+        self.store.mark_running(job.run_id)
+        self.events.publish(job.run_id, RunEvent("status", {"status": "running"}))
+        # Paths a spec from HTTP names were checked at admission; its worker checks them again on what it opens
+        # (benchd.models.roots). The settings' own schedules are the operator's, as the daemon's model is.
+        declared = {s.name for s in self.settings.schedules}
+        confine = None if job.schedule in declared else confined(job.spec, self.settings.model,
+                                                                 self.settings.model_roots)
+        result = self.lifecycle.execute(job.run_id, job.spec, job.spec.device, job.stop,
+                                        self._progress(job.run_id),
+                                        deadline_s(job.spec, self.settings.limits.max_duration_s), confine)
+        self.hooks.after(job, result, [s.model_dump(mode="json") for s in result.summaries()])
+
+    def _progress(self, run_id: str):
+        def publish(p: Progress) -> None:
+            self.events.publish(run_id, RunEvent("progress", {
+                "stage": p.stage, "stage_index": p.stage_index, "stages": p.stages, "completed": p.completed,
+                "expected": p.expected, "elapsed_s": p.elapsed_s, "duration_s": p.duration_s}))
+
+        return publish
+
+    def _end(self, job: Job, status: str, error: str | None, error_stage: str) -> None:
+        self.store.set_status(job.run_id, status, error, error_stage)
+        self.hooks.after(job, RunResult(spec=job.spec, status=status, error=error, error_stage=error_stage), [])

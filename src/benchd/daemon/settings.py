@@ -1,0 +1,234 @@
+"""Daemon settings: environment (BENCHD_*), an optional YAML file (BENCHD_CONFIG), validated at start-up."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+from benchd.models.memory import MEMORY_FRACTION
+from benchd.telemetry.metrics import HistogramBuckets, MetricsSettings
+from benchd.spec import NAME_MAX, Name, RunSpec
+from benchd.spec.validity import ValidityRules
+from benchd.worker.faults import Faults
+from benchd.supervisor.handle import WorkerSettings
+
+
+class Limits(BaseModel):
+    """What one HTTP-submitted spec may ask for; beyond these, 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_requests: Annotated[int, Field(ge=1)] = 10_000
+    max_prompt_tokens: Annotated[int, Field(ge=1)] = 32_768
+    max_output_tokens: Annotated[int, Field(ge=1)] = 8_192
+    max_duration_s: Annotated[float, Field(gt=0)] = 3_600.0
+    max_concurrency: Annotated[int, Field(ge=1)] = 1_024
+    max_rate: Annotated[float, Field(gt=0)] = 10_000.0
+    max_stages: Annotated[int, Field(ge=1)] = 32  # load levels, warm-up study levels, kernel shapes × implementations
+    max_steps: Annotated[int, Field(ge=1)] = 10_000  # a training step's warm-up + measured steps
+    max_repeats: Annotated[int, Field(ge=1)] = 100_000  # a kernel's warm-up + measured calls
+    max_flush_bytes: Annotated[int, Field(ge=0)] = 2**30  # a kernel's cache-flush buffer
+    # What one run may need in memory (weights, KV cache, activations, a timed run's tensors; estimated from the
+    # spec): this many bytes, or unset: memory_fraction of the device's available memory (host RAM for a CPU, free
+    # GPU memory for CUDA, counting what benchd itself holds and would release).
+    memory_bytes: Annotated[int, Field(ge=1)] | None = None
+    memory_fraction: Annotated[float, Field(gt=0, le=1)] = MEMORY_FRACTION  # workers plan GPU caches within it
+
+
+class ValidityDefaults(ValidityRules):
+    """ValidityRules as settings give them: from the environment, where every value is text ("0.8")."""
+
+    model_config = ConfigDict(strict=False)
+
+
+EnvName = Annotated[str, Field(max_length=NAME_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+LOOPBACK = ["localhost", "127.0.0.0/8", "::1"]
+
+
+class OpenAISettings(BaseModel):
+    """What an openai spec from HTTP may make the daemon do on its behalf: which variable's value it may send as the
+    key (none by default, never a BENCHD_* one: the daemon's own settings and secrets), and to which hosts or
+    networks it may send requests (base_url) or read a metrics page from (metrics_url): loopback by default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key_envs: list[EnvName] = []
+    hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = LOOPBACK  # names, addresses, CIDR networks
+
+    @field_validator("key_envs")
+    @classmethod
+    def _not_the_daemons(cls, names: list[str]) -> list[str]:
+        if own := [name for name in names if name.upper().startswith("BENCHD_")]:
+            raise ValueError(f"{', '.join(own)}: a BENCHD_* variable holds the daemon's own settings and secrets, "
+                             "never a key a spec may send")
+        return names
+
+    @field_validator("hosts")
+    @classmethod
+    def _names_or_networks(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            if _network(host) is None and not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", host):
+                raise ValueError(f"{host!r} is neither a host name nor an address or network (127.0.0.0/8, ::1)")
+        return hosts
+
+    def key_problem(self, name: str) -> str | None:
+        if name in self.key_envs:
+            return None
+        allowed = ", ".join(self.key_envs) if self.key_envs else "none are"
+        return f"{name!r} is not a variable BENCHD_OPENAI__KEY_ENVS allows a spec to send as its key ({allowed})"
+
+    def url_problem(self, url: str) -> str | None:
+        """Why the daemon must not send requests to this URL for a spec from HTTP; None when it may. Judged on the
+        URL as the engine's client parses it (urlsplit), user information and backslashes refused outright."""
+        parts = urlsplit(url)
+        if "@" in parts.netloc or "\\" in url:
+            return "user information (user@) and backslashes are not accepted in the URL"
+        try:
+            host, _ = parts.hostname, parts.port
+        except ValueError as error:
+            return f"{error} in {url!r}"
+        if not host:
+            return f"{url!r} names no host"
+        address = _address(host)
+        if address is not None:
+            allowed = any(address in network for h in self.hosts if (network := _network(h)) is not None)
+        else:
+            allowed = host.rstrip(".").lower() in {h.rstrip(".").lower() for h in self.hosts}
+        if allowed:
+            return None
+        return (f"{host} is not among the hosts BENCHD_OPENAI__HOSTS allows ({', '.join(self.hosts)}): the daemon "
+                "sends requests only where its operator lets it")
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    return address
+
+
+class DeclaredSchedule(BaseModel):
+    """A schedule the settings declare (a Helm chart's values, a config file): as POST /schedules takes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    spec: RunSpec
+    interval_s: Annotated[float, Field(gt=0)]
+    enabled: bool = True
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BENCHD_", env_nested_delimiter="__", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    model: str = "tiny"  # the daemon's model: specs without one run on it
+    device: Annotated[str, Field(pattern=r"^(auto|cpu(:\d+)?|cuda(:\d+)?)$")] = "auto"
+    # Where workers run, one process each: all (every GPU CUDA_VISIBLE_DEVICES leaves visible; the CPU where there
+    # is none, or when BENCHD_DEVICE is cpu), or a list: cuda:N (the N-th visible GPU), cpu, cpu:0 … cpu:K.
+    devices: str | list[str] = "all"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    database_url: str = "sqlite:///benchd.db"
+    # Every write is journaled here first and applied when the database answers; past spool_max_bytes of writes
+    # waiting for an unreachable database, new runs are refused.
+    spool_dir: Path = Path("benchd-spool")
+    spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20
+    store_start_timeout_s: Annotated[float, Field(ge=0)] = 10.0  # waited at start for migrations and recovery
+    api_token: SecretStr | None = None
+    label: str | None = None
+    default_schedule: bool = True  # run a small workload on the daemon's model every interval
+    default_schedule_interval_s: Annotated[float, Field(gt=0)] = 60.0
+    queue_max: Annotated[int, Field(ge=1)] = 16
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 1 << 20  # a request body larger than this gets 413
+    model_roots: list[Path] = []  # local directories HTTP specs may load models from
+    limits: Limits = Limits()
+    # The validity rules a workload leaves unset (BENCHD_VALIDITY__MIN_COMPLETION_RATIO=0.8, …): those set here
+    # replace the defaults for every run this daemon takes; a workload's own `validity` still wins.
+    validity: ValidityDefaults = ValidityDefaults()
+    openai: OpenAISettings = OpenAISettings()  # what openai specs from HTTP may send, and where
+    buckets: HistogramBuckets = HistogramBuckets()
+    metrics: MetricsSettings = MetricsSettings()
+    workers: WorkerSettings = WorkerSettings()
+    faults: Faults = Faults()  # fault injection for tests and bench scripts: settings only, never HTTP
+    compare_threshold: Annotated[float, Field(ge=0)] = 0.05  # a change smaller than this is no regression
+    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+    # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
+    # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))
+    # means a hung driver call: the hardware series leave /metrics until a read completes.
+    hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0
+    hardware_stale_after_s: Annotated[float, Field(gt=0)] | None = None
+    # The node: the value of the hostname label on every series and stored with every run (the Kubernetes downward
+    # API's spec.nodeName in a cluster); unset or empty: this host's name.
+    node_name: Annotated[str, Field(max_length=253)] = ""
+    pod_name: Annotated[str, Field(max_length=253)] | None = None  # stored with every run (downward API metadata.name)
+    # Schedules declared at start (BENCHD_SCHEDULES as JSON, or `schedules:` in the BENCHD_CONFIG file). The settings
+    # own them: they are not written to the store, so one removed from the settings is gone at the next start.
+    schedules: list[DeclaredSchedule] = []
+
+    @field_validator("api_token", "label", "pod_name", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        """BENCHD_API_TOKEN= (as compose passes an unset variable) means no token, not an empty one."""
+        return None if value == "" else value
+
+    @field_validator("node_name")
+    @classmethod
+    def _host_by_default(cls, value: str) -> str:
+        return value or socket.gethostname()
+
+    @model_validator(mode="after")
+    def _schedule_names(self) -> Settings:
+        names = [s.name for s in self.schedules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"schedules: names must be unique, got {names}")
+        if self.default_schedule and "default" in names:
+            raise ValueError("schedules: 'default' is the built-in schedule's name; set default_schedule to false to "
+                             "declare one of that name")
+        return self
+
+    @model_validator(mode="after")
+    def _stale_after_an_interval(self) -> Settings:
+        if self.hardware_stale_after_s is not None and self.hardware_stale_after_s <= self.hardware_interval_s:
+            raise ValueError(f"hardware_stale_after_s ({self.hardware_stale_after_s}) must be longer than "
+                             f"hardware_interval_s ({self.hardware_interval_s}): a read is due every interval")
+        return self
+
+    @field_validator("model_roots")
+    @classmethod
+    def _absolute(cls, roots: list[Path]) -> list[Path]:
+        return [Path(os.path.abspath(root)) for root in roots]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Precedence: explicit arguments, then the environment, then the config file.
+        sources = [init_settings, env_settings]
+        config_file = os.environ.get("BENCHD_CONFIG")
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        return tuple(sources)

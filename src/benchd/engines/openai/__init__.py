@@ -1,0 +1,1 @@
+"""Any OpenAI-compatible server, driven from client processes of benchd's own."""

@@ -1,0 +1,418 @@
+"""transformers continuous batching: every token with the timestamp transformers records as it is produced."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers.generation.configuration_utils import ContinuousBatchingConfig
+from transformers.generation.continuous_batching.utils import WorkloadHints
+
+from benchd.spec import traces
+from benchd.engines import EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.handoff import Handoff
+from benchd.engines.oom import failure_of, figures
+from benchd.models.flops import Shape
+from benchd.models.memory import (CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS, MEMORY_FRACTION, CachePlan,
+                              PlanError, chosen, plan_cache)
+from benchd.models.loading import LoadedModel, greedy_config
+from benchd.spec import SpecError, TransformersOptions, Workload
+from benchd.spec.stack import base_attention
+
+# benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
+# from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
+# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (DESIGN.md).
+CPU_DEFAULTS: dict[str, Any] = {"block_size": CPU_BLOCK_SIZE, "num_blocks": CPU_CACHE_TOKENS // CPU_BLOCK_SIZE,
+                                "max_batch_tokens": CPU_BATCH_TOKENS}
+CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
+
+# How often running requests' new tokens are read. Their stamps are exact whatever this is; it sets how soon
+# metrics see them, and what reading them costs the generation loop, whose scheduling needs the GIL this reading
+# takes: 2.5 µs a request and token read one at a time, 0.7 µs five at a time. On an H100 (reference workload,
+# bench/gpu_overhead.py) the generation thread waited 0.18–0.24 s of a 24 s run for the GIL at 50 ms, 0.06 s here.
+LIVE_POLL_S = 0.5
+
+# torch's intra-op threads for a CUDA engine, at most. Without flash-attn, continuous batching runs paged sdpa, whose
+# generation thread fills a query × (cache + query) attention mask on the CPU before every step (~27 ms of a ~93 ms
+# step on the reference workload). Those ops are memory-bound, so a few threads saturate them; torch's default, one
+# thread a core, was slower, likely because a parallel region over every core waits for whichever worker another
+# waking thread (benchd's or the host's) displaced. On an H100 host with 16 cores (bench/gpu_overhead.py, bare
+# generate_batch, medians of 3): 16 threads 2,589 output tok/s, 12 2,604, 8 2,692, 6 2,796, 4 2,751; 6 against 16
+# over 7 pairs, 1.027× (docs/benchmarks.md).
+CUDA_CPU_THREADS = 6
+
+# 5.18 renamed the cache's token granularity from block_size to page_size (block_size stays as a deprecated alias).
+_SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
+
+
+def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | None = None) -> ContinuousBatchingConfig:
+    """plan: benchd's sizing of the cache and steps on a GPU (footprint.plan_cache); what the spec sets is in it."""
+    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "cpu_threads"})
+    defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
+    kwargs = {**defaults, **chosen}
+    if plan is not None:
+        kwargs.update(block_size=plan.block_size, num_blocks=plan.num_blocks, max_batch_tokens=plan.max_batch_tokens)
+    if "compile_level" in kwargs:
+        kwargs["default_compile_level"] = kwargs.pop("compile_level")
+    if "block_size" in kwargs:
+        kwargs[_SIZE_FIELD] = kwargs.pop("block_size")
+    return ContinuousBatchingConfig(**kwargs)
+
+
+def device_memory(device: torch.device) -> tuple[int, int, int]:
+    """(free on the device, held by this process's allocator, allocated in it: the weights), in bytes."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free, torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device)
+
+
+def gpu_plan(loaded: LoadedModel, options: TransformersOptions, workload: Workload, attention: str,
+             memory: tuple[int, int, int] | None = None) -> CachePlan:
+    """benchd's plan for the cache on the model's GPU, within the share of the memory a run may use: what is free
+    and what this process holds (the weights) together, × BENCHD_LIMITS__MEMORY_FRACTION (which the daemon hands
+    its workers). memory: device_memory()'s figures, read now when None. Raises SpecError naming the field when
+    one request cannot fit."""
+    free, held, weights = memory or device_memory(loaded.device)
+    fraction = float(os.environ.get("BENCHD_WORKER_MEMORY_FRACTION", MEMORY_FRACTION))
+    ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    shape = Shape.of(loaded.model.config).sharded(ranks)
+    try:
+        return plan_cache(shape, loaded.dtype.itemsize, weights, int((free + held) * fraction),
+                          sum(traces.longest(workload)), attention, **chosen(options))
+    except PlanError as error:
+        raise SpecError(f"{error.field}: out of GPU memory as planned: {error.reason}") from None
+
+
+def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
+    """torch's intra-op threads while the engine runs; None leaves torch's setting alone (on CPU the model itself
+    runs on those threads, and library_defaults means transformers as it comes)."""
+    if options.cpu_threads is not None:
+        return options.cpu_threads
+    if options.library_defaults or device_type == "cpu":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(CUDA_CPU_THREADS, cores // 2))  # half the cores at most: the rest for benchd and the host
+
+
+def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
+    """Where the generation thread gives way to a due send: before each decoder layer (the first list of modules:
+    a forward pass of a small model on a CPU is milliseconds), and before and after each forward pass (sampling and
+    scheduling lie between)."""
+    layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), [])
+    return [*(layer.register_forward_pre_hook(handoff.give_way) for layer in layers),
+            model.register_forward_pre_hook(handoff.give_way), model.register_forward_hook(handoff.give_way)]
+
+
+def kv_blocks(cache) -> tuple[int, int]:
+    """(used, total) blocks of the paged cache, read live from another thread.
+
+    Used means referenced by a request: finished requests' complete blocks that are kept only for prefix reuse
+    can be evicted at any time, so they count as free (as 5.17's block manager and vLLM's usage figure count them).
+    """
+    total = cache.num_blocks
+    if hasattr(cache, "get_num_free_blocks"):  # transformers 5.17: one block manager
+        return total - cache.get_num_free_blocks(), total
+    # 5.18+: sectors shared among cache allocators, each with a ledger of evictable cached blocks
+    free_bytes = cache.compute_free_capacity(relative=False)
+    for allocator in cache.cache_allocators.values():
+        ledger = getattr(allocator, "ledger", None)
+        if ledger is not None:
+            free_bytes += len(ledger.cached_blocks) * allocator.bytes_per_block
+    capacity = cache.num_sectors * cache.bytes_per_sector
+    return total - round(free_bytes / capacity * total), total
+
+
+def cached_prefix_blocks(cache) -> int:
+    """Blocks no request references that the cache keeps for prefix sharing (the complete blocks of finished ones)."""
+    if hasattr(cache, "evict_cached_blocks"):  # 5.18+: a ledger of cached blocks per allocator
+        return sum(len(allocator.ledger.cached_blocks) for allocator in cache.cache_allocators.values())
+    return len(cache._block_manager._init_block_ids)  # 5.17: the initialized (complete, unreferenced) blocks
+
+
+def forget_prefixes(cache) -> None:
+    """Every cached prefix dropped, as transformers drops them under memory pressure. Call with no request running."""
+    if hasattr(cache, "evict_cached_blocks"):  # 5.18+
+        cache.evict_cached_blocks()
+        return
+    manager = cache._block_manager  # 5.17: asking for every free block uninitializes the initialized ones
+    manager.has_enough_free_blocks(manager.num_free_blocks)
+
+
+@dataclass(slots=True)
+class _Stream:
+    sink: TokenSink
+    seen: int = 0
+    admitted: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class TransformersEngine:
+    name = "transformers"
+    dispatch_lead_s = 0.0  # the stage submits at the scheduled time
+
+    def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload,
+                 attn_implementation: str | None = None) -> None:
+        self._loaded = loaded
+        # An attention implementation the spec names is run as its paged variant, as named: transformers would
+        # otherwise switch sdpa to flash attention by itself where flash-attn is installed.
+        self._attention = None if attn_implementation is None else "paged|" + base_attention(attn_implementation)
+        self._attention_before: str | None = None
+        planned = loaded.device.type == "cuda" and not options.library_defaults
+        self.plan = gpu_plan(loaded, options, workload, base_attention(attn_implementation or "sdpa")) \
+            if planned else None
+        self._config = cb_config(options, loaded.device.type, self.plan)
+        self._threads = cpu_threads(options, loaded.device.type)
+        self._threads_before: int | None = None
+        prompt, output = traces.longest(workload)
+        self._generation = greedy_config(loaded, workload.ignore_eos, output)
+        self._eos: list[int] = [] if workload.ignore_eos else loaded.eos_ids
+        self._hints = WorkloadHints(max_prompt_length=prompt, max_generated_length=output)
+        self._check_capacity(workload)
+        self._streams: dict[str, _Stream] = {}
+        self._lock = threading.Lock()
+        self._manager = None
+        self._consumer: threading.Thread | None = None
+        self._stopping = threading.Event()
+        # On a CPU the generation thread runs the model's Python and keeps the GIL; on a GPU it waits on the device
+        # without it, and a compiled forward would break its graph at every hook.
+        compiled = getattr(self._config, "default_compile_level", 0)
+        self.handoff = Handoff() if loaded.device.type == "cpu" and not compiled else None
+        self._hooks: list = []
+
+    def _check_capacity(self, workload: Workload) -> None:
+        size = getattr(self._config, _SIZE_FIELD)
+        need = sum(traces.longest(workload))
+        if self._config.num_blocks is not None and self._config.num_blocks * size < need:
+            raise SpecError(
+                f"transformers.num_blocks: the cache holds {self._config.num_blocks} × {size} tokens, "
+                f"but one request may need {need} (prompt + output)"
+            )
+
+    def start(self) -> None:
+        self._start_manager()
+        if self.handoff is not None:
+            self._hooks = handoff_hooks(self._loaded.model, self.handoff)
+        self._stopping.clear()
+        self._consumer = threading.Thread(target=self._consume, name="benchd-cb-results", daemon=True)
+        self._consumer.start()
+
+    def forget(self) -> None:
+        """A warm engine keeps the complete blocks of finished requests for prefix sharing (transformers keeps them
+        across generation sessions), and a run of the same seeded prompts after another found every prompt cached:
+        prefill skipped, TTFT p50 350 ms instead of 3.3 s for the reference workload on an H100. Each run starts
+        with none (sharing within a run is kept)."""
+        if self._manager is not None and self._manager.batch_processor is not None:
+            forget_prefixes(self._manager.batch_processor.cache)
+
+    def follow(self) -> None:
+        """On a tensor-parallel rank other than the driver (rank 0): run the batching loop in step with the
+        driver's, which broadcasts the requests it admits and its stop, until it stops."""
+        self._start_manager()
+        try:
+            while self._manager.is_running():
+                time.sleep(0.05)
+        finally:
+            self._manager.stop(block=True, timeout=10)
+            self._manager.destroy()
+            self._manager = None
+            self._restore_threads()
+
+    def _start_manager(self) -> None:
+        if self._threads is not None:
+            # Process-wide while the engine runs; set before the generation thread starts, which takes the count on
+            # its first parallel op.
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(self._threads)
+        try:
+            model = self._loaded.model
+            if self._attention is not None and model.config._attn_implementation != self._attention:
+                self._attention_before = model.config._attn_implementation
+                model.set_attn_implementation(self._attention)
+            self._manager = self._loaded.model.init_continuous_batching(
+                generation_config=self._generation,
+                continuous_batching_config=self._config,
+                workload_hints=self._hints,
+            )
+            self._manager.warmup()  # CUDA graph capture: before any timed request
+            self._check_warmup()
+            self._manager.start()
+        except BaseException:
+            self._restore_threads()
+            self._restore_attention()
+            raise
+
+    def _check_warmup(self) -> None:
+        """transformers captures the largest step's graph first, so that the graphs captured later reuse its pool,
+        and says nothing when that capture fails; the pool then grows with every new step shape until a step runs
+        out of memory (docs/memory.md). A planned engine whose warm-up captured nothing does not start."""
+        processor = self._manager.batch_processor
+        if self.plan is None or processor is None or not any(self._manager.continuous_batching_config.cuda_graph_booleans):
+            return
+        io = processor.inputs_and_outputs
+        ios = [pair.device_io for pair in io.io_pairs] if hasattr(io, "io_pairs") else [io]
+        stored = [getattr(getattr(each, "graphs", None), "_storage", None) for each in ios]
+        if any(graphs is not None and not graphs for graphs in stored):
+            raise torch.OutOfMemoryError(
+                f"the warm-up could not capture the largest step ({self.plan.max_batch_tokens:,} tokens against "
+                f"{self.plan.cache_tokens:,} cached), planned at {self.plan.describe()} "
+                f"({figures(self._loaded.device)})")
+
+    def _restore_attention(self) -> None:
+        """The model is shared with the next engine (a static one runs the unpaged implementation)."""
+        if self._attention_before is not None:
+            self._loaded.model.set_attn_implementation(self._attention_before)
+            self._attention_before = None
+
+    def _restore_threads(self) -> None:
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
+
+    def submit(self, request: GenerationRequest, sink: TokenSink) -> None:
+        with self._lock:
+            self._streams[request.request_id] = _Stream(sink)
+        accepted = self._manager.add_request(
+            request.prompt_ids,
+            request_id=request.request_id,
+            max_new_tokens=request.max_new_tokens,
+            streaming=False,  # tokens are read from the live request state instead (_poll_live)
+            record_timestamps=True,
+            eos_token_id=self._eos,
+        )
+        if accepted is None:  # the manager refuses requests once its loop has died or is stopping
+            self._finish(request.request_id, time.perf_counter(), "engine is not accepting requests")
+
+    def cancel(self, request_id: str, reason: str = "cancelled") -> None:
+        # transformers drops a cancelled request without a final output: take the tokens it has produced since
+        # the last poll, then finish it here.
+        stream = self._streams.get(request_id)
+        if stream is None:
+            return
+        processor = self._manager.batch_processor
+        state = processor.scheduler.active_requests.get(request_id) if processor is not None else None
+        if state is not None:
+            self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens)
+        self._manager.cancel_request(request_id)
+        self._finish(request_id, time.perf_counter(), reason)
+
+    def _finish(self, request_id: str, t: float, error: str | None) -> None:
+        with self._lock:
+            stream = self._streams.pop(request_id, None)
+        if stream is not None:
+            stream.sink.finished(request_id, t, error)
+
+    def _consume(self) -> None:
+        try:
+            self._consume_outputs()
+        except Exception as error:  # the thread's boundary: a dead consumer must not leave requests waiting
+            self._fail_all(f"result consumer failed: {type(error).__name__}: {error}")
+            raise
+
+    def _consume_outputs(self) -> None:
+        manager = self._manager
+        next_poll = 0.0
+        while not self._stopping.is_set():
+            now = time.perf_counter()
+            if now >= next_poll:
+                self._poll_live(manager)
+                next_poll = now + LIVE_POLL_S
+            output = manager.get_result(timeout=max(0.0, next_poll - time.perf_counter()))
+            if output is None:
+                if not manager.is_running():
+                    self._fail_all("continuous batching loop stopped")
+                    self._stopping.wait(LIVE_POLL_S)
+                continue
+            stream = self._streams.get(output.request_id)
+            if stream is None:  # cancelled, or an output after the end
+                continue
+            # The final output carries every token and its stamp: deliver what polling has not.
+            self._deliver(output.request_id, stream, output.lifespan[0], output.timestamps or (),
+                          output.generated_tokens)
+            stamps = output.timestamps
+            end = stamps[-1] if stamps and output.error is None else time.perf_counter()
+            self._finish(output.request_id, end, output.error)
+
+    def _poll_live(self, manager) -> None:
+        """Tokens of running requests, read from their live state: the stamps transformers records as each token
+        is produced, seen here within LIVE_POLL_S. Only reads (len and slices of growing lists), so the generation
+        thread does no per-token work for benchd (streaming=True copies every request's token and stamp lists on
+        every step and queues an output for each). This thread's work still takes the GIL the generation loop
+        needs to schedule its next step, so a request with nothing new costs a dict lookup and a length."""
+        processor = manager.batch_processor
+        if processor is None:
+            return
+        active = processor.scheduler.active_requests
+        for request_id, stream in list(self._streams.items()):
+            state = active.get(request_id)
+            if state is not None and (not stream.admitted or len(state.generated_tokens) > stream.seen):
+                self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens)
+
+    def _deliver(self, request_id: str, stream: _Stream, admitted_s: float, stamps, tokens) -> None:
+        """Pass on the tokens not yet passed on, in one call; the result thread and cancel() may both call this."""
+        sink = stream.sink
+        with stream.lock:
+            if not stream.admitted and admitted_s > 0:
+                stream.admitted = True
+                sink.admitted(request_id, admitted_s)
+            # The generation thread appends the stamp, then the token: only pairs present in both are complete.
+            ready = min(len(stamps), len(tokens))
+            if ready > stream.seen:
+                sink.stamped_tokens(request_id, stamps[stream.seen:ready], tokens[stream.seen:ready])
+                stream.seen = ready
+
+    def _fail_all(self, error: str) -> None:
+        t = time.perf_counter()
+        for request_id in list(self._streams):
+            self._finish(request_id, t, error)
+
+    def alive(self) -> bool:
+        return self._manager is not None and self._manager.is_running()
+
+    def failure(self) -> EngineFailure | None:
+        status = getattr(self._manager, "background_thread_status", None)
+        error = getattr(status, "fatal_error", None)
+        return None if error is None else failure_of(error, self._loaded.device)
+
+    def load(self) -> EngineLoad:
+        manager = self._manager
+        processor = manager.batch_processor if manager is not None else None
+        if processor is None:
+            return EngineLoad(running=0, waiting=len(self._streams))
+        used, total = kv_blocks(processor.cache)
+        scheduler = processor.scheduler
+        return EngineLoad(
+            running=len(scheduler.active_requests),
+            waiting=len(scheduler.waiting_requests) + manager.input_queue.qsize(),
+            kv_blocks_used=used,
+            kv_blocks_total=total,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        config = self._manager.continuous_batching_config if self._manager is not None else self._config
+        plain = (int, float, bool, str, tuple, type(None))
+        resolved = {k: v for k, v in vars(config).items() if isinstance(v, plain)}
+        load = self.load()
+        if load.kv_blocks_total is not None:
+            resolved["num_blocks"] = load.kv_blocks_total
+        return {"engine": self.name, "continuous_batching": resolved,
+                "cpu_threads": self._threads if self._threads is not None else torch.get_num_threads(),
+                **({"memory_plan": self.plan.as_dict()} if self.plan is not None else {})}
+
+    def stop(self) -> None:
+        if self._manager is None:
+            return
+        self._fail_all("engine stopped")
+        self._manager.stop(block=True, timeout=10, hard_stop=True)  # nothing left to flush: all finished above
+        self._stopping.set()
+        if self._consumer is not None:
+            self._consumer.join(timeout=5)
+        self._manager.destroy()
+        self._manager = None
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        self._restore_threads()
+        self._restore_attention()

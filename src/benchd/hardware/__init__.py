@@ -1,0 +1,1 @@
+"""The hardware: GPUs through NVML, the host through psutil, the sampler that reads them, devices."""

@@ -1,0 +1,1 @@
+"""Every figure derived from the stamps: records, summaries, verdicts, comparisons, run results."""

@@ -1,0 +1,191 @@
+"""A matrix's comparison: each variant against the baseline, per metric, with compare's bootstrap intervals and
+verdicts (a variant's repeats are its runs), and the share of greedy tokens identical to the baseline's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from benchd.measure.compare import LATENCIES, MetricChange, Side, compare, metric_change
+
+# Figures every run has once: compared over runs, like throughput. Weight bytes are exact (no noise): one run a side
+# says it; peak memory varies a little with what the allocator did, so it takes two.
+RUN_FIGURES = (("peak_memory_bytes", 2), ("weight_bytes", 1))
+
+
+@dataclass(slots=True)
+class RunFigures:
+    """One run of a variant, as the comparison needs it: its first stage's measured, successful requests."""
+
+    run_id: str
+    status: str
+    samples: dict[str, list[float]] = field(default_factory=dict)  # latency name → per request (ITL: per token), s
+    output_tokens_per_s: float | None = None
+    energy_per_token_j: float | None = None
+    peak_memory_bytes: int | None = None
+    weight_bytes: int | None = None
+    model_load_s: float | None = None
+    tokens: dict[int, list[int]] = field(default_factory=dict)  # request index → generated token ids
+    stack: dict[str, Any] = field(default_factory=dict)  # what the worker says was in effect
+    invalid: list[str] = field(default_factory=list)  # the first stage's broken validity checks (oversaturated, …)
+
+
+def run_figures(run_id: str, status: str, records: Sequence, summary: dict | None, metadata: dict | None,
+                hardware: dict | None) -> RunFigures:
+    """records: the first stage's; summary: its summary (a dict); metadata and hardware as stored."""
+    good = [r for r in records if not r.warmup and r.ok]
+    meta, hw = metadata or {}, hardware or {}
+    peak = meta.get("peak_memory_bytes")  # torch's allocator; NVML's device-wide peak where torch gave none
+    return RunFigures(
+        run_id=run_id, status=status,
+        samples={"ttft_s": [r.ttft_s for r in good], "e2e_s": [r.e2e_s for r in good],
+                 "tpot_s": [t for r in good if (t := r.tpot_s) is not None],
+                 "itl_s": [gap for r in good for gap in r.itl_s()]},
+        output_tokens_per_s=(summary or {}).get("output_tokens_per_s"),
+        energy_per_token_j=hw.get("energy_per_output_token_joules"),
+        peak_memory_bytes=peak if peak is not None else hw.get("gpu_memory_peak_bytes"),
+        weight_bytes=meta.get("weight_bytes"), model_load_s=meta.get("model_load_s"),
+        tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
+        stack={k: meta.get(k) for k in ("quantization", "quantization_method", "quantized_layers", "quantize_s",
+                                        "attn_implementation", "compile")},
+        invalid=[i["check"] for i in (summary or {}).get("invalid") or []])
+
+
+def figures_from_result(run_id: str, result) -> RunFigures:
+    """A RunResult held in memory (the CLI, tests)."""
+    stage = result.stages[0] if result.stages else None
+    summary = stage.summary().model_dump() if stage is not None else None
+    return run_figures(run_id, result.status, stage.records if stage is not None else [], summary,
+                       result.metadata.model_dump() if result.metadata is not None else None,
+                       result.hardware.model_dump() if result.hardware is not None else None)
+
+
+def figures_from_store(store, run_id: str) -> RunFigures:
+    row = store.get_run(run_id)
+    if row is None:
+        return RunFigures(run_id, "missing")
+    return run_figures(run_id, row["status"], store.records(run_id, 0), (row["summary"] or [None])[0],
+                       row["run_metadata"], row["hardware"])
+
+
+class TokenAgreement(BaseModel):
+    """Greedy tokens of the variant against the baseline's for the same prompts (request index, round by round)."""
+
+    requests: int  # compared
+    identical_requests: int  # every token the same
+    tokens: int  # positions compared (the shorter of each pair)
+    identical_tokens: int
+    ratio: float | None  # identical_tokens / tokens
+
+
+class VariantComparison(BaseModel):
+    index: int
+    label: str
+    values: dict[str, Any]
+    baseline: bool
+    run_ids: list[str]  # by round
+    statuses: list[str]
+    output_tokens_per_s: float | None  # mean over its succeeded runs
+    ttft_p50_s: float | None  # pooled over its succeeded runs
+    itl_p50_s: float | None
+    tpot_p50_s: float | None
+    weight_bytes: int | None
+    peak_memory_bytes: int | None
+    model_load_s: float | None  # mean: the model loads again at each of its runs
+    stack: dict[str, Any]
+    metrics: list[MetricChange]  # against the baseline (none for the baseline itself)
+    tokens: TokenAgreement | None
+    # Its runs whose (first) stage's verdict is invalid, and those among them whose completions fell behind the
+    # offers: their latencies measure a growing queue, and a change against the baseline says how long it grew.
+    invalid: list[str] = []
+    oversaturated: list[str] = []
+
+
+class MatrixComparison(BaseModel):
+    baseline: int
+    threshold: float
+    confidence: float
+    variants: list[VariantComparison]
+
+
+def _side(runs: list[RunFigures]) -> Side:
+    return Side(run_ids=[r.run_id for r in runs],
+                samples={name: [r.samples.get(name, []) for r in runs] for name in LATENCIES},
+                output_tokens_per_s=[r.output_tokens_per_s for r in runs if r.output_tokens_per_s is not None],
+                energy_per_token_j=[r.energy_per_token_j for r in runs if r.energy_per_token_j is not None])
+
+
+def agreement(baseline: list[RunFigures | None], variant: list[RunFigures | None]) -> TokenAgreement | None:
+    """Runs paired by round; within a pair, requests by index; tokens by position."""
+    requests = same_requests = tokens = same_tokens = 0
+    for a, b in zip(baseline, variant):
+        if a is None or b is None:
+            continue
+        for index, ours in b.tokens.items():
+            theirs = a.tokens.get(index)
+            if theirs is None:
+                continue
+            n = min(len(ours), len(theirs))
+            same = sum(1 for x, y in zip(ours[:n], theirs[:n]) if x == y)
+            requests += 1
+            same_requests += ours == theirs
+            tokens += n
+            same_tokens += same
+    if not requests:
+        return None
+    return TokenAgreement(requests=requests, identical_requests=same_requests, tokens=tokens,
+                          identical_tokens=same_tokens, ratio=same_tokens / tokens if tokens else None)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
+
+
+def _pooled_p50(runs: list[RunFigures], name: str) -> float | None:
+    pooled = [x for r in runs for x in r.samples.get(name, [])]
+    return float(np.percentile(pooled, 50)) if pooled else None
+
+
+def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]], baseline: int,
+                   threshold: float = 0.05, confidence: float = 0.95, seed: int = 0) -> MatrixComparison:
+    """variants: objects with index, label and values (matrix.Variant, or their stored form); runs: per variant,
+    its runs in round order (None for one that never ran). Only succeeded runs enter a figure."""
+    good = {i: [r for r in rs if r is not None and r.status == "succeeded"] for i, rs in runs.items()}
+    base = good.get(baseline, [])
+    out = []
+    for variant in variants:
+        index = _get(variant, "index")
+        mine, every = good.get(index, []), runs.get(index, [])
+        metrics: list[MetricChange] = []
+        tokens = None
+        if index != baseline:
+            metrics = compare(_side(base), _side(mine), threshold, confidence, seed=seed).metrics
+            rng = np.random.default_rng(seed)
+            for name, min_runs in RUN_FIGURES:
+                a = [getattr(r, name) for r in base if getattr(r, name) is not None]
+                b = [getattr(r, name) for r in mine if getattr(r, name) is not None]
+                metrics.append(metric_change(name, [a], [b], np.mean, threshold, confidence, min_runs,
+                                             higher_is_worse=True, rng=rng, resamples=2000))
+            tokens = agreement(runs.get(baseline, []), every)
+        stack = next((r.stack for r in mine), next((r.stack for r in every if r is not None), {}))
+        out.append(VariantComparison(
+            index=index, label=_get(variant, "label"), values=_get(variant, "values"), baseline=index == baseline,
+            run_ids=[r.run_id for r in every if r is not None], statuses=[r.status for r in every if r is not None],
+            output_tokens_per_s=_mean([r.output_tokens_per_s for r in mine]),
+            ttft_p50_s=_pooled_p50(mine, "ttft_s"), itl_p50_s=_pooled_p50(mine, "itl_s"),
+            tpot_p50_s=_pooled_p50(mine, "tpot_s"),
+            weight_bytes=next((r.weight_bytes for r in mine if r.weight_bytes is not None), None),
+            peak_memory_bytes=max((r.peak_memory_bytes for r in mine if r.peak_memory_bytes is not None), default=None),
+            model_load_s=_mean([r.model_load_s for r in mine]), stack=stack, metrics=metrics, tokens=tokens,
+            invalid=[r.run_id for r in every if r is not None and r.invalid],
+            oversaturated=[r.run_id for r in every if r is not None and "oversaturated" in r.invalid]))
+    return MatrixComparison(baseline=baseline, threshold=threshold, confidence=confidence, variants=out)
+
+
+def _get(variant, name: str):
+    return variant[name] if isinstance(variant, dict) else getattr(variant, name)

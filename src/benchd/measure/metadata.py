@@ -1,0 +1,134 @@
+"""What identifies the stack a run measured: versions, device, host and the user's label."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from datetime import datetime, timezone
+
+from pydantic import BaseModel
+
+import benchd
+
+
+class RunMetadata(BaseModel):
+    run_id: str | None = None
+    trace_id: str | None = None  # the run's trace (its span and every request's), when traced
+    benchd_version: str
+    python_version: str
+    torch_version: str
+    transformers_version: str
+    cuda_version: str | None = None
+    driver_version: str | None = None
+    device: str
+    device_name: str
+    torch_threads: int | None = None  # torch's intra-op CPU threads for the run (a CUDA engine sets its own)
+    host: str
+    label: str | None = None
+    model: str
+    model_load_s: float | None = None
+    engine_settings: dict = {}
+    # The stack in effect (benchd.spec.stack), read off the loaded model: a matrix's variants differ here.
+    quantization: str | None = None
+    quantization_method: str | None = None  # library, version and configuration
+    quantized_layers: int | None = None
+    quantize_s: float | None = None  # part of model_load_s
+    weight_bytes: int | None = None  # parameters and buffers as stored on the device
+    attn_implementation: str | None = None  # as the engine runs it (continuous batching's paged| variant)
+    compile: str | None = None
+    peak_memory_bytes: int | None = None  # torch's allocator peak over the run (CUDA only)
+    peak_reserved_bytes: int | None = None  # what torch's allocator held at most (CUDA graph pools included)
+    started_at: str
+    finished_at: str | None = None
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def nvidia_driver_version() -> str | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:  # no NVML library or no GPU: the run simply has no driver version
+        return None
+    try:
+        return pynvml.nvmlSystemGetDriverVersion()
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def record_stack(metadata: RunMetadata, spec, loaded) -> None:
+    """What the loaded model runs with, once its engine has started (continuous batching switches attention)."""
+    metadata.quantization = loaded.quantization
+    metadata.quantization_method = loaded.quantized.method if loaded.quantized is not None else None
+    metadata.quantized_layers = loaded.quantized.layers if loaded.quantized is not None else 0
+    metadata.quantize_s = loaded.quantize_s
+    metadata.weight_bytes = loaded.weight_bytes
+    metadata.attn_implementation = loaded.model.config._attn_implementation
+    metadata.compile = spec.compile
+
+
+class PeakMemory:
+    """torch's allocator peak on a CUDA device from construction to read(); None elsewhere."""
+
+    def __init__(self, device) -> None:
+        self.device = device if device is not None and device.type == "cuda" else None
+        if self.device is not None:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def read(self) -> int | None:
+        if self.device is None:
+            return None
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+    def reserved(self) -> int | None:
+        if self.device is None:
+            return None
+        import torch
+
+        return int(torch.cuda.max_memory_reserved(self.device))
+
+
+def collect(device, model: str, label: str | None, model_load_s: float | None = None) -> RunMetadata:
+    import torch
+    import transformers
+
+    if device is None:  # a remote server: the runner names it
+        device_name, driver = "remote", None
+    elif device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+        driver = nvidia_driver_version()
+    else:
+        device_name = platform.processor() or platform.machine()
+        driver = None
+    return RunMetadata(
+        benchd_version=benchd.__version__,
+        python_version=platform.python_version(),
+        torch_version=torch.__version__,
+        transformers_version=transformers.__version__,
+        cuda_version=torch.version.cuda,
+        driver_version=driver,
+        device=str(device) if device is not None else "remote",
+        device_name=device_name,
+        torch_threads=torch_threads() if device is not None else None,
+        host=socket.gethostname(),
+        label=label if label is not None else os.environ.get("BENCHD_LABEL"),
+        model=model,
+        model_load_s=model_load_s,
+        started_at=utc_now(),
+    )

@@ -1,0 +1,142 @@
+"""What a run left, as the daemon (or the CLI) assembled it from the worker's events: its status, every stage's
+records and summary (or a timed run's summaries and timings), the stack it ran on, its hardware and timeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from benchd.measure import capacity
+from benchd.measure.capacity import CapacityResult
+from benchd.measure.metadata import RunMetadata
+from benchd.spec.profiles import Capacity, is_open_loop
+from benchd.measure.records import RequestRecord, StageSummary, summarize
+from benchd.hardware.sampler import HardwareSummary
+from benchd.spec import SLO, RunSpec
+from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
+from benchd.spec.validity import ValidityRules
+
+TIMED_SUMMARIES = {"train_step": TrainStepSummary, "kernel": KernelResult}
+
+
+@dataclass
+class StageResult:
+    """One load level: its records (stamps are perf_counter() seconds), and how it ended."""
+
+    index: int
+    label: str
+    start_s: float  # when it began dispatching
+    records: list[RequestRecord] = field(default_factory=list)
+    status: str = "running"
+    end_s: float | None = None  # where an aborted stage's window closes
+    kv_peak: float | None = None
+    slo: SLO | None = None  # the workload's, for goodput
+    rules: ValidityRules | None = None  # the workload's, for the verdict
+    open_loop: bool = False
+    stop_reason: str | None = None  # why a stop rule ended it early
+
+    @classmethod
+    def of(cls, spec: RunSpec, index: int, label: str, start_s: float) -> StageResult:
+        """Stage `index` of the spec's run, with what its summary needs from the spec."""
+        workload = spec.workload
+        stages = workload.stages()
+        open_loop = isinstance(workload.arrivals, Capacity) or (index < len(stages) and is_open_loop(stages[index]))
+        return cls(index, label, start_s, slo=workload.slo, rules=workload.validity, open_loop=open_loop)
+
+    def window(self) -> tuple[float, float] | None:
+        """First measured scheduled time → last measured token (the end of an aborted stage)."""
+        measured = [r for r in self.records if not r.warmup and r.submitted_s is not None]
+        ends = [r.arrival_s[-1] for r in measured if r.arrival_s]
+        if not measured or not ends:
+            return None
+        last = max(ends) if self.end_s is None else max(max(ends), self.end_s)
+        return min(r.scheduled_s for r in measured), last
+
+    def summary(self) -> StageSummary:
+        return summarize(self.label, self.status, self.records, self.slo, self.kv_peak, self.end_s, self.rules,
+                         self.open_loop, self.stop_reason)
+
+    def measured_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.records if not r.warmup)
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    status: str  # succeeded | failed | cancelled | interrupted
+    error: str | None = None
+    error_stage: str | None = None  # where a failed run failed: load, start, run, worker
+    metadata: RunMetadata | None = None
+    stages: list[StageResult] = field(default_factory=list)  # generation
+    timed: list[dict[str, Any]] = field(default_factory=list)  # a timed run's stage summaries
+    timings: list[Timing] = field(default_factory=list)
+    hardware: HardwareSummary | None = None
+    timeline: dict | None = None
+    # A run on every GPU: each GPU's status and stage summaries, and the verdicts of each against its siblings
+    # (stored); part_results are the parts themselves (in memory only).
+    parts: dict | None = None
+    part_results: dict[str, RunResult] | None = None
+
+    def summaries(self) -> list[BaseModel]:
+        if self.spec.kind == "generate":
+            return [stage.summary() for stage in self.stages]
+        model = TIMED_SUMMARIES[self.spec.kind]
+        return [model.model_validate(summary) for summary in self.timed]
+
+    def capacity(self, summaries: list[StageSummary] | None = None) -> CapacityResult | None:
+        """A capacity search's figure, replayed over every probe; None for other runs."""
+        arrivals = self.spec.workload.arrivals
+        if self.spec.kind != "generate" or not isinstance(arrivals, Capacity):
+            return None
+        summaries = summaries if summaries is not None else self.summaries()
+        return capacity.conclude(arrivals, [(s.stage, s) for s in summaries])
+
+    def valid(self, summaries: list[StageSummary] | None = None) -> bool | None:
+        """The run's verdict: it succeeded and every stage is valid; a capacity search, when its figure rests on
+        valid probes and the search ended by its own rule. None for timed runs, which have no verdict."""
+        if self.spec.kind != "generate":
+            return None
+        if self.status != "succeeded":
+            return False
+        summaries = summaries if summaries is not None else self.summaries()
+        found = self.capacity(summaries)
+        if found is not None:
+            return found.complete and found.requests_per_s is not None
+        return bool(summaries) and all(s.valid for s in summaries)
+
+    def judge(self) -> None:
+        """A run that ran to its end but whose measured requests (or timed stages) all failed has failed, with the
+        first error as its reason."""
+        if self.status != "succeeded":
+            return
+        if self.spec.kind == "generate":
+            measured = [r for s in self.stages for r in s.records if not r.warmup]
+            if measured and not any(r.ok for r in measured):
+                first = min(measured, key=lambda r: r.index)
+                self.status, self.error = "failed", f"all {len(measured)} measured requests failed; first: {first.error}"
+        else:
+            errors = [summary.get("error") for summary in self.timed]
+            if errors and all(errors):
+                self.status, self.error = "failed", f"every stage failed; first: {errors[0]}"
+        if self.status == "failed":
+            self.error_stage = "run"
+
+    def to_json(self) -> dict:
+        """summary.json: the status, the verdict, the spec, the stack, every stage's summary, a capacity search's
+        figure and the hardware's."""
+        summaries = self.summaries()
+        found = self.capacity(summaries)
+        return {
+            "status": self.status,
+            "valid": self.valid(summaries),
+            "error": self.error,
+            "error_stage": self.error_stage,
+            "spec": self.spec.model_dump(mode="json"),
+            "metadata": self.metadata.model_dump(mode="json") if self.metadata else None,
+            "stages": [s.model_dump(mode="json") for s in summaries],
+            "capacity": found.model_dump(mode="json") if found is not None else None,
+            "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
+            "parts": self.parts,
+        }

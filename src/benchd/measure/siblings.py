@@ -1,0 +1,104 @@
+"""The slow GPU found: in a run on every GPU at once, each GPU's output tok/s, TTFT p99 and J/token against the
+median of its siblings, with bootstrap intervals as measure/compare.py makes them, and a verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from benchd.measure.compare import metric_change
+from benchd.measure.records import RequestRecord
+
+BUCKET_S = 1.0  # throughput is resampled as tokens per bucket of the measured window
+RESAMPLES = 2000
+MIN_BUCKETS = 5  # fewer seconds of measurement than this on a GPU: no interval, so no throughput verdict
+
+
+class GPUVerdict(BaseModel):
+    gpu: str
+    output_tokens_per_s: float
+    relative_throughput: float | None  # ÷ the median of its siblings'
+    throughput_ci_low: float | None  # of the relative throughput, at the confidence
+    throughput_ci_high: float | None
+    ttft_p99_s: float | None
+    ttft_p99_change: float | None  # (this − siblings) / siblings
+    ttft_p99_ci_low: float | None
+    ttft_p99_ci_high: float | None
+    energy_per_token_j: float | None
+    relative_energy_per_token: float | None  # ÷ the median of its siblings'
+    outlier: bool
+    reasons: list[str] = []
+
+
+def _buckets(records: Sequence[RequestRecord], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """Output tokens arriving in each BUCKET_S of [start, end] (measured requests), and each bucket's length (the
+    last one's is what is left): tokens over length, summed, is the GPU's output tok/s over its window."""
+    buckets = max(1, int(np.ceil((end - start) / BUCKET_S)))
+    counts = np.zeros(buckets)
+    for record in records:
+        if record.warmup:
+            continue
+        for t, n in zip(record.arrival_s, record.arrival_tokens):
+            if start <= t <= end:
+                counts[min(buckets - 1, int((t - start) / BUCKET_S))] += n
+    lengths = np.full(buckets, BUCKET_S)
+    lengths[-1] = max(1e-9, (end - start) - BUCKET_S * (buckets - 1))
+    return counts, lengths
+
+
+def compare_gpus(parts: Mapping[str, Sequence[RequestRecord]], throughput: Mapping[str, float],
+                 energy_per_token: Mapping[str, float | None], windows: Mapping[str, tuple[float, float]],
+                 threshold: float = 0.05, confidence: float = 0.95, seed: int = 0) -> list[GPUVerdict]:
+    """parts: each GPU's records of the measured stage; throughput: each one's output tok/s (its summary's, over
+    its own measured window); windows: each GPU's measured window (first measured scheduled time → its last measured
+    token: a GPU that finishes a fixed number of requests sooner has the shorter one). A GPU is an outlier when it
+    is slower than its siblings' median by more than the threshold and the interval agrees (its upper end is below
+    1, or the TTFT p99 interval's lower end above 0)."""
+    if len(parts) < 2:
+        return []
+    rng = np.random.default_rng(seed)
+    buckets = {gpu: _buckets(records, *windows[gpu]) for gpu, records in parts.items()}
+
+    def rate(gpu: str) -> float:
+        """Its output tok/s over a resample of its buckets (with replacement): tokens over time, summed."""
+        counts, lengths = buckets[gpu]
+        pick = rng.integers(0, len(counts), len(counts))
+        return counts[pick].sum() / lengths[pick].sum()
+
+    tail = (1 - confidence) / 2
+    enough = min(len(counts) for counts, _ in buckets.values()) >= MIN_BUCKETS
+    verdicts = []
+    for gpu, records in parts.items():
+        siblings = [g for g in parts if g != gpu]
+        # Throughput: resample each GPU's buckets; this GPU's rate over the median of the siblings' rates.
+        ratios = np.empty(RESAMPLES if enough else 0)
+        for i in range(len(ratios)):
+            others = np.median([rate(g) for g in siblings])
+            ratios[i] = rate(gpu) / others if others else np.nan
+        ratios = ratios[np.isfinite(ratios)]
+        median = float(np.median([throughput[g] for g in siblings]))
+        relative = throughput[gpu] / median if median else None
+        low, high = (float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))) if len(ratios) else (
+            None, None)
+        # TTFT p99: this GPU's requests against its siblings' (each sibling one "run" of the two-stage bootstrap).
+        good = lambda rs: [r.ttft_s for r in rs if not r.warmup and r.ok]  # noqa: E731
+        ttft = metric_change("ttft_s.p99", [good(parts[g]) for g in siblings], [good(records)],
+                       lambda x: np.percentile(x, 99), threshold, confidence, min_samples=20, higher_is_worse=True,
+                       rng=rng, resamples=RESAMPLES)
+        energies = [e for g in siblings if (e := energy_per_token.get(g)) is not None]
+        own_energy = energy_per_token.get(gpu)
+        relative_energy = own_energy / float(np.median(energies)) if own_energy is not None and energies else None
+        reasons = []
+        if relative is not None and high is not None and relative < 1 - threshold and high < 1:
+            reasons.append(f"output tok/s {relative:.1%} of its siblings' median (interval {low:.1%}–{high:.1%})")
+        if ttft.verdict == "slower":
+            reasons.append(f"TTFT p99 {ttft.relative_change:+.1%} against its siblings (interval "
+                           f"{ttft.ci_low:+.1%} to {ttft.ci_high:+.1%})")
+        verdicts.append(GPUVerdict(
+            gpu=gpu, output_tokens_per_s=throughput[gpu], relative_throughput=relative, throughput_ci_low=low,
+            throughput_ci_high=high, ttft_p99_s=ttft.b, ttft_p99_change=ttft.relative_change,
+            ttft_p99_ci_low=ttft.ci_low, ttft_p99_ci_high=ttft.ci_high, energy_per_token_j=own_energy,
+            relative_energy_per_token=relative_energy, outlier=bool(reasons), reasons=reasons))
+    return verdicts

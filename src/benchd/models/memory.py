@@ -1,0 +1,364 @@
+"""What a run needs in memory, estimated from the spec before anything loads (no torch): weights, KV cache,
+activations, and a timed run's tensors; admission compares it with the memory of the device it will run on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchd.spec import traces
+from benchd.spec.documents import parse_json
+from benchd.models.flops import Shape, memory_breakdown
+from benchd.models.presets import PRESETS, Preset, parameter_count
+from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, Trace, TransformersOptions
+from benchd.spec.stack import base_attention
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+LOGIT_BYTES = 4  # logits are upcast to float32
+# What benchd gives transformers' continuous batching where the spec sets nothing (engines/transformers.py): on
+# CPU a fixed small cache; on CUDA a planned one (plan_cache below).
+CPU_BLOCK_SIZE, CPU_CACHE_TOKENS = 32, 256 * 32
+CPU_BATCH_TOKENS = 256
+# The share of a device's available memory a run may plan to use (BENCHD_LIMITS__MEMORY_FRACTION's default).
+MEMORY_FRACTION = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    weights: int = 0
+    kv_cache: int = 0
+    activations: int = 0
+    other: int = 0  # a timed run's tensors, the cache-flush buffer
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations + self.other
+
+    def sharded(self, ranks: int) -> Footprint:
+        """What each rank of a tensor-parallel group holds: its share of the weights and of the KV heads; the
+        activations are counted whole (the logits, the largest of them, are gathered on every rank)."""
+        return Footprint(weights=self.weights // ranks, kv_cache=self.kv_cache // ranks,
+                         activations=self.activations, other=self.other // ranks)
+
+    def describe(self) -> str:
+        parts = [(name, getattr(self, name)) for name in ("weights", "kv_cache", "activations", "other")]
+        return " + ".join(f"{name} {gib(n)}" for name, n in parts if n) or "nothing"
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def dtype_bytes(dtype: str, device_type: str) -> int:
+    return DTYPE_BYTES.get(dtype, 2 if device_type == "cuda" else 4)  # auto: bf16 on CUDA, fp32 on CPU
+
+
+def _preset_shape(p: Preset) -> Shape:
+    return Shape(hidden=p.hidden, ffn=p.ffn, layers=p.layers, heads=p.heads, kv_heads=p.kv_heads or p.heads,
+                 head_dim=p.hidden // p.heads, vocab=p.vocab)
+
+
+def _dir_config(path: Path) -> dict | None:
+    """A local model's config.json, its text model's part (a multimodal config nests it)."""
+    try:
+        config = parse_json((path / "config.json").read_text())  # bounded: a config.json may be anything
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config", config) if isinstance(config, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def _dir_shape(path: Path) -> Shape | None:
+    """A local model's shape from its config.json (decoder configs name these fields alike)."""
+    config = _dir_config(path)
+    if config is None:
+        return None
+    try:
+        heads = int(config["num_attention_heads"])
+        hidden = int(config["hidden_size"])
+        return Shape(hidden=hidden, ffn=int(config.get("intermediate_size") or 4 * hidden),
+                     layers=int(config["num_hidden_layers"]), heads=heads,
+                     kv_heads=int(config.get("num_key_value_heads") or heads),
+                     head_dim=int(config.get("head_dim") or hidden // heads), vocab=int(config["vocab_size"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _dir_weight_bytes(path: Path, element_bytes: int) -> int | None:
+    """Weights on disk, scaled from the type they are stored in (taken as 2 bytes, the common case) to the type
+    the run loads them in."""
+    files = [f for pattern in ("*.safetensors", "*.bin") for f in path.glob(pattern)]
+    if not files:
+        return None
+    return sum(os.path.getsize(f) for f in files) * element_bytes // 2
+
+
+def model_shape_and_weights(ref: str, element_bytes: int) -> tuple[Shape | None, int | None]:
+    if ref in PRESETS:
+        preset = PRESETS[ref]
+        return _preset_shape(preset), parameter_count(preset) * element_bytes
+    path = Path(ref)
+    if not path.is_dir():
+        return None, None  # a hub id: nothing to read before it loads
+    return _dir_shape(path), _dir_weight_bytes(path, element_bytes)
+
+
+def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
+    """None when nothing can be said before loading (a hub id, a server)."""
+    element = dtype_bytes(spec.dtype, device_type)
+    if spec.kind == "kernel":
+        return _kernel(spec, element)
+    if spec.kind == "generate" and spec.engine == "openai":
+        return Footprint()
+    if spec.kind == "train_step":
+        element = dtype_bytes("float32" if spec.dtype == "auto" else spec.dtype, device_type)
+    shape, weights = model_shape_and_weights(spec.model, element)
+    if shape is None:
+        return None if weights is None else Footprint(weights=weights)
+    weights = weights or 0
+    if spec.kind == "train_step":
+        t = spec.train_step
+        activation = 2 if t.autocast or element == 2 else 4
+        breakdown = memory_breakdown(weights // element, shape, t.batch_size, t.context_length, element, activation,
+                                     t.mode)
+        return Footprint(weights=weights, other=breakdown.total - weights)
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * element
+    workload = spec.workload
+    sequence = sum(traces.longest(workload))  # a conversation's last turn, or a trace's longest request
+    if spec.engine == "static":  # a batch's prefill: its mask, K/V repeated for every query head, the logits
+        batch = spec.static.batch_size
+        step = batch * sequence * (sequence * element + 2 * shape.heads * shape.head_dim * element)
+        if device_type == "cpu":  # float32 scores per KV-head group, as continuous batching's (cache_figures)
+            step += batch * shape.kv_heads * sequence * sequence * LOGIT_BYTES
+        return Footprint(weights=weights, kv_cache=batch * sequence * kv_per_token,
+                         activations=batch * shape.vocab * LOGIT_BYTES * 2 + step)
+    # transformers' continuous batching where benchd does not plan (a CPU, or the library's own sizing on a GPU,
+    # for which the cache holds one request at least): the cache and its worst step, a step reading all of it
+    options = spec.transformers
+    cpu = device_type == "cpu"
+    size = options.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
+    blocks = options.num_blocks or (CPU_CACHE_TOKENS // size if cpu else -(-sequence // size))
+    batch_tokens = options.max_batch_tokens or (CPU_BATCH_TOKENS if cpu else CUDA_BATCH_TOKENS)
+    figures = cache_figures(shape, element, weights, base_attention(spec.attn_implementation or "sdpa"),
+                            options.use_cuda_graph is True and not cpu, 2 if options.use_async_batching else 1, size,
+                            blocks, batch_tokens, options.max_requests_per_batch or REQUESTS_PER_BATCH, device_type)
+    return Footprint(weights=weights, kv_cache=figures.kv_cache, activations=figures.masks + figures.graph_pool,
+                     other=figures.reserve)
+
+
+def planned(spec: RunSpec, device_type: str) -> bool:
+    """Whether benchd plans the run's cache (transformers' continuous batching on a GPU, unless the spec asks for
+    the library's own sizing): its memory is then the plan's, not estimate()'s."""
+    return (spec.kind == "generate" and spec.engine == "transformers" and device_type == "cuda"
+            and not spec.transformers.library_defaults)
+
+
+def plan_for(spec: RunSpec, available: int, ranks: int = 1) -> CachePlan | None:
+    """The plan a worker will make for this spec with `available` bytes of its GPU (each rank's, for a
+    tensor-parallel group); None when the model's shape is unknown before it loads (a hub id). Raises PlanError."""
+    element = dtype_bytes(spec.dtype, "cuda")
+    shape, weights = model_shape_and_weights(spec.model, element)
+    if shape is None:
+        return None
+    return plan_cache(shape.sharded(ranks), element, (weights or 0) // ranks, available,
+                      sum(traces.longest(spec.workload)), base_attention(spec.attn_implementation or "sdpa"),
+                      **chosen(spec.transformers))
+
+
+def chosen(options: TransformersOptions) -> dict:
+    """What the spec's continuous-batching options fix of the plan."""
+    return {"graphs": options.use_cuda_graph is not False, "io_pairs": 2 if options.use_async_batching else 1,
+            "block_size": options.block_size, "num_blocks": options.num_blocks,
+            "max_batch_tokens": options.max_batch_tokens, "max_requests": options.max_requests_per_batch}
+
+
+def _kernel(spec: RunSpec, element: int) -> Footprint:
+    kernel = spec.kernel
+    flush = kernel.flush_bytes if kernel.flush_l2 else 0
+    largest = 0
+    for shape in kernel.shapes:
+        if isinstance(kernel, MatmulKernel):
+            need = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * element
+        else:
+            assert isinstance(kernel, AttentionKernel)
+            qkvo = 4 * shape.batch * shape.heads * shape.seq_len * shape.head_dim * element
+            # eager: the scores and their float32 softmax, and the mask
+            scores = (shape.batch * shape.heads * shape.seq_len ** 2 * (element + LOGIT_BYTES)
+                      + shape.seq_len ** 2 if "eager" in kernel.chosen() else 0)
+            need = qkvo + scores
+        largest = max(largest, need)
+    return Footprint(other=largest + flush)
+
+
+# ---- transformers' paged cache on a GPU: benchd's plan ------------------------------------------------------
+# Transformers sizes the cache itself from 90 % of the free memory and counts neither CUDA graphs nor what paged
+# sdpa allocates at each step. On an H100 (docs/memory.md) the default cache took 43 GiB and its attention mask
+# 22 GiB; the warm-up of the largest step then failed quietly, and under an open loop the graph pool grew with
+# each new step shape until a step ran out of memory. benchd plans every part instead:
+
+BLOCK_SIZE = 256  # tokens a cache block holds (transformers' default)
+CUDA_BATCH_TOKENS = 2048  # tokens one step may carry, prefill chunks and decodes together (max_batch_tokens)
+# A step's attention mask slice (its tokens × the cache read) stays under 2^31 elements: at 8,192 × 262,144 paged
+# sdpa's step needed 8.0 GiB on an H100, at 2,048 × 524,288 4.6 GiB (the K/V it reads, as the formula below says).
+MASK_ELEMENTS = 2**31 - 1
+BEYOND_MASK_BYTES = 3  # per mask element beyond that limit, as measured: 5.5 GiB more at 2^31
+# The CUDA-graph pool against the worst step: transformers' warm-up runs the largest step eagerly, then captures it,
+# both in the graph pool; later captures of other shapes reuse it. On an H100 the pool peaked at 1.8× the step
+# during the warm-up (llama-3.2-1b: 18.1 GiB, then 10.1 GiB held; docs/memory.md).
+GRAPH_POOL_MARGIN = 2.0
+CUDA_RESERVE = 1 << 30  # outside torch's allocator: the CUDA context and libraries' workspaces (0.68 GiB measured)
+REQUESTS_PER_BATCH = 1024  # transformers' fallback max_requests_per_batch: rows of logits in one step
+MASKED_ATTENTION = ("sdpa", "eager")  # paged attention that builds a mask over the whole step (not flash)
+
+
+class PlanError(ValueError):
+    """The run cannot fit the device: field names what to change."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
+@dataclass(frozen=True, slots=True)
+class CachePlan:
+    """transformers' continuous-batching settings on a GPU and the peak they are planned to reach (bytes)."""
+
+    block_size: int
+    num_blocks: int
+    max_batch_tokens: int
+    weights: int
+    kv_cache: int
+    masks: int  # the step's attention masks and cache indices, allocated once
+    step: int  # the worst step's own tensors: its tokens against the whole cache
+    graph_pool: int  # what CUDA graphs keep (the worst step with the margin); the step alone without graphs
+    reserve: int  # the CUDA context and libraries, outside torch's allocator
+
+    @property
+    def cache_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.masks + self.graph_pool + self.reserve
+
+    def describe(self) -> str:
+        return (f"weights {gib(self.weights)} + KV cache {gib(self.kv_cache)} ({self.cache_tokens:,} tokens) + masks "
+                f"{gib(self.masks)} + graph pool {gib(self.graph_pool)} (a step of {self.max_batch_tokens:,} tokens "
+                f"against the whole cache: {gib(self.step)}) + CUDA {gib(self.reserve)}")
+
+    def as_dict(self) -> dict[str, int]:
+        return {"block_size": self.block_size, "num_blocks": self.num_blocks, "max_batch_tokens": self.max_batch_tokens,
+                "weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache, "masks_bytes": self.masks,
+                "step_bytes": self.step, "graph_pool_bytes": self.graph_pool, "reserve_bytes": self.reserve,
+                "total_bytes": self.total}
+
+
+def cache_figures(shape: Shape, element: int, weights: int, attention: str, graphs: bool, io_pairs: int,
+                  block_size: int, num_blocks: int, batch_tokens: int, requests: int,
+                  device_type: str = "cuda") -> CachePlan:
+    """What a cache of num_blocks and steps of batch_tokens (M) take, by the parts of a plan."""
+    m, n = batch_tokens, num_blocks * block_size
+    read = n + m  # a step reads the cache and its own tokens
+    head_bytes = shape.head_dim * element
+    kv_cache = (num_blocks + 2) * block_size * 2 * shape.layers * shape.kv_heads * head_bytes  # 2 spare blocks
+    masked = attention in MASKED_ATTENTION
+    masks = io_pairs * ((m * read * element if masked else 0) + 8 * (read + m))  # + read and write indices
+    # Per layer, paged attention gathers K and V of every token it reads, and sdpa and eager repeat them for
+    # each query head (grouped-query attention); eager also holds the scores and their float32 softmax.
+    per_read = 2 * shape.kv_heads * head_bytes
+    if "flash" not in attention and shape.heads != shape.kv_heads:
+        per_read += 2 * shape.heads * head_bytes
+    if attention == "eager":
+        per_read += shape.heads * m * (2 * element + LOGIT_BYTES)
+    elif masked and device_type == "cpu":  # a CPU's sdpa holds float32 scores per KV-head group (tiny: 7.9 B an
+        per_read += shape.kv_heads * m * LOGIT_BYTES  # element of the mask measured, tests/test_models.py)
+    per_token = (3 * shape.hidden + (shape.heads + 2 * shape.kv_heads) * shape.head_dim + 3 * shape.ffn) * element
+    step = per_read * read + per_token * m + min(requests, m) * shape.vocab * (element + LOGIT_BYTES)
+    if masked and m * read > MASK_ELEMENTS:
+        step += m * read * BEYOND_MASK_BYTES
+    pool = int(step * GRAPH_POOL_MARGIN) if graphs else step
+    return CachePlan(block_size, num_blocks, m, weights, kv_cache, masks, step, pool,
+                     CUDA_RESERVE if device_type == "cuda" else 0)
+
+
+def plan_cache(shape: Shape, element: int, weights: int, available: int, longest: int, attention: str = "sdpa",
+               graphs: bool = True, io_pairs: int = 1, block_size: int | None = None, num_blocks: int | None = None,
+               max_batch_tokens: int | None = None, max_requests: int | None = None) -> CachePlan:
+    """The largest cache (and steps) whose planned peak fits `available` bytes, weights included; what the spec
+    sets is kept. longest: one request's prompt + output, which the cache must hold. Raises PlanError."""
+    size = block_size or BLOCK_SIZE
+    requests = max_requests or REQUESTS_PER_BATCH
+    need_blocks = -(-longest // size)
+    m = max_batch_tokens or CUDA_BATCH_TOKENS
+    if max_batch_tokens is None and num_blocks is not None:  # the largest step of at most M within the mask limit
+        m = max(64, min(m, (MASK_ELEMENTS // (num_blocks * size + m)) // 64 * 64))
+    figures = lambda blocks: cache_figures(shape, element, weights, attention, graphs, io_pairs, size,  # noqa
+                                           blocks, m, requests)
+    if num_blocks is None:
+        base, per_block = figures(0).total, figures(1).total - figures(0).total
+        num_blocks = max(0, (available - base) // per_block)
+        if attention in MASKED_ATTENTION:
+            num_blocks = min(num_blocks, (MASK_ELEMENTS // m - m) // size)
+        if num_blocks < need_blocks:
+            plan = figures(need_blocks)
+            field = "transformers.max_batch_tokens" if max_batch_tokens is not None else "model"
+            raise PlanError(field, f"needs about {gib(plan.total)} ({plan.describe()}) to hold one request of "
+                                   f"{longest:,} tokens, more than the {gib(available)} it may use")
+        return figures(num_blocks)
+    plan = figures(num_blocks)
+    if num_blocks < need_blocks:
+        raise PlanError("transformers.num_blocks", f"the cache holds {num_blocks} × {size} tokens, but one request "
+                                                    f"may need {longest:,} (prompt + output)")
+    if plan.total > available:
+        raise PlanError("transformers.num_blocks", f"needs about {gib(plan.total)} ({plan.describe()}), more than "
+                                                    f"the {gib(available)} it may use")
+    return plan
+
+
+# ---- what one request needs of the model and its cache (the worker checks the same as it loads) --------------
+
+def model_positions(ref: str) -> int | None:
+    """The longest sequence the model takes: a preset's positions, or a local model's max_position_embeddings;
+    None when unknown before loading (a hub id)."""
+    if ref in PRESETS:
+        return PRESETS[ref].max_positions
+    path = Path(ref)
+    config = _dir_config(path) if path.is_dir() else None
+    value = config.get("max_position_embeddings") if config is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def cache_tokens(options: TransformersOptions, device_type: str) -> tuple[int, int] | None:
+    """(blocks, tokens a block) of continuous batching's cache where the spec or benchd's CPU default sizes it; None
+    where a plan (CUDA: plan_cache) or transformers (library_defaults) sizes it from the memory."""
+    cpu = device_type == "cpu"
+    if options.num_blocks is None and (options.library_defaults or not cpu):
+        return None
+    size = options.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
+    return options.num_blocks or CPU_CACHE_TOKENS // size, size
+
+
+def fit_problems(spec: RunSpec, device_type: str) -> list[tuple[tuple, str]]:
+    """(field, why) for each thing one request (or a training step's context) needs and the model or its cache
+    cannot hold: what the worker would otherwise find as it loads (runner.check_fits, the engine's capacity)."""
+    problems: list[tuple[tuple, str]] = []
+    positions = model_positions(spec.model) if spec.kind != "kernel" else None
+    if spec.kind == "train_step":
+        context = spec.train_step.context_length
+        if positions is not None and context > positions:
+            problems.append((("train_step", "context_length"),
+                             f"{context} is beyond the model's {positions} positions"))
+        return problems
+    if spec.kind != "generate" or spec.engine == "openai":
+        return problems
+    trace = isinstance(spec.workload.arrivals, Trace)
+    need = sum(traces.longest(spec.workload))
+    if positions is not None and need > positions:
+        field = ("workload", "arrivals", "path") if trace else ("workload", "prompt_tokens")
+        problems.append((field, f"prompt + output may reach {need} tokens, beyond the model's {positions} positions"))
+    cache = cache_tokens(spec.transformers, device_type) if spec.engine == "transformers" else None
+    if cache is not None and cache[0] * cache[1] < need:
+        problems.append((("transformers", "num_blocks"), f"the cache holds {cache[0]} × {cache[1]} tokens, but one "
+                                                         f"request may need {need} (prompt + output)"))
+    return problems

@@ -1,0 +1,1 @@
+"""Reports: a run's files, HTML pages and charts, the terminal's tables."""

@@ -1,0 +1,166 @@
+"""A run's figures as rows of text: one formatting for the terminal's tables and the HTML pages."""
+
+from __future__ import annotations
+
+from benchd.measure.capacity import CapacityResult
+from benchd.measure.records import LatencyStats, StageSummary
+from benchd.hardware.sampler import HardwareSummary
+from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
+
+
+def _ms(stats: LatencyStats, *keys: str) -> str:
+    values = [getattr(stats, key) for key in keys]
+    return " / ".join("–" if v is None else f"{v * 1e3:.2f}" for v in values)
+
+
+def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
+    """One row per figure, one cell per stage (load level): what the terminal table and the report page show."""
+    rows: list[tuple[str, list[str]]] = [
+        ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}" for s in summaries]),
+        ("output tok/s", [f"{s.output_tokens_per_s:.1f}" for s in summaries]),
+        ("total tok/s", [f"{s.total_tokens_per_s:.1f}" for s in summaries]),
+        ("requests/s", [f"{s.requests_per_s:.2f}" for s in summaries]),
+        ("TTFT ms p50 / p90 / p99", [_ms(s.ttft_s, "p50", "p90", "p99") for s in summaries]),
+        ("ITL ms p50 / p90 / p99", [_ms(s.itl_s, "p50", "p90", "p99") for s in summaries]),
+        ("TPOT ms p50 / p90 / p99", [_ms(s.tpot_s, "p50", "p90", "p99") for s in summaries]),
+        ("E2E ms p50 / p90 / p99", [_ms(s.e2e_s, "p50", "p90", "p99") for s in summaries]),
+        ("queue ms p50 / p99", [_ms(s.queue_s, "p50", "p99") for s in summaries]),
+        ("dispatch lag ms p99", [_ms(s.dispatch_lag_s, "p99") for s in summaries]),
+        ("KV-cache peak", ["–" if s.kv_cache_occupancy_peak is None else f"{s.kv_cache_occupancy_peak:.0%}"
+                           for s in summaries]),
+    ]
+    if any(s.offered_requests_per_s is not None for s in summaries):  # open loops long enough to judge
+        rows.insert(4, ("completed / offered req/s", [pace(s) for s in summaries]))
+    if any(s.valid is not None for s in summaries):
+        rows.insert(0, ("verdict", [verdict(s) for s in summaries]))
+    if any(s.goodput_requests_per_s is not None for s in summaries):
+        rows.append(("goodput req/s (SLO met)", [
+            "–" if s.goodput_requests_per_s is None else
+            f"{s.goodput_requests_per_s:.2f} ({s.slo_attainment or 0:.0%})" for s in summaries
+        ]))
+    return rows
+
+
+def verdict(s: StageSummary) -> str:
+    """valid, or invalid with the checks it failed (each one's sentence is in the summary)."""
+    if s.valid is None:
+        return "–"
+    return "valid" if s.valid else "INVALID: " + ", ".join(i.check for i in s.invalid)
+
+
+def pace(s: StageSummary) -> str:
+    """An open loop's completions against its offers over the latter half of its sending (validity.Saturation)."""
+    done, offered = s.completed_requests_per_s, s.offered_requests_per_s
+    if done is None or offered is None:
+        return "–"
+    return f"{done:.2f} / {offered:.2f}" + (f" ({done / offered:.0%})" if offered else "")
+
+
+def capacity_line(found: CapacityResult) -> str:
+    rate = "none met the SLO" if found.requests_per_s is None else f"{found.requests_per_s:g} requests/s"
+    done = "" if found.complete else " (incomplete)"
+    return f"capacity under SLO: {rate}{done} after {len(found.probes)} probes: {found.reason}"
+
+
+def hardware_line(hw: HardwareSummary) -> str:
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{x:.0%}"
+
+    parts = [f"CPU {pct(hw.cpu_utilization_mean)}"]
+    if hw.gpus:
+        memory = "–" if hw.gpu_memory_peak_bytes is None else f"{hw.gpu_memory_peak_bytes / 2**30:.2f} GiB"
+        power = "–" if hw.power_mean_watts is None else f"{hw.power_mean_watts:.0f} W"
+        energy = "–" if hw.energy_joules is None else f"{hw.energy_joules:.1f} J"
+        per_token = ("–" if hw.energy_per_output_token_joules is None
+                     else f"{hw.energy_per_output_token_joules * 1e3:.2f} mJ/token")
+        parts = [f"GPU util {pct(hw.gpu_utilization_mean)} (max {pct(hw.gpu_utilization_max)})",
+                 f"peak memory {memory}", f"power {power}", f"energy {energy} = {per_token}",
+                 f"throttled {pct(hw.throttled_fraction)}", *parts]
+    else:
+        parts.append("no GPU gauges")
+    return f"hardware ({hw.samples} samples over {hw.window_s:.1f} s): " + ", ".join(parts)
+
+
+def _gib(value: int | None) -> str:
+    return "–" if value is None else f"{value / 2**30:.2f}"
+
+
+def _mean_std_ms(stats: TimingStats) -> str:
+    return "–" if stats.mean is None else f"{stats.mean * 1e3:.2f} ± {stats.std * 1e3:.2f}"
+
+
+def train_step_rows(summaries: list[TrainStepSummary]) -> list[tuple[str, list[str]]]:
+    """One row per figure, one cell per warm-up level; times are mean ± std over the measured steps."""
+    return [
+        ("measured steps", [str(s.steps) for s in summaries]),
+        *[(f"{phase} ms", [_mean_std_ms(s.phases[phase]) if phase in s.phases else "–" for s in summaries])
+          for phase in ("forward", "backward", "optimizer", "step")
+          if any(phase in s.phases for s in summaries)],
+        ("step ms min / median / max", [
+            "–" if s.phases["step"].mean is None else
+            " / ".join(f"{getattr(s.phases['step'], k) * 1e3:.2f}" for k in ("min", "median", "max"))
+            for s in summaries]),
+        ("tokens/s", ["–" if s.tokens_per_s is None else f"{s.tokens_per_s:,.0f}" for s in summaries]),
+        ("TFLOP/s (model FLOPs)", ["–" if s.achieved_tflops is None else f"{s.achieved_tflops:.2f}"
+                                   for s in summaries]),
+        ("MFU", ["–" if s.mfu is None else f"{s.mfu:.1%} of {s.peak_tflops:g}" for s in summaries]),
+        ("GiB weights / grads / AdamW", [f"{_gib(s.memory.parameters)} / {_gib(s.memory.gradients)} / "
+                                         f"{_gib(s.memory.optimizer_states)}" for s in summaries]),
+        ("GiB activations (est.) / total (est.)", [f"{_gib(s.memory.activations)} / {_gib(s.memory.total)}"
+                                                   for s in summaries]),
+        ("GiB peak allocated (measured)", [_gib(s.memory.peak_allocated) for s in summaries]),
+    ]
+
+
+def train_step_subject(s: TrainStepSummary) -> str:
+    return (f"{s.model}: {s.parameters:,} parameters, {s.mode}, batch {s.batch_size} × {s.context_length}, "
+            f"{s.dtype}" + (f" (autocast {s.autocast})" if s.autocast else ""))
+
+
+KERNEL_COLUMNS = ("kernel", "shape", "dtype", "implementation", "median ms", "mean ± std ms", "min / max ms",
+                  "TFLOP/s", "× reference")
+
+
+def kernel_rows(results: list[KernelResult]) -> list[list[str]]:
+    """One row per implementation and shape, cells under KERNEL_COLUMNS; TFLOP/s at the median time."""
+    rows = []
+    for r in results:
+        t = r.timing
+        if r.error is not None or t.median is None:
+            rows.append([r.kernel, r.shape, r.dtype, r.implementation, "–", "–", "–", "–", r.error or r.status])
+            continue
+        ratio = "–" if r.speedup_vs_reference is None else f"{r.speedup_vs_reference:.2f} (vs {r.reference})"
+        rows.append([r.kernel, r.shape, r.dtype, r.implementation, f"{t.median * 1e3:.4f}",
+                     f"{t.mean * 1e3:.4f} ± {t.std * 1e3:.4f}", f"{t.min * 1e3:.4f} / {t.max * 1e3:.4f}",
+                     "–" if r.tflops is None else f"{r.tflops:.2f}", ratio])
+    return rows
+
+
+def parse_summaries(kind: str, stages: list[dict]) -> list:
+    """A run's stored or streamed stage summaries as their models, by the spec's kind."""
+    model = {"generate": StageSummary, "train_step": TrainStepSummary, "kernel": KernelResult}[kind]
+    return [model.model_validate(s) for s in stages]
+
+
+GPU_COLUMNS = ["GPU", "status", "output tok/s", "TTFT p99 ms", "ITL p50 ms", "mJ/token", "tok/s × siblings",
+               "verdict"]
+
+
+def gpu_rows(parts: dict) -> list[list[str]]:
+    """A run on every GPU, one row a GPU (its first stage): its figures beside its siblings' median, and whether
+    it was found slow."""
+    verdicts = {v["gpu"]: v for v in parts.get("verdicts", [])}
+    rows = []
+    for gpu, part in sorted(parts.get("gpus", {}).items()):
+        stage = part["stages"][0] if part["stages"] else {}
+        verdict = verdicts.get(gpu, {})
+        ttft, itl = (stage.get("ttft_s") or {}).get("p99"), (stage.get("itl_s") or {}).get("p50")
+        ratio, low, high = (verdict.get(k) for k in ("relative_throughput", "throughput_ci_low", "throughput_ci_high"))
+        energy = verdict.get("energy_per_token_j")
+        rows.append([
+            gpu, part["status"], f"{stage.get('output_tokens_per_s', 0):.1f}",
+            "–" if ttft is None else f"{ttft * 1e3:.2f}", "–" if itl is None else f"{itl * 1e3:.2f}",
+            "–" if energy is None else f"{energy * 1e3:.2f}",
+            "–" if ratio is None else f"{ratio:.3f}" + ("" if low is None else f" [{low:.3f}, {high:.3f}]"),
+            ("slow: " + "; ".join(verdict["reasons"])) if verdict.get("outlier") else "ok" if verdict else "–"])
+    return rows

@@ -1,0 +1,267 @@
+"""Validity, as MLPerf LoadGen has it: the rules a stage's figures must meet to be trusted, the verdict, and the
+worker's watch that stops a stage early (errors, over-saturation) and says why."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from benchd.spec.fields import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, Strict
+
+# The error rate stops a stage only once this many measured requests have finished: one failure among the first
+# few is no rate.
+MIN_FINISHED_FOR_RATE = 20
+# Over-saturation: the in-flight count's growth over the window must exceed both this many requests and
+# NOISE_SIGMAS standard deviations of a stable queue's wandering (Backlog).
+MIN_GROWTH = 2
+NOISE_SIGMAS = 3.0
+# Over-saturation in the verdict (every open loop): completions against offers from the latter half of the stage's
+# sending on (SETTLE_SHARE of it lets the queue fill to its steady level: a stage starts empty, and its first
+# requests' latency is a ramp, not a backlog). A judged window under MIN_SATURATION_WINDOW_S (a stage sending for
+# under about 2 s) is too short to tell a queue that grows from one that fills: it is not judged. The in-flight count
+# must grow in each half of the window by at least STEADY_SHARE of its growth: steadily, as a rate beyond the
+# engine's grows it, not in one burst (a trace's, a pause's) that drains once the stage ends.
+SETTLE_SHARE = 0.5
+MIN_SATURATION_WINDOW_S = 1.0
+MIN_SATURATION_OFFERS = 20  # offers in the judged window: fewer are no rate (a start-up stall outweighs them)
+STEADY_SHARE = 0.25
+
+
+class ValidityRules(Strict):
+    """A stage breaking any rule gets the verdict invalid, with each reason. The rules are the workload's (stored with
+    its spec), the defaults below where it sets none."""
+
+    # Client fidelity, open loop only (a closed loop's pace is the engine's): the dispatcher's own lateness (p99 of
+    # sent − scheduled), and the rate it sent at against the rate it was scheduled to.
+    max_dispatch_lag_p99_s: PositiveFloat | None = 0.001
+    min_sent_rate_ratio: Fraction = 0.95
+    min_duration_s: NonNegativeFloat = 0.0  # the measured window
+    min_requests: NonNegativeInt = 0  # measured requests that finished
+    # Errors: beyond either, the stage stops early (what it measured is kept) and is invalid.
+    max_errors: NonNegativeInt | None = None
+    max_error_rate: Fraction | None = None  # checked once MIN_FINISHED_FOR_RATE measured requests have finished
+    # Over-saturation (open loop), in the verdict: from the latter half of the stage's sending on, requests completed
+    # per second under this share of those offered, the requests in flight growing steadily beyond their noise
+    # (Saturation). None or 0: not judged.
+    min_completion_ratio: Fraction | None = 0.9
+    # And as a stop rule: the requests in flight grew, never draining, for this long: the stage stops early (off when
+    # unset; Backlog).
+    oversaturation_s: PositiveFloat | None = None
+
+
+class Invalidity(BaseModel):
+    check: str  # unfinished | stopped | dispatch_lag | sent_rate | too_few_requests | min_duration | min_requests |
+    #             max_errors | max_error_rate | oversaturated
+    message: str
+
+
+# Checks that say the client (or the stage's length), not the load, spoiled a stage: run it again.
+CLIENT_CHECKS = frozenset({"dispatch_lag", "sent_rate", "too_few_requests", "min_duration", "min_requests",
+                           "unfinished"})
+# A rate is judged between two requests at least: an open loop that sent fewer is invalid, not on time.
+MIN_REQUESTS_FOR_RATE = 2
+
+
+@dataclass(slots=True, frozen=True)
+class Figures:
+    """What a verdict reads from a stage (records.summarize computes them from the records)."""
+
+    status: str
+    stop_reason: str | None
+    open_loop: bool
+    duration_s: float
+    requests: int  # measured, succeeded
+    errors: int  # measured, failed
+    dispatch_lag_p99_s: float | None
+    sent_rate_ratio: float | None
+    saturation: Saturation | None = None  # an open loop's, where its window is long enough
+
+
+@dataclass(slots=True, frozen=True)
+class Saturation:
+    """An open loop's completions against its offers. Over the judged window (the latter half of its sending): the
+    requests offered in each half of it (measured ones, by scheduled time) and those that ended in each (any, failed
+    ones too: an answer is a completion), the in-flight count growing by the difference. And the engine's pace: the
+    requests answered from the window's start to the last answer (or to where the stage was cut), backlog included,
+    as MLPerf LoadGen's completed samples per second (from the window on, so that a stage's first latencies and a
+    stall at its start weigh nothing)."""
+
+    window_s: float
+    offered: tuple[int, int]
+    completed: tuple[int, int]
+    answered: int
+    answered_over_s: float
+
+    @property
+    def offered_per_s(self) -> float:
+        return sum(self.offered) / self.window_s
+
+    @property
+    def completed_per_s(self) -> float:
+        return self.answered / self.answered_over_s
+
+    @property
+    def growth(self) -> tuple[int, int]:
+        return self.offered[0] - self.completed[0], self.offered[1] - self.completed[1]
+
+    def oversaturated(self, min_ratio: float) -> str | None:
+        """A reason when the engine's pace fell behind the offers (under min_ratio of them) with the in-flight count
+        growing steadily beyond a stable queue's noise (NOISE_SIGMAS of √(offered + completed), as Backlog); None
+        otherwise, and with fewer than MIN_SATURATION_OFFERS offers in the window: no rate."""
+        offered = sum(self.offered)
+        first, second = self.growth
+        growth = first + second
+        if offered < MIN_SATURATION_OFFERS or self.completed_per_s >= min_ratio * self.offered_per_s:
+            return None
+        if growth <= max(MIN_GROWTH, NOISE_SIGMAS * math.sqrt(offered + sum(self.completed))):
+            return None
+        if min(first, second) < STEADY_SHARE * growth:
+            return None
+        return (f"over-saturated: completed {self.completed_per_s:.3g} requests/s against {self.offered_per_s:.3g} "
+                f"offered ({self.completed_per_s / self.offered_per_s:.0%}) from the last {self.window_s:.3g} s of "
+                f"sending on, the requests in flight growing by {first} then {second} over them: the figures measure "
+                f"a growing queue; the engine kept up with about {self.completed_per_s:.3g} requests/s")
+
+
+def saturation(scheduled: Iterable[float], finished: Iterable[float], end_s: float | None = None) -> Saturation | None:
+    """scheduled: the measured requests' scheduled times (their last ends the sending); finished: when each of the
+    stage's requests ended (warm-up ones too); end_s: where a stage cut short was cut (what it cancelled then is no
+    answer). None when the judged window is shorter than MIN_SATURATION_WINDOW_S."""
+    offers, ends = sorted(scheduled), sorted(finished)
+    if len(offers) < 2:
+        return None
+    last = offers[-1]
+    start = offers[0] + (last - offers[0]) * SETTLE_SHARE
+    if last - start < MIN_SATURATION_WINDOW_S:
+        return None
+    middle = (start + last) / 2
+
+    def between(times: list[float], lo: float, hi: float) -> int:  # in (lo, hi]
+        return bisect.bisect_right(times, hi) - bisect.bisect_right(times, lo)
+
+    if end_s is None:
+        until = max(last, ends[-1] if ends else last)
+        answered = between(ends, start, until)
+    else:
+        until = max(last, end_s)
+        answered = bisect.bisect_left(ends, until) - bisect.bisect_right(ends, start)  # in (start, until)
+    return Saturation(last - start, (between(offers, start, middle), between(offers, middle, last)),
+                      (between(ends, start, middle), between(ends, middle, last)), answered, until - start)
+
+
+def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
+    """Every rule the stage breaks; none: valid."""
+    out: list[Invalidity] = []
+
+    def bad(check: str, message: str) -> None:
+        out.append(Invalidity(check=check, message=message))
+
+    if f.status == "stopped":
+        bad("stopped", f"stopped early: {f.stop_reason or 'a rule was broken'}")
+    elif f.status != "succeeded":
+        bad("unfinished", f"the stage did not run to its end ({f.status})")
+    if f.open_loop:
+        lag = f.dispatch_lag_p99_s
+        if rules.max_dispatch_lag_p99_s is not None and lag is not None and lag > rules.max_dispatch_lag_p99_s:
+            bad("dispatch_lag", f"dispatch lag p99 {lag * 1e3:.2f} ms over {rules.max_dispatch_lag_p99_s * 1e3:g} ms: "
+                                "requests left later than scheduled (a busy client, or a concurrency cap)")
+        ratio = f.sent_rate_ratio
+        if f.requests + f.errors < MIN_REQUESTS_FOR_RATE:
+            bad("too_few_requests", f"too few requests to judge the rate they were sent at: {f.requests + f.errors} "
+                                    f"measured, {MIN_REQUESTS_FOR_RATE} needed (run the stage longer)")
+        elif ratio is not None and ratio < rules.min_sent_rate_ratio:
+            bad("sent_rate", f"sent at {ratio:.1%} of the scheduled rate, under {rules.min_sent_rate_ratio:.0%}")
+    if f.duration_s < rules.min_duration_s:
+        bad("min_duration", f"measured {f.duration_s:.1f} s, under the minimum of {rules.min_duration_s:g} s")
+    finished = f.requests + f.errors
+    if finished < rules.min_requests:
+        bad("min_requests", f"{finished} measured requests finished, under the minimum of {rules.min_requests}")
+    if f.open_loop and rules.min_completion_ratio and f.saturation is not None:
+        if (reason := f.saturation.oversaturated(rules.min_completion_ratio)) is not None:
+            bad("oversaturated", reason)
+    if f.status == "stopped":  # its reason says which rule stopped it; what it cancelled then counts as failed
+        return out
+    if rules.max_errors is not None and f.errors > rules.max_errors:
+        bad("max_errors", f"{f.errors} measured requests failed, over max_errors {rules.max_errors}")
+    if rules.max_error_rate is not None and finished and f.errors / finished > rules.max_error_rate:
+        bad("max_error_rate", f"error rate {f.errors / finished:.1%} ({f.errors} of {finished}) over "
+                              f"{rules.max_error_rate:.1%}")
+    return out
+
+
+def sent_rate_ratio(scheduled: list[float], submitted: list[float]) -> float | None:
+    """Requests sent per second over the sending window, against requests scheduled per second over the scheduled
+    window (the same requests): 1 when every request left on time, less when sending fell behind."""
+    if len(scheduled) < 2 or len(submitted) < 2:
+        return None
+    planned, sent = max(scheduled) - min(scheduled), max(submitted) - min(submitted)
+    if planned <= 0 or sent <= 0:
+        return None
+    return planned / sent
+
+
+# ---- the worker's watch ----------------------------------------------------------------------------
+
+
+class Backlog:
+    """Over-saturation, from the stage's own counts sampled every 100 ms: over the last window_s the requests in flight
+    (sent − finished) never drained to zero and grew by more than NOISE_SIGMAS standard deviations of what a stable
+    queue's count wanders by, √(sent + finished in the window) (each a counting process, roughly Poisson), and by at
+    least MIN_GROWTH. A rate above the service rate grows the backlog linearly, past that bound in about
+    9·(arrival + service rate) / excess² seconds (50 % over 50 requests/s: ~3 s; 10 %: ~40 s); a stable queue
+    wanders as √t. Simulated M/M/8 queues (tests/test_validity.py) never tripped it at loads up to 0.9 in 10 minutes
+    with a 10 s window; near 1 a queue is all but unstable, and may."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.samples: deque[tuple[float, int, int]] = deque()  # (t, sent, finished)
+
+    def add(self, t: float, sent: int, finished: int) -> str | None:
+        """A reason to stop, or None."""
+        samples = self.samples
+        samples.append((t, sent, finished))
+        while len(samples) > 1 and samples[1][0] <= t - self.window_s:
+            samples.popleft()
+        start, sent0, finished0 = samples[0]
+        if t - start < self.window_s * 0.95:
+            return None
+        if any(a - d <= 0 for _, a, d in samples):
+            return None
+        before, now = sent0 - finished0, sent - finished
+        noise = math.sqrt((sent - sent0) + (finished - finished0))
+        if now - before <= max(MIN_GROWTH, NOISE_SIGMAS * noise):
+            return None
+        return (f"over-saturated: requests in flight grew from {before} to {now} in {self.window_s:g} s without "
+                f"draining ({sent - sent0} sent, {finished - finished0} finished)")
+
+
+class Watch:
+    """A stage's stop rules in the worker. finished() runs on the dispatcher's thread, load() on the load sampler's;
+    each returns a reason to stop, or None."""
+
+    def __init__(self, rules: ValidityRules, open_loop: bool) -> None:
+        self.rules = rules
+        self.errors = self.finished_count = 0
+        self.backlog = Backlog(rules.oversaturation_s) if rules.oversaturation_s and open_loop else None
+
+    def finished(self, ok: bool) -> str | None:
+        self.finished_count += 1
+        if ok:
+            return None
+        self.errors += 1
+        rules = self.rules
+        if rules.max_errors is not None and self.errors > rules.max_errors:
+            return f"{self.errors} measured requests failed, over max_errors {rules.max_errors}"
+        if (rules.max_error_rate is not None and self.finished_count >= MIN_FINISHED_FOR_RATE
+                and self.errors / self.finished_count > rules.max_error_rate):
+            return (f"error rate {self.errors / self.finished_count:.1%} ({self.errors} of {self.finished_count}) "
+                    f"over max_error_rate {rules.max_error_rate:.1%}")
+        return None
+
+    def load(self, t: float, sent: int, finished: int) -> str | None:
+        return self.backlog.add(t, sent, finished) if self.backlog is not None else None

@@ -1,0 +1,1 @@
+"""The daemon's side of worker processes: spawned, fed, watched, restarted."""

@@ -1,0 +1,339 @@
+"""One worker process as the daemon sees it: spawned, fed commands, heard from, and watched: its exit code or
+signal, its heartbeats, and the progress of the run it holds. A worker that dies or stops answering ends its run
+with the cause, and the pool starts another."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchd.hardware.devices import Slot
+from benchd.models.memory import MEMORY_FRACTION
+from benchd.hardware.speed import DeviceSpeed
+from benchd.supervisor import orphans
+from benchd.worker import process
+from benchd.protocol import messages
+
+log = logging.getLogger("benchd.workers")
+
+LOG_TAIL_LINES = 20
+
+
+class WorkerSettings(BaseModel):
+    """How long a worker may be silent: no heartbeat at all (a call holding the interpreter), or no progress in the
+    run it holds (a hung kernel or engine), loading a model or starting an engine included."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    heartbeat_timeout_s: float = Field(default=30.0, gt=0)
+    progress_timeout_s: float = Field(default=600.0, gt=0)  # no event while requests run
+    load_timeout_s: float = Field(default=1800.0, gt=0)  # loading a model or starting an engine (CUDA graphs)
+    start_timeout_s: float = Field(default=300.0, gt=0)  # spawned until it says hello (torch imported)
+    log_dir: Path = Path("benchd-workers")  # each worker's stdout and stderr, tail kept with a crash's cause
+    # The workers' CPU priority (Unix nice, set when the worker starts): above the daemon's HTTP side, so that
+    # clients of the daemon do not delay the engine's thread. Lowering nice needs root or CAP_SYS_NICE; without
+    # it the worker keeps the daemon's and logs so. /readyz shows each worker's nice.
+    nice: int = Field(default=-10, ge=-20, le=19)
+    # The real-time priority (SCHED_FIFO, 1-99) of the thread that sends an open loop's requests, while it sends: it
+    # runs as soon as a request is due, ahead of every normal thread (benchd/priority.py); 0: none. The same
+    # privilege as nice; /readyz shows what each worker got.
+    dispatch_priority: int = Field(default=1, ge=0, le=99)
+    # A kernel run longer than deadline_factor × what it should take at its device's measured speed, plus
+    # deadline_slack_s, is ended by the supervisor (its worker killed: a call in progress cannot be interrupted
+    # otherwise), with that cause (benchd.models.duration).
+    deadline_factor: float = Field(default=4.0, gt=0)
+    deadline_slack_s: float = Field(default=30.0, ge=0)
+
+
+Deadline = Callable[[DeviceSpeed | None], tuple[float, str] | None]
+
+
+class RunSink(Protocol):
+    """Where a run's messages go, on the handle's thread."""
+
+    def events(self, batch: list[tuple[Any, ...]]) -> None: ...
+
+    def done(self, status: str, error: str | None, error_stage: str | None, metadata: dict | None) -> None: ...
+
+    def died(self, cause: str) -> None: ...
+
+
+@dataclass(slots=True)
+class Death:
+    reason: str  # exit | signal | oom | no_heartbeat | no_progress | deadline | start | device_error
+    cause: str  # one line for the run's error, then the worker's last log lines
+
+
+def oom_kills() -> int | None:
+    """The cgroup's OOM-kill count (cgroup v2, else v1): compared before and after a worker died."""
+    for path, key in (("/sys/fs/cgroup/memory.events", "oom_kill"),
+                      ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill")):
+        try:
+            for line in Path(path).read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class WorkerHandle:
+    def __init__(self, slot: Slot, settings: WorkerSettings, on_death=lambda handle, death: None,
+                 memory_fraction: float = MEMORY_FRACTION, speed: DeviceSpeed | None = None) -> None:
+        """memory_fraction: of its device's available memory, what a run may plan to use
+        (BENCHD_LIMITS__MEMORY_FRACTION, which admission checks runs against); speed: the device's, measured by a
+        worker before this one (this one then measures nothing)."""
+        self.slot, self.settings, self.on_death = slot, settings, on_death
+        self.memory_fraction = memory_fraction
+        self.known_speed = speed
+        self.name = slot.name
+        self.log_path = settings.log_dir / f"{self.name}.log"
+        self.state = "new"  # new | starting | ready | dead | stopped
+        self.pid: int | None = None
+        self.info: dict[str, Any] = {}
+        self.death: Death | None = None
+        self.started_at = 0.0
+        self.ready = threading.Event()
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn = None
+        self._send_lock = threading.Lock()
+        self._run: tuple[str, RunSink] | None = None
+        self._warm: dict[str, Any] = {}
+        self._warmed = threading.Event()
+        self._heartbeat = self._progress = 0.0
+        self.held_bytes = 0  # GPU memory its allocator holds, from its heartbeats
+        self._activity = -1
+        self._phase = "idle"
+        self._phase_since = 0.0  # when its heartbeats first said its current phase
+        self._deadline: tuple[float, str] | None = None  # the run's: (seconds into its "run" phase, the cause)
+        self._oom_before: int | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._stop_watching = False  # killed from outside: the watch thread leaves the end to kill()
+        self._end_lock = threading.Lock()
+        self._pid_file: Path | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn (never fork: the daemon has threads, and a worker may hold CUDA); returns at once."""
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        orphans.reap(self.settings.log_dir)  # a killed daemon's workers still holding a device
+        with self.log_path.open("a") as f:
+            f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+        env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
+               "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority),
+               "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction)}
+        if self.known_speed is not None:
+            env["BENCHD_WORKER_SPEED"] = json.dumps(self.known_speed.as_dict())
+        self._process = context.Process(target=process.main, args=(child, self.slot.key, str(self.log_path), env),
+                                        name=f"benchd-{self.name}", daemon=True)
+        self._oom_before = oom_kills()
+        self.state, self.started_at = "starting", time.perf_counter()
+        self._heartbeat = self._progress = self.started_at
+        self._process.start()
+        child.close()
+        self.pid = self._process.pid
+        self._pid_file = orphans.record(self.settings.log_dir, self.name, self.pid)
+        self._thread = threading.Thread(target=self._watch, name=f"benchd-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Ask the worker to finish (its run ends interrupted with what it measured), then make sure it is gone."""
+        if self._process is None:
+            return
+        self._send((messages.STOP,))
+        self._stopping = True
+        self._process.join(timeout_s)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        self.state = "stopped"
+        orphans.forget(self._pid_file)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("starting", "ready")
+
+    @property
+    def busy(self) -> bool:
+        return self._run is not None
+
+    @property
+    def speed(self) -> DeviceSpeed | None:
+        """Its device's speed, as it said in its hello (benchd.hardware.speed)."""
+        return DeviceSpeed.of(self.info.get("speed"))
+
+    # ---- commands ----------------------------------------------------------------------------------
+
+    def warm(self, model: str, dtype: str, device: str, timeout_s: float) -> tuple[str | None, float | None]:
+        """Load a model ahead of runs; (error, load seconds)."""
+        self._warmed.clear()
+        self._send((messages.WARM, model, dtype, device))
+        if not self._warmed.wait(timeout_s):
+            return (self.death.cause if self.death else f"no answer within {timeout_s:g} s"), None
+        return self._warm.get("error"), self._warm.get("load_s")
+
+    def submit(self, run_id: str, spec: dict, faults: dict | None, sink: RunSink, trace_id: str | None = None,
+               confine: dict | None = None, deadline: Deadline | None = None) -> None:
+        """confine: the paths the worker re-checks against the roots as it loads (benchd.models.roots); deadline: from its
+        device's speed, how long the run may be in its "run" phase and the cause it ends with after that (killed: a
+        call in progress cannot be interrupted otherwise), or None."""
+        self._run, self._deadline = (run_id, sink), deadline(self.speed) if deadline is not None else None
+        self._progress = self._phase_since = time.perf_counter()
+        self._phase = "submitted"  # its next heartbeat's phase is this run's
+        if not self._send((messages.RUN, run_id, spec, faults, trace_id, confine)):
+            self._run = None
+            sink.died(self.death.cause if self.death else "the worker is not running")
+
+    def cancel(self, run_id: str, reason: str) -> None:
+        self._send((messages.CANCEL, run_id, reason))
+
+    def _send(self, message: tuple[Any, ...]) -> bool:
+        with self._send_lock:
+            if self._conn is None or not self.alive:
+                return False
+            try:
+                self._conn.send(message)
+                return True
+            except (OSError, ValueError):
+                return False
+
+    # ---- watching ----------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        conn = self._conn
+        while self.state in ("starting", "ready", "exiting") and not self._stopping and not self._stop_watching:
+            try:
+                if conn.poll(0.25):
+                    self._receive(conn.recv())
+            except (EOFError, OSError):
+                self._died()
+                return
+            if (death := self._silence(time.perf_counter())) is not None:  # checked whatever arrives
+                self._kill(death)
+                return
+            if not self._process.is_alive():
+                self._drain(conn)  # what it sent before it ended (its last events, a "done") counts
+                self._died()
+                return
+
+    def _drain(self, conn) -> None:
+        try:
+            while conn.poll(0):
+                self._receive(conn.recv())
+        except (EOFError, OSError):
+            pass
+
+    def _receive(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        now = time.perf_counter()
+        if kind == messages.HEARTBEAT:
+            _, _, activity, phase, self.held_bytes = message
+            self._heartbeat = now
+            if phase != self._phase:
+                self._phase_since = now
+            if activity != self._activity or phase != self._phase:
+                self._activity, self._phase, self._progress = activity, phase, now
+        elif kind == messages.EVENTS:
+            if self._run is not None and self._run[0] == message[1]:
+                self._run[1].events(message[2])
+        elif kind == messages.DONE:
+            run, self._run = self._run, None
+            if run is not None and run[0] == message[1]:
+                run[1].done(*message[2:])
+        elif kind == messages.EXITING:
+            self.state = "exiting"  # no run is handed to it; its exit brings a replacement
+        elif kind == messages.WARMED:
+            self._warm = {"error": message[2], "load_s": message[3]}
+            self._warmed.set()
+        elif kind == messages.HELLO:
+            self.pid, self.info = message[1], message[2]
+            self.state, self._heartbeat = "ready", now
+            self.ready.set()
+
+    def _silence(self, now: float) -> Death | None:
+        s = self.settings
+        if self.state == "starting":
+            if now - self.started_at > s.start_timeout_s:
+                return Death("start", f"the worker did not start within {s.start_timeout_s:g} s")
+            return None
+        if now - self._heartbeat > s.heartbeat_timeout_s:
+            return Death("no_heartbeat", f"the worker stopped answering: no heartbeat for "
+                                         f"{now - self._heartbeat:.0f} s (a call that never returns)")
+        if self._run is not None and self._deadline is not None and self._phase == "run":
+            limit_s, cause = self._deadline
+            if now - self._phase_since > limit_s:
+                return Death("deadline", cause)
+        if self._run is not None:
+            limit = s.load_timeout_s if self._phase in ("load", "start") else s.progress_timeout_s
+            if now - self._progress > limit:
+                return Death("no_progress", f"the run made no progress for {now - self._progress:.0f} s while "
+                                            f"{self._phase!r} (hung)")
+        return None
+
+    def kill(self, death: Death) -> None:
+        """Kill it now (it hangs): its run fails with the cause; the pool starts another."""
+        self._stop_watching = True
+        self._kill(death)
+
+    def _kill(self, death: Death) -> None:
+        self._process.kill()
+        self._process.join(10)
+        self._end(Death(death.reason, death.cause + self._log_tail()))
+
+    def _died(self) -> None:
+        self._process.join(10)
+        code = self._process.exitcode
+        oom = self._oom_before is not None and (after := oom_kills()) is not None and after > self._oom_before
+        if oom:
+            death = Death("oom", "the kernel's OOM killer killed the worker (out of host memory)")
+        elif code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            death = Death("signal", f"the worker was killed by {name}")
+        elif code == messages.EXIT_DEVICE_FAULT:
+            death = Death("device_error", "a run left the worker's device unusable (a CUDA device-side assert or "
+                                          "illegal address): a new worker gets a new CUDA context")
+        else:
+            death = Death("exit", f"the worker exited with code {code}")
+        self._end(Death(death.reason, death.cause + self._log_tail()))
+
+    def _end(self, death: Death) -> None:
+        orphans.forget(self._pid_file)
+        with self._end_lock:  # the watch thread and kill() may both see the end: it is handled once
+            if self.state in ("dead", "stopped"):
+                return
+            if self._stopping:  # asked to stop: the exit is expected
+                self.state = "stopped"
+                return
+            self.state, self.death = "dead", death
+        log.error("%s (pid %s) died: %s", self.name, self.pid, death.cause)
+        self._warmed.set()
+        run, self._run = self._run, None
+        if run is not None:
+            run[1].died(death.cause)
+        self.on_death(self, death)
+
+    def _log_tail(self) -> str:
+        try:
+            lines = deque(self.log_path.open(errors="replace"), maxlen=LOG_TAIL_LINES)
+        except OSError:
+            return ""
+        tail = "".join(lines).rstrip()
+        return f"\nthe worker's last log lines:\n{tail}" if tail else ""

@@ -1,0 +1,1 @@
+"""Making measurements visible: Prometheus instruments and exposition, OpenTelemetry traces and metrics."""

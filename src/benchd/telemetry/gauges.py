@@ -1,0 +1,185 @@
+"""Hardware gauges for Prometheus, built at scrape time from the sampler's latest snapshot (no hardware call)."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from benchd.hardware.readings import GPUInfo, GPUReading, MigInstance, Snapshot
+from benchd.hardware.sampler import HardwareSampler
+
+GPU_LABELS = ("gpu", "uuid", "name")
+# A MIG instance's series carry its parent's GPU_LABELS and these, DCGM exporter's names for the GPU instance id and
+# profile; the compute instance id is benchd's, in the same style (DCGM exporter exports per GPU instance).
+MIG_LABELS = ("GPU_I_ID", "GPU_I_PROFILE", "GPU_CI_ID")
+
+# Reading name → (metric name, type, help). Counters are exported with the _total suffix.
+GPU_SERIES = {
+    "utilization_ratio": ("benchd_gpu_utilization_ratio", "gauge", "Time a kernel was running, 0–1 (NVML)."),
+    "memory_utilization_ratio": ("benchd_gpu_memory_utilization_ratio", "gauge",
+                                 "Time device memory was being read or written, 0–1."),
+    "memory_used_bytes": ("benchd_gpu_memory_used_bytes", "gauge", "Device memory in use."),
+    "memory_free_bytes": ("benchd_gpu_memory_free_bytes", "gauge", "Device memory free."),
+    "memory_total_bytes": ("benchd_gpu_memory_total_bytes", "gauge", "Device memory in all."),
+    "power_watts": ("benchd_gpu_power_watts", "gauge", "Power draw."),
+    "power_limit_watts": ("benchd_gpu_power_limit_watts", "gauge", "Enforced power limit."),
+    "energy_joules": ("benchd_gpu_energy_joules", "counter", "Energy consumed since the driver loaded."),
+    "temperature_celsius": ("benchd_gpu_temperature_celsius", "gauge", "GPU core temperature."),
+    "sm_clock_hertz": ("benchd_gpu_sm_clock_hertz", "gauge", "SM clock."),
+    "memory_clock_hertz": ("benchd_gpu_memory_clock_hertz", "gauge", "Memory clock."),
+    "pcie_transmit_bytes_per_second": ("benchd_gpu_pcie_transmit_bytes_per_second", "gauge",
+                                       "PCIe TX throughput (NVML's 20 ms sample)."),
+    "pcie_receive_bytes_per_second": ("benchd_gpu_pcie_receive_bytes_per_second", "gauge",
+                                      "PCIe RX throughput (NVML's 20 ms sample)."),
+    "sm_activity_ratio": ("benchd_gpu_sm_activity_ratio", "gauge", "SM activity between samples, 0–1 (GPM, Hopper+)."),
+    "tensor_activity_ratio": ("benchd_gpu_tensor_activity_ratio", "gauge",
+                              "Tensor-core activity between samples, 0–1 (GPM, Hopper+)."),
+    "dram_bandwidth_ratio": ("benchd_gpu_dram_bandwidth_utilization_ratio", "gauge",
+                             "DRAM bandwidth used between samples, 0–1 (GPM, Hopper+)."),
+    "encoder_utilization_ratio": ("benchd_gpu_encoder_utilization_ratio", "gauge", "Video encoder busy, 0–1."),
+    "decoder_utilization_ratio": ("benchd_gpu_decoder_utilization_ratio", "gauge", "Video decoder busy, 0–1."),
+    "pcie_replays": ("benchd_gpu_pcie_replays", "counter",
+                     "PCIe transfers retried (replayed) since the driver loaded; a growing count is a bad link."),
+    "row_remap_pending": ("benchd_gpu_row_remap_pending", "gauge",
+                          "1 while remapped memory rows wait for a GPU reset to take effect."),
+    "row_remap_failure": ("benchd_gpu_row_remap_failure", "gauge",
+                          "1 once a memory row could not be remapped: the GPU needs service."),
+    "last_xid_code": ("benchd_gpu_last_xid_code", "gauge", "The latest XID error's code since benchd started; 0: none."),
+    "xid_events": ("benchd_gpu_xid_events", "counter",
+                   "XID error events since benchd started, every code together: 0 from the start on a GPU whose XIDs "
+                   "are watched, so a healthy GPU reads 0 and a first event is an increase."),
+}
+# Readings with a label of their own: reading name → (metric name, type, label, help).
+GPU_LABELLED = {
+    "ecc_volatile_errors": ("benchd_gpu_ecc_volatile_errors", "counter", "error_type",
+                            "ECC errors since the driver loaded, by error type (correctable, uncorrectable)."),
+    "ecc_aggregate_errors": ("benchd_gpu_ecc_aggregate_errors", "counter", "error_type",
+                             "ECC errors over the GPU's life, by error type (correctable, uncorrectable)."),
+    "remapped_rows": ("benchd_gpu_remapped_rows", "counter", "error_type",
+                      "Memory rows remapped over the GPU's life, by the errors that caused it."),
+    "nvlink_transmit_bytes": ("benchd_gpu_nvlink_transmit_bytes", "counter", "link",
+                              "NVLink data sent, per link; its rate is the link's throughput."),
+    "nvlink_receive_bytes": ("benchd_gpu_nvlink_receive_bytes", "counter", "link",
+                             "NVLink data received, per link; its rate is the link's throughput."),
+    "xid_errors": ("benchd_gpu_xid_errors", "counter", "xid",
+                   "XID error events since benchd started, by code (past 1023: other)."),
+}
+
+
+class _Families:
+    """Families by name, created on first use; samples carry their own label sets (a MIG instance's has more)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Metric] = {}
+
+    def add(self, name: str, kind: str, doc: str, labels: dict[str, str], value: float) -> None:
+        family = self.by_name.get(name)
+        if family is None:
+            family = self.by_name[name] = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, doc)
+        family.add_sample(name + ("_total" if kind == "counter" else ""), labels, value)
+
+
+def _labels(reading: GPUReading) -> dict[str, str]:
+    labels = {"gpu": reading.gpu, "uuid": reading.uuid, "name": reading.name}
+    if reading.mig is not None:
+        labels.update(zip(MIG_LABELS, (str(reading.mig.gpu_instance_id), reading.mig.profile,
+                                       str(reading.mig.compute_instance_id))))
+    return labels
+
+
+def families(snapshot: Snapshot) -> list[Metric]:
+    out = _Families()
+    for reading in snapshot.gpus:
+        labels = _labels(reading)
+        for key, value in reading.values.items():
+            if key in GPU_SERIES:
+                out.add(*GPU_SERIES[key], labels, value)
+        for key, per_label in reading.labelled.items():
+            if key in GPU_LABELLED:
+                name, kind, label, doc = GPU_LABELLED[key]
+                for label_value, value in per_label.items():
+                    out.add(name, kind, doc, {**labels, label: label_value}, value)
+        for reason, active in reading.throttle.items():
+            out.add("benchd_gpu_clock_throttle_reason", "gauge", "1 while this clock event (throttle) reason is active.",
+                    {**labels, "reason": reason}, float(active))
+
+    host = snapshot.host
+    for name, doc, value in (
+        ("benchd_host_cpu_utilization_ratio", "CPU busy across all cores, 0–1.", host.cpu_ratio),
+        ("benchd_host_memory_used_bytes", "Host memory in use (total − available).", host.memory_used_bytes),
+        ("benchd_host_memory_available_bytes", "Host memory available.", host.memory_available_bytes),
+        ("benchd_host_memory_total_bytes", "Host memory in all.", host.memory_total_bytes),
+    ):
+        if value is not None:
+            out.add(name, "gauge", doc, {}, value)
+    for core, ratio in enumerate(host.cpu_core_ratios):
+        out.add("benchd_host_cpu_core_utilization_ratio", "gauge", "CPU busy per core, 0–1.", {"core": str(core)},
+                ratio)
+    if host.load is not None:
+        for period, value in zip(("1m", "5m", "15m"), host.load):
+            out.add("benchd_host_load_average", "gauge", "Run-queue load average.", {"period": period}, value)
+    for process, reading in host.processes.items():
+        out.add("benchd_host_process_cpu_utilization_ratio", "gauge",
+                "A benchd process's CPU time as a share of the cores it may use (its affinity), 0–1, over the last "
+                "half second or more (process: daemon, worker…).", {"process": process}, reading.cpu_ratio)
+        for mode, seconds in (("user", reading.cpu_user_s), ("system", reading.cpu_system_s)):
+            out.add("benchd_host_process_cpu_seconds", "counter",
+                    "A benchd process's CPU time since it started, by mode (user, system), as "
+                    "process_cpu_seconds_total counts it: its rate is the cores it keeps busy.",
+                    {"process": process, "mode": mode}, seconds)
+        out.add("benchd_host_process_cpu_cores", "gauge", "The cores a benchd process may run on (its affinity).",
+                {"process": process}, reading.cores)
+        out.add("benchd_host_process_resident_memory_bytes", "gauge",
+                "A benchd process's resident memory (process: daemon, worker…).", {"process": process},
+                reading.resident_bytes)
+    return list(out.by_name.values())
+
+
+def info_families(gpus: list[GPUInfo], migs: list[tuple[GPUInfo, MigInstance]]) -> list[Metric]:
+    """What the GPUs are: driver, PCI bus id, MIG layout. Read once at start, so served even while stalled."""
+    out = []
+    if gpus:
+        info = InfoMetricFamily("benchd_gpu", "A GPU: its PCI bus id and driver (value 1).")
+        for g in gpus:
+            info.add_sample("benchd_gpu_info", {"gpu": g.gpu, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
+                                                "driver_version": g.driver_version, "cuda_version": g.cuda_version}, 1.0)
+        out.append(info)
+    if migs:
+        info = InfoMetricFamily("benchd_gpu_mig", "A MIG device: its GPU instance, profile and compute instance "
+                                                  "(value 1).")
+        for g, mig in migs:
+            info.add_sample("benchd_gpu_mig_info", {
+                "gpu": g.gpu, "uuid": g.uuid, "name": g.name, "mig_uuid": mig.uuid,
+                **dict(zip(MIG_LABELS, (str(mig.gpu_instance_id), mig.profile, str(mig.compute_instance_id))))}, 1.0)
+        out.append(info)
+    return out
+
+
+class HardwareCollector(Collector):
+    """Serves the sampler's latest snapshot with its age. Once the sampler is stalled, the snapshot's series are
+    left out (a gap, not a flat line) and benchd_hardware_sampler_stalled says why."""
+
+    def __init__(self, sampler: HardwareSampler) -> None:
+        self.sampler = sampler
+        nvml = sampler.reader.nvml
+        by_index = {g.gpu: g for g in nvml.info}
+        self._info = info_families(nvml.info, [(by_index[gpu], mig) for gpu, mig in nvml.migs if gpu in by_index])
+
+    def describe(self) -> list[Metric]:
+        return []  # families vary with the hardware; nothing to check against other collectors' names
+
+    def collect(self) -> list[Metric]:
+        now = time.perf_counter()
+        snapshot, stalled = self.sampler.latest, self.sampler.stalled(now)
+        state = [GaugeMetricFamily("benchd_hardware_sampler_stalled",
+                                   "1 while no hardware read has completed for the stale threshold (a hung driver "
+                                   "call): the hardware series are left out meanwhile.", value=float(stalled))]
+        if snapshot is not None:
+            state.append(GaugeMetricFamily("benchd_hardware_sample_age_seconds",
+                                           "Time since the served hardware snapshot was read.", value=now - snapshot.t))
+            state.append(GaugeMetricFamily("benchd_hardware_sample_duration_seconds",
+                                           "How long the served snapshot's read took.", value=snapshot.duration_s))
+        served = families(snapshot) if snapshot is not None and not stalled else []
+        return [*state, *self._info, *served]

@@ -1,0 +1,291 @@
+"""What a worker does, whatever carries its messages: keeps a model and an engine warm across runs, runs specs on
+them and reports every event; the process around it (worker/process.py) only moves messages."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchd import heap
+from benchd.spec import traces
+from benchd.engines import Engine, create_engine
+from benchd.measure.metadata import PeakMemory, RunMetadata, collect, record_stack, torch_threads, utc_now
+from benchd.models.loading import LoadedModel, load_model, resolve_device
+from benchd.models.roots import Opened, open_confined
+from benchd.loadgen.stage import check_fits, run_stages
+from benchd.stopping import StopSignal
+from benchd.spec import RunSpec
+from benchd.spec.stack import base_attention
+from benchd.timed import run_timed
+from benchd.protocol import messages
+from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
+from benchd.protocol.outbox import Outbox
+from benchd.loadgen.contents import contents, load_tokenizer, text_contents
+
+Emit = Callable[[tuple[Any, ...]], None]
+
+
+class WorkerCore:
+    def __init__(self, emit: Emit, device: str = "cpu", loader: Callable[..., LoadedModel] = load_model,
+                 group: Any = None, dispatch_priority: int = 0) -> None:
+        """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0, cuda:0+cuda:1);
+        group: the tensor-parallel group this worker is rank 0 of (workers/parallel.Group), which loads and starts
+        with it; dispatch_priority: the real-time priority an open loop's sending thread takes (benchd.loadgen.priority)."""
+        self.emit, self.device, self.loader, self.group = emit, device, loader, group
+        self.dispatch_priority = dispatch_priority
+        self._loaded: LoadedModel | None = None
+        self._loaded_key: tuple[str, ...] | None = None
+        self._engine: Engine | None = None
+        self._engine_key: tuple | None = None
+        self._run: tuple[str, Outbox, StopSignal] | None = None
+        self._send = threading.Lock()  # a run's events leave before its "done"
+        self._cancelled: dict[str, str] = {}  # cancels that arrived before their run started
+        self.phase = "idle"
+        self.broken: str | None = None  # a device error that outlives the run: the process must be replaced
+
+    @property
+    def activity(self) -> int:
+        run = self._run
+        return run[1].progress if run is not None else 0
+
+    # ---- commands --------------------------------------------------------------------------------
+
+    def warm(self, model: str, dtype: str, device: str) -> None:
+        self.phase = "load"
+        try:
+            load_s = self._model_for(model, dtype, device)
+            self.emit((messages.WARMED, model, None, load_s))
+        except Exception as error:  # the worker goes on: a run that names a loadable model can follow
+            self.emit((messages.WARMED, model, f"{type(error).__name__}: {error}", None))
+        finally:
+            self.phase = "idle"
+
+    def cancel(self, run_id: str, reason: str) -> None:
+        """Stop the run now, or as it starts if its command is still waiting its turn."""
+        run = self._run
+        if run is not None and run[0] == run_id:
+            run[2].set(reason)
+        else:
+            self._cancelled[run_id] = reason
+
+    def interrupt(self) -> None:
+        """The worker is stopping: the run in progress ends as interrupted, with what it measured."""
+        run = self._run
+        if run is not None:
+            run[2].set("interrupted")
+
+    def run(self, run_id: str, spec_data: dict, faults: dict | None, trace_id: str | None = None,
+            confine: dict | None = None) -> None:
+        """One run, start to end; every outcome ends in a "done" message after the run's last events. confine: the
+        paths to open under the roots before anything loads (benchd.models.roots)."""
+        outbox, stop = Outbox(), StopSignal()
+        if run_id in self._cancelled:
+            stop.set(self._cancelled.pop(run_id))
+        self._run = (run_id, outbox, stop)
+        spec = RunSpec.model_validate(spec_data)
+        metadata: RunMetadata | None = None
+        status, error, stage = "failed", None, "load"
+        opened: dict[str, Opened] = {}
+        try:
+            # Every path checked again on what it opens: the run reads through the descriptors (roots.Opened).
+            confined_data, opened = open_confined(spec_data, confine)
+            spec = RunSpec.model_validate(confined_data)
+            model = opened.get("model")
+            source = spec.model if model is None else model.real if self.group is not None else model.path
+            if self.group is not None and (spec.kind != "generate" or spec.engine != "transformers"):
+                raise ValueError("a tensor-parallel worker runs transformers generation, not "
+                                 f"{spec.kind}/{spec.engine}")
+            if spec.kind != "generate":
+                metadata, status, error = self._timed(spec, outbox, stop, source)
+                stage = "run"
+            else:
+                metadata, status, error, stage = self._generate(spec, outbox, stop, faults, trace_id,
+                                                                (model.real if model else spec.model, source))
+        except Exception as failure:  # the worker's boundary around what precedes the runner's own
+            status, error = "failed", f"{type(failure).__name__}: {failure}"
+        finally:
+            for item in opened.values():
+                item.close()
+            self.phase = "idle"
+            if metadata is not None:
+                metadata.run_id = run_id
+                metadata.finished_at = utc_now()
+            self.broken = device_fault(None if spec.kind == "generate" and spec.engine == "openai"
+                                       else resolve_device(spec.device))
+            if self.broken:
+                status, stage = "failed", stage if status == "failed" else "run"
+                error = (f"{error}; " if error else "") + (f"the device is unusable after this run ({self.broken}): "
+                                                           "the worker is replaced before the next")
+            with self._send:
+                self._flush()
+                if self.broken:  # before its done: the daemon hands the next run to the replacement
+                    self.emit((messages.EXITING, self.broken))
+                self.emit((messages.DONE, run_id, status, error, stage if status == "failed" else None,
+                           metadata.model_dump(mode="json") if metadata is not None else None))
+                self._run = None
+
+    def flush(self) -> None:
+        """Pass on the current run's events (the sender calls this every messages.BATCH_S)."""
+        with self._send:
+            self._flush()
+
+    def _flush(self) -> None:
+        run = self._run
+        if run is not None and (batch := run[1].drain()):
+            self.emit((messages.EVENTS, run[0], batch))
+
+    def close(self) -> None:
+        self._close_engine()
+        self._loaded = self._loaded_key = None
+        if self.group is not None:
+            self.group.tell("exit")
+
+    # ---- a generation run ------------------------------------------------------------------------
+
+    def _phase(self, outbox: Outbox, name: str) -> None:
+        self.phase = name
+        outbox.put("phase", name, time.perf_counter())
+
+    def _generate(self, spec: RunSpec, outbox: Outbox, stop: StopSignal, faults: dict | None,
+                  trace_id: str | None, model: tuple[str, str]) -> tuple[RunMetadata, str, str | None, str]:
+        """model: (what identifies the model: the spec's ref, or where its confined path really is; where to load it
+        from)."""
+        server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
+        self._phase(outbox, "load")
+        load_s = None
+        if server:
+            tokenizer = load_tokenizer(spec.openai.tokenizer) if spec.openai.tokenizer else None
+            new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
+        else:
+            load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
+                                     spec.quantization, base_attention(spec.attn_implementation or "sdpa"), model[1])
+            check_fits(spec, self._loaded.max_positions)
+            loaded = self._loaded
+            new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
+                                          loaded.special_ids).__next__
+        self._phase(outbox, "start")
+        engine = self._engine_for(spec)
+        if self.group is None:  # a warm engine: nothing an earlier run cached serves this one
+            engine.forget()  # (not in a tensor-parallel group: its ranks' caches must stay alike, and only rank 0
+            # hears from the daemon between runs; its runs keep their predecessors' prefixes)
+        metadata = collect(self._loaded.device if not server else None, spec.model, spec.label, load_s)
+        if server:
+            metadata.device_name = spec.openai.base_url
+        metadata.engine_settings = engine.settings()
+        if not server:
+            metadata.torch_threads = torch_threads()  # as the engine set it
+            record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
+        heap.settle()  # the model and the started engine out of the collector's walks while the run measures
+        self._phase(outbox, "run")
+        fault = Faults.model_validate(faults) if faults else None
+        disarm = arm(fault, self._loaded.model if self._loaded else None) \
+            if fault is not None and fault.applies(spec.name, spec.label, self.device) else None
+        peak = PeakMemory(self._loaded.device if not server else None)
+        try:
+            status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id,
+                                       dispatch_priority=self.dispatch_priority,
+                                       renew=None if self.group is not None else lambda: self._renew(spec))
+        finally:
+            if disarm is not None:
+                disarm.set()
+        metadata.peak_memory_bytes, metadata.peak_reserved_bytes = peak.read(), peak.reserved()
+        return metadata, status, error, "run"
+
+    def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
+                   seed: int = 0, quantization: str = "none", attn_implementation: str = "sdpa",
+                   source: str | None = None) -> float | None:
+        """Keep the loaded model unless another is needed; the load time when this call loaded one. One model at a
+        time: variants of a matrix take turns (the next loads once the last is released), so that each engine sizes
+        its cache from the same free memory and no variant runs beside another's weights. source: where to load ref
+        from, when not from ref itself (a confined path's opened descriptor)."""
+        key = (ref, dtype, device, quantization, attn_implementation)
+        if self._loaded is not None and self._loaded_key == key:
+            return None
+        self._close_engine()
+        self._loaded = self._loaded_key = None
+        _release_memory()
+        load = self.group.load if self.group is not None else self.loader  # a group's ranks load their shards
+        self._loaded = load(source or ref, dtype, device, seed, trust_remote_code=trust_remote_code,
+                            attn_implementation=attn_implementation, quantization=quantization)
+        self._loaded_key = key
+        return self._loaded.load_s
+
+    def _engine_for(self, spec: RunSpec) -> Engine:
+        """One engine stays started across runs that would configure it identically (no new warm-up)."""
+        workload = spec.workload
+        key = (spec.engine, spec.transformers, spec.static, spec.openai, spec.model, workload.ignore_eos,
+               traces.longest(workload),
+               spec.compile, spec.attn_implementation)  # a matrix may vary only these on one loaded model
+        if self._engine is not None and self._engine_key == key and self._engine.alive():
+            return self._engine
+        self._close_engine()
+        engine = create_engine(self._loaded, spec)
+        if self.group is not None:  # the other ranks start theirs with it: the start is collective
+            self.group.tell("start", spec.model_dump(mode="json"))
+        engine.start()
+        self._engine, self._engine_key = engine, key
+        return engine
+
+    def _renew(self, spec: RunSpec) -> Engine:
+        """A new engine for the stages after one whose engine ran out of device memory: the old one's cache and
+        graphs are released first (a tensor-parallel group's ranks would have to renew together: not done)."""
+        self._close_engine()
+        return self._engine_for(spec)
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.stop()
+            self._engine = self._engine_key = None
+            # Its KV cache and CUDA graph pool back to the device: the next engine sizes its cache from the memory
+            # the device reports free, which leaves out what torch's allocator keeps cached.
+            _release_memory()
+
+    # ---- a timed run -----------------------------------------------------------------------------
+
+    def _timed(self, spec: RunSpec, outbox: Outbox, stop: StopSignal,
+               model: str) -> tuple[RunMetadata, str, str | None]:
+        # A timed run has the process to itself: no idle engine beside it holding its KV cache, its generation
+        # thread and its setting of torch's CPU threads. It starts again, warmed up, at the next generation run.
+        self._close_engine()
+        if spec.kind == "train_step":
+            # A training step builds its own model and needs the device's memory: the cached model is released
+            # too, and loads again at the next generation run.
+            self._loaded = self._loaded_key = None
+            _release_memory()
+        heap.settle()
+        self._phase(outbox, "run")
+        metadata = collect(resolve_device(spec.device), spec.subject, spec.label)
+        status, error = run_timed(spec, outbox, metadata, stop, model)
+        return metadata, status, error
+
+    @property
+    def held(self) -> tuple[str, ...] | None:
+        """The model kept loaded: (ref, dtype, device, quantization, attention implementation)."""
+        return self._loaded_key
+
+
+def device_fault(device) -> str | None:
+    """Whether the device still works after a run: a CUDA device-side assert or illegal address leaves the process's
+    context unusable (every later call fails), which only a new process cures."""
+    if INJECTED_DEVICE_FAULT:
+        return INJECTED_DEVICE_FAULT[-1]
+    if device is None or device.type != "cuda":
+        return None
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+    except Exception as error:  # what the driver says, first line
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return None
+
+
+def _release_memory() -> None:
+    heap.release()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

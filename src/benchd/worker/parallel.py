@@ -1,0 +1,145 @@
+"""A tensor-parallel worker: a group of ranks (one a device) launched with torch's elastic launcher, the model
+sharded with transformers' tp_plan="auto" (NCCL on CUDA, gloo on CPU). Rank 0 serves the daemon like any worker
+and tells the other ranks what to load and start; transformers' continuous batching keeps them in step (its TP
+driver, rank 0, broadcasts the requests it admits), so only rank 0 reports records."""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from benchd.models.loading import LoadedModel, load_model, resolve_dtype
+from benchd.models.presets import PRESETS
+
+PR_SET_PDEATHSIG = 1
+MATERIALIZED = Path(tempfile.gettempdir()) / "benchd-presets"  # presets saved once, for every rank to load
+
+
+def launch(conn: Connection, device: str) -> None:
+    """The group's leader (the process the daemon spawned): its ranks, one a device, until they exit."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    size = int(os.environ["BENCHD_WORKER_TP"])
+    # The daemon started this process as a daemonic child (it ends with the daemon), which multiprocessing forbids
+    # to have children of its own; the ranks end with it through PDEATHSIG instead.
+    multiprocessing.current_process().daemon = False
+    with socket.socket() as s:  # a free port for the ranks' rendezvous, on this host only
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=size, rdzv_backend="c10d",
+                          rdzv_endpoint=f"127.0.0.1:{port}", run_id=f"benchd-{os.getpid()}", max_restarts=0,
+                          start_method="spawn", monitor_interval=0.5)
+    elastic_launch(config, rank_main)(conn, device)
+
+
+def rank_main(conn: Connection, device: str) -> int:
+    """Every rank: dies with the leader, joins the group, then serves (rank 0) or follows."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a killed leader takes its ranks with it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    cuda = torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+    if cuda:
+        torch.cuda.set_device(local)
+    elif cpus := os.environ.get("BENCHD_WORKER_CPUS"):  # CPU ranks: each its share of the group's cores
+        cores = sorted(int(c) for c in cpus.split(","))
+        share = cores[local::int(os.environ["WORLD_SIZE"])] or cores
+        os.environ["BENCHD_WORKER_CPUS"] = ",".join(map(str, share))  # what serve() pins rank 0 to
+        os.sched_setaffinity(0, share)
+        torch.set_num_threads(len(share))
+    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    control = dist.new_group(backend="gloo")  # what rank 0 tells the others, beside the model's own traffic
+    try:
+        if rank == 0:
+            from benchd.worker.process import serve
+
+            serve(conn, device, Group(control))
+        else:
+            conn.close()
+            follow(control)
+    finally:
+        dist.destroy_process_group()
+    return rank
+
+
+class Group:
+    """Rank 0's side: every command here is one the other ranks carry out with it (loading and starting are
+    collective)."""
+
+    def __init__(self, control: Any) -> None:
+        self.control = control
+        self.size = dist.get_world_size()
+
+    def tell(self, *command: Any) -> None:
+        dist.broadcast_object_list([command], src=0, group=self.control)
+
+    def load(self, ref: str, dtype: str, device: str, seed: int = 0, *, trust_remote_code: bool = False,
+             attn_implementation: str = "sdpa", quantization: str = "none") -> LoadedModel:
+        """The model, sharded over the group: a preset is saved once with its seeded weights, then every rank
+        loads it with from_pretrained and tp_plan="auto" (unquantized: the spec refuses quantization with it)."""
+        path = materialize(ref, dtype, seed) if ref in PRESETS else ref
+        self.tell("load", ref, path, dtype, trust_remote_code, attn_implementation)
+        return load_sharded(ref, path, dtype, trust_remote_code, attn_implementation)
+
+
+def materialize(ref: str, dtype: str, seed: int) -> str:
+    """A preset's seeded random weights, built on rank 0's device (an 8B model initialises in seconds on a GPU,
+    a minute on the CPU) and saved once, so every rank loads the same weights."""
+    path = MATERIALIZED / f"{ref}-{dtype}-{seed}"
+    if not (path / "config.json").exists():
+        loaded = load_model(ref, dtype, "cuda" if dist.get_backend() == "nccl" else "cpu", seed)
+        partial = path.with_suffix(".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        loaded.model.save_pretrained(partial)
+        del loaded
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        partial.rename(path)
+    return str(path)
+
+
+def load_sharded(ref: str, path: str, dtype: str, trust_remote_code: bool = False,
+                 attn_implementation: str = "sdpa") -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    torch_dtype = resolve_dtype(dtype, device)
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
+                                                 distributed_config=DistributedConfig(tp_plan="auto"),
+                                                 trust_remote_code=trust_remote_code)
+    model.eval()
+    return LoadedModel(ref=ref, model=model, device=device, dtype=torch_dtype, load_s=time.perf_counter() - start)
+
+
+def follow(control: Any) -> None:
+    """Ranks 1…: load what rank 0 loads, start the engines it starts and keep them in step until rank 0 stops
+    its engine (transformers' continuous batching carries the requests and the stop)."""
+    from benchd.engines.transformers import TransformersEngine
+    from benchd.spec import RunSpec
+
+    loaded: LoadedModel | None = None
+    while True:
+        holder: list[Any] = [None]
+        dist.broadcast_object_list(holder, src=0, group=control)
+        command = holder[0]
+        if command[0] == "load":
+            loaded = None
+            loaded = load_sharded(*command[1:])
+        elif command[0] == "start":
+            spec = RunSpec.model_validate(command[1])
+            TransformersEngine(loaded, spec.transformers, spec.workload).follow()
+        elif command[0] == "exit":
+            return

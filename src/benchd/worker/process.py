@@ -1,0 +1,151 @@
+"""The worker process: started with spawn by the daemon (or the CLI), it owns torch and the device and runs one
+spec at a time; three threads move messages: commands in, events and heartbeats out, runs on the main thread."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from benchd.loadgen import priority
+from benchd.protocol import messages
+
+ORPHAN_GRACE_S = 10.0  # the daemon is gone: what runs has this long to stop before the process ends anyway
+
+
+def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str] | None = None) -> None:
+    """device: the worker's slot (cpu, cpu:1, cuda:0, cuda:0+cuda:1: what specs and fault settings name); env pins
+    the process to its devices (CUDA_VISIBLE_DEVICES, BENCHD_WORKER_CPUS) and is set before torch loads. A
+    tensor-parallel group (BENCHD_WORKER_TP > 1) launches its ranks here; rank 0 serves the daemon."""
+    os.environ.update(env or {})
+    if log_path is not None:  # fd 2 itself, so the C++ side's messages (CUDA errors, aborts) land there too
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 2)
+        os.dup2(log, 1)
+        sys.stderr = sys.stdout = os.fdopen(2, "w", buffering=1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops runs itself
+    priority.prioritize(int(os.environ.get("BENCHD_WORKER_NICE", "0")))  # before any thread: they inherit it
+    try:
+        if int(os.environ.get("BENCHD_WORKER_TP", "1")) > 1:
+            from benchd.worker.parallel import launch  # torch loads here, in the worker only
+
+            launch(conn, device)
+        else:
+            serve(conn, device)
+    except (BrokenPipeError, ConnectionResetError, EOFError):  # the daemon died mid-message: nobody to report to
+        print("benchd: the daemon is gone; the worker exits", file=sys.stderr, flush=True)
+    except BaseException:  # a fault of the worker's own: its traceback to the log, exit code 1 to the daemon
+        traceback.print_exc()
+        _exit(1)
+    _exit(0)
+
+
+def _speed(device: str) -> dict | None:
+    """The device's speed (benchd.hardware.speed): as an earlier worker on it measured it, or measured now."""
+    from benchd.hardware.speed import DeviceSpeed, measure
+
+    if known := os.environ.get("BENCHD_WORKER_SPEED"):
+        return DeviceSpeed.of(json.loads(known)).as_dict()
+    try:
+        return measure("cuda" if device.startswith("cuda") else "cpu").as_dict()
+    except RuntimeError as error:  # the device cannot run the probe: no figure (timed runs cannot be admitted)
+        print(f"benchd: measuring the device's speed failed: {error}", file=sys.stderr, flush=True)
+        return None
+
+
+def _exit(code: int) -> None:
+    """End the process now that its serving loop has: an engine's threads (transformers' generation thread is not a
+    daemon thread) would otherwise keep it alive, holding its model and its device's memory, after a daemon killed
+    by SIGKILL or the OOM killer, and a restarted daemon's new worker would size its cache from what is left."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def serve(conn: Connection, device: str, group: Any = None) -> None:
+    """The daemon's side of a worker: commands in, events and heartbeats out, runs on this thread. group: a
+    tensor-parallel group this process is rank 0 of (worker/parallel.py), told what to load and start."""
+    lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with lock:
+            conn.send(message)
+
+    from benchd.worker.core import WorkerCore  # torch loads here, in the worker only
+
+    dispatch_priority = priority.allowed(int(os.environ.get("BENCHD_WORKER_DISPATCH_PRIORITY", "0")))
+    core = WorkerCore(send, device, group=group, dispatch_priority=dispatch_priority)
+    commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    closing = threading.Event()
+
+    def receive() -> None:
+        """Cancels act at once, on the run in progress; the rest waits its turn on the main thread."""
+        while True:
+            try:
+                command = conn.recv()
+            except (EOFError, OSError):  # the daemon is gone: stop what runs, and exit (a hung run: after a grace)
+                command = (messages.STOP,)
+                orphaned = threading.Timer(ORPHAN_GRACE_S, _exit, args=(0,))
+                orphaned.daemon = True
+                orphaned.start()
+            if command[0] == messages.CANCEL:
+                core.cancel(command[1], command[2])
+                continue
+            if command[0] == messages.STOP:
+                closing.set()
+                core.interrupt()
+            commands.put(command)
+            if command[0] == messages.STOP:
+                return
+
+    def pulse() -> None:
+        next_beat = 0.0
+        while not closing.is_set():
+            core.flush()
+            now = time.perf_counter()
+            if now >= next_beat:
+                held = torch.cuda.memory_reserved() if torch.cuda.is_initialized() else 0  # no sync, no init
+                send((messages.HEARTBEAT, now, core.activity, core.phase, held))
+                next_beat = now + messages.HEARTBEAT_S
+            closing.wait(messages.BATCH_S)
+
+    def terminate(*_: Any) -> None:
+        closing.set()
+        core.interrupt()
+        commands.put((messages.STOP,))
+
+    signal.signal(signal.SIGTERM, terminate)
+    import torch
+
+    if cpus := os.environ.get("BENCHD_WORKER_CPUS"):  # a CPU worker beside others: its own cores, its threads
+        cores = {int(c) for c in cpus.split(",")}
+        os.sched_setaffinity(0, cores)
+        torch.set_num_threads(len(cores))
+    send((messages.HELLO, os.getpid(), {"torch": str(torch.__version__), "device": device,
+                                         "cuda_devices": torch.cuda.device_count(),
+                                         "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                                         "dispatch_priority": dispatch_priority, "speed": _speed(device)}))
+    threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()
+    threading.Thread(target=pulse, name="benchd-worker-pulse", daemon=True).start()
+    while True:
+        command = commands.get()
+        kind = command[0]
+        if kind == messages.RUN:
+            core.run(*command[1:])
+            if core.broken:  # its "done" is sent: a new process gets a working device
+                print(f"benchd: the device is unusable after this run ({core.broken}); the worker exits",
+                      file=sys.stderr, flush=True)
+                os._exit(messages.EXIT_DEVICE_FAULT)
+        elif kind == messages.WARM:
+            core.warm(*command[1:])
+        elif kind == messages.STOP:
+            break
+    core.close()
+    conn.close()

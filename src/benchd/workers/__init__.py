@@ -1,1 +1,0 @@
-"""Worker processes: each owns an engine and the device; the daemon supervises them."""
