@@ -159,7 +159,8 @@ def make_prompts(tokenizer_dir: Path, tokens: int, path: Path, count: int = 2000
     import random
 
     sys.path.insert(0, str(ROOT / "src"))
-    from benchd.loadgen.contents import clean_ids, load_tokenizer, sized_text
+    from benchd.loadgen.contents import clean_ids, sized_text
+    from benchd.models.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(str(tokenizer_dir))
     allowed, rng = clean_ids(tokenizer), random.Random(0)

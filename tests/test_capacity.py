@@ -10,7 +10,7 @@ from benchd.measure.records import RequestRecord, summarize
 from benchd.spec.slo import SLO
 from benchd.spec import SpecError, parse_spec
 from benchd.spec.validity import Invalidity, ValidityRules
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from tests.openai_server import OpenAIServer
 
 

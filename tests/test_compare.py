@@ -172,7 +172,7 @@ def test_a_result_directory_gives_the_records_the_store_gives(tiny, tmp_path):
     from benchd.stopping import StopSignal
     from benchd.store import Store
     from benchd.telemetry.run import Telemetry
-    from benchd.supervisor.local import LocalPool
+    from benchd.daemon.local import LocalPool
     from tests.helpers import make_spec
 
     store = Store(f"sqlite:///{tmp_path}/benchd.db", spool_dir=tmp_path / "spool")

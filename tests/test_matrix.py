@@ -14,7 +14,7 @@ from benchd.spec.matrix import MatrixProblem, interleaved, parse_matrix
 from benchd.spec.stack import installed, unavailable
 from benchd.stopping import StopSignal
 from benchd.telemetry.run import Telemetry
-from benchd.supervisor.local import LocalPool, run_local
+from benchd.daemon.local import LocalPool, run_local
 from tests.browser import Chromium
 from tests.helpers import ROOT, daemon, make_spec, spec, wait_for
 

@@ -15,11 +15,12 @@ from benchd.engines.openai.engine import OpenAIEngine, apportion
 from benchd.engines.openai.counts import chunk_counts, text_counts
 from benchd.telemetry.metrics import Metrics
 from benchd.stopping import StopSignal
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from benchd.spec import SpecError, TextDataset, parse_spec
 from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider
-from benchd.loadgen.contents import clean_ids, load_tokenizer, read_dataset, sized_text, text_contents
+from benchd.loadgen.contents import clean_ids, read_dataset, sized_text, text_contents
+from benchd.models.tokenizer import load_tokenizer
 from tests.helpers import daemon, free_port, wait_for
 from tests.openai_server import OpenAIServer
 from tests.otlp import HTTPReceiver

@@ -8,7 +8,7 @@ import pytest
 
 from benchd.measure.records import LatencyStats
 from benchd.stopping import StopSignal
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from benchd.telemetry.gauges import HardwareCollector
 from benchd.hardware.readings import GPUReading, HostReading, MigInstance, Snapshot
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from benchd.hardware.sampler import HardwareSampler, summarize
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.helpers import make_spec, wait_for

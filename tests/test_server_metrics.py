@@ -15,7 +15,7 @@ from benchd.measure.server_metrics import PageError, increase, read
 from benchd.daemon.server_scrape import ServerGauges, ServerScrape
 from benchd.spec import SpecError, parse_spec
 from benchd.telemetry.run import Telemetry
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from tests.helpers import daemon, free_port, wait_for
 from tests.openai_server import OpenAIServer
 

@@ -8,7 +8,7 @@ import pytest
 
 from benchd.loadgen import arrivals
 from benchd.spec import SpecError, parse_spec
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from benchd.loadgen.contents import contents
 from tests.openai_server import OpenAIServer
 

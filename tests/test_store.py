@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from benchd.measure.records import RequestRecord
-from benchd.supervisor.local import run_local
+from benchd.daemon.local import run_local
 from benchd.store import StageRequests, Store, StoreUnavailable, migrate
 from tests.helpers import ROOT, PostgresServer, make_spec
 

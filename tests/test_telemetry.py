@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from benchd.daemon.settings import Settings
 from benchd.telemetry.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
 from benchd.telemetry.genai import build_genai_metrics
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for

@@ -12,10 +12,10 @@ from benchd.models.loading import load_model, parameter_count, preset_config
 from benchd.stopping import StopSignal
 from benchd.spec import SpecError, parse_spec
 from benchd.daemon.lifecycle import Lifecycle
-from benchd.supervisor.local import LocalPool
+from benchd.daemon.local import LocalPool
 from benchd.store import Store
 from benchd.telemetry.run import Telemetry
-from benchd.supervisor.local import run_local as run_timed
+from benchd.daemon.local import run_local as run_timed
 from benchd.models.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
 from benchd.timed.kernel import attention, attention_flops, matmul_flops
 from benchd.telemetry.tracing import build_tracer_provider

@@ -10,7 +10,7 @@ from benchd.measure.records import RequestRecord, summarize
 from benchd.spec import parse_spec
 from benchd.spec.validity import (MIN_FINISHED_FOR_RATE, Backlog, Figures, ValidityRules, Watch, judge, saturation,
                              sent_rate_ratio)
-from benchd.supervisor.local import run_local as run
+from benchd.daemon.local import run_local as run
 from tests.openai_server import OpenAIServer
 
 

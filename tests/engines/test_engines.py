@@ -12,7 +12,7 @@ from benchd.engines.handoff import MAX_WAIT_S, Handoff
 from benchd.engines.transformers import TransformersEngine, kv_blocks
 from benchd.models.loading import load_model
 from benchd.spec import SpecError, TransformersOptions
-from benchd.supervisor.local import run_local
+from benchd.daemon.local import run_local
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine

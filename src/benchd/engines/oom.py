@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from benchd.engines import EngineFailure
+from benchd.engines.base import EngineFailure
 
 GIB = 2**30
 

@@ -11,7 +11,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from benchd.engines import EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.oom import failure_of, is_out_of_memory
 from benchd.models.loading import LoadedModel, greedy_config
 from benchd.spec import StaticOptions, Workload

@@ -13,7 +13,7 @@ from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
 from benchd.spec import traces
-from benchd.engines import EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.handoff import Handoff
 from benchd.engines.oom import failure_of, figures
 from benchd.models.flops import Shape

@@ -139,15 +139,6 @@ def contents(workload: Workload, seed: int, vocab_size: int, avoid_ids: frozense
 # ---- text, for OpenAI-compatible servers -------------------------------------------------------
 
 
-def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as error:
-        raise SpecError(f"openai.tokenizer: cannot load a tokenizer from {path!r}: {error}") from None
-
-
 def sized_text(tokenizer, rng: random.Random, allowed: list[int], n: int) -> tuple[str, int]:
     """Text that the tokenizer encodes to exactly n tokens (without special tokens), made from random ids: decoding
     and re-encoding can merge or split tokens, so the ids are re-encoded, cut or topped up until it holds. Returns

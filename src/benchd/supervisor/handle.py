@@ -22,7 +22,7 @@ from benchd.hardware.devices import Slot
 from benchd.models.memory import MEMORY_FRACTION
 from benchd.hardware.speed import DeviceSpeed
 from benchd.supervisor import orphans
-from benchd.worker import process
+from benchd.worker import entry
 from benchd.protocol import messages
 
 log = logging.getLogger("benchd.workers")
@@ -140,7 +140,7 @@ class WorkerHandle:
                "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction)}
         if self.known_speed is not None:
             env["BENCHD_WORKER_SPEED"] = json.dumps(self.known_speed.as_dict())
-        self._process = context.Process(target=process.main, args=(child, self.slot.key, str(self.log_path), env),
+        self._process = context.Process(target=entry.main, args=(child, self.slot.key, str(self.log_path), env),
                                         name=f"benchd-{self.name}", daemon=True)
         self._oom_before = oom_kills()
         self.state, self.started_at = "starting", time.perf_counter()

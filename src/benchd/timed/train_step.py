@@ -13,7 +13,7 @@ import torch
 
 from benchd.models.loading import DTYPES, load_model, parameter_count
 from benchd.spec import SpecError
-from benchd.timed import TimedContext
+from benchd.timed.context import TimedContext
 from benchd.timed.clock import DeviceClock
 from benchd.measure.timings import TrainStepSummary, TimingStats
 from benchd.models.flops import Shape, memory_breakdown, peak_tflops, step_flops

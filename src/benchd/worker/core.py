@@ -22,7 +22,8 @@ from benchd.timed import run_timed
 from benchd.protocol import messages
 from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
 from benchd.protocol.outbox import Outbox
-from benchd.loadgen.contents import contents, load_tokenizer, text_contents
+from benchd.loadgen.contents import contents, text_contents
+from benchd.models.tokenizer import load_tokenizer
 
 Emit = Callable[[tuple[Any, ...]], None]
 

@@ -1,5 +1,5 @@
-"""The worker process: started with spawn by the daemon (or the CLI), it owns torch and the device and runs one
-spec at a time; three threads move messages: commands in, events and heartbeats out, runs on the main thread."""
+"""The worker process's service: it owns torch and the device and runs one spec at a time; three threads move
+messages: commands in, events and heartbeats out, runs on the main thread."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -18,33 +17,6 @@ from benchd.loadgen import priority
 from benchd.protocol import messages
 
 ORPHAN_GRACE_S = 10.0  # the daemon is gone: what runs has this long to stop before the process ends anyway
-
-
-def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str] | None = None) -> None:
-    """device: the worker's slot (cpu, cpu:1, cuda:0, cuda:0+cuda:1: what specs and fault settings name); env pins
-    the process to its devices (CUDA_VISIBLE_DEVICES, BENCHD_WORKER_CPUS) and is set before torch loads. A
-    tensor-parallel group (BENCHD_WORKER_TP > 1) launches its ranks here; rank 0 serves the daemon."""
-    os.environ.update(env or {})
-    if log_path is not None:  # fd 2 itself, so the C++ side's messages (CUDA errors, aborts) land there too
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(log, 2)
-        os.dup2(log, 1)
-        sys.stderr = sys.stdout = os.fdopen(2, "w", buffering=1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops runs itself
-    priority.prioritize(int(os.environ.get("BENCHD_WORKER_NICE", "0")))  # before any thread: they inherit it
-    try:
-        if int(os.environ.get("BENCHD_WORKER_TP", "1")) > 1:
-            from benchd.worker.parallel import launch  # torch loads here, in the worker only
-
-            launch(conn, device)
-        else:
-            serve(conn, device)
-    except (BrokenPipeError, ConnectionResetError, EOFError):  # the daemon died mid-message: nobody to report to
-        print("benchd: the daemon is gone; the worker exits", file=sys.stderr, flush=True)
-    except BaseException:  # a fault of the worker's own: its traceback to the log, exit code 1 to the daemon
-        traceback.print_exc()
-        _exit(1)
-    _exit(0)
 
 
 def _speed(device: str) -> dict | None:
@@ -60,7 +32,7 @@ def _speed(device: str) -> dict | None:
         return None
 
 
-def _exit(code: int) -> None:
+def exit_now(code: int) -> None:
     """End the process now that its serving loop has: an engine's threads (transformers' generation thread is not a
     daemon thread) would otherwise keep it alive, holding its model and its device's memory, after a daemon killed
     by SIGKILL or the OOM killer, and a restarted daemon's new worker would size its cache from what is left."""
@@ -92,7 +64,7 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
                 command = conn.recv()
             except (EOFError, OSError):  # the daemon is gone: stop what runs, and exit (a hung run: after a grace)
                 command = (messages.STOP,)
-                orphaned = threading.Timer(ORPHAN_GRACE_S, _exit, args=(0,))
+                orphaned = threading.Timer(ORPHAN_GRACE_S, exit_now, args=(0,))
                 orphaned.daemon = True
                 orphaned.start()
             if command[0] == messages.CANCEL:

@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from benchd.engines import EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.openai.counts import apportion, chunk_counts
 from benchd.engines.openai.http import Target
 from benchd.engines.openai.client import FrameReader, send_frame
@@ -90,7 +90,7 @@ class OpenAIEngine:
 
     def start(self) -> None:
         if self.options.tokenizer is not None:
-            from benchd.loadgen.contents import load_tokenizer
+            from benchd.models.tokenizer import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.options.tokenizer)
         headers = {}

@@ -1,22 +1,30 @@
-"""A worker in this process, behind the pool's interface: the same core, messages and batches without a process
-boundary. For tests and embedding; the daemon and the CLI always use worker processes (supervisor/pool.py)."""
+"""A worker in this process, behind the pool's interface, and runs through the daemon's lifecycle on it: the same
+core, messages and batches without a process boundary. For tests and embedding; the daemon and the CLI always use
+worker processes (supervisor/pool.py). torch loads when a pool is made, not with this module."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
-from benchd.loadgen import priority
+from benchd.daemon.lifecycle import Lifecycle
 from benchd.hardware.devices import Slot
-from benchd.models.loading import LoadedModel, load_model
+from benchd.loadgen import priority
 from benchd.protocol import messages
-from benchd.worker.core import WorkerCore
+from benchd.stopping import StopSignal
 from benchd.supervisor.handle import Deadline, RunSink, WorkerSettings
+from benchd.telemetry.run import Telemetry
+
+if TYPE_CHECKING:
+    from benchd.models.loading import LoadedModel
 
 
 class LocalPool:
     def __init__(self, loaded: LoadedModel | None = None, settings: WorkerSettings | None = None) -> None:
         """loaded: a model the core uses for runs that name it (its ref, dtype and device), as if warmed."""
+        from benchd.worker.core import WorkerCore  # torch loads here
+
         self.settings = settings or WorkerSettings()
         self.slots = [Slot("cpu", "cpu", "")]
         self._sink: RunSink | None = None
@@ -32,6 +40,8 @@ class LocalPool:
         if (given is not None and given.ref == ref and given.quantization == kwargs.get("quantization", "none")
                 and given.model.config._attn_implementation == kwargs.get("attn_implementation", "sdpa")):
             return given
+        from benchd.models.loading import load_model
+
         return load_model(ref, dtype, device, seed, **kwargs)
 
     def _emit(self, message: tuple[Any, ...]) -> None:
@@ -82,12 +92,6 @@ def run_local(spec, loaded: LoadedModel | None = None, telemetry=None, hardware=
     """Run a spec in this process through the daemon's lifecycle (records, summaries, telemetry, hardware) and
     return its RunResult. pool: the caller's, kept (its engine stays warm for the next run, as a worker's does);
     else one for this run, stopped after it."""
-    import uuid
-
-    from benchd.daemon.lifecycle import Lifecycle
-    from benchd.stopping import StopSignal
-    from benchd.telemetry.run import Telemetry
-
     own = pool is None
     pool = LocalPool(loaded) if own else pool
     try:

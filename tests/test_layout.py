@@ -1,0 +1,168 @@
+"""The house's shape, read from the code's own imports (docs/architecture.md draws it): packages in layers that
+import only downward, no import cycle, nothing on the daemon's side that loads torch, a small top, small modules."""
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+
+# Bottom to top: each package imports only from its own layer and the ones below.
+LAYERS = ["spec", "hardware", "models", "protocol", "measure", "engines", "loadgen", "timed", "worker", "supervisor",
+          "telemetry", "store", "daemon", "report", "api", "cli"]
+BASE = {"benchd", "benchd.heap", "benchd.stopping"}  # the top's own small modules, below every layer
+# Modules that run only in a worker process: they may import torch (where any module of a package does, its line
+# says which). Everything else is the daemon's side too.
+WORKER_SIDE = ("benchd.models.loading", "benchd.models.quantize", "benchd.models.tokenizer", "benchd.engines.",
+               "benchd.loadgen.", "benchd.timed", "benchd.worker.")
+HEAVY = {"torch", "transformers", "torchao", "bitsandbytes"}
+MAX_LINES = 400
+MAX_TOP_MODULES = 10
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in (SRC / "benchd").rglob("*.py") if "migrations" not in p.parts}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+@cache
+def imports(module: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(module-level imports, all imports) of benchd modules and third-party roots, TYPE_CHECKING blocks aside."""
+    tree = ast.parse(MODULES[module].read_text())
+    is_package = MODULES[module].name == "__init__.py"
+    top: set[str] = set()
+    every: set[str] = set()
+
+    def targets(node) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        if node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            base = base[:len(base) - node.level + 1]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        return [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in MODULES else prefix for alias in node.names]
+
+    def visit(node, module_level: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for orelse in child.orelse:
+                    visit(orelse, module_level)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for name in targets(child):
+                    resolved = resolve(name)
+                    every.add(resolved)
+                    if module_level:
+                        top.add(resolved)
+            nested = module_level and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                                               ast.ClassDef))
+            visit(child, nested or (module_level and isinstance(child, ast.ClassDef)))
+
+    visit(tree, True)
+    return frozenset(top), frozenset(every)
+
+
+def resolve(name: str) -> str:
+    """A benchd module's own name (an imported attribute resolves to its module), or a third-party root."""
+    if not name.startswith("benchd"):
+        return name.split(".")[0]
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and module not in BASE else None
+
+
+def test_packages_import_only_their_own_layer_and_those_below():
+    rank = {name: index for index, name in enumerate(LAYERS)}
+    assert {package(m) for m in MODULES} - {None} == set(LAYERS), "a package missing from LAYERS, or gone"
+    upward = []
+    for module in MODULES:
+        for imported in imports(module)[1]:
+            if imported in MODULES and package(module) and package(imported):
+                if rank[package(imported)] > rank[package(module)]:
+                    upward.append(f"{module} → {imported}")
+            elif imported in MODULES and module in BASE and package(imported):
+                upward.append(f"{module} → {imported}")
+    assert not upward, "\n".join(upward)
+
+
+def test_no_module_imports_itself_through_others():
+    graph = {m: {i for i in imports(m)[1] if i in MODULES and i != m} for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    for v in graph:
+        if v not in index:
+            connect(v)
+    assert not cycles, cycles
+
+
+def test_nothing_on_the_daemons_side_loads_torch():
+    """Statically: no module outside WORKER_SIDE reaches torch through module-level imports. Then for real: the
+    daemon's app, the CLI and the report pages import without torch."""
+
+    @cache
+    def heavy(module: str) -> str | None:
+        """The chain of module-level imports by which a module loads torch (or another heavy root); None if none."""
+        top = imports(module)[0]
+        if top & HEAVY:
+            return f"{module} imports {sorted(top & HEAVY)[0]}"
+        for imported in sorted(i for i in top if i in MODULES):
+            if chain := heavy(imported):
+                return f"{module} → {chain}"
+        return None
+
+    daemon_side = [m for m in MODULES if not m.startswith(WORKER_SIDE)]
+    assert not [chain for m in daemon_side if (chain := heavy(m))]
+    check = ("import sys; import benchd.api, benchd.cli.main, benchd.daemon.service, benchd.report.outputs; "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_top_is_small_and_every_module_is_short():
+    top = sorted(p.name for p in (SRC / "benchd").glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
