@@ -5,8 +5,8 @@ import statistics
 import pytest
 
 from benchd.loadgen import arrivals
-from benchd.spec import Concurrent, Constant, Gamma, Poisson, Synchronous, parse_spec
 from benchd.loadgen.contents import contents
+from benchd.spec import Concurrent, Constant, Gamma, Poisson, Synchronous, parse_spec
 
 
 def take(profile, seed, n):

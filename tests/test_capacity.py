@@ -3,14 +3,14 @@ search against a server of known capacity (the controlled server with N slots)."
 
 import pytest
 
+from benchd.daemon.local import run_local as run
 from benchd.measure import capacity
 from benchd.measure.capacity import Search, conclude
-from benchd.spec.profiles import Capacity, describe_profile
 from benchd.measure.records import RequestRecord, summarize
-from benchd.spec.slo import SLO
 from benchd.spec import SpecError, parse_spec
+from benchd.spec.profiles import Capacity, describe_profile
+from benchd.spec.slo import SLO
 from benchd.spec.validity import Invalidity, ValidityRules
-from benchd.daemon.local import run_local as run
 from tests.openai_server import OpenAIServer
 
 

@@ -166,13 +166,13 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
 def test_a_result_directory_gives_the_records_the_store_gives(tiny, tmp_path):
     """`benchd run --out` and a daemon's store keep a run's requests in one form (RequestRecord.to_row): a side read
     from the directory is the side read from the store, sample for sample."""
-    from benchd.measure.compare import side_from_directories, side_from_store
     from benchd.daemon.lifecycle import Lifecycle
+    from benchd.daemon.local import LocalPool
+    from benchd.measure.compare import side_from_directories, side_from_store
     from benchd.report.outputs import write_outputs
     from benchd.stopping import StopSignal
     from benchd.store import Store
     from benchd.telemetry.run import Telemetry
-    from benchd.daemon.local import LocalPool
     from tests.helpers import make_spec
 
     store = Store(f"sqlite:///{tmp_path}/benchd.db", spool_dir=tmp_path / "spool")

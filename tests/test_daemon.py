@@ -17,6 +17,7 @@ from benchd.daemon.settings import Limits, Settings
 from benchd.store import Store
 from tests.helpers import LONG, NODE, ROOT, daemon, free_port, serve, spec, submit, wait_for
 
+
 def test_full_lifecycle_with_events_in_order(tmp_path):
     with daemon(tmp_path) as server:
         blocker = submit(server, LONG)

@@ -5,7 +5,15 @@ import sys
 
 import pytest
 
-from benchd.spec.documents import DEPTH_MAX, NODES_MAX, DocumentError, json_depth, load_yaml, nesting_problem, parse_json
+from benchd.spec.documents import (
+    DEPTH_MAX,
+    NODES_MAX,
+    DocumentError,
+    json_depth,
+    load_yaml,
+    nesting_problem,
+    parse_json,
+)
 
 
 def nested(depth: int) -> str:

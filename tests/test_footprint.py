@@ -7,13 +7,20 @@ import sys
 
 import pytest
 
-from benchd.engines.transformers import cb_config, gpu_plan
+from benchd.daemon.local import run_local
+from benchd.engines.batching import cb_config, gpu_plan
 from benchd.models.flops import Shape
-from benchd.models.memory import (CUDA_RESERVE, GRAPH_POOL_MARGIN, MASK_ELEMENTS, PlanError, _preset_shape,
-                              cache_figures, plan_cache)
+from benchd.models.memory import (
+    CUDA_RESERVE,
+    GRAPH_POOL_MARGIN,
+    MASK_ELEMENTS,
+    PlanError,
+    _preset_shape,
+    cache_figures,
+    plan_cache,
+)
 from benchd.models.presets import PRESETS, parameter_count
 from benchd.spec import SpecError, TransformersOptions
-from benchd.daemon.local import run_local
 from tests.helpers import make_spec
 
 TINY = Shape(hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=512)

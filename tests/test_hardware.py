@@ -14,12 +14,12 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
-from benchd.telemetry.exposition import NodeRegistry
-from benchd.telemetry.gauges import HardwareCollector
-from benchd.hardware.reader import HardwareReader
 from benchd.hardware.host import HostReader
 from benchd.hardware.nvml import NVMLReader, visible_devices
+from benchd.hardware.reader import HardwareReader
 from benchd.hardware.sampler import HardwareSampler
+from benchd.telemetry.exposition import NodeRegistry
+from benchd.telemetry.gauges import HardwareCollector
 from tests.fake_nvml import (
     FakeGPU,
     FakeMig,

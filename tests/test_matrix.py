@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from benchd.daemon.lifecycle import Lifecycle
+from benchd.daemon.local import LocalPool, run_local
 from benchd.daemon.matrices import run_matrix
 from benchd.spec.matrix import MatrixProblem, interleaved, parse_matrix
 from benchd.spec.stack import installed, unavailable
 from benchd.stopping import StopSignal
 from benchd.telemetry.run import Telemetry
-from benchd.daemon.local import LocalPool, run_local
 from tests.browser import Chromium
 from tests.helpers import ROOT, daemon, make_spec, spec, wait_for
 

@@ -11,16 +11,16 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from benchd.engines.openai.engine import OpenAIEngine, apportion
-from benchd.engines.openai.counts import chunk_counts, text_counts
-from benchd.telemetry.metrics import Metrics
-from benchd.stopping import StopSignal
 from benchd.daemon.local import run_local as run
-from benchd.spec import SpecError, TextDataset, parse_spec
-from benchd.telemetry.run import Telemetry
-from benchd.telemetry.tracing import build_tracer_provider
+from benchd.engines.openai.counts import chunk_counts, text_counts
+from benchd.engines.openai.engine import OpenAIEngine, apportion
 from benchd.loadgen.contents import clean_ids, read_dataset, sized_text, text_contents
 from benchd.models.tokenizer import load_tokenizer
+from benchd.spec import SpecError, TextDataset, parse_spec
+from benchd.stopping import StopSignal
+from benchd.telemetry.metrics import Metrics
+from benchd.telemetry.run import Telemetry
+from benchd.telemetry.tracing import build_tracer_provider
 from tests.helpers import daemon, free_port, wait_for
 from tests.openai_server import OpenAIServer
 from tests.otlp import HTTPReceiver
@@ -440,8 +440,13 @@ def test_genai_client_metrics_and_span_attributes(prompts, monkeypatch, api):
     the server's address) over OTLP, holding exactly the runs' records, and request spans that name the operation,
     the provider and the server."""
     from benchd.telemetry.genai import build_genai_metrics
-    from tests.test_telemetry import (SEMCONV_DURATION, SEMCONV_TOKENS, check_histogram, latest_metrics,
-                                      point_attributes)
+    from tests.test_telemetry import (
+        SEMCONV_DURATION,
+        SEMCONV_TOKENS,
+        check_histogram,
+        latest_metrics,
+        point_attributes,
+    )
 
     operation = "chat" if api == "chat" else "text_completion"
     with OpenAIServer(delay_s=0.002) as server, HTTPReceiver() as receiver:  # its own: "mixed" cycles per server

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from benchd.report import charts
 from benchd.api import create_app
 from benchd.daemon.settings import Settings
-from benchd.report.pages import run_page
 from benchd.measure.records import RequestRecord, summarize
+from benchd.report import charts
+from benchd.report.pages import run_page
 from tests.browser import Chromium
 from tests.fake_nvml import FakeGPU
 from tests.helpers import CPU_CACHE, NODE, ROOT, LiveServer, spec, submit
@@ -266,8 +266,8 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     from rich.console import Console
 
     from benchd.measure.compare import Side, compare
-    from benchd.report.pages import comparison_page
     from benchd.report.outputs import comparison_table
+    from benchd.report.pages import comparison_page
 
     a = Side(run_ids=["a1", "a2"], samples={"ttft_s": [[0.010] * 30, [0.011] * 30]},
              output_tokens_per_s=[100.0, 102.0], energy_per_token_j=[])

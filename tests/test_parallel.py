@@ -10,15 +10,15 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 
 from benchd.api.admission import Memory, admit
+from benchd.daemon.lifecycle import Lifecycle
 from benchd.daemon.settings import Settings
 from benchd.hardware.devices import DeviceError, resolve, targets
 from benchd.models.memory import estimate
-from benchd.daemon.lifecycle import Lifecycle
 from benchd.spec import RunSpec, SpecError, parse_spec
 from benchd.stopping import StopSignal
-from benchd.telemetry.run import Telemetry
 from benchd.supervisor.handle import WorkerSettings
 from benchd.supervisor.pool import WorkerPool
+from benchd.telemetry.run import Telemetry
 from tests.helpers import spec
 
 EIGHT = [(str(i), f"GPU-{i:04d}", "H200") for i in range(8)]

@@ -107,8 +107,8 @@ def test_a_books_running_figures_agree_with_the_stage_window():
     the stage's records say at every point."""
     import random
 
-    from benchd.measure.result import StageResult
     from benchd.measure.records import RecordBook
+    from benchd.measure.result import StageResult
 
     rng = random.Random(3)
     book, stage = RecordBook(), StageResult(0, "s", 0.0)

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 
+from benchd.daemon.local import run_local as run
 from benchd.measure.records import LatencyStats
 from benchd.stopping import StopSignal
-from benchd.daemon.local import run_local as run
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -69,8 +69,9 @@ def test_warmup_by_seconds_cuts_by_scheduled_time(tiny):
 def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
     spec = make_spec(seed=11, workload={"arrivals": {"profile": "poisson", "rate": 30}, "stop": {"requests": 20}})
     stage = run(spec, loaded=tiny).stages[0]
-    from benchd.loadgen import arrivals
     import itertools
+
+    from benchd.loadgen import arrivals
 
     expected = list(itertools.islice(arrivals.offsets(spec.workload.arrivals, 11), 20))
     got = [r.scheduled_s - stage.start_s for r in sorted(stage.records, key=lambda r: r.index)]

@@ -8,10 +8,10 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from benchd.telemetry.gauges import HardwareCollector
-from benchd.hardware.readings import GPUReading, HostReading, MigInstance, Snapshot
 from benchd.daemon.local import run_local as run
+from benchd.hardware.readings import GPUReading, HostReading, MigInstance, Snapshot
 from benchd.hardware.sampler import HardwareSampler, summarize
+from benchd.telemetry.gauges import HardwareCollector
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.helpers import make_spec, wait_for
 from tests.test_hardware import H100, UUID0, reader, sampling

@@ -9,13 +9,13 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from rich.console import Console
 
-from benchd.telemetry.metrics import Metrics
-from benchd.report.outputs import print_summary, write_outputs
-from benchd.measure.server_metrics import PageError, increase, read
-from benchd.daemon.server_scrape import ServerGauges, ServerScrape
-from benchd.spec import SpecError, parse_spec
-from benchd.telemetry.run import Telemetry
 from benchd.daemon.local import run_local as run
+from benchd.daemon.server_scrape import ServerGauges, ServerScrape
+from benchd.measure.server_metrics import PageError, increase, read
+from benchd.report.outputs import print_summary, write_outputs
+from benchd.spec import SpecError, parse_spec
+from benchd.telemetry.metrics import Metrics
+from benchd.telemetry.run import Telemetry
 from tests.helpers import daemon, free_port, wait_for
 from tests.openai_server import OpenAIServer
 

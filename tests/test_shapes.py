@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from benchd.loadgen import arrivals
-from benchd.spec import SpecError, parse_spec
 from benchd.daemon.local import run_local as run
+from benchd.loadgen import arrivals
 from benchd.loadgen.contents import contents
+from benchd.spec import SpecError, parse_spec
 from tests.openai_server import OpenAIServer
 
 

@@ -4,7 +4,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchd.spec.matrix import parse_matrix
 from benchd.spec import (
     Concurrent,
     Gamma,
@@ -14,6 +13,7 @@ from benchd.spec import (
     load_spec,
     parse_spec,
 )
+from benchd.spec.matrix import parse_matrix
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

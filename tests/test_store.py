@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from benchd.measure.records import RequestRecord
 from benchd.daemon.local import run_local
+from benchd.measure.records import RequestRecord
 from benchd.store import StageRequests, Store, StoreUnavailable, migrate
 from tests.helpers import ROOT, PostgresServer, make_spec
 

@@ -11,10 +11,10 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from benchd.daemon.settings import Settings
-from benchd.telemetry.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
-from benchd.telemetry.genai import build_genai_metrics
 from benchd.daemon.local import run_local as run
+from benchd.daemon.settings import Settings
+from benchd.telemetry.genai import build_genai_metrics
+from benchd.telemetry.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics
 from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
@@ -487,8 +487,8 @@ def test_a_run_on_every_gpu_is_one_set_of_genai_series(registry):
     Prometheus keeps a child per gpu."""
     from opentelemetry.sdk.resources import Resource
 
-    from benchd.telemetry.genai import GenAIMetrics
     from benchd.measure.records import RequestRecord
+    from benchd.telemetry.genai import GenAIMetrics
 
     genai = GenAIMetrics()
     observer = Telemetry(Metrics(registry), None, genai).for_run("r", "tiny", "transformers", "test", spec=make_spec())

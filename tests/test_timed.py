@@ -7,18 +7,18 @@ import torch
 from prometheus_client import CollectorRegistry
 from transformers import AutoModelForCausalLM
 
-from benchd.telemetry.metrics import Metrics
-from benchd.models.loading import load_model, parameter_count, preset_config
-from benchd.stopping import StopSignal
-from benchd.spec import SpecError, parse_spec
 from benchd.daemon.lifecycle import Lifecycle
 from benchd.daemon.local import LocalPool
-from benchd.store import Store
-from benchd.telemetry.run import Telemetry
 from benchd.daemon.local import run_local as run_timed
 from benchd.models.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
-from benchd.timed.kernel import attention, attention_flops, matmul_flops
+from benchd.models.loading import load_model, parameter_count, preset_config
+from benchd.spec import SpecError, parse_spec
+from benchd.stopping import StopSignal
+from benchd.store import Store
+from benchd.telemetry.metrics import Metrics
+from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider
+from benchd.timed.kernel import attention, attention_flops, matmul_flops
 from tests.helpers import NODE, daemon, submit
 from tests.otlp import HTTPReceiver
 

@@ -6,11 +6,19 @@ import random
 
 import pytest
 
+from benchd.daemon.local import run_local as run
 from benchd.measure.records import RequestRecord, summarize
 from benchd.spec import parse_spec
-from benchd.spec.validity import (MIN_FINISHED_FOR_RATE, Backlog, Figures, ValidityRules, Watch, judge, saturation,
-                             sent_rate_ratio)
-from benchd.daemon.local import run_local as run
+from benchd.spec.validity import (
+    MIN_FINISHED_FOR_RATE,
+    Backlog,
+    Figures,
+    ValidityRules,
+    Watch,
+    judge,
+    saturation,
+    sent_rate_ratio,
+)
 from tests.openai_server import OpenAIServer
 
 

@@ -7,12 +7,13 @@ import time
 import pytest
 import torch
 
+from benchd.daemon.local import run_local
 from benchd.engines import GenerationRequest, create_engine
 from benchd.engines.handoff import MAX_WAIT_S, Handoff
-from benchd.engines.transformers import TransformersEngine, kv_blocks
+from benchd.engines.paged_cache import kv_blocks
+from benchd.engines.transformers import TransformersEngine
 from benchd.models.loading import load_model
 from benchd.spec import SpecError, TransformersOptions
-from benchd.daemon.local import run_local
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -170,7 +171,7 @@ def test_cache_too_small_for_the_workload_is_a_spec_error(tiny):
 
 
 def test_library_defaults_pass_nothing_of_benchds(tiny):
-    from benchd.engines.transformers import cb_config
+    from benchd.engines.batching import cb_config
     from benchd.spec import TransformersOptions
 
     ours = cb_config(TransformersOptions(), "cuda")
@@ -182,7 +183,7 @@ def test_library_defaults_pass_nothing_of_benchds(tiny):
 def test_cpu_threads_default_to_a_few_on_cuda_and_to_torchs_elsewhere(monkeypatch):
     import os
 
-    from benchd.engines.transformers import CUDA_CPU_THREADS, cb_config, cpu_threads
+    from benchd.engines.batching import CUDA_CPU_THREADS, cb_config, cpu_threads
     from benchd.spec import TransformersOptions
 
     for cores, expected in ((16, CUDA_CPU_THREADS), (64, CUDA_CPU_THREADS), (4, 2), (1, 1)):
@@ -224,7 +225,7 @@ def test_cpu_threads_hold_in_the_generation_thread_while_the_engine_runs(tiny, m
 def test_a_warm_engine_forgets_the_prefixes_an_earlier_run_cached(tiny):
     """transformers keeps finished requests' complete blocks for prefix sharing across sessions: the same seeded
     prompts in the next run would skip their prefill. forget() drops them, and the next request computes its own."""
-    from benchd.engines.transformers import cached_prefix_blocks
+    from benchd.engines.paged_cache import cached_prefix_blocks
 
     engine = create_engine(tiny, make_spec())
     engine.start()
@@ -305,8 +306,8 @@ def test_a_planned_engine_whose_warm_up_captured_no_graph_does_not_start(tiny):
     """transformers says nothing when the largest step's capture fails at warm-up (out of memory), and the graph pool
     then fragments under load (docs/memory.md): a planned engine checks its warm-up captured that graph. On the CPU no
     graph is ever captured, so the check is run on a started engine's real objects with CUDA graphs marked on."""
-    from benchd.models.memory import plan_cache
     from benchd.models.flops import Shape
+    from benchd.models.memory import plan_cache
 
     engine = create_engine(tiny, make_spec())
     engine.start()

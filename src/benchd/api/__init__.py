@@ -17,19 +17,19 @@ from benchd.api.admission import Memory
 from benchd.api.deps import Services
 from benchd.api.guard import validation_detail
 from benchd.api.schemas import RETRY_AFTER_S
-from benchd.daemon.settings import Settings
-from benchd.daemon.service import Daemon
-from benchd.hardware.devices import Slot, resolve
 from benchd.daemon.events import RunEvents
-from benchd.telemetry.exposition import NodeRegistry
-from benchd.telemetry.gauges import HardwareCollector
-from benchd.hardware.reader import HardwareReader
-from benchd.telemetry.metrics import Metrics
-from benchd.telemetry.genai import build_genai_metrics
-from benchd.hardware.sampler import HardwareSampler
 from benchd.daemon.schedules import DEFAULT_SCHEDULE_SPEC
+from benchd.daemon.service import Daemon
+from benchd.daemon.settings import Settings
+from benchd.hardware.devices import Slot, resolve
+from benchd.hardware.reader import HardwareReader
+from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import RunSpec
 from benchd.store import Store, StoreUnavailable
+from benchd.telemetry.exposition import NodeRegistry
+from benchd.telemetry.gauges import HardwareCollector
+from benchd.telemetry.genai import build_genai_metrics
+from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider
 

@@ -9,14 +9,24 @@ from fastapi.exceptions import RequestValidationError
 
 from benchd.daemon.settings import Settings
 from benchd.hardware.devices import DeviceError, Slot, targets
+from benchd.hardware.speed import DeviceSpeed
 from benchd.models.duration import time_problems
 from benchd.models.memory import PlanError, estimate, fit_problems, gib, plan_for, planned
 from benchd.models.presets import PRESETS
 from benchd.models.roots import model_problem, path_problem
-from benchd.spec import traces
-from benchd.hardware.speed import DeviceSpeed
-from benchd.spec import (Capacity, Concurrent, Constant, Gamma, Poisson, Ramp, RunSpec, Sweep, Trace,
-                         length_upper_bound)
+from benchd.spec import (
+    Capacity,
+    Concurrent,
+    Constant,
+    Gamma,
+    Poisson,
+    Ramp,
+    RunSpec,
+    Sweep,
+    Trace,
+    length_upper_bound,
+    traces,
+)
 from benchd.spec.stack import unavailable
 
 

@@ -12,10 +12,10 @@ from pydantic import BaseModel, Field
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import errors
-from benchd.spec.fields import FLOAT_MAX, Strict
-from benchd.spec import Name
 from benchd.measure.compare import Comparison, compare, side_from_store
 from benchd.report.pages import comparison_page
+from benchd.spec import Name
+from benchd.spec.fields import FLOAT_MAX, Strict
 
 router = APIRouter(tags=["compare"], route_class=GuardedRoute)
 MAX_RUNS = 100  # run ids on one side

@@ -11,13 +11,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from benchd.api.admission import Memory, Unmeasured, admit
 from benchd.api.schemas import RETRY_AFTER_S
-from benchd.daemon.settings import Settings
-from benchd.daemon.service import Daemon
 from benchd.daemon.events import RunEvents
-from benchd.telemetry.exposition import NodeRegistry
+from benchd.daemon.service import Daemon
+from benchd.daemon.settings import Settings
 from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import RunSpec
 from benchd.store import Store
+from benchd.telemetry.exposition import NodeRegistry
 
 
 @dataclass(slots=True)

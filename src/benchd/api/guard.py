@@ -13,7 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from benchd.api.deps import token_accepted
-from benchd.spec.documents import DocumentError, parse_json as parse_document
+from benchd.spec.documents import DocumentError
+from benchd.spec.documents import parse_json as parse_document
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

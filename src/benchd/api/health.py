@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
 
-from benchd.telemetry import exposition
 from benchd.api.deps import ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import Readiness
+from benchd.telemetry import exposition
 
 router = APIRouter(tags=["health"], route_class=GuardedRoute)
 

@@ -16,10 +16,10 @@ from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.runs import _as_json
 from benchd.api.schemas import RETRY_AFTER_S, errors, links
-from benchd.spec.matrix import MatrixProblem, parse_matrix
+from benchd.daemon.queue import QueueFull
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import matrix_page
-from benchd.daemon.queue import QueueFull
+from benchd.spec.matrix import MatrixProblem, parse_matrix
 
 router = APIRouter(prefix="/matrices", tags=["matrices"], route_class=GuardedRoute)
 

@@ -16,9 +16,9 @@ from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors, links
 from benchd.daemon.events import RunEvent
-from benchd.report.pages import run_page
-from benchd.report.outputs import write_csv
 from benchd.daemon.queue import QueueFull
+from benchd.report.outputs import write_csv
+from benchd.report.pages import run_page
 from benchd.spec import RunSpec
 from benchd.store import TERMINAL
 

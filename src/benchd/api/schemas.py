@@ -7,11 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchd.spec.fields import PositiveFloat, Strict
 from benchd.measure.records import StageSummary
-from benchd.spec import Name, RunSpec
 from benchd.measure.timings import KernelResult, TrainStepSummary
-
+from benchd.spec import Name, RunSpec
+from benchd.spec.fields import PositiveFloat, Strict
 
 RETRY_AFTER_S = 5  # what a 429 (the queue is full) or a 503 (the database is unreachable) asks clients to wait
 

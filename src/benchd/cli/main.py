@@ -1,4 +1,4 @@
-"""The benchd command line."""
+"""The command line's arguments, and which module carries out each command."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import sys
 from typing import Any
 
 from benchd import heap
+from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from benchd.cli.client import CommandError
 from benchd.spec import SpecError, load_spec, parse_spec
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
 WARMUP_STUDY = (0, 1, 2, 5)  # --warmup-study: the train_step run repeated with these warm-up step counts
 
 

@@ -12,12 +12,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from benchd.hardware.devices import DeviceError, Slot, local, pick
-from benchd.spec.matrix import MatrixSpec, parse_matrix
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import SUMMARY_HEAD, matrix_page, summary_rows
+from benchd.spec.matrix import MatrixSpec, parse_matrix
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
 POLL_S = 1.0
 
 
@@ -63,15 +63,15 @@ def _here(matrix: MatrixSpec, args, console: Console) -> int:
     import signal
     import tempfile
 
-    from benchd.hardware.reader import HardwareReader
+    from benchd.cli.run import refused
     from benchd.daemon.lifecycle import Lifecycle
     from benchd.daemon.matrices import run_matrix, stored_variants
-    from benchd.cli.run import refused
+    from benchd.hardware.reader import HardwareReader
     from benchd.hardware.sampler import HardwareSampler
     from benchd.stopping import StopSignal
-    from benchd.telemetry.run import Telemetry
     from benchd.supervisor.handle import WorkerSettings
     from benchd.supervisor.pool import WorkerPool
+    from benchd.telemetry.run import Telemetry
 
     variants = matrix.variants()
     sampler = HardwareSampler(HardwareReader.default())

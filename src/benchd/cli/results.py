@@ -7,9 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from benchd.cli import EXIT_OK
 from benchd.cli.client import Client, CommandError, DaemonError
-
-EXIT_OK = 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -71,8 +70,8 @@ def _is_result_path(item: str) -> bool:
 
 
 def _compare_directories(args: argparse.Namespace, sides: list[list[str]]):
-    from benchd.measure.compare import NotAResult, compare, side_from_directories
     from benchd.daemon.settings import Settings
+    from benchd.measure.compare import NotAResult, compare, side_from_directories
     from benchd.report.pages import comparison_page
 
     try:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from benchd import heap
-from benchd.cli.main import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from benchd.cli.client import CommandError
 
 UNANSWERED = "openai.base_url: nothing answers at"  # how the openai engine says its server did not answer
@@ -48,17 +48,17 @@ def here(args: argparse.Namespace, spec, console) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from benchd.daemon.lifecycle import Lifecycle
     from benchd.hardware.devices import DeviceError, local, targets
     from benchd.hardware.reader import HardwareReader
-    from benchd.daemon.lifecycle import Lifecycle
-    from benchd.telemetry.genai import build_genai_metrics
-    from benchd.report.outputs import print_summary, write_outputs
     from benchd.hardware.sampler import HardwareSampler
+    from benchd.report.outputs import print_summary, write_outputs
     from benchd.stopping import StopSignal
-    from benchd.telemetry.run import Telemetry
-    from benchd.telemetry.tracing import build_tracer_provider
     from benchd.supervisor.handle import WorkerSettings
     from benchd.supervisor.pool import WorkerPool
+    from benchd.telemetry.genai import build_genai_metrics
+    from benchd.telemetry.run import Telemetry
+    from benchd.telemetry.tracing import build_tracer_provider
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=True)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from benchd.measure.compare import compare, side_from_store
-from benchd.daemon.settings import Settings
 from benchd.daemon.events import RunEvent, RunEvents
 from benchd.daemon.matrices import MatrixRuns
-from benchd.telemetry.metrics import Metrics
-from benchd.measure.result import RunResult
 from benchd.daemon.queue import Job
 from benchd.daemon.schedules import Schedules
+from benchd.daemon.settings import Settings
+from benchd.measure.compare import compare, side_from_store
+from benchd.measure.result import RunResult
 from benchd.store import Store
+from benchd.telemetry.metrics import Metrics
 
 log = logging.getLogger("benchd.daemon.followup")
 

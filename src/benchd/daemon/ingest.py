@@ -12,12 +12,12 @@ from typing import Any
 
 from benchd.engines import EngineLoad
 from benchd.measure.metadata import RunMetadata
-from benchd.measure.result import RunResult, StageResult
 from benchd.measure.records import RecordBook
-from benchd.spec import RunSpec
-from benchd.telemetry.run import RunTelemetry
+from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import LoadSample
 from benchd.measure.timings import Timing
+from benchd.spec import RunSpec
+from benchd.telemetry.run import RunTelemetry
 
 PROGRESS_INTERVAL_S = 0.2  # at most five progress reports a second
 

@@ -10,20 +10,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchd.measure import timeline
-from benchd.models.duration import kernel_deadline
-from benchd.daemon.ingest import Progress, RunIngest
-from benchd.measure.result import RunResult, StageResult
 from benchd.daemon.every_gpu import ProgressSum, merge, verdicts
-from benchd.measure.records import RequestRecord
-from benchd.hardware.sampler import HardwareSampler, Recording
+from benchd.daemon.ingest import Progress, RunIngest
 from benchd.daemon.server_scrape import ServerGauges, ServerScrape
+from benchd.hardware.sampler import HardwareSampler, Recording
+from benchd.measure import timeline
+from benchd.measure.records import RequestRecord
+from benchd.measure.result import RunResult, StageResult
+from benchd.measure.timeline import StageSpan
+from benchd.models.duration import kernel_deadline
 from benchd.spec import RunSpec
 from benchd.stopping import StopSignal
 from benchd.store import RequestWriter, StageRequests, Store
-from benchd.telemetry.run import RunTelemetry, Telemetry
-from benchd.measure.timeline import StageSpan
 from benchd.supervisor.pool import WorkerPool
+from benchd.telemetry.run import RunTelemetry, Telemetry
 
 log = logging.getLogger("benchd.daemon.lifecycle")
 

@@ -9,15 +9,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from benchd.spec.matrix import MatrixSpec, Variant, interleaved
-from benchd.measure.matrix import MatrixComparison, RunFigures, compare_matrix, figures_from_result, \
-    figures_from_store
-from benchd.telemetry.metrics import Metrics
-from benchd.measure.result import RunResult
 from benchd.daemon.queue import Job, RunQueue
+from benchd.measure.matrix import (
+    MatrixComparison,
+    RunFigures,
+    compare_matrix,
+    figures_from_result,
+    figures_from_store,
+)
+from benchd.measure.result import RunResult
 from benchd.spec import RunSpec
+from benchd.spec.matrix import MatrixSpec, Variant, interleaved
 from benchd.stopping import StopSignal
 from benchd.store import TERMINAL, Store
+from benchd.telemetry.metrics import Metrics
 
 log = logging.getLogger("benchd.daemon.matrices")
 

@@ -8,24 +8,24 @@ from __future__ import annotations
 import logging
 import threading
 
-from benchd.daemon.settings import Settings
-from benchd.hardware.devices import Slot
 from benchd.daemon.events import RunEvent, RunEvents
 from benchd.daemon.followup import Hooks
 from benchd.daemon.ingest import Progress
 from benchd.daemon.lifecycle import Lifecycle, deadline_s
 from benchd.daemon.matrices import MatrixRuns
-from benchd.spec.matrix import MatrixSpec
-from benchd.telemetry.metrics import Metrics
+from benchd.daemon.queue import Job, QueueFull, RunQueue
+from benchd.daemon.schedules import Schedules
+from benchd.daemon.settings import Settings
+from benchd.hardware.devices import Slot
+from benchd.hardware.sampler import HardwareSampler
 from benchd.measure.result import RunResult
 from benchd.models.roots import confined
-from benchd.daemon.queue import Job, QueueFull, RunQueue
-from benchd.hardware.sampler import HardwareSampler
-from benchd.daemon.schedules import Schedules
 from benchd.spec import RunSpec
+from benchd.spec.matrix import MatrixSpec
 from benchd.store import Store
-from benchd.telemetry.run import Telemetry
 from benchd.supervisor.pool import WorkerPool
+from benchd.telemetry.metrics import Metrics
+from benchd.telemetry.run import Telemetry
 
 log = logging.getLogger("benchd.daemon.service")
 

@@ -7,18 +7,23 @@ import os
 import re
 import socket
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from benchd.models.memory import MEMORY_FRACTION
-from benchd.telemetry.metrics import HistogramBuckets, MetricsSettings
 from benchd.spec import NAME_MAX, Name, RunSpec
 from benchd.spec.validity import ValidityRules
-from benchd.worker.faults import Faults
 from benchd.supervisor.handle import WorkerSettings
+from benchd.telemetry.metrics import HistogramBuckets, MetricsSettings
+from benchd.worker.faults import Faults
 
 
 class Limits(BaseModel):

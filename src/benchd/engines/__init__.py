@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from benchd.engines.base import (Engine, EngineFailure, EngineLoad, GenerationRequest, TokenSink)
+from benchd.engines.base import Engine, EngineFailure, EngineLoad, GenerationRequest, TokenSink
 
 if TYPE_CHECKING:
     from benchd.models.loading import LoadedModel

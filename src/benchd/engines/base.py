@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from benchd.engines.handoff import Handoff
-    from benchd.models.loading import LoadedModel
-    from benchd.spec import RunSpec
 
 
 @dataclass(slots=True, frozen=True)

@@ -2,100 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
-from benchd.spec import traces
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.batching import SIZE_FIELD, cb_config, cpu_threads, gpu_plan
 from benchd.engines.handoff import Handoff
 from benchd.engines.oom import failure_of, figures
-from benchd.models.flops import Shape
-from benchd.models.memory import (CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS, MEMORY_FRACTION, CachePlan,
-                              PlanError, chosen, plan_cache)
+from benchd.engines.paged_cache import forget_prefixes, kv_blocks
 from benchd.models.loading import LoadedModel, greedy_config
-from benchd.spec import SpecError, TransformersOptions, Workload
+from benchd.spec import SpecError, TransformersOptions, Workload, traces
 from benchd.spec.stack import base_attention
-
-# benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
-# from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
-# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (DESIGN.md).
-CPU_DEFAULTS: dict[str, Any] = {"block_size": CPU_BLOCK_SIZE, "num_blocks": CPU_CACHE_TOKENS // CPU_BLOCK_SIZE,
-                                "max_batch_tokens": CPU_BATCH_TOKENS}
-CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
 
 # How often running requests' new tokens are read. Their stamps are exact whatever this is; it sets how soon
 # metrics see them, and what reading them costs the generation loop, whose scheduling needs the GIL this reading
 # takes: 2.5 µs a request and token read one at a time, 0.7 µs five at a time. On an H100 (reference workload,
 # bench/gpu_overhead.py) the generation thread waited 0.18–0.24 s of a 24 s run for the GIL at 50 ms, 0.06 s here.
 LIVE_POLL_S = 0.5
-
-# torch's intra-op threads for a CUDA engine, at most. Without flash-attn, continuous batching runs paged sdpa, whose
-# generation thread fills a query × (cache + query) attention mask on the CPU before every step (~27 ms of a ~93 ms
-# step on the reference workload). Those ops are memory-bound, so a few threads saturate them; torch's default, one
-# thread a core, was slower, likely because a parallel region over every core waits for whichever worker another
-# waking thread (benchd's or the host's) displaced. On an H100 host with 16 cores (bench/gpu_overhead.py, bare
-# generate_batch, medians of 3): 16 threads 2,589 output tok/s, 12 2,604, 8 2,692, 6 2,796, 4 2,751; 6 against 16
-# over 7 pairs, 1.027× (docs/benchmarks.md).
-CUDA_CPU_THREADS = 6
-
-# 5.18 renamed the cache's token granularity from block_size to page_size (block_size stays as a deprecated alias).
-_SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
-
-
-def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | None = None) -> ContinuousBatchingConfig:
-    """plan: benchd's sizing of the cache and steps on a GPU (footprint.plan_cache); what the spec sets is in it."""
-    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "cpu_threads"})
-    defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
-    kwargs = {**defaults, **chosen}
-    if plan is not None:
-        kwargs.update(block_size=plan.block_size, num_blocks=plan.num_blocks, max_batch_tokens=plan.max_batch_tokens)
-    if "compile_level" in kwargs:
-        kwargs["default_compile_level"] = kwargs.pop("compile_level")
-    if "block_size" in kwargs:
-        kwargs[_SIZE_FIELD] = kwargs.pop("block_size")
-    return ContinuousBatchingConfig(**kwargs)
-
-
-def device_memory(device: torch.device) -> tuple[int, int, int]:
-    """(free on the device, held by this process's allocator, allocated in it: the weights), in bytes."""
-    free, _ = torch.cuda.mem_get_info(device)
-    return free, torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device)
-
-
-def gpu_plan(loaded: LoadedModel, options: TransformersOptions, workload: Workload, attention: str,
-             memory: tuple[int, int, int] | None = None) -> CachePlan:
-    """benchd's plan for the cache on the model's GPU, within the share of the memory a run may use: what is free
-    and what this process holds (the weights) together, × BENCHD_LIMITS__MEMORY_FRACTION (which the daemon hands
-    its workers). memory: device_memory()'s figures, read now when None. Raises SpecError naming the field when
-    one request cannot fit."""
-    free, held, weights = memory or device_memory(loaded.device)
-    fraction = float(os.environ.get("BENCHD_WORKER_MEMORY_FRACTION", MEMORY_FRACTION))
-    ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-    shape = Shape.of(loaded.model.config).sharded(ranks)
-    try:
-        return plan_cache(shape, loaded.dtype.itemsize, weights, int((free + held) * fraction),
-                          sum(traces.longest(workload)), attention, **chosen(options))
-    except PlanError as error:
-        raise SpecError(f"{error.field}: out of GPU memory as planned: {error.reason}") from None
-
-
-def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
-    """torch's intra-op threads while the engine runs; None leaves torch's setting alone (on CPU the model itself
-    runs on those threads, and library_defaults means transformers as it comes)."""
-    if options.cpu_threads is not None:
-        return options.cpu_threads
-    if options.library_defaults or device_type == "cpu":
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(CUDA_CPU_THREADS, cores // 2))  # half the cores at most: the rest for benchd and the host
-
 
 def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
     """Where the generation thread gives way to a due send: before each decoder layer (the first list of modules:
@@ -104,41 +32,6 @@ def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
     layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), [])
     return [*(layer.register_forward_pre_hook(handoff.give_way) for layer in layers),
             model.register_forward_pre_hook(handoff.give_way), model.register_forward_hook(handoff.give_way)]
-
-
-def kv_blocks(cache) -> tuple[int, int]:
-    """(used, total) blocks of the paged cache, read live from another thread.
-
-    Used means referenced by a request: finished requests' complete blocks that are kept only for prefix reuse
-    can be evicted at any time, so they count as free (as 5.17's block manager and vLLM's usage figure count them).
-    """
-    total = cache.num_blocks
-    if hasattr(cache, "get_num_free_blocks"):  # transformers 5.17: one block manager
-        return total - cache.get_num_free_blocks(), total
-    # 5.18+: sectors shared among cache allocators, each with a ledger of evictable cached blocks
-    free_bytes = cache.compute_free_capacity(relative=False)
-    for allocator in cache.cache_allocators.values():
-        ledger = getattr(allocator, "ledger", None)
-        if ledger is not None:
-            free_bytes += len(ledger.cached_blocks) * allocator.bytes_per_block
-    capacity = cache.num_sectors * cache.bytes_per_sector
-    return total - round(free_bytes / capacity * total), total
-
-
-def cached_prefix_blocks(cache) -> int:
-    """Blocks no request references that the cache keeps for prefix sharing (the complete blocks of finished ones)."""
-    if hasattr(cache, "evict_cached_blocks"):  # 5.18+: a ledger of cached blocks per allocator
-        return sum(len(allocator.ledger.cached_blocks) for allocator in cache.cache_allocators.values())
-    return len(cache._block_manager._init_block_ids)  # 5.17: the initialized (complete, unreferenced) blocks
-
-
-def forget_prefixes(cache) -> None:
-    """Every cached prefix dropped, as transformers drops them under memory pressure. Call with no request running."""
-    if hasattr(cache, "evict_cached_blocks"):  # 5.18+
-        cache.evict_cached_blocks()
-        return
-    manager = cache._block_manager  # 5.17: asking for every free block uninitializes the initialized ones
-    manager.has_enough_free_blocks(manager.num_free_blocks)
 
 
 @dataclass(slots=True)
@@ -183,7 +76,7 @@ class TransformersEngine:
         self._hooks: list = []
 
     def _check_capacity(self, workload: Workload) -> None:
-        size = getattr(self._config, _SIZE_FIELD)
+        size = getattr(self._config, SIZE_FIELD)
         need = sum(traces.longest(workload))
         if self._config.num_blocks is not None and self._config.num_blocks * size < need:
             raise SpecError(

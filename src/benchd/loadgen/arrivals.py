@@ -9,7 +9,16 @@ import random
 from collections.abc import Callable, Iterator
 
 from benchd.spec import traces
-from benchd.spec.profiles import ArrivalProfile, Concurrent, Constant, Gamma, Poisson, Ramp, Synchronous, Trace
+from benchd.spec.profiles import (
+    ArrivalProfile,
+    Concurrent,
+    Constant,
+    Gamma,
+    Poisson,
+    Ramp,
+    Synchronous,
+    Trace,
+)
 
 
 def concurrency(profile: ArrivalProfile) -> int | None:

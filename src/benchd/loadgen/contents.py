@@ -12,10 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from benchd.spec import traces
+from benchd.spec import (
+    FixedLength,
+    ListLength,
+    NormalLength,
+    SpecError,
+    TextDataset,
+    Trace,
+    UniformLength,
+    Workload,
+    length_upper_bound,
+    traces,
+)
 from benchd.spec.documents import DocumentError, parse_json
-from benchd.spec import (FixedLength, ListLength, NormalLength, SpecError, TextDataset, Trace, UniformLength,
-                         Workload, length_upper_bound)
 
 SHARED_CACHE = 8192  # shared pieces (prefix groups, trace blocks) kept made; one not kept is made again, the same
 

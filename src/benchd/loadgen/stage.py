@@ -11,19 +11,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
-from benchd.loadgen import arrivals
-from benchd.measure import capacity
-from benchd.loadgen import priority
-from benchd.spec import traces
 from benchd.engines import Engine, GenerationRequest
 from benchd.engines.handoff import Handoff
-from benchd.spec.profiles import Capacity, Trace, is_open_loop
-from benchd.measure.records import RecordBook, RequestRecord, StageSummary, summarize
-from benchd.spec import ArrivalProfile, RunSpec, SpecError, Workload, describe_profile
-from benchd.stopping import StopSignal, Stopped
-from benchd.spec.validity import Watch
-from benchd.protocol.outbox import Outbox
+from benchd.loadgen import arrivals, priority
 from benchd.loadgen.contents import RequestContent
+from benchd.measure import capacity
+from benchd.measure.records import RecordBook, RequestRecord, StageSummary, summarize
+from benchd.protocol.outbox import Outbox
+from benchd.spec import ArrivalProfile, RunSpec, SpecError, Workload, describe_profile, traces
+from benchd.spec.profiles import Capacity, Trace, is_open_loop
+from benchd.spec.validity import Watch
+from benchd.stopping import Stopped, StopSignal
 
 LOAD_SAMPLE_INTERVAL_S = 0.1  # how often the engine's load (KV-cache occupancy) is read during a stage
 STOP_CHECK_S = 0.1  # how soon a waiting dispatcher notices a stop

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from benchd.spec.profiles import Capacity, describe_profile
 from benchd.measure.records import StageSummary
+from benchd.spec.profiles import Capacity, describe_profile
 from benchd.spec.validity import CLIENT_CHECKS
 
 Outcome = Literal["pass", "fail", "unusable"]

@@ -9,8 +9,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
-from benchd.spec.documents import parse_json
 from benchd.measure.records import RequestRecord
+from benchd.spec.documents import parse_json
 
 Verdict = Literal["faster", "slower", "no significant change", "inconclusive"]
 

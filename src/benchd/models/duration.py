@@ -21,12 +21,25 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from benchd.spec import traces
+from benchd.hardware.speed import DeviceSpeed
 from benchd.models.flops import attention_flops, forward_flops_per_token, matmul_flops, step_flops
 from benchd.models.memory import LOGIT_BYTES, dtype_bytes, fit_problems, model_shape_and_weights
-from benchd.spec import (ArrivalProfile, Concurrent, Constant, FixedLength, Gamma, ListLength, MatmulKernel, Poisson,
-                         Ramp, RunSpec, Sweep, Synchronous, Trace)
-from benchd.hardware.speed import DeviceSpeed
+from benchd.spec import (
+    ArrivalProfile,
+    Concurrent,
+    Constant,
+    FixedLength,
+    Gamma,
+    ListLength,
+    MatmulKernel,
+    Poisson,
+    Ramp,
+    RunSpec,
+    Sweep,
+    Synchronous,
+    Trace,
+    traces,
+)
 
 COMPILE_S = 120.0  # torch.compile with max-autotune, once a shape: allowed on top of a kernel run's deadline
 SCORE_PASSES = 3  # eager attention writes its scores, softmaxes them (a read and a write), reads them for P·V

@@ -12,7 +12,6 @@ from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 from benchd.models.presets import PRESETS
 from benchd.models.quantize import Quantized, quantize, weight_bytes
 
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

@@ -7,11 +7,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchd.spec import traces
-from benchd.spec.documents import parse_json
 from benchd.models.flops import Shape, memory_breakdown
 from benchd.models.presets import PRESETS, Preset, parameter_count
-from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, Trace, TransformersOptions
+from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, Trace, TransformersOptions, traces
+from benchd.spec.documents import parse_json
 from benchd.spec.stack import base_attention
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

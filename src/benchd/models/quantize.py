@@ -81,8 +81,14 @@ def quantize(model: nn.Module, quantization: str, device: torch.device, dtype: t
 
 
 def _torchao(model: nn.Module, quantization: str) -> Quantized:
-    from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig, Int4WeightOnlyConfig,
-                                      Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, PerRow, quantize_)
+    from torchao.quantization import (
+        Float8DynamicActivationFloat8WeightConfig,
+        Int4WeightOnlyConfig,
+        Int8DynamicActivationInt8WeightConfig,
+        Int8WeightOnlyConfig,
+        PerRow,
+        quantize_,
+    )
 
     configs = {
         "int8_weight_only": lambda: Int8WeightOnlyConfig(version=2),

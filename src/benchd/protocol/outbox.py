@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-
 # Events the dispatcher makes whatever the engine does: they are not progress (a stalled engine still gets
 # requests and has its load sampled).
 DISPATCH = frozenset({"request", "submitted", "load"})

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from benchd.report import charts
-from benchd.report.charts import Line
 from benchd.measure.compare import LATENCIES
 from benchd.measure.matrix import MatrixComparison, VariantComparison
-from benchd.report.pages import _charts, _esc, _section, _shell, _table
 from benchd.measure.records import RequestRecord
+from benchd.report import charts
+from benchd.report.charts import Line
+from benchd.report.pages import _charts, _esc, _section, _shell, _table
 
 BYTES = ("weight_bytes", "peak_memory_bytes")
 

@@ -11,14 +11,24 @@ from rich.table import Table
 
 from benchd.measure.compare import LATENCIES, REQUESTS_FILE, Comparison
 from benchd.measure.metadata import RunMetadata
-from benchd.measure.result import RunResult
-from benchd.report.pages import run_page
 from benchd.measure.records import StageSummary
-from benchd.spec import RunSpec
-from benchd.report.tables import (GPU_COLUMNS, KERNEL_COLUMNS, capacity_line, gpu_rows, hardware_line,  # noqa: F401
-                           kernel_rows, parse_summaries, summary_rows, train_step_rows, train_step_subject)
+from benchd.measure.result import RunResult
 from benchd.measure.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
 from benchd.measure.timings import KernelResult, TrainStepSummary
+from benchd.report.pages import run_page
+from benchd.report.tables import (  # noqa: F401
+    GPU_COLUMNS,
+    KERNEL_COLUMNS,
+    capacity_line,
+    gpu_rows,
+    hardware_line,
+    kernel_rows,
+    parse_summaries,
+    summary_rows,
+    train_step_rows,
+    train_step_subject,
+)
+from benchd.spec import RunSpec
 
 CSV_COLUMNS = [
     "stage", "index", "request_id", "warmup", "prompt_tokens", "max_new_tokens", "output_tokens",

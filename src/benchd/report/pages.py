@@ -11,13 +11,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchd.report import charts
-from benchd.report.charts import Band, Line, Span
+from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.compare import LATENCIES, Comparison, Side
 from benchd.measure.records import RequestRecord
-from benchd.report.tables import (GPU_COLUMNS, KERNEL_COLUMNS, gpu_rows, hardware_line, kernel_rows, parse_summaries,
-                           summary_rows, train_step_rows, train_step_subject)
-from benchd.hardware.sampler import HardwareSummary
+from benchd.report import charts
+from benchd.report.charts import Band, Line, Span
+from benchd.report.tables import (
+    GPU_COLUMNS,
+    KERNEL_COLUMNS,
+    gpu_rows,
+    hardware_line,
+    kernel_rows,
+    parse_summaries,
+    summary_rows,
+    train_step_rows,
+    train_step_subject,
+)
 
 STYLE = """
 :root{--fg:#1d2433;--muted:#5b6475;--line:#e3e6ec}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.capacity import CapacityResult
 from benchd.measure.records import LatencyStats, StageSummary
-from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
 
 

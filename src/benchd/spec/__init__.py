@@ -1,11 +1,45 @@
-"""What to run: RunSpec and its parts, validated at the edge (no torch)."""
+"""What to run: a RunSpec and its parts (spec.run), validated at the edge; no torch. The names below are the
+package's API, wherever each is defined."""
 
-from benchd.spec.run import (
-    ArrivalProfile, AttentionKernel, AttentionShape, Capacity, Concurrent, Constant, FixedLength, Gamma,
-    LABEL_MAX, ListLength, MODEL_MAX, MatmulKernel, MatmulShape, NAME_MAX, Name, NormalLength, OpenAIOptions,
-    Poisson, Ramp, RunSpec, SLO, SpecError, StaticOptions, Sweep, Synchronous, TextDataset, Trace,
-    TransformersOptions, UniformLength, Workload, describe_profile, format_validation_error,
-    length_upper_bound, load_spec, parse_spec,
+from __future__ import annotations
+
+from benchd.spec.fields import LABEL_MAX, MODEL_MAX, NAME_MAX, Name
+from benchd.spec.profiles import (
+    ArrivalProfile,
+    Capacity,
+    Concurrent,
+    Constant,
+    Gamma,
+    Poisson,
+    Ramp,
+    Sweep,
+    Synchronous,
+    Trace,
+    describe_profile,
 )
+from benchd.spec.run import (
+    FixedLength,
+    ListLength,
+    NormalLength,
+    OpenAIOptions,
+    RunSpec,
+    SpecError,
+    StaticOptions,
+    TextDataset,
+    TransformersOptions,
+    UniformLength,
+    Workload,
+    format_validation_error,
+    length_upper_bound,
+    load_spec,
+    parse_spec,
+)
+from benchd.spec.slo import SLO
+from benchd.spec.timed import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
 
-__all__ = ["ArrivalProfile", "AttentionKernel", "AttentionShape", "Capacity", "Concurrent", "Constant", "FixedLength", "Gamma", "LABEL_MAX", "ListLength", "MODEL_MAX", "MatmulKernel", "MatmulShape", "NAME_MAX", "Name", "NormalLength", "OpenAIOptions", "Poisson", "Ramp", "RunSpec", "SLO", "SpecError", "StaticOptions", "Sweep", "Synchronous", "TextDataset", "Trace", "TransformersOptions", "UniformLength", "Workload", "describe_profile", "format_validation_error", "length_upper_bound", "load_spec", "parse_spec"]
+__all__ = ["ArrivalProfile", "AttentionKernel", "AttentionShape", "Capacity", "Concurrent", "Constant",
+           "FixedLength", "Gamma", "LABEL_MAX", "ListLength", "MODEL_MAX", "MatmulKernel", "MatmulShape",
+           "NAME_MAX", "Name", "NormalLength", "OpenAIOptions", "Poisson", "Ramp", "RunSpec", "SLO",
+           "SpecError", "StaticOptions", "Sweep", "Synchronous", "TextDataset", "Trace",
+           "TransformersOptions", "UniformLength", "Workload", "describe_profile", "format_validation_error",
+           "length_upper_bound", "load_spec", "parse_spec"]

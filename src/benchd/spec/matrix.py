@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from benchd.spec.fields import Bounded, BoundedMapping
 from benchd.spec import RunSpec, SpecError
+from benchd.spec.fields import Bounded, BoundedMapping
 
 MAX_VARIANTS = 64  # whatever the daemon's limits: a matrix is one comparison, not a sweep of a space
 MAX_REPEATS = 100

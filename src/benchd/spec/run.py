@@ -9,17 +9,25 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from benchd.spec.documents import DocumentError, load_yaml
-from benchd.spec.fields import (FLOAT_MAX, INT_MAX, LABEL_MAX, MODEL_MAX, NAME_MAX, PATH_MAX,  # noqa: F401 (re-exported)
-                           FreeFormMapping, Name, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt)
+from benchd.spec.fields import (
+    INT_MAX,
+    LABEL_MAX,
+    MODEL_MAX,
+    NAME_MAX,
+    PATH_MAX,
+    FreeFormMapping,
+    Name,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 from benchd.spec.fields import Strict as _Strict
-from benchd.spec.profiles import (Arrivals, ArrivalProfile, Burstiness, Capacity, Concurrent, Constant,  # noqa: F401
-                             Gamma, Poisson, Ramp, Sweep, Synchronous, Trace, describe_profile)
+from benchd.spec.profiles import ArrivalProfile, Arrivals, Capacity, Sweep, Synchronous, Trace
 from benchd.spec.slo import SLO
 from benchd.spec.stack import AttnImplementation, CompileMode, Quantization, stack_problems
-from benchd.spec.timed import (AttentionKernel, AttentionShape, KernelOptions, MatmulKernel,  # noqa: F401
-                                  MatmulShape, RunKind, TrainStepOptions)
+from benchd.spec.timed import KernelOptions, RunKind, TrainStepOptions
 from benchd.spec.validity import ValidityRules
-
 
 # ---- length distributions (token counts) ------------------------------------------------------
 

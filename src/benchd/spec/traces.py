@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchd.spec import SpecError, Workload, length_upper_bound
 from benchd.spec.documents import DocumentError, parse_json
 from benchd.spec.profiles import Trace
-from benchd.spec import SpecError, Workload, length_upper_bound
 
 MAX_TOKENS = 2**31 - 1
 

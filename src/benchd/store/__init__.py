@@ -13,8 +13,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchd.measure.result import StageResult
 from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.result import StageResult
 from benchd.spec import RunSpec
 from benchd.store import migrate
 from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings

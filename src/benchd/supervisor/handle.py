@@ -19,11 +19,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.hardware.devices import Slot
-from benchd.models.memory import MEMORY_FRACTION
 from benchd.hardware.speed import DeviceSpeed
+from benchd.models.memory import MEMORY_FRACTION
+from benchd.protocol import messages
 from benchd.supervisor import orphans
 from benchd.worker import entry
-from benchd.protocol import messages
 
 log = logging.getLogger("benchd.workers")
 

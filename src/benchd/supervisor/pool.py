@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from benchd.hardware.devices import Slot, pick, targets
-from benchd.models.memory import MEMORY_FRACTION, dtype_bytes, model_shape_and_weights
 from benchd.hardware.speed import DeviceSpeed
-from benchd.supervisor.handle import Death, Deadline, RunSink, WorkerHandle, WorkerSettings
+from benchd.models.memory import MEMORY_FRACTION, dtype_bytes, model_shape_and_weights
+from benchd.supervisor.handle import Deadline, Death, RunSink, WorkerHandle, WorkerSettings
 
 log = logging.getLogger("benchd.workers")
 

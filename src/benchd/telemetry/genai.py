@@ -13,9 +13,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, Histogram, HistogramDataPoint, Metric,
-                                              MetricExporter, MetricsData, PeriodicExportingMetricReader,
-                                              ResourceMetrics, ScopeMetrics)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricExporter,
+    MetricsData,
+    PeriodicExportingMetricReader,
+    ResourceMetrics,
+    ScopeMetrics,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 

@@ -11,10 +11,21 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from benchd.engines import EngineLoad
-from benchd.telemetry.metrics import Metrics
-from benchd.telemetry.genai import (CLIENT_CHUNK, CLIENT_DURATION, CLIENT_FIRST_CHUNK, CLIENT_TOKENS, SERVER_DURATION,
-                         SERVER_TPOT, SERVER_TTFT, GenAIMetrics, GenAIRequest, Instrument, Series)
 from benchd.measure.records import RequestRecord
+from benchd.telemetry.genai import (
+    CLIENT_CHUNK,
+    CLIENT_DURATION,
+    CLIENT_FIRST_CHUNK,
+    CLIENT_TOKENS,
+    SERVER_DURATION,
+    SERVER_TPOT,
+    SERVER_TTFT,
+    GenAIMetrics,
+    GenAIRequest,
+    Instrument,
+    Series,
+)
+from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.tracing import Clock, PresetSpanIds
 
 

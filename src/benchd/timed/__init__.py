@@ -9,7 +9,7 @@ from __future__ import annotations
 from benchd.measure.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
 from benchd.spec import RunSpec
-from benchd.stopping import StopSignal, Stopped
+from benchd.stopping import Stopped, StopSignal
 from benchd.timed.context import TimedContext
 
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 
 from benchd.measure.metadata import RunMetadata
 from benchd.models.loading import resolve_device
-from benchd.stopping import StopSignal, Stopped
-from benchd.spec import RunSpec
 from benchd.protocol.outbox import Outbox
+from benchd.spec import RunSpec
+from benchd.stopping import Stopped, StopSignal
 
 
 class TimedContext:

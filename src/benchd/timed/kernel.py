@@ -9,12 +9,13 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from benchd.measure.timings import KernelResult, TimingStats
 from benchd.models.flops import attention_flops, matmul_flops  # noqa: F401 (their home: the daemon sizes runs with them)
 from benchd.models.loading import resolve_device, resolve_dtype
 from benchd.spec import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
-from benchd.timed.context import TimedContext
 from benchd.timed.clock import CacheFlusher, DeviceClock
-from benchd.measure.timings import KernelResult, TimingStats
+from benchd.timed.context import TimedContext
+
 
 class Unsupported(Exception):
     """This implementation cannot run this shape, type or device: its result records why."""

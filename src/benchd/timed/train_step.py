@@ -11,12 +11,12 @@ import time
 
 import torch
 
+from benchd.measure.timings import TimingStats, TrainStepSummary
+from benchd.models.flops import Shape, memory_breakdown, peak_tflops, step_flops
 from benchd.models.loading import DTYPES, load_model, parameter_count
 from benchd.spec import SpecError
-from benchd.timed.context import TimedContext
 from benchd.timed.clock import DeviceClock
-from benchd.measure.timings import TrainStepSummary, TimingStats
-from benchd.models.flops import Shape, memory_breakdown, peak_tflops, step_flops
+from benchd.timed.context import TimedContext
 
 PHASES = {"forward": ("forward",), "forward_backward": ("forward", "backward"),
           "train": ("forward", "backward", "optimizer")}

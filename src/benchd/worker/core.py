@@ -9,21 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 from benchd import heap
-from benchd.spec import traces
 from benchd.engines import Engine, create_engine
+from benchd.loadgen.contents import contents, text_contents
+from benchd.loadgen.stage import check_fits, run_stages
 from benchd.measure.metadata import PeakMemory, RunMetadata, collect, record_stack, torch_threads, utc_now
 from benchd.models.loading import LoadedModel, load_model, resolve_device
 from benchd.models.roots import Opened, open_confined
-from benchd.loadgen.stage import check_fits, run_stages
-from benchd.stopping import StopSignal
-from benchd.spec import RunSpec
-from benchd.spec.stack import base_attention
-from benchd.timed import run_timed
-from benchd.protocol import messages
-from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
-from benchd.protocol.outbox import Outbox
-from benchd.loadgen.contents import contents, text_contents
 from benchd.models.tokenizer import load_tokenizer
+from benchd.protocol import messages
+from benchd.protocol.outbox import Outbox
+from benchd.spec import RunSpec, traces
+from benchd.spec.stack import base_attention
+from benchd.stopping import StopSignal
+from benchd.timed import run_timed
+from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
 
 Emit = Callable[[tuple[Any, ...]], None]
 

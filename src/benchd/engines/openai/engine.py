@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.engines.openai.client import FrameReader, send_frame
 from benchd.engines.openai.counts import apportion, chunk_counts
 from benchd.engines.openai.http import Target
-from benchd.engines.openai.client import FrameReader, send_frame
 from benchd.spec import Concurrent, OpenAIOptions, Synchronous, Workload
 
 __all__ = ["OpenAIEngine", "apportion", "connections_for"]

@@ -1,0 +1,91 @@
+"""transformers' continuous batching as benchd configures it: the defaults for the device, the cache planned on a
+GPU (models.memory), and torch's CPU threads while the engine runs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+from benchd.models.flops import Shape
+from benchd.models.loading import LoadedModel
+from benchd.models.memory import (
+    CPU_BATCH_TOKENS,
+    CPU_BLOCK_SIZE,
+    CPU_CACHE_TOKENS,
+    MEMORY_FRACTION,
+    CachePlan,
+    PlanError,
+    chosen,
+    plan_cache,
+)
+from benchd.spec import SpecError, TransformersOptions, Workload, traces
+
+# benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
+# from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
+# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (DESIGN.md).
+CPU_DEFAULTS: dict[str, Any] = {"block_size": CPU_BLOCK_SIZE, "num_blocks": CPU_CACHE_TOKENS // CPU_BLOCK_SIZE,
+                                "max_batch_tokens": CPU_BATCH_TOKENS}
+CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
+
+# torch's intra-op threads for a CUDA engine, at most. Without flash-attn, continuous batching runs paged sdpa, whose
+# generation thread fills a query × (cache + query) attention mask on the CPU before every step (~27 ms of a ~93 ms
+# step on the reference workload). Those ops are memory-bound, so a few threads saturate them; torch's default, one
+# thread a core, was slower, likely because a parallel region over every core waits for whichever worker another
+# waking thread (benchd's or the host's) displaced. On an H100 host with 16 cores (bench/gpu_overhead.py, bare
+# generate_batch, medians of 3): 16 threads 2,589 output tok/s, 12 2,604, 8 2,692, 6 2,796, 4 2,751; 6 against 16
+# over 7 pairs, 1.027× (docs/benchmarks.md).
+CUDA_CPU_THREADS = 6
+
+# 5.18 renamed the cache's token granularity from block_size to page_size (block_size stays as a deprecated alias).
+SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
+
+
+def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | None = None) -> ContinuousBatchingConfig:
+    """plan: benchd's sizing of the cache and steps on a GPU (footprint.plan_cache); what the spec sets is in it."""
+    chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "cpu_threads"})
+    defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
+    kwargs = {**defaults, **chosen}
+    if plan is not None:
+        kwargs.update(block_size=plan.block_size, num_blocks=plan.num_blocks, max_batch_tokens=plan.max_batch_tokens)
+    if "compile_level" in kwargs:
+        kwargs["default_compile_level"] = kwargs.pop("compile_level")
+    if "block_size" in kwargs:
+        kwargs[SIZE_FIELD] = kwargs.pop("block_size")
+    return ContinuousBatchingConfig(**kwargs)
+
+
+def device_memory(device: torch.device) -> tuple[int, int, int]:
+    """(free on the device, held by this process's allocator, allocated in it: the weights), in bytes."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free, torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device)
+
+
+def gpu_plan(loaded: LoadedModel, options: TransformersOptions, workload: Workload, attention: str,
+             memory: tuple[int, int, int] | None = None) -> CachePlan:
+    """benchd's plan for the cache on the model's GPU, within the share of the memory a run may use: what is free
+    and what this process holds (the weights) together, × BENCHD_LIMITS__MEMORY_FRACTION (which the daemon hands
+    its workers). memory: device_memory()'s figures, read now when None. Raises SpecError naming the field when
+    one request cannot fit."""
+    free, held, weights = memory or device_memory(loaded.device)
+    fraction = float(os.environ.get("BENCHD_WORKER_MEMORY_FRACTION", MEMORY_FRACTION))
+    ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    shape = Shape.of(loaded.model.config).sharded(ranks)
+    try:
+        return plan_cache(shape, loaded.dtype.itemsize, weights, int((free + held) * fraction),
+                          sum(traces.longest(workload)), attention, **chosen(options))
+    except PlanError as error:
+        raise SpecError(f"{error.field}: out of GPU memory as planned: {error.reason}") from None
+
+
+def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
+    """torch's intra-op threads while the engine runs; None leaves torch's setting alone (on CPU the model itself
+    runs on those threads, and library_defaults means transformers as it comes)."""
+    if options.cpu_threads is not None:
+        return options.cpu_threads
+    if options.library_defaults or device_type == "cpu":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(CUDA_CPU_THREADS, cores // 2))  # half the cores at most: the rest for benchd and the host
