@@ -95,7 +95,7 @@ def main() -> int:
     cache = {"transformers": {"block_size": 16, "num_blocks": 256, "max_batch_tokens": 256}} if cpu else {}
     http = httpx.Client(base_url=f"http://127.0.0.1:{args.port}", timeout=60)
     log = open(work / "daemon.log", "w")
-    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env=env, cwd=ROOT, stdout=log,
+    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log,
                               stderr=log)
     results = []
 

@@ -117,7 +117,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{args.port}"
     http = httpx.Client(base_url=url, timeout=60)
     log = open(work / "daemon.log", "w")
-    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env=env, cwd=ROOT, stdout=log,
+    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log,
                               stderr=log)
     rows: list[dict] = []
     scraper = None

@@ -155,7 +155,7 @@ class Daemon:
                "BENCHD_WORKERS__LOG_DIR": f"{work}/workers", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint,
                "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         self.log = open(f"{work}/daemon.log", "w")
-        self.process = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env=env, cwd=ROOT,
+        self.process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT,
                                         stdout=self.log, stderr=self.log)
         self.http = httpx.Client(base_url=self.url, timeout=60)
         self.work = work

@@ -150,7 +150,7 @@ def start_daemon(work: Path, port: int, dispatch_priority: int) -> tuple[subproc
            "BENCHD_WORKERS__LOG_DIR": str(work / "workers"),
            "BENCHD_WORKERS__DISPATCH_PRIORITY": str(dispatch_priority)}
     log = open(work / "daemon.log", "w")
-    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
+    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
     try:
         ready = wait(lambda: (answer := http.get("/readyz")).status_code == 200 and answer.json(), 120, 0.2)

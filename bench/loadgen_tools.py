@@ -76,7 +76,7 @@ class Benchd:
         (out / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                                          os.environ.get("PYTHONPATH")]))}
-        run_logged(pinned(cores, [sys.executable, "-m", "benchd.cli.main", "run", "spec.json", "--out", "result"]),
+        run_logged(pinned(cores, [sys.executable, "-m", "benchd.cli", "run", "spec.json", "--out", "result"]),
                    out, seconds * 3 + 120, env)
         s = json.loads((out / "result" / "summary.json").read_text())["stages"][0]
         return Figures(s["requests"], s["errors"], s["requests_per_s"], s["ttft_s"]["p50"], s["ttft_s"]["p99"],

@@ -127,7 +127,7 @@ def main() -> None:
                                           *(str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(
                                               os.pathsep) if p)])}
     log = open(scratch / "serve.log", "w")
-    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env=env, cwd=scratch, stdout=log,
+    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=scratch, stdout=log,
                               stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{args.port}"
     succeeded = False

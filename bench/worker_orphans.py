@@ -70,7 +70,7 @@ def main() -> int:
     def serve(extra: dict, name: str) -> tuple[subprocess.Popen, float]:
         started = time.perf_counter()
         log = open(work / f"{name}.log", "w")
-        daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env={**env, **extra}, cwd=ROOT,
+        daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env={**env, **extra}, cwd=ROOT,
                                   stdout=log, stderr=log)
         wait(lambda: http.get("/readyz").status_code == 200, 900, 0.05)
         return daemon, time.perf_counter() - started

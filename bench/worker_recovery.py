@@ -47,7 +47,7 @@ def main() -> int:
     http = httpx.Client(base_url=url, timeout=60)
     started = time.perf_counter()
     log = open(work / "daemon.log", "w")
-    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
+    daemon = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], env=env, cwd=ROOT, stdout=log, stderr=log)
     rows = []
     try:
         wait(lambda: http.get("/readyz").status_code == 200, 900, 0.05)

@@ -139,7 +139,7 @@ def serve(tmp_path, port, **env):
            "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_SPOOL_DIR": str(tmp_path / "spool"),
            "BENCHD_WORKERS__LOG_DIR": str(tmp_path / "workers"), **env}
     log = open(tmp_path / f"serve-{port}.log", "a")  # a file, not a pipe: a daemon that logs much never blocks
-    process = subprocess.Popen([sys.executable, "-m", "benchd.cli.main", "serve"], cwd=ROOT, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=log, text=True)
     process.log_path = Path(log.name)
     url = f"http://127.0.0.1:{port}"

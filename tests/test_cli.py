@@ -15,7 +15,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def benchd(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "benchd.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "benchd.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=300, **kwargs)
 
 
@@ -62,7 +62,7 @@ def test_spec_beyond_the_model_is_rejected_before_running():
 
 def test_ctrl_c_keeps_and_writes_what_was_measured(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchd.cli.main", "run", "--model", "tiny", "--device", "cpu", "--concurrency", "2",
+        [sys.executable, "-m", "benchd.cli", "run", "--model", "tiny", "--device", "cpu", "--concurrency", "2",
          "--duration", "120", "--prompt-tokens", "16", "--output-tokens", "1024", "--out", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

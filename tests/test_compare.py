@@ -102,7 +102,7 @@ def test_identical_runs_and_an_injected_delay_through_the_daemon(tmp_path):
         assert by_workload["a"] == [slow]  # the latest run of the workload
         page = server.http.get("/compare", params={"a": first, "b": slow, "format": "html"})
         assert page.headers["content-type"].startswith("text/html") and "slower" in page.text
-        cli = subprocess.run([sys.executable, "-m", "benchd.cli.main", "compare", first, slow, "--server", server.url],
+        cli = subprocess.run([sys.executable, "-m", "benchd.cli", "compare", first, slow, "--server", server.url],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert cli.returncode == 0 and "slower" in cli.stdout, cli.stderr
         assert server.http.get("/compare", params={"a": "nope", "b": slow}).status_code == 404

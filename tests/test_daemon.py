@@ -263,7 +263,7 @@ def test_declared_schedules_are_checked_at_start(tmp_path, monkeypatch):
         ([{**entry, "name": "default"}], "'default' is the built-in schedule's name"),
     ):
         monkeypatch.setenv("BENCHD_SCHEDULES", json.dumps(bad))
-        done = subprocess.run([sys.executable, "-m", "benchd.cli.main", "serve"], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "benchd.cli", "serve"], capture_output=True, text=True,
                               timeout=60, cwd=tmp_path)
         assert done.returncode == 2 and "invalid settings" in done.stderr and message in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
@@ -313,18 +313,18 @@ def test_cli_against_a_live_daemon(tmp_path):
 
     spec_file.write_text(yaml.safe_dump(spec(requests=8)))
     with daemon(tmp_path) as server:
-        result = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", "--server", server.url, str(spec_file)],
+        result = subprocess.run([sys.executable, "-m", "benchd.cli", "run", "--server", server.url, str(spec_file)],
                                 capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert result.returncode == 0, result.stderr
         assert "status: succeeded" in result.stdout and "concurrent=2" in result.stdout
-        listed = subprocess.run([sys.executable, "-m", "benchd.cli.main", "runs", "--server", server.url, "list"],
+        listed = subprocess.run([sys.executable, "-m", "benchd.cli", "runs", "--server", server.url, "list"],
                                 capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert listed.returncode == 0 and "succeeded" in listed.stdout
         run_id = server.http.get("/runs").json()["items"][0]["id"]
-        shown = subprocess.run([sys.executable, "-m", "benchd.cli.main", "runs", "--server", server.url, "show", run_id],
+        shown = subprocess.run([sys.executable, "-m", "benchd.cli", "runs", "--server", server.url, "show", run_id],
                                capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert shown.returncode == 0 and run_id in shown.stdout
-        bad = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", "--server", server.url, "--model",
+        bad = subprocess.run([sys.executable, "-m", "benchd.cli", "run", "--server", server.url, "--model",
                               "gpt2", str(spec_file)], capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert bad.returncode == 2 and "model" in bad.stderr and "BENCHD_MODEL_ROOTS" in bad.stderr
 

@@ -312,7 +312,7 @@ def test_benchd_run_of_a_matrix_file_runs_it_on_a_worker_process_and_writes_the_
                 "matrix": {"attn_implementation": ["sdpa", "eager"]}, "repeats": 2}
     path = tmp_path / "matrix.yaml"
     path.write_text(yaml.safe_dump(document))
-    done = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", str(path), "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "2 variants × 2 rounds" in done.stdout and "0 (baseline)" in done.stdout and "│ eager " in done.stdout

@@ -182,7 +182,7 @@ def test_a_kernel_runs_report(live, chromium):
 
 def test_benchd_run_out_writes_a_report_that_renders(tmp_path, chromium):
     result = subprocess.run(
-        [sys.executable, "-m", "benchd.cli.main", "run", "--model", "tiny", "--device", "cpu", "--concurrency", "2",
+        [sys.executable, "-m", "benchd.cli", "run", "--model", "tiny", "--device", "cpu", "--concurrency", "2",
          "--requests", "8", "--warmup-requests", "1", "--prompt-tokens", "8", "--output-tokens", "8",
          "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -539,7 +539,7 @@ def test_benchd_run_exports_its_genai_metrics_before_it_exits(tmp_path):
 
     with HTTPReceiver() as receiver:
         env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "benchd-cli"}
-        result = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", "--model", "tiny", "--device", "cpu",
+        result = subprocess.run([sys.executable, "-m", "benchd.cli", "run", "--model", "tiny", "--device", "cpu",
                                  "--requests", "5", "--prompt-tokens", "8", "--output-tokens", "6", "--out",
                                  str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
         assert result.returncode == 0, result.stderr

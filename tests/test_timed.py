@@ -376,11 +376,11 @@ def test_cli_runs_a_kernel_spec(tmp_path):
     path = tmp_path / "k.yaml"
     path.write_text("kind: kernel\nname: cli-k\ndevice: cpu\nkernel:\n  op: attention\n  repeats: 3\n"
                     "  flush_bytes: 1048576\n  shapes: [{heads: 2, seq_len: 16, head_dim: 8}]\n")
-    done = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", str(path), "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "b1h2s16d8c" in done.stdout and "eager" in done.stdout
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.json", "timings.csv", "kernels.csv", "report.html"}
-    refused = subprocess.run([sys.executable, "-m", "benchd.cli.main", "run", str(path), "--warmup-study"],
+    refused = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--warmup-study"],
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--warmup-study: applies to train_step specs" in refused.stderr
