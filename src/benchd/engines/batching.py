@@ -25,7 +25,7 @@ from benchd.spec import SpecError, TransformersOptions, Workload, traces
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
-# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (DESIGN.md).
+# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (docs/benchmarks.md).
 CPU_DEFAULTS: dict[str, Any] = {"block_size": CPU_BLOCK_SIZE, "num_blocks": CPU_CACHE_TOKENS // CPU_BLOCK_SIZE,
                                 "max_batch_tokens": CPU_BATCH_TOKENS}
 CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}

@@ -46,7 +46,7 @@ class WorkerSettings(BaseModel):
     # it the worker keeps the daemon's and logs so. /readyz shows each worker's nice.
     nice: int = Field(default=-10, ge=-20, le=19)
     # The real-time priority (SCHED_FIFO, 1-99) of the thread that sends an open loop's requests, while it sends: it
-    # runs as soon as a request is due, ahead of every normal thread (benchd/priority.py); 0: none. The same
+    # runs as soon as a request is due, ahead of every normal thread (benchd/loadgen/priority.py); 0: none. The same
     # privilege as nice; /readyz shows what each worker got.
     dispatch_priority: int = Field(default=1, ge=0, le=99)
     # A kernel run longer than deadline_factor × what it should take at its device's measured speed, plus

@@ -48,7 +48,7 @@ class Instrument:
 
 
 # A server measured from outside (the openai engine) gets the client metrics; an engine in benchd's own worker, the
-# server metrics. Times count from the request's scheduled time, as every benchd latency does (DESIGN.md).
+# server metrics. Times count from the request's scheduled time, as every benchd latency does (docs/figures.md).
 CLIENT_DURATION = Instrument("gen_ai.client.operation.duration", "s", "GenAI operation duration.", DURATION_BOUNDS)
 CLIENT_TOKENS = Instrument("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used.",
                            TOKEN_BOUNDS)
