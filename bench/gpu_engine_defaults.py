@@ -3,7 +3,7 @@ defaults and static generate() at several batch sizes, all in one process run.
 
     python bench/gpu_engine_defaults.py [--quick]
 
-Every configuration runs through benchd's runner on an engine of its own, started once (warm-up and CUDA-graph
+Every configuration runs through benchd's worker core on an engine of its own, started once (warm-up and CUDA-graph
 capture outside every measured window) and run --repeats times; reported is the median of the runs after the
 first, as benchd reports it: output tok/s over the measured window.
 """
@@ -18,9 +18,8 @@ import time
 
 from common import REFERENCE, environment
 
-from benchd.engines import create_engine
 from benchd.models.loading import load_model
-from benchd.loadgen.stage import run
+from benchd.daemon.local import LocalPool, run_local
 from benchd.spec import parse_spec
 
 CONFIGS: list[tuple[str, str, dict]] = [
@@ -60,10 +59,9 @@ def main() -> None:
             continue
         spec = parse_spec({**REFERENCE, "engine": engine, engine: options})
         started = time.perf_counter()
-        instance = create_engine(loaded, spec)
-        instance.start()  # warm-up and CUDA-graph capture, outside every measured window
-        runs = [run(spec, loaded=loaded, engine=instance) for _ in range(args.repeats)]
-        instance.stop()
+        pool = LocalPool(loaded)  # its engine starts with the first run and stays warm for the next, as a worker's
+        runs = [run_local(spec, loaded=loaded, pool=pool) for _ in range(args.repeats)]
+        pool.stop()
         wall = time.perf_counter() - started
         # The first pass can capture graphs for shapes the warm-up did not; a daemon's engine is warm.
         warm = runs[1:] or runs

@@ -2,6 +2,7 @@
 import only downward, no import cycle, nothing on the daemon's side that loads torch, a small top, small modules."""
 
 import ast
+import os
 import subprocess
 import sys
 from functools import cache
@@ -166,3 +167,29 @@ def test_the_top_is_small_and_every_module_is_short():
     assert len(top) <= MAX_TOP_MODULES, top
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+def test_every_name_imported_from_benchd_is_there():
+    """After a module moves, an import of it that only runs in a function (or in a bench script) fails only when
+    called: every `from benchd… import name` in src/, tests/ and bench/ is checked here, in a process of its own."""
+    check = """
+import ast, importlib, sys
+from pathlib import Path
+missing = []
+for root in ("src", "tests", "bench"):
+    for path in sorted(Path(root).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("benchd"):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    if not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{node.module}.{alias.name}")
+                        except ImportError:
+                            missing.append(f"{path}:{node.lineno}: {node.module}.{alias.name}")
+print("\\n".join(missing))
+"""
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "PYTHONPATH": f"{SRC}:{ROOT / 'bench'}:{ROOT}"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "", done.stdout

@@ -33,6 +33,7 @@ from benchd.spec.run import (
     length_upper_bound,
     load_spec,
     parse_spec,
+    read_document,
 )
 from benchd.spec.slo import SLO
 from benchd.spec.timed import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
@@ -42,4 +43,4 @@ __all__ = ["ArrivalProfile", "AttentionKernel", "AttentionShape", "Capacity", "C
            "NAME_MAX", "Name", "NormalLength", "OpenAIOptions", "Poisson", "Ramp", "RunSpec", "SLO",
            "SpecError", "StaticOptions", "Sweep", "Synchronous", "TextDataset", "Trace",
            "TransformersOptions", "UniformLength", "Workload", "describe_profile", "format_validation_error",
-           "length_upper_bound", "load_spec", "parse_spec"]
+           "length_upper_bound", "load_spec", "parse_spec", "read_document"]
