@@ -385,8 +385,10 @@ def schema_text(schema: dict) -> str:
     for key in ("anyOf", "oneOf", "allOf"):
         if key in schema:
             parts = [schema_text(s) for s in schema[key]]
-            return " or ".join(dict.fromkeys(p for p in parts if p != "null")) + \
-                (", or null" if "null" in parts else "")
+            text = " or ".join(dict.fromkeys(p for p in parts if p != "null"))
+            if discriminator := schema.get("discriminator", {}).get("propertyName"):
+                text = f"one of {text}, by `{discriminator}`"
+            return text + (", or null" if "null" in parts else "")
     if "const" in schema:
         return code(schema["const"])
     if "enum" in schema:
