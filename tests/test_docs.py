@@ -164,3 +164,15 @@ def test_every_setting_and_metric_named_exists(page: Path):
                        if name.removesuffix("_total").removesuffix("_info") not in families
                        and not any(f.startswith(name + "_") for f in families)})
     assert not unknown, f"{page.relative_to(ROOT)} names settings or metrics the code does not have: {unknown}"
+
+
+def test_every_page_is_linked_from_another():
+    """A page no other page links to is a page nobody finds."""
+    linked = set()
+    for page in markdown_files():
+        for target in links(page):
+            file = target.partition("#")[0]
+            if file:
+                linked.add((page.parent / file).resolve())
+    orphans = [str(p.relative_to(ROOT)) for p in markdown_files()[1:] if p.resolve() not in linked]
+    assert not orphans, f"no page links to {', '.join(orphans)}: link them from README.md's table or their topic"
