@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 TRANSFORMERS_OLDEST ?= transformers==5.17.0
 TRANSFORMERS_NEWEST ?= transformers>=5.17,<6
 
-.PHONY: serve run test setup system-deps clean
+.PHONY: serve run test setup system-deps clean docs
 
 # $(1): the virtual environment, $(2): its transformers requirement
 define make_venv
@@ -33,6 +33,11 @@ serve: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(VENV)/bin/benchd run examples/tiny-poisson.yaml --out runs/tiny-poisson
+
+# The reference pages (docs/reference/: settings, metrics, HTTP API), written from the code; tests/test_docs.py fails
+# while a committed page differs from what this writes.
+docs: $(VENV)/.installed
+	$(VENV)/bin/python docs/generate.py
 
 # Real servers the tests start: PostgreSQL (the store), Prometheus (scrapes the live daemon), and podman with
 # debootstrap for the image and the compose stack (tests/test_image.py: runc, catatonit for compose's init,

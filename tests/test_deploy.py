@@ -139,9 +139,11 @@ def test_dockerfile():
 
 
 def test_the_cuda_image_is_the_stack_the_gpu_benchmarks_ran_on():
-    """torch, its CUDA build, transformers and Python as docs/benchmarks.md records them for the GPU runs."""
-    ran = set(re.findall(r"torch (\d+\.\d+\.\d+)\+cu(\d+), transformers (\d+\.\d+\.\d+), Python (\d+\.\d+)",
-                         (ROOT / "docs" / "benchmarks.md").read_text()))
+    """torch, its CUDA build, transformers and Python as docs/benchmarks.md and its history record them for the GPU
+    runs."""
+    pages = [ROOT / "docs" / "benchmarks.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
+    ran = {found for page in pages for found in re.findall(
+        r"torch (\d+\.\d+\.\d+)\+cu(\d+), transformers (\d+\.\d+\.\d+), Python (\d+\.\d+)", page.read_text())}
     assert len(ran) == 1, ran  # one stack for every GPU table
     torch, cuda, transformers, python = ran.pop()
     args = dict(value.split("=", 1) for kind, value in dockerfile() if kind == "ARG")

@@ -2,7 +2,7 @@
 
 A process that has imported torch and transformers and loaded a model holds 400,000+ objects the collector tracks;
 CPython's full collection walks all of them, and fires whenever the objects that outlived the young generations
-grow by a quarter, which a run's records do. Measured on an H100 host's CPU (docs/benchmarks.md, issue 21): a
+grow by a quarter, which a run's records do. Measured on an H100 host's CPU (docs/benchmarks/daemon-and-dispatch.md): a
 worker's full collections took 200–280 ms each, mid-run, holding its GIL and a core that the client processes or
 the arrival thread were waiting for. `settle()` before measuring moves what exists then (imports, the model, the
 started engine) out of the collector's sight (`gc.freeze`), so collections during a run walk only what the run

@@ -102,8 +102,8 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
                 over(profile.start_rate, limits.max_rate, *where, "start_rate", setting="max_rate")
     problems.extend(_arrival_problems(spec, settings, loc))
     if spec.engine == "openai" and spec.kind == "generate":
-        # Where the daemon sends requests, and what: only hosts and key variables the settings allow (README,
-        # "Who can do what").
+        # Where the daemon sends requests, and what: only hosts and key variables the settings allow
+        # (docs/guides/daemon.md, "Who can do what").
         openai = spec.openai
         if openai.api_key_env is not None and (reason := settings.openai.key_problem(openai.api_key_env)):
             problems.append(problem((*loc, "openai", "api_key_env"), reason))

@@ -31,12 +31,14 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_requests: Annotated[int, Field(ge=1)] = 10_000
-    max_prompt_tokens: Annotated[int, Field(ge=1)] = 32_768
-    max_output_tokens: Annotated[int, Field(ge=1)] = 8_192
+    max_requests: Annotated[int, Field(ge=1)] = 10_000  # measured requests (stop.requests), and warm-up ones apart
+    max_prompt_tokens: Annotated[int, Field(ge=1)] = 32_768  # the longest prompt a workload may draw (a trace's too)
+    max_output_tokens: Annotated[int, Field(ge=1)] = 8_192  # the longest output a workload may draw (a trace's too)
+    # A stage of a generation run, or a whole timed run: refused when it could not end within it at its device's
+    # measured speed (models/duration.py), stopped when it runs past it.
     max_duration_s: Annotated[float, Field(gt=0)] = 3_600.0
-    max_concurrency: Annotated[int, Field(ge=1)] = 1_024
-    max_rate: Annotated[float, Field(gt=0)] = 10_000.0
+    max_concurrency: Annotated[int, Field(ge=1)] = 1_024  # a closed loop's concurrency
+    max_rate: Annotated[float, Field(gt=0)] = 10_000.0  # an open loop's rate (a ramp's, a capacity search's reach)
     max_stages: Annotated[int, Field(ge=1)] = 32  # load levels, warm-up study levels, kernel shapes × implementations
     max_steps: Annotated[int, Field(ge=1)] = 10_000  # a training step's warm-up + measured steps
     max_repeats: Annotated[int, Field(ge=1)] = 100_000  # a kernel's warm-up + measured calls
@@ -49,7 +51,8 @@ class Limits(BaseModel):
 
 
 class ValidityDefaults(ValidityRules):
-    """ValidityRules as settings give them: from the environment, where every value is text ("0.8")."""
+    """ValidityRules (spec/validity.py) read from the settings: not strict, as every value from the environment is
+    text ("0.8")."""
 
     model_config = ConfigDict(strict=False)
 
@@ -65,7 +68,7 @@ class OpenAISettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    key_envs: list[EnvName] = []
+    key_envs: list[EnvName] = []  # variables whose value an openai spec may send as its key (api_key_env)
     hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] = LOOPBACK  # names, addresses, CIDR networks
 
     @field_validator("key_envs")
@@ -144,25 +147,25 @@ class DeclaredSchedule(BaseModel):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BENCHD_", env_nested_delimiter="__", extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    host: str = "127.0.0.1"  # the address HTTP listens on (also benchd serve --host)
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000  # the port HTTP listens on (also benchd serve --port)
     model: str = "tiny"  # the daemon's model: specs without one run on it
-    device: Annotated[str, Field(pattern=r"^(auto|cpu(:\d+)?|cuda(:\d+)?)$")] = "auto"
+    device: Annotated[str, Field(pattern=r"^(auto|cpu(:\d+)?|cuda(:\d+)?)$")] = "auto"  # specs without one run there
     # Where workers run, one process each: all (every GPU CUDA_VISIBLE_DEVICES leaves visible; the CPU where there
     # is none, or when BENCHD_DEVICE is cpu), or a list: cuda:N (the N-th visible GPU), cpu, cpu:0 … cpu:K.
     devices: str | list[str] = "all"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    database_url: str = "sqlite:///benchd.db"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # specs without one: auto is bf16 on CUDA
+    database_url: str = "sqlite:///benchd.db"  # the store: SQLite, or postgresql+psycopg://user:pass@host/benchd
     # Every write is journaled here first and applied when the database answers; past spool_max_bytes of writes
     # waiting for an unreachable database, new runs are refused.
     spool_dir: Path = Path("benchd-spool")
-    spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20
+    spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20  # journaled writes waiting, at most
     store_start_timeout_s: Annotated[float, Field(ge=0)] = 10.0  # waited at start for migrations and recovery
-    api_token: SecretStr | None = None
-    label: str | None = None
+    api_token: SecretStr | None = None  # when set, POST, PUT and DELETE need Authorization: Bearer <token>
+    label: str | None = None  # a commit or label stored with every run a spec gives none
     default_schedule: bool = True  # run a small workload on the daemon's model every interval
-    default_schedule_interval_s: Annotated[float, Field(gt=0)] = 60.0
-    queue_max: Annotated[int, Field(ge=1)] = 16
+    default_schedule_interval_s: Annotated[float, Field(gt=0)] = 60.0  # the built-in schedule's interval
+    queue_max: Annotated[int, Field(ge=1)] = 16  # queued runs; beyond, POST /runs gets 429
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1 << 20  # a request body larger than this gets 413
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
@@ -175,12 +178,12 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     faults: Faults = Faults()  # fault injection for tests and bench scripts: settings only, never HTTP
     compare_threshold: Annotated[float, Field(ge=0)] = 0.05  # a change smaller than this is no regression
-    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95  # of the comparisons' bootstrap intervals
     # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
     # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))
     # means a hung driver call: the hardware series leave /metrics until a read completes.
     hardware_interval_s: Annotated[float, Field(gt=0)] = 1.0
-    hardware_stale_after_s: Annotated[float, Field(gt=0)] | None = None
+    hardware_stale_after_s: Annotated[float, Field(gt=0)] | None = None  # unset: max(5 s, 3 intervals)
     # The node: the value of the hostname label on every series and stored with every run (the Kubernetes downward
     # API's spec.nodeName in a cluster); unset or empty: this host's name.
     node_name: Annotated[str, Field(max_length=253)] = ""

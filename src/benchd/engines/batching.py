@@ -25,7 +25,8 @@ from benchd.spec import SpecError, TransformersOptions, Workload, traces
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
-# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080 (docs/benchmarks.md).
+# transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080
+# (docs/benchmarks/gpu-engine-and-overhead.md).
 CPU_DEFAULTS: dict[str, Any] = {"block_size": CPU_BLOCK_SIZE, "num_blocks": CPU_CACHE_TOKENS // CPU_BLOCK_SIZE,
                                 "max_batch_tokens": CPU_BATCH_TOKENS}
 CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
@@ -36,7 +37,7 @@ CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
 # thread a core, was slower, likely because a parallel region over every core waits for whichever worker another
 # waking thread (benchd's or the host's) displaced. On an H100 host with 16 cores (bench/gpu_overhead.py, bare
 # generate_batch, medians of 3): 16 threads 2,589 output tok/s, 12 2,604, 8 2,692, 6 2,796, 4 2,751; 6 against 16
-# over 7 pairs, 1.027× (docs/benchmarks.md).
+# over 7 pairs, 1.027× (docs/benchmarks/gpu-engine-and-overhead.md).
 CUDA_CPU_THREADS = 6
 
 # 5.18 renamed the cache's token granularity from block_size to page_size (block_size stays as a deprecated alias).

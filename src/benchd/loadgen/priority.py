@@ -4,9 +4,10 @@ real-time class for the one thread that keeps an open loop's schedule, while it 
 Nice weighs how much CPU a thread gets, not how soon a woken one runs: a dispatcher that wakes at a request's
 scheduled time waits for a core behind whatever runs there (the daemon's HTTP side, its clients, the node's other
 work), up to a scheduler slice or more. A thread in SCHED_FIFO runs as soon as it wakes, before every normal
-thread; the dispatcher is asleep between sends, so it takes almost nothing from them (docs/benchmarks.md, issue 17:
-dispatch lag p99 under 200 HTTP clients on two cores, 2.79–4.03 ms at nice -10, 0.39–1.70 ms in SCHED_FIFO). The
-engine's own threads stay normal: a real-time thread that computes would starve the daemon and the node.
+thread; the dispatcher is asleep between sends, so it takes almost nothing from them
+(docs/benchmarks/daemon-and-dispatch.md: dispatch lag p99 under 200 HTTP clients on two cores, 2.79–4.03 ms at
+nice -10, 0.39–1.70 ms in SCHED_FIFO). The engine's own threads stay normal: a real-time thread that computes would
+starve the daemon and the node.
 
 Both need root or CAP_SYS_NICE (a container: `--cap-add SYS_NICE`); the real-time class also needs a real-time share
 for the process's cgroup where the kernel schedules real-time groups (cgroup v2 then admits real-time threads in the

@@ -234,7 +234,7 @@ class OpenAIOptions(_Strict):
     # default: the workload's concurrency, or 1,024 a client process in open loop
     max_connections: PositiveInt | None = None
     # Client processes sharing the arrival schedule (round robin), each an event loop on a core of its own:
-    # one holds about 800 requests/s on time (docs/benchmarks.md); more for higher rates on more cores.
+    # one holds about 800 requests/s on time (docs/benchmarks/load-generators.md); more for higher rates on more cores.
     client_processes: Annotated[int, Field(ge=1, le=64)] = 1
     connect_timeout_s: PositiveFloat = 10.0
     stall_timeout_s: PositiveFloat = 60.0  # no byte for this long: the request fails as a timeout

@@ -39,7 +39,7 @@ class ValidityRules(Strict):
     # Client fidelity, open loop only (a closed loop's pace is the engine's): the dispatcher's own lateness (p99 of
     # sent − scheduled), and the rate it sent at against the rate it was scheduled to.
     max_dispatch_lag_p99_s: PositiveFloat | None = 0.001
-    min_sent_rate_ratio: Fraction = 0.95
+    min_sent_rate_ratio: Fraction = 0.95  # requests sent per second over those scheduled per second, at least
     min_duration_s: NonNegativeFloat = 0.0  # the measured window
     min_requests: NonNegativeInt = 0  # measured requests that finished
     # Errors: beyond either, the stage stops early (what it measured is kept) and is invalid.

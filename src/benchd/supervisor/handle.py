@@ -36,7 +36,7 @@ class WorkerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    heartbeat_timeout_s: float = Field(default=30.0, gt=0)
+    heartbeat_timeout_s: float = Field(default=30.0, gt=0)  # no heartbeat at all (a call holding the interpreter)
     progress_timeout_s: float = Field(default=600.0, gt=0)  # no event while requests run
     load_timeout_s: float = Field(default=1800.0, gt=0)  # loading a model or starting an engine (CUDA graphs)
     start_timeout_s: float = Field(default=300.0, gt=0)  # spawned until it says hello (torch imported)
@@ -53,7 +53,7 @@ class WorkerSettings(BaseModel):
     # deadline_slack_s, is ended by the supervisor (its worker killed: a call in progress cannot be interrupted
     # otherwise), with that cause (benchd.models.duration).
     deadline_factor: float = Field(default=4.0, gt=0)
-    deadline_slack_s: float = Field(default=30.0, ge=0)
+    deadline_slack_s: float = Field(default=30.0, ge=0)  # added to that deadline (+ 120 s a shape compiled)
 
 
 Deadline = Callable[[DeviceSpeed | None], tuple[float, str] | None]

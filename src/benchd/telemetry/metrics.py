@@ -67,12 +67,12 @@ class HistogramBuckets(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_s: Buckets = REQUEST_BUCKETS
-    itl_s: Buckets = TOKEN_BUCKETS
-    tpot_s: Buckets = TOKEN_BUCKETS
-    e2e_s: Buckets = REQUEST_BUCKETS
-    queue_s: Buckets = REQUEST_BUCKETS
-    dispatch_lag_s: Buckets = LAG_BUCKETS
+    ttft_s: Buckets = REQUEST_BUCKETS  # benchd_time_to_first_token_seconds
+    itl_s: Buckets = TOKEN_BUCKETS  # benchd_inter_token_latency_seconds
+    tpot_s: Buckets = TOKEN_BUCKETS  # benchd_time_per_output_token_seconds
+    e2e_s: Buckets = REQUEST_BUCKETS  # benchd_request_duration_seconds
+    queue_s: Buckets = REQUEST_BUCKETS  # benchd_request_queue_seconds
+    dispatch_lag_s: Buckets = LAG_BUCKETS  # benchd_dispatch_lag_seconds
 
     @field_validator("*")
     @classmethod
@@ -228,7 +228,7 @@ class MetricsSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_workloads: Annotated[int, Field(ge=1)] = 50
+    max_workloads: Annotated[int, Field(ge=1)] = 50  # workload label values with live series, at most
 
 
 class Metrics:

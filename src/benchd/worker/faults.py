@@ -32,7 +32,7 @@ class Faults(BaseModel):
 
     workload: str | None = None  # runs of this workload (spec name); None: no fault
     label: str | None = None  # and, when set, only those with this label
-    action: Action = "abort"
+    action: Action = "abort"  # what happens (the class's docstring says what each does)
     after_s: Annotated[float, Field(ge=0)] = 1.0  # into the run (abort, exit, kill, segfault, hang)
     delay_s: Annotated[float, Field(ge=0)] = 0.0  # per forward pass (slow)
     devices: list[str] | None = None  # only the workers on these devices (cpu, cuda:0, …); None: every worker
