@@ -2,7 +2,8 @@
 # Wheels for what a GPU host without network lacks (torch, transformers, numpy, psutil, prometheus-client,
 # nvidia-ml-py, pyyaml, rich, requests, grpcio, httpx, anyio, h11, click, jinja2/markupsafe come from the host),
 # enough to run the daemon there (FastAPI, uvicorn, SQLAlchemy with Alembic). Python 3.12, manylinux x86_64.
-# orjson and uvloop: the openai engine's client (bench/loadgen_peers.py --processes needs nothing else).
+# orjson and uvloop: the openai engine's client (bench/loadgen_peers.py --processes needs nothing else); msgspec:
+# the daemon↔worker messages (benchd/protocol).
 #   bash bench/wheelhouse.sh [DIR]        (default .whl; about 6 MB)
 # On the GPU host, from the repository root:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -21,5 +22,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   opentelemetry-exporter-otlp-common==0.66b2 \
   fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.54.0 httptools==0.9.0 sqlalchemy==2.1.9 greenlet \
   alembic==1.20.1 mako==1.4.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
-  orjson==3.13.0 uvloop==0.23.0
+  orjson==3.13.0 uvloop==0.23.0 msgspec==0.22.0
 ls "$dir"

@@ -62,7 +62,7 @@ def test_a_worker_frees_a_frozen_model_in_a_reference_cycle_when_another_loads()
     """The model is frozen before the run measures; hooks and closures often put a module in a reference cycle,
     which no collection frees while it is frozen: the worker's release where it drops the model must."""
     from benchd.models.loading import load_model
-    from benchd.protocol import messages as protocol
+    from benchd.protocol.messages import Done
     from benchd.worker.core import WorkerCore
     from tests.helpers import make_spec
 
@@ -78,7 +78,7 @@ def test_a_worker_frees_a_frozen_model_in_a_reference_cycle_when_another_loads()
         assert gc.get_freeze_count() > 0
         model = weakref.ref(core._loaded.model)
         core.run("second", make_spec(dtype="bfloat16").model_dump(mode="json"), None)  # another model loads
-        done = [m[2:4] for m in messages if m[0] == protocol.DONE]
+        done = [(m.status, m.error) for m in messages if isinstance(m, Done)]
         assert done == [("succeeded", None), ("succeeded", None)]
         assert model() is None, "the dropped model outlived the worker's release"
     finally:

@@ -263,7 +263,7 @@ def test_a_thread_in_the_realtime_class_goes_back_to_its_policy_and_nice():
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread never changed
 
 
-REALTIME = "from benchd import priority; print(priority.allowed({}))"
+REALTIME = "from benchd.loadgen import priority; print(priority.allowed({}))"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops a capability (util-linux)")

@@ -59,7 +59,7 @@ def _spec(args: argparse.Namespace):
 def _matrix_document(args: argparse.Namespace, console) -> dict[str, Any] | int | None:
     """A spec file with `matrix:` (benchd.spec.matrix), flags applied to its spec; None for a plain spec; an exit code
     when the file cannot be read."""
-    from benchd.spec import read_document
+    from benchd.spec.run import read_document
 
     try:
         data = read_document(args.spec)

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchd.engines import EngineLoad
-from benchd.measure.metadata import RunMetadata
 from benchd.measure.records import RecordBook
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import LoadSample
 from benchd.measure.timings import Timing
+from benchd.protocol import events
+from benchd.protocol.events import AnyEvent
+from benchd.protocol.metadata import RunMetadata
 from benchd.spec import RunSpec
 from benchd.telemetry.run import RunTelemetry
 
@@ -56,26 +58,26 @@ class RunIngest:
         self._requests: dict[str, _Stage] = {}
         self._last_progress = 0.0
         self._started = time.perf_counter()
-        self._handlers = {
-            "phase": self._phase, "stage": self._stage, "request": self._request, "submitted": self._submitted,
-            "admitted": self._admitted, "tokens": self._tokens, "prompt": self._prompt, "finished": self._finished,
-            "load": self._load, "stage_end": self._stage_end, "engine_restart": self._engine_restart,
-            "timing": self._timing,
-            "timed_stage": self._timed_stage, "span": self._span, "progress": self._timed_progress,
+        self.handlers: dict[type, Callable[[Any], None]] = {  # one for every kind of event (tests/test_protocol.py)
+            events.Phase: self._phase, events.StageStart: self._stage, events.Request: self._request,
+            events.Submitted: self._submitted, events.Admitted: self._admitted, events.Tokens: self._tokens,
+            events.Prompt: self._prompt, events.Finished: self._finished, events.Load: self._load,
+            events.StageEnd: self._stage_end, events.EngineRestart: self._engine_restart, events.Timing: self._timing,
+            events.TimedStage: self._timed_stage, events.Span: self._span, events.TimedProgress: self._timed_progress,
         }
 
     # ---- RunSink -----------------------------------------------------------------------------------
 
-    def events(self, batch: list[tuple[Any, ...]]) -> None:
-        handlers = self._handlers
+    def events(self, batch: list[AnyEvent]) -> None:
+        handlers = self.handlers
         for event in batch:
-            handlers[event[0]](*event[1:])
+            handlers[type(event)](event)
 
-    def done(self, status: str, error: str | None, error_stage: str | None, metadata: dict | None) -> None:
+    def done(self, status: str, error: str | None, error_stage: str | None, metadata: RunMetadata | None) -> None:
         result = self.result
         result.status, result.error, result.error_stage = status, error, error_stage
         if metadata is not None:
-            result.metadata = RunMetadata.model_validate(metadata)
+            result.metadata = metadata
         self.ended.set()
 
     def died(self, cause: str) -> None:
@@ -86,51 +88,52 @@ class RunIngest:
         for stage in self.stages.values():
             for record in stage.result.records:  # what was in flight ends here, failed
                 if record.finished_s is None:
-                    self._finished(record.request_id, now, "worker_died: the worker died mid-request")
+                    self._finished(events.Finished(record.request_id, now, "worker_died: the worker died mid-request"))
             if stage.result.status == "running":
                 stage.result.status, stage.result.end_s = "failed", now
         self.ended.set()
 
     # ---- generation ----------------------------------------------------------------------------------
 
-    def _phase(self, name: str, t: float) -> None:
-        self.phases.append((name, t))
+    def _phase(self, event: events.Phase) -> None:
+        self.phases.append((event.name, event.t_s))
 
-    def _stage(self, index: int, label: str, t0: float) -> None:
-        stage = _Stage(StageResult.of(self.spec, index, label, t0))
-        self.stages[index] = stage
+    def _stage(self, event: events.StageStart) -> None:
+        stage = _Stage(StageResult.of(self.spec, event.index, event.label, event.t0_s))
+        self.stages[event.index] = stage
         self.result.stages.append(stage.result)
 
-    def _request(self, stage_index: int, index: int, request_id: str, warmup: bool, prompt_tokens: int,
-                 max_new_tokens: int, scheduled_s: float, submitted_s: float | None, span_id: str | None) -> None:
-        stage = self.stages[stage_index]
-        record = stage.book.request(index, request_id, warmup, prompt_tokens, max_new_tokens, scheduled_s,
-                                    submitted_s, span_id)
+    def _request(self, event: events.Request) -> None:
+        stage = self.stages[event.stage]
+        record = stage.book.request(event.index, event.request_id, event.warmup, event.prompt_tokens,
+                                    event.max_new_tokens, event.scheduled_s, event.submitted_s, event.span_id)
         stage.result.records.append(record)
-        self._requests[request_id] = stage
-        if submitted_s is not None:
+        self._requests[event.request_id] = stage
+        if event.submitted_s is not None:
             self.observer.submitted(record)
 
-    def _submitted(self, request_id: str, t: float) -> None:
-        self.observer.submitted(self._requests[request_id].book.submitted(request_id, t))
+    def _submitted(self, event: events.Submitted) -> None:
+        self.observer.submitted(self._requests[event.request_id].book.submitted(event.request_id, event.t_s))
 
-    def _admitted(self, request_id: str, t: float) -> None:
-        record = self._requests[request_id].book.admitted(request_id, t)
+    def _admitted(self, event: events.Admitted) -> None:
+        record = self._requests[event.request_id].book.admitted(event.request_id, event.t_s)
         if record is not None:
             self.observer.admitted(record)
 
-    def _tokens(self, request_id: str, stamps, counts, token_ids) -> None:
-        changed = self._requests[request_id].book.tokens(request_id, stamps, counts, token_ids)
-        if changed is not None:
+    def _tokens(self, event: events.Tokens) -> None:
+        book = self._requests[event.request_id].book
+        changed = book.tokens(event.request_id, stamps=event.arrival_s, counts=event.arrival_tokens,
+                              token_ids=event.token_ids)
+        if changed is not None:  # the record and the index of its first new arrival: into the histograms
             self.observer.arrivals(*changed)
 
-    def _prompt(self, request_id: str, n: int) -> None:
-        record, delta = self._requests[request_id].book.prompt(request_id, n)
+    def _prompt(self, event: events.Prompt) -> None:
+        record, delta = self._requests[event.request_id].book.prompt(event.request_id, event.prompt_tokens)
         self.observer.prompt_counted(record, delta)
 
-    def _finished(self, request_id: str, t: float, error: str | None) -> None:
-        stage = self._requests[request_id]
-        record = stage.book.finished(request_id, t, error)
+    def _finished(self, event: events.Finished) -> None:
+        stage = self._requests[event.request_id]
+        record = stage.book.finished(event.request_id, event.t_s, event.error)
         if record is None:
             return
         self.observer.finished(record)
@@ -138,24 +141,23 @@ class RunIngest:
             self.on_finished(stage.result, record)
         self._progress(stage)
 
-    def _load(self, stage_index: int, t: float, running: int, waiting: int, kv_used: int | None,
-              kv_total: int | None) -> None:
-        stage = self.stages[stage_index]
-        load = EngineLoad(running, waiting, kv_used, kv_total)
+    def _load(self, event: events.Load) -> None:
+        stage = self.stages[event.stage]
+        load = EngineLoad(event.running, event.waiting, event.kv_blocks_used, event.kv_blocks_total)
         start = stage.book.measured_from_s  # the stage's window opens there (StageResult.window)
-        elapsed = t - start if start is not None else 0.0
+        elapsed = event.t_s - start if start is not None else 0.0
         throughput = stage.book.measured_tokens / elapsed if elapsed > 0 else 0.0
-        stage.load.append(LoadSample(t, running, waiting, load.kv_occupancy, throughput))
+        stage.load.append(LoadSample(event.t_s, event.running, event.waiting, load.kv_occupancy, throughput))
         self.observer.sample(load, throughput)
 
-    def _stage_end(self, index: int, status: str, end_s: float | None, kv_peak: float | None,
-                   stop_reason: str | None = None) -> None:
-        result = self.stages[index].result
-        result.status, result.end_s, result.kv_peak, result.stop_reason = status, end_s, kv_peak, stop_reason
-        self._progress(self.stages[index], force=True)
+    def _stage_end(self, event: events.StageEnd) -> None:
+        result = self.stages[event.index].result
+        result.status, result.end_s, result.kv_peak = event.status, event.end_s, event.kv_peak
+        result.stop_reason = event.stop_reason
+        self._progress(self.stages[event.index], force=True)
 
-    def _engine_restart(self, index: int, reason: str) -> None:
-        self.observer.engine_restarted(reason)
+    def _engine_restart(self, event: events.EngineRestart) -> None:
+        self.observer.engine_restarted(event.reason)
 
     def _progress(self, stage: _Stage, force: bool = False) -> None:
         now = time.perf_counter()
@@ -174,31 +176,30 @@ class RunIngest:
 
     # ---- timed runs ----------------------------------------------------------------------------------
 
-    def _timing(self, stage_index: int, series: str, index: int, warmup: bool, seconds: float, shape: str | None,
-                dtype: str | None) -> None:
-        self.result.timings.append(Timing(stage_index, series, index, warmup, seconds))
-        if not warmup:
-            self.observer.timing(self.spec.kind, series, seconds, shape, dtype)
+    def _timing(self, event: events.Timing) -> None:
+        self.result.timings.append(Timing(event.stage, event.series, event.index, event.warmup, event.seconds))
+        if not event.warmup:
+            self.observer.timing(self.spec.kind, event.series, event.seconds, event.shape, event.dtype)
 
-    def _timed_stage(self, index: int, summary: dict, start: float, end: float) -> None:
-        timed = self.result.timed
-        if index < len(timed):  # restated with a later figure
-            timed[index] = summary
+    def _timed_stage(self, event: events.TimedStage) -> None:
+        timed, summary = self.result.timed, event.summary
+        if event.index < len(timed):  # restated with a later figure
+            timed[event.index] = summary
             return
         timed.append(summary)
-        self.observer.span(f"benchd.{self.spec.kind} {summary['stage']}", start, end, _flatten(summary),
-                           summary.get("error"))
+        self.observer.span(f"benchd.{self.spec.kind} {summary['stage']}", event.start_s, event.end_s,
+                           _flatten(summary), summary.get("error"))
 
-    def _span(self, name: str, start: float, end: float, attributes: dict) -> None:
-        self.observer.span(name, start, end, attributes)
+    def _span(self, event: events.Span) -> None:
+        self.observer.span(event.name, event.start_s, event.end_s, event.attributes)
 
-    def _timed_progress(self, label: str, index: int, stages: int, completed: int, expected: int,
-                        elapsed_s: float, duration_s: float | None) -> None:
+    def _timed_progress(self, event: events.TimedProgress) -> None:
         now = time.perf_counter()
         if self.on_progress is not None and (now - self._last_progress >= PROGRESS_INTERVAL_S or
-                                             completed == expected):
+                                             event.completed == event.expected):
             self._last_progress = now
-            self.on_progress(Progress(label, index, stages, completed, expected, elapsed_s, duration_s))
+            self.on_progress(Progress(event.label, event.index, event.stages, event.completed, event.expected,
+                                      event.elapsed_s, event.duration_s))
 
 
 def _flatten(summary: dict[str, Any]) -> dict[str, Any]:

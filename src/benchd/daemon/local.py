@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from benchd.daemon.lifecycle import Lifecycle
 from benchd.hardware.devices import Slot
 from benchd.loadgen import priority
-from benchd.protocol import messages
+from benchd.protocol.messages import BATCH_S, Done, Events, Report
 from benchd.stopping import StopSignal
 from benchd.supervisor.handle import Deadline, RunSink, WorkerSettings
 from benchd.telemetry.run import Telemetry
@@ -44,19 +44,19 @@ class LocalPool:
 
         return load_model(ref, dtype, device, seed, **kwargs)
 
-    def _emit(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
+    def _emit(self, message: Report) -> None:
+        """The core's reports as they are made (no encoding: the same records a worker process's pipe decodes)."""
         sink = self._sink
         if sink is None:
             return
-        if kind == messages.EVENTS:
-            sink.events(message[2])
-        elif kind == messages.DONE:
+        if isinstance(message, Events):
+            sink.events(message.events)
+        elif isinstance(message, Done):
             self._sink = None
-            sink.done(*message[2:])
+            sink.done(message.status, message.error, message.error_stage, message.metadata)
 
     def _pulse(self) -> None:
-        while not self._closing.wait(messages.BATCH_S):
+        while not self._closing.wait(BATCH_S):
             self.core.flush()
 
     def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[Slot]:

@@ -17,6 +17,7 @@ from benchd.loadgen import arrivals, priority
 from benchd.loadgen.contents import RequestContent
 from benchd.measure import capacity
 from benchd.measure.records import RecordBook, RequestRecord, StageSummary, summarize
+from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
 from benchd.spec import ArrivalProfile, RunSpec, SpecError, Workload, describe_profile, traces
 from benchd.spec.profiles import Capacity, Trace, is_open_loop
@@ -43,31 +44,33 @@ class Recorder:
 
     def admitted(self, request_id: str, t: float) -> None:
         if self.book.admitted(request_id, t) is not None:
-            self.outbox.put("admitted", request_id, t)
+            self.outbox.put(events.Admitted(request_id, t))
 
     def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None:
         if self.book.tokens(request_id, (t,), (n,), token_ids) is not None:
-            self.outbox.put("tokens", request_id, (t,), (n,), tuple(token_ids))
+            self.outbox.put(events.Tokens(request_id, arrival_s=(t,), arrival_tokens=(n,),
+                                          token_ids=tuple(token_ids)))
 
     def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int]) -> None:
         """One token per stamp, passed on in a batch: the per-call costs once, not once per token."""
         if self.book.tokens(request_id, stamps, None, token_ids) is not None:
-            self.outbox.put("tokens", request_id, tuple(stamps), None, tuple(token_ids))
+            self.outbox.put(events.Tokens(request_id, arrival_s=tuple(stamps), arrival_tokens=None,
+                                          token_ids=tuple(token_ids)))
 
     def submitted(self, request_id: str, t: float) -> None:
         """From engines that send at the scheduled time themselves (the stage handed the request over early)."""
         self.book.submitted(request_id, t)
-        self.outbox.put("submitted", request_id, t)
+        self.outbox.put(events.Submitted(request_id, t))
 
     def prompt_tokens(self, request_id: str, n: int) -> None:
         """The prompt's length as the server counted it (a chat template included)."""
         self.book.prompt(request_id, n)
-        self.outbox.put("prompt", request_id, n)
+        self.outbox.put(events.Prompt(request_id, n))
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None:
         record = self.book.finished(request_id, t, error)
         if record is not None:
-            self.outbox.put("finished", request_id, t, error)
+            self.outbox.put(events.Finished(request_id, t, error))
             self.finished_count += 1
             self.completions.put(record)
 
@@ -124,7 +127,7 @@ class Stage:
         slots = arrivals.concurrency(self.profile)
         self._prepare(self._first_burst(slots))
         self._t0 = self.clock()
-        self.outbox.put("stage", self.index, self.label, self._t0)
+        self.outbox.put(events.StageStart(self.index, self.label, self._t0))
         sampling = threading.Thread(target=self._sample_load, name="benchd-load", daemon=True)
         sampling.start()
         try:
@@ -146,7 +149,7 @@ class Stage:
             self._sampled.set()
             sampling.join()
         self.status = "succeeded"
-        self.outbox.put("stage_end", self.index, self.status, None, self.kv_peak, None)
+        self.outbox.put(events.StageEnd(self.index, self.status, None, self.kv_peak, None))
 
     def summary(self) -> StageSummary:
         """The stage's figures and verdict as the daemon derives them (the same function, the same records)."""
@@ -234,8 +237,8 @@ class Stage:
             traceparent = f"00-{self.trace_id}-{span_id}-01"
         record = self.recorder.book.request(index, request_id, warmup, content.prompt_tokens,
                                             content.max_new_tokens, t_s, submitted, span_id)
-        self.outbox.put("request", self.index, index, request_id, warmup, content.prompt_tokens,
-                        content.max_new_tokens, t_s, submitted, span_id)
+        self.outbox.put(events.Request(self.index, index, request_id, warmup, content.prompt_tokens,
+                                       content.max_new_tokens, t_s, submitted, span_id))
         self.in_flight[request_id] = record
         if not warmup:
             self._measured_submitted += 1
@@ -285,8 +288,8 @@ class Stage:
             occupancy = load.kv_occupancy
             if occupancy is not None and (self.kv_peak is None or occupancy > self.kv_peak):
                 self.kv_peak = occupancy
-            self.outbox.put("load", self.index, now, load.running, load.waiting, load.kv_blocks_used,
-                            load.kv_blocks_total)
+            self.outbox.put(events.Load(self.index, now, load.running, load.waiting, load.kv_blocks_used,
+                                        load.kv_blocks_total))
             if self._dispatching and self.stop_reason is None:
                 self.stop_reason = self.watch.load(now, len(self.recorder.records), self.recorder.finished_count)
             if self._sampled.wait(LOAD_SAMPLE_INTERVAL_S):
@@ -312,7 +315,7 @@ class Stage:
         for request_id in list(self.in_flight):
             self.recorder.finished(request_id, self.end_s, reason)
         self.in_flight.clear()
-        self.outbox.put("stage_end", self.index, status, self.end_s, self.kv_peak, stop_reason)
+        self.outbox.put(events.StageEnd(self.index, status, self.end_s, self.kv_peak, stop_reason))
 
 
 class EngineStopped(RuntimeError):
@@ -371,7 +374,7 @@ def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[
                     raise
                 stage.abort("failed", "out_of_memory: the engine ran out of device memory")
                 out_of_memory.append(f"stage {index} ({stage.label}) ran {error}")
-                outbox.put("engine_restart", index, "out_of_memory")
+                outbox.put(events.EngineRestart(index, "out_of_memory"))
                 judged(stage.summary())
                 stage = None  # ended: a failing renewal must not end it again
                 engine = renew()

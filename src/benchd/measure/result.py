@@ -11,9 +11,9 @@ from pydantic import BaseModel
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure import capacity
 from benchd.measure.capacity import CapacityResult
-from benchd.measure.metadata import RunMetadata
 from benchd.measure.records import RequestRecord, StageSummary, summarize
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
+from benchd.protocol.metadata import RunMetadata
 from benchd.spec import SLO, RunSpec
 from benchd.spec.profiles import Capacity, is_open_loop
 from benchd.spec.validity import ValidityRules

@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
-# Events the dispatcher makes whatever the engine does: they are not progress (a stalled engine still gets
-# requests and has its load sampled).
-DISPATCH = frozenset({"request", "submitted", "load"})
+from benchd.protocol.events import DISPATCH, AnyEvent
 
 
 class Outbox:
     """deque.append and popleft are atomic: engine threads append without a lock while the sender drains."""
 
     def __init__(self) -> None:
-        self._events: deque[tuple[Any, ...]] = deque()
+        self._events: deque[AnyEvent] = deque()
         self.progress = 0  # events that show the run advancing (tokens, ends, stages): watched by the daemon
 
-    def put(self, *event: Any) -> None:
+    def put(self, event: AnyEvent) -> None:
         self._events.append(event)
-        if event[0] not in DISPATCH:
+        if type(event) not in DISPATCH:
             self.progress += 1
 
-    def drain(self) -> list[tuple[Any, ...]]:
+    def drain(self) -> list[AnyEvent]:
         out = []
         pop = self._events.popleft
         while True:

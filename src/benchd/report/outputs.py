@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from benchd.measure.compare import LATENCIES, REQUESTS_FILE, Comparison
-from benchd.measure.metadata import RunMetadata
 from benchd.measure.records import StageSummary
 from benchd.measure.result import RunResult
 from benchd.measure.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
 from benchd.measure.timings import KernelResult, TrainStepSummary
+from benchd.protocol.metadata import RunMetadata
 from benchd.report.pages import run_page
 from benchd.report.tables import (  # noqa: F401
     GPU_COLUMNS,

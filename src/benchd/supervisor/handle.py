@@ -14,14 +14,31 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.hardware.devices import Slot
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.memory import MEMORY_FRACTION
-from benchd.protocol import messages
+from benchd.protocol.codec import ProtocolError, decode_report, encode
+from benchd.protocol.events import AnyEvent
+from benchd.protocol.messages import (
+    EXIT_DEVICE_FAULT,
+    Cancel,
+    Command,
+    Done,
+    Events,
+    Exiting,
+    Heartbeat,
+    Hello,
+    Report,
+    Run,
+    Stop,
+    Warm,
+    Warmed,
+)
+from benchd.protocol.metadata import RunMetadata
 from benchd.supervisor import orphans
 from benchd.worker import entry
 
@@ -62,16 +79,16 @@ Deadline = Callable[[DeviceSpeed | None], tuple[float, str] | None]
 class RunSink(Protocol):
     """Where a run's messages go, on the handle's thread."""
 
-    def events(self, batch: list[tuple[Any, ...]]) -> None: ...
+    def events(self, batch: list[AnyEvent]) -> None: ...
 
-    def done(self, status: str, error: str | None, error_stage: str | None, metadata: dict | None) -> None: ...
+    def done(self, status: str, error: str | None, error_stage: str | None, metadata: RunMetadata | None) -> None: ...
 
     def died(self, cause: str) -> None: ...
 
 
 @dataclass(slots=True)
 class Death:
-    reason: str  # exit | signal | oom | no_heartbeat | no_progress | deadline | start | device_error
+    reason: str  # exit | signal | oom | no_heartbeat | no_progress | deadline | start | device_error | protocol
     cause: str  # one line for the run's error, then the worker's last log lines
 
 
@@ -102,7 +119,7 @@ class WorkerHandle:
         self.log_path = settings.log_dir / f"{self.name}.log"
         self.state = "new"  # new | starting | ready | dead | stopped
         self.pid: int | None = None
-        self.info: dict[str, Any] = {}
+        self.hello: Hello | None = None  # what it said as it started
         self.death: Death | None = None
         self.started_at = 0.0
         self.ready = threading.Event()
@@ -110,7 +127,7 @@ class WorkerHandle:
         self._conn = None
         self._send_lock = threading.Lock()
         self._run: tuple[str, RunSink] | None = None
-        self._warm: dict[str, Any] = {}
+        self._warm: Warmed | None = None
         self._warmed = threading.Event()
         self._heartbeat = self._progress = 0.0
         self.held_bytes = 0  # GPU memory its allocator holds, from its heartbeats
@@ -156,7 +173,7 @@ class WorkerHandle:
         """Ask the worker to finish (its run ends interrupted with what it measured), then make sure it is gone."""
         if self._process is None:
             return
-        self._send((messages.STOP,))
+        self._send(Stop())
         self._stopping = True
         self._process.join(timeout_s)
         if self._process.is_alive():
@@ -178,17 +195,18 @@ class WorkerHandle:
     @property
     def speed(self) -> DeviceSpeed | None:
         """Its device's speed, as it said in its hello (benchd.hardware.speed)."""
-        return DeviceSpeed.of(self.info.get("speed"))
+        return self.hello.speed if self.hello is not None else None
 
     # ---- commands ----------------------------------------------------------------------------------
 
     def warm(self, model: str, dtype: str, device: str, timeout_s: float) -> tuple[str | None, float | None]:
         """Load a model ahead of runs; (error, load seconds)."""
         self._warmed.clear()
-        self._send((messages.WARM, model, dtype, device))
-        if not self._warmed.wait(timeout_s):
+        self._warm = None
+        self._send(Warm(model, dtype, device))
+        if not self._warmed.wait(timeout_s) or self._warm is None:
             return (self.death.cause if self.death else f"no answer within {timeout_s:g} s"), None
-        return self._warm.get("error"), self._warm.get("load_s")
+        return self._warm.error, self._warm.load_s
 
     def submit(self, run_id: str, spec: dict, faults: dict | None, sink: RunSink, trace_id: str | None = None,
                confine: dict | None = None, deadline: Deadline | None = None) -> None:
@@ -198,19 +216,20 @@ class WorkerHandle:
         self._run, self._deadline = (run_id, sink), deadline(self.speed) if deadline is not None else None
         self._progress = self._phase_since = time.perf_counter()
         self._phase = "submitted"  # its next heartbeat's phase is this run's
-        if not self._send((messages.RUN, run_id, spec, faults, trace_id, confine)):
+        if not self._send(Run(run_id, spec, faults, trace_id, confine)):
             self._run = None
             sink.died(self.death.cause if self.death else "the worker is not running")
 
     def cancel(self, run_id: str, reason: str) -> None:
-        self._send((messages.CANCEL, run_id, reason))
+        self._send(Cancel(run_id, reason))
 
-    def _send(self, message: tuple[Any, ...]) -> bool:
+    def _send(self, message: Command) -> bool:
+        data = encode(message)
         with self._send_lock:
             if self._conn is None or not self.alive:
                 return False
             try:
-                self._conn.send(message)
+                self._conn.send_bytes(data)
                 return True
             except (OSError, ValueError):
                 return False
@@ -222,9 +241,12 @@ class WorkerHandle:
         while self.state in ("starting", "ready", "exiting") and not self._stopping and not self._stop_watching:
             try:
                 if conn.poll(0.25):
-                    self._receive(conn.recv())
+                    self._receive(decode_report(conn.recv_bytes()))
             except (EOFError, OSError):
                 self._died()
+                return
+            except ProtocolError as error:  # a worker fault (another version, a corrupted pipe): it is replaced
+                self._kill(Death("protocol", f"the worker sent what the daemon cannot read: {error}"))
                 return
             if (death := self._silence(time.perf_counter())) is not None:  # checked whatever arrives
                 self._kill(death)
@@ -237,36 +259,35 @@ class WorkerHandle:
     def _drain(self, conn) -> None:
         try:
             while conn.poll(0):
-                self._receive(conn.recv())
-        except (EOFError, OSError):
+                self._receive(decode_report(conn.recv_bytes()))
+        except (EOFError, OSError, ProtocolError):  # it is gone: what it left that cannot be read is dropped
             pass
 
-    def _receive(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
+    def _receive(self, message: Report) -> None:
         now = time.perf_counter()
-        if kind == messages.HEARTBEAT:
-            _, _, activity, phase, self.held_bytes = message
-            self._heartbeat = now
-            if phase != self._phase:
-                self._phase_since = now
-            if activity != self._activity or phase != self._phase:
-                self._activity, self._phase, self._progress = activity, phase, now
-        elif kind == messages.EVENTS:
-            if self._run is not None and self._run[0] == message[1]:
-                self._run[1].events(message[2])
-        elif kind == messages.DONE:
-            run, self._run = self._run, None
-            if run is not None and run[0] == message[1]:
-                run[1].done(*message[2:])
-        elif kind == messages.EXITING:
-            self.state = "exiting"  # no run is handed to it; its exit brings a replacement
-        elif kind == messages.WARMED:
-            self._warm = {"error": message[2], "load_s": message[3]}
-            self._warmed.set()
-        elif kind == messages.HELLO:
-            self.pid, self.info = message[1], message[2]
-            self.state, self._heartbeat = "ready", now
-            self.ready.set()
+        match message:
+            case Heartbeat():
+                self._heartbeat, self.held_bytes = now, message.held_bytes
+                if message.phase != self._phase:
+                    self._phase_since = now
+                if message.activity != self._activity or message.phase != self._phase:
+                    self._activity, self._phase, self._progress = message.activity, message.phase, now
+            case Events():
+                if self._run is not None and self._run[0] == message.run_id:
+                    self._run[1].events(message.events)
+            case Done():
+                run, self._run = self._run, None
+                if run is not None and run[0] == message.run_id:
+                    run[1].done(message.status, message.error, message.error_stage, message.metadata)
+            case Exiting():
+                self.state = "exiting"  # no run is handed to it; its exit brings a replacement
+            case Warmed():
+                self._warm = message
+                self._warmed.set()
+            case Hello():
+                self.pid, self.hello = message.pid, message
+                self.state, self._heartbeat = "ready", now
+                self.ready.set()
 
     def _silence(self, now: float) -> Death | None:
         s = self.settings
@@ -307,7 +328,7 @@ class WorkerHandle:
         elif code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             death = Death("signal", f"the worker was killed by {name}")
-        elif code == messages.EXIT_DEVICE_FAULT:
+        elif code == EXIT_DEVICE_FAULT:
             death = Death("device_error", "a run left the worker's device unusable (a CUDA device-side assert or "
                                           "illegal address): a new worker gets a new CUDA context")
         else:

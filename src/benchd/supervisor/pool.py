@@ -63,9 +63,10 @@ class WorkerPool:
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"name": w.name, "device": w.slot.key, "gpu": w.slot.gpu, "state": w.state, "pid": w.pid,
-                 "busy": w.busy, "nice": w.info.get("nice"),
-                 "dispatch_priority": w.info.get("dispatch_priority"), "load_error": self.load_errors.get(w.slot.key),
-                 "speed": w.info.get("speed")}
+                 "busy": w.busy, "nice": w.hello.nice if w.hello else None,
+                 "dispatch_priority": w.hello.dispatch_priority if w.hello else None,
+                 "load_error": self.load_errors.get(w.slot.key),
+                 "speed": w.speed.as_dict() if w.speed else None}
                 for w in self.workers.values()]
 
     def speed(self, slot: Slot | str) -> DeviceSpeed | None:

@@ -6,7 +6,7 @@ each ending in a summary built from its raw timings; a stage cut short by a stop
 
 from __future__ import annotations
 
-from benchd.measure.metadata import RunMetadata
+from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
 from benchd.spec import RunSpec
 from benchd.stopping import Stopped, StopSignal

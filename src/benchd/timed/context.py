@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from benchd.measure.metadata import RunMetadata
 from benchd.models.loading import resolve_device
+from benchd.protocol import events
+from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
 from benchd.spec import RunSpec
 from benchd.stopping import Stopped, StopSignal
@@ -34,8 +35,8 @@ class TimedContext:
             raise Stopped(self.stop.reason)
 
     def progress(self, label: str, stages: int, completed: int, expected: int) -> None:
-        self.outbox.put("progress", label, self.stage_index, stages, completed, expected,
-                        time.perf_counter() - self._started, None)
+        self.outbox.put(events.TimedProgress(label, self.stage_index, stages, completed, expected,
+                                             time.perf_counter() - self._started, None))
 
     def open_stage(self, build: Callable[[str, str | None], BaseModel]) -> None:
         """build(status, error) makes the stage's summary from what it has timed so far."""
@@ -55,7 +56,7 @@ class TimedContext:
     def restate(self, index: int) -> None:
         """Send a closed stage's summary (again, after a later figure changed it)."""
         summary, start, end = self._closed[index]
-        self.outbox.put("timed_stage", index, summary.model_dump(mode="json"), start, end)
+        self.outbox.put(events.TimedStage(index, summary.model_dump(mode="json"), start, end))
 
     def restate_all(self) -> None:
         for index in range(len(self._closed)):
@@ -63,7 +64,7 @@ class TimedContext:
 
     def timing(self, series: str, index: int, warmup: bool, seconds: float, shape: str | None = None,
                dtype: str | None = None) -> None:
-        self.outbox.put("timing", self.stage_index, series, index, warmup, seconds, shape, dtype)
+        self.outbox.put(events.Timing(self.stage_index, series, index, warmup, seconds, shape, dtype))
 
     def span(self, name: str, start: float, end: float, attributes: dict[str, Any]) -> None:
-        self.outbox.put("span", name, start, end, attributes)
+        self.outbox.put(events.Span(name, start, end, attributes))

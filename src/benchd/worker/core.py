@@ -12,11 +12,13 @@ from benchd import heap
 from benchd.engines import Engine, create_engine
 from benchd.loadgen.contents import contents, text_contents
 from benchd.loadgen.stage import check_fits, run_stages
-from benchd.measure.metadata import PeakMemory, RunMetadata, collect, record_stack, torch_threads, utc_now
+from benchd.measure.metadata import PeakMemory, collect, record_stack, torch_threads, utc_now
 from benchd.models.loading import LoadedModel, load_model, resolve_device
 from benchd.models.roots import Opened, open_confined
 from benchd.models.tokenizer import load_tokenizer
-from benchd.protocol import messages
+from benchd.protocol import events
+from benchd.protocol.messages import Done, Events, Exiting, Report, Warmed
+from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
 from benchd.spec import RunSpec, traces
 from benchd.spec.stack import base_attention
@@ -24,7 +26,7 @@ from benchd.stopping import StopSignal
 from benchd.timed import run_timed
 from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
 
-Emit = Callable[[tuple[Any, ...]], None]
+Emit = Callable[[Report], None]
 
 
 class WorkerCore:
@@ -56,9 +58,9 @@ class WorkerCore:
         self.phase = "load"
         try:
             load_s = self._model_for(model, dtype, device)
-            self.emit((messages.WARMED, model, None, load_s))
+            self.emit(Warmed(model, error=None, load_s=load_s))
         except Exception as error:  # the worker goes on: a run that names a loadable model can follow
-            self.emit((messages.WARMED, model, f"{type(error).__name__}: {error}", None))
+            self.emit(Warmed(model, error=f"{type(error).__name__}: {error}", load_s=None))
         finally:
             self.phase = "idle"
 
@@ -78,7 +80,7 @@ class WorkerCore:
 
     def run(self, run_id: str, spec_data: dict, faults: dict | None, trace_id: str | None = None,
             confine: dict | None = None) -> None:
-        """One run, start to end; every outcome ends in a "done" message after the run's last events. confine: the
+        """One run, start to end; every outcome ends in a Done after the run's last events. confine: the
         paths to open under the roots before anything loads (benchd.models.roots)."""
         outbox, stop = Outbox(), StopSignal()
         if run_id in self._cancelled:
@@ -121,32 +123,31 @@ class WorkerCore:
             with self._send:
                 self._flush()
                 if self.broken:  # before its done: the daemon hands the next run to the replacement
-                    self.emit((messages.EXITING, self.broken))
-                self.emit((messages.DONE, run_id, status, error, stage if status == "failed" else None,
-                           metadata.model_dump(mode="json") if metadata is not None else None))
+                    self.emit(Exiting(self.broken))
+                self.emit(Done(run_id, status, error, stage if status == "failed" else None, metadata))
                 self._run = None
 
     def flush(self) -> None:
-        """Pass on the current run's events (the sender calls this every messages.BATCH_S)."""
+        """Pass on the current run's events (the sender calls this every BATCH_S, protocol/messages.py)."""
         with self._send:
             self._flush()
 
     def _flush(self) -> None:
         run = self._run
         if run is not None and (batch := run[1].drain()):
-            self.emit((messages.EVENTS, run[0], batch))
+            self.emit(Events(run[0], batch))
 
     def close(self) -> None:
         self._close_engine()
         self._loaded = self._loaded_key = None
         if self.group is not None:
-            self.group.tell("exit")
+            self.group.exit()
 
     # ---- a generation run ------------------------------------------------------------------------
 
     def _phase(self, outbox: Outbox, name: str) -> None:
         self.phase = name
-        outbox.put("phase", name, time.perf_counter())
+        outbox.put(events.Phase(name, time.perf_counter()))
 
     def _generate(self, spec: RunSpec, outbox: Outbox, stop: StopSignal, faults: dict | None,
                   trace_id: str | None, model: tuple[str, str]) -> tuple[RunMetadata, str, str | None, str]:
@@ -223,7 +224,7 @@ class WorkerCore:
         self._close_engine()
         engine = create_engine(self._loaded, spec)
         if self.group is not None:  # the other ranks start theirs with it: the start is collective
-            self.group.tell("start", spec.model_dump(mode="json"))
+            self.group.start(spec.model_dump(mode="json"))
         engine.start()
         self._engine, self._engine_key = engine, key
         return engine

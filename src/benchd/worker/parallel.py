@@ -13,6 +13,7 @@ import signal
 import socket
 import tempfile
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,29 @@ def rank_main(conn: Connection, device: str) -> int:
     return rank
 
 
+# What rank 0 tells the other ranks of its group (pickled by torch.distributed over the gloo control group; the
+# daemon's messages never reach them: benchd/protocol is between the daemon and rank 0).
+
+
+@dataclass(frozen=True, slots=True)
+class LoadShards:
+    ref: str
+    path: str  # where every rank loads it from (a preset saved once: materialize)
+    dtype: str
+    trust_remote_code: bool
+    attn_implementation: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartEngine:
+    spec: dict[str, Any]  # the run's RunSpec as JSON: its transformers options and workload
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    pass
+
+
 class Group:
     """Rank 0's side: every command here is one the other ranks carry out with it (loading and starting are
     collective)."""
@@ -81,15 +105,22 @@ class Group:
         self.control = control
         self.size = dist.get_world_size()
 
-    def tell(self, *command: Any) -> None:
+    def _tell(self, command: LoadShards | StartEngine | Exit) -> None:
         dist.broadcast_object_list([command], src=0, group=self.control)
+
+    def start(self, spec: dict[str, Any]) -> None:
+        """The other ranks start their engines for this spec, as rank 0 starts its own."""
+        self._tell(StartEngine(spec))
+
+    def exit(self) -> None:
+        self._tell(Exit())
 
     def load(self, ref: str, dtype: str, device: str, seed: int = 0, *, trust_remote_code: bool = False,
              attn_implementation: str = "sdpa", quantization: str = "none") -> LoadedModel:
         """The model, sharded over the group: a preset is saved once with its seeded weights, then every rank
         loads it with from_pretrained and tp_plan="auto" (unquantized: the spec refuses quantization with it)."""
         path = materialize(ref, dtype, seed) if ref in PRESETS else ref
-        self.tell("load", ref, path, dtype, trust_remote_code, attn_implementation)
+        self._tell(LoadShards(ref, path, dtype, trust_remote_code, attn_implementation))
         return load_sharded(ref, path, dtype, trust_remote_code, attn_implementation)
 
 
@@ -135,11 +166,12 @@ def follow(control: Any) -> None:
         holder: list[Any] = [None]
         dist.broadcast_object_list(holder, src=0, group=control)
         command = holder[0]
-        if command[0] == "load":
+        if isinstance(command, LoadShards):
             loaded = None
-            loaded = load_sharded(*command[1:])
-        elif command[0] == "start":
-            spec = RunSpec.model_validate(command[1])
+            loaded = load_sharded(command.ref, command.path, command.dtype, command.trust_remote_code,
+                                  command.attn_implementation)
+        elif isinstance(command, StartEngine):
+            spec = RunSpec.model_validate(command.spec)
             TransformersEngine(loaded, spec.transformers, spec.workload).follow()
-        elif command[0] == "exit":
+        elif isinstance(command, Exit):
             return

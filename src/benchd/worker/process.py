@@ -13,20 +13,32 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from benchd.hardware.speed import DeviceSpeed, measure
 from benchd.loadgen import priority
-from benchd.protocol import messages
+from benchd.protocol.codec import ProtocolError, decode_command, encode
+from benchd.protocol.messages import (
+    BATCH_S,
+    EXIT_DEVICE_FAULT,
+    HEARTBEAT_S,
+    Cancel,
+    Command,
+    Heartbeat,
+    Hello,
+    Report,
+    Run,
+    Stop,
+    Warm,
+)
 
 ORPHAN_GRACE_S = 10.0  # the daemon is gone: what runs has this long to stop before the process ends anyway
 
 
-def _speed(device: str) -> dict | None:
+def _speed(device: str) -> DeviceSpeed | None:
     """The device's speed (benchd.hardware.speed): as an earlier worker on it measured it, or measured now."""
-    from benchd.hardware.speed import DeviceSpeed, measure
-
     if known := os.environ.get("BENCHD_WORKER_SPEED"):
-        return DeviceSpeed.of(json.loads(known)).as_dict()
+        return DeviceSpeed.of(json.loads(known))
     try:
-        return measure("cuda" if device.startswith("cuda") else "cpu").as_dict()
+        return measure("cuda" if device.startswith("cuda") else "cpu")
     except RuntimeError as error:  # the device cannot run the probe: no figure (timed runs cannot be admitted)
         print(f"benchd: measuring the device's speed failed: {error}", file=sys.stderr, flush=True)
         return None
@@ -46,35 +58,43 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
     tensor-parallel group this process is rank 0 of (worker/parallel.py), told what to load and start."""
     lock = threading.Lock()
 
-    def send(message: tuple[Any, ...]) -> None:
+    def send(message: Report) -> None:
+        try:
+            data = encode(message)
+        except ProtocolError as error:  # on any of its threads: the worker's fault, said in its log as it exits
+            print(f"benchd: the worker made a message it cannot send: {error}", file=sys.stderr, flush=True)
+            exit_now(1)
         with lock:
-            conn.send(message)
+            conn.send_bytes(data)
 
     from benchd.worker.core import WorkerCore  # torch loads here, in the worker only
 
     dispatch_priority = priority.allowed(int(os.environ.get("BENCHD_WORKER_DISPATCH_PRIORITY", "0")))
     core = WorkerCore(send, device, group=group, dispatch_priority=dispatch_priority)
-    commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
     closing = threading.Event()
 
     def receive() -> None:
         """Cancels act at once, on the run in progress; the rest waits its turn on the main thread."""
         while True:
             try:
-                command = conn.recv()
+                command = decode_command(conn.recv_bytes())
             except (EOFError, OSError):  # the daemon is gone: stop what runs, and exit (a hung run: after a grace)
-                command = (messages.STOP,)
+                command = Stop()
                 orphaned = threading.Timer(ORPHAN_GRACE_S, exit_now, args=(0,))
                 orphaned.daemon = True
                 orphaned.start()
-            if command[0] == messages.CANCEL:
-                core.cancel(command[1], command[2])
+            except ProtocolError as error:  # a daemon of another version: nothing it says can be trusted
+                print(f"benchd: the daemon sent what this worker cannot read: {error}", file=sys.stderr, flush=True)
+                exit_now(1)
+            if isinstance(command, Cancel):
+                core.cancel(command.run_id, command.reason)
                 continue
-            if command[0] == messages.STOP:
+            if isinstance(command, Stop):
                 closing.set()
                 core.interrupt()
             commands.put(command)
-            if command[0] == messages.STOP:
+            if isinstance(command, Stop):
                 return
 
     def pulse() -> None:
@@ -84,14 +104,14 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
             now = time.perf_counter()
             if now >= next_beat:
                 held = torch.cuda.memory_reserved() if torch.cuda.is_initialized() else 0  # no sync, no init
-                send((messages.HEARTBEAT, now, core.activity, core.phase, held))
-                next_beat = now + messages.HEARTBEAT_S
-            closing.wait(messages.BATCH_S)
+                send(Heartbeat(now, core.activity, core.phase, held_bytes=held))
+                next_beat = now + HEARTBEAT_S
+            closing.wait(BATCH_S)
 
     def terminate(*_: Any) -> None:
         closing.set()
         core.interrupt()
-        commands.put((messages.STOP,))
+        commands.put(Stop())
 
     signal.signal(signal.SIGTERM, terminate)
     import torch
@@ -100,24 +120,22 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
         cores = {int(c) for c in cpus.split(",")}
         os.sched_setaffinity(0, cores)
         torch.set_num_threads(len(cores))
-    send((messages.HELLO, os.getpid(), {"torch": str(torch.__version__), "device": device,
-                                         "cuda_devices": torch.cuda.device_count(),
-                                         "nice": os.getpriority(os.PRIO_PROCESS, 0),
-                                         "dispatch_priority": dispatch_priority, "speed": _speed(device)}))
+    send(Hello(os.getpid(), torch_version=str(torch.__version__), device=device,
+               cuda_devices=torch.cuda.device_count(), nice=os.getpriority(os.PRIO_PROCESS, 0),
+               dispatch_priority=dispatch_priority, speed=_speed(device)))
     threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()
     threading.Thread(target=pulse, name="benchd-worker-pulse", daemon=True).start()
     while True:
         command = commands.get()
-        kind = command[0]
-        if kind == messages.RUN:
-            core.run(*command[1:])
-            if core.broken:  # its "done" is sent: a new process gets a working device
+        if isinstance(command, Run):
+            core.run(command.run_id, command.spec, command.faults, command.trace_id, command.confine)
+            if core.broken:  # its Done is sent: a new process gets a working device
                 print(f"benchd: the device is unusable after this run ({core.broken}); the worker exits",
                       file=sys.stderr, flush=True)
-                os._exit(messages.EXIT_DEVICE_FAULT)
-        elif kind == messages.WARM:
-            core.warm(*command[1:])
-        elif kind == messages.STOP:
+                os._exit(EXIT_DEVICE_FAULT)
+        elif isinstance(command, Warm):
+            core.warm(command.model, command.dtype, command.device)
+        elif isinstance(command, Stop):
             break
     core.close()
     conn.close()

@@ -1,0 +1,37 @@
+"""What identifies the stack a run measured: versions, device, host and the user's label. The worker collects it
+(measure/metadata.py) and sends it in its Done; the daemon stores it with the run."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class RunMetadata(BaseModel):
+    run_id: str | None = None
+    trace_id: str | None = None  # the run's trace (its span and every request's), when traced
+    benchd_version: str
+    python_version: str
+    torch_version: str
+    transformers_version: str
+    cuda_version: str | None = None
+    driver_version: str | None = None
+    device: str
+    device_name: str
+    torch_threads: int | None = None  # torch's intra-op CPU threads for the run (a CUDA engine sets its own)
+    host: str
+    label: str | None = None
+    model: str
+    model_load_s: float | None = None
+    engine_settings: dict = {}
+    # The stack in effect (benchd.spec.stack), read off the loaded model: a matrix's variants differ here.
+    quantization: str | None = None
+    quantization_method: str | None = None  # library, version and configuration
+    quantized_layers: int | None = None
+    quantize_s: float | None = None  # part of model_load_s
+    weight_bytes: int | None = None  # parameters and buffers as stored on the device
+    attn_implementation: str | None = None  # as the engine runs it (continuous batching's paged| variant)
+    compile: str | None = None
+    peak_memory_bytes: int | None = None  # torch's allocator peak over the run (CUDA only)
+    peak_reserved_bytes: int | None = None  # what torch's allocator held at most (CUDA graph pools included)
+    started_at: str
+    finished_at: str | None = None
