@@ -31,7 +31,8 @@ from common import REFERENCE, environment
 from benchd.daemon.lifecycle import Lifecycle
 from benchd.daemon.matrices import run_matrix
 from benchd.spec.matrix import parse_matrix
-from benchd.cli.matrix import comparison_table, local_slots
+from benchd.cli.matrix import comparison_table
+from benchd.hardware.devices import local, pick
 from benchd.hardware.nvml import NVMLReader
 from benchd.stopping import StopSignal
 from benchd.telemetry.run import Telemetry
@@ -93,7 +94,7 @@ def main() -> int:
     # the GPU benchd run would take (BENCHD_DEVICES, else the first visible), its worker pinned to it
     reader = NVMLReader(cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     reader.start()
-    device = local_slots({variants[0].spec.device}, reader.devices)[variants[0].spec.device]
+    device = pick(local([variants[0].spec.device], reader.devices), variants[0].spec.device)
     reader.close()
     print(environment(), "·", versions(), flush=True)
     print(f"{len(variants)} variants × {matrix.repeats} rounds, interleaved; budget {args.budget_s:g} s", flush=True)

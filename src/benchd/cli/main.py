@@ -206,9 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("b", help="run ids, or result directories")
     comparison.add_argument("--server", help="daemon URL (BENCHD_SERVER), for run ids")
     comparison.add_argument("--threshold", type=_fraction(0, None, "at least 0"),
-                            help="relative change below which nothing is flagged (default 0.05)")
+                            help="relative change below which nothing is flagged (default: as the daemon's "
+                                 "BENCHD_COMPARE_THRESHOLD defaults)")
     comparison.add_argument("--confidence", type=_fraction(0.5, 1, "between 0.5 and 1, exclusive"),
-                            help="of the bootstrap intervals (default 0.95)")
+                            help="of the bootstrap intervals (default: as BENCHD_COMPARE_CONFIDENCE defaults)")
     comparison.add_argument("--json", action="store_true", help="print JSON instead of a table")
     comparison.add_argument("--html", help="also write an HTML report with the distributions side by side")
     comparison.set_defaults(handler=results.cmd_compare)

@@ -13,7 +13,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from benchd.hardware.devices import DeviceError, Slot, local, pick
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import SUMMARY_HEAD, matrix_page, summary_rows
 from benchd.spec.matrix import MatrixSpec, parse_matrix
@@ -37,16 +36,6 @@ def _out() -> Console:
     return Console(width=None if sys.stdout.isatty() else 240)  # piped: no 80-column crop
 
 
-def local_slots(devices: set[str], gpus) -> dict[str, Slot]:
-    """The worker slot of each device the variants name, found as `benchd run` finds its one (BENCHD_DEVICES, else
-    every visible GPU; a CPU device names its own slot). gpus: NVML's (index, uuid, name) of the visible GPUs."""
-    every = local(sorted(devices), gpus)
-    found = {d: pick(every, d) for d in sorted(devices)}
-    if missing := [d for d, slot in found.items() if slot is None]:
-        raise DeviceError(f"device: {', '.join(missing)} is not here")
-    return found  # type: ignore[return-value]
-
-
 def run(data: dict[str, Any], args, console: Console) -> int:
     try:
         matrix = parse_matrix(data)
@@ -60,48 +49,12 @@ def run(data: dict[str, Any], args, console: Console) -> int:
 
 def _here(matrix: MatrixSpec, args, console: Console) -> int:
     """Every run on a worker process of its own, through the daemon's lifecycle, in the matrix's order."""
-    import signal
-    import tempfile
-
-    from benchd.cli.run import refused
-    from benchd.daemon.lifecycle import Lifecycle
+    from benchd.cli.local import Local, Refused
     from benchd.daemon.matrices import run_matrix, stored_variants
-    from benchd.hardware.reader import HardwareReader
-    from benchd.hardware.sampler import HardwareSampler
-    from benchd.stopping import StopSignal
-    from benchd.supervisor.handle import WorkerSettings
-    from benchd.supervisor.pool import WorkerPool
-    from benchd.telemetry.run import Telemetry
 
     variants = matrix.variants()
-    sampler = HardwareSampler(HardwareReader.default())
-    sampler.start()
-    try:
-        slots = local_slots({v.spec.device for v in variants}, sampler.reader.nvml.devices)
-    except DeviceError as error:
-        sampler.stop()
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
-        return EXIT_BAD_SPEC
-    pool = WorkerPool(list({s.key: s for s in slots.values()}.values()),
-                      WorkerSettings(log_dir=Path(tempfile.gettempdir()) / "benchd-workers"))
-    pool.start()
-    if not args.force:  # what the daemon's admission would refuse of any variant
-        found = [f"variant {v.label}: {line}" for v in variants for line in refused(v.spec, pool)]
-        if found:
-            pool.stop()
-            sampler.stop()
-            console.print("[red]invalid spec[/red]\n" + "\n".join(found) + "\n(--force runs it anyway)",
-                          highlight=False, soft_wrap=True)
-            return EXIT_BAD_SPEC
-    stop = StopSignal()
-    signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))
-    lifecycle = Lifecycle(pool, Telemetry(), sampler)
     total = len(variants) * matrix.repeats
     done = [0]
-
-    def execute(run_id: str, variant):
-        console.print(f"run {done[0] + 1}/{total}: variant {variant.index}: {variant.label}", highlight=False)
-        return lifecycle.execute(run_id, variant.spec, slots[variant.spec.device].key, stop)
 
     def on_run(round_: int, variant, result) -> None:
         done[0] += 1
@@ -110,10 +63,17 @@ def _here(matrix: MatrixSpec, args, console: Console) -> int:
                       (f" — {result.error}" if result.error else ""), highlight=False)
 
     try:
-        outcome = run_matrix(matrix, execute, stop, on_run)
-    finally:
-        pool.stop()
-        sampler.stop()
+        with Local([v.spec for v in variants], args.force, labels=[v.label for v in variants]) as local:
+            def execute(run_id: str, variant):
+                console.print(f"run {done[0] + 1}/{total}: variant {variant.index}: {variant.label}",
+                              highlight=False)
+                return local.lifecycle.execute(run_id, variant.spec, variant.spec.device, local.stop)
+
+            outcome = run_matrix(matrix, execute, local.stop, on_run, local.lifecycle.threshold,
+                                 local.lifecycle.confidence)
+    except Refused as refused:
+        console.print("[red]invalid spec[/red]\n" + "\n".join(refused.lines), highlight=False, soft_wrap=True)
+        return EXIT_BAD_SPEC
     title = f"benchd · matrix · {variants[0].spec.name} · {len(variants)} variants × {matrix.repeats} rounds"
     _out().print(comparison_table(title, outcome.comparison, outcome.status))
     if args.out:

@@ -70,17 +70,15 @@ def _is_result_path(item: str) -> bool:
 
 
 def _compare_directories(args: argparse.Namespace, sides: list[list[str]]):
-    from benchd.daemon.settings import Settings
-    from benchd.measure.compare import NotAResult, compare, side_from_directories
+    from benchd.measure.compare import CONFIDENCE, THRESHOLD, NotAResult, compare, side_from_directories
     from benchd.report.pages import comparison_page
 
     try:
         a, b = (side_from_directories([Path(item) for item in side]) for side in sides)
     except NotAResult as error:
         raise CommandError(str(error)) from None
-    defaults = Settings.model_fields  # the daemon's defaults: one definition
-    threshold = defaults["compare_threshold"].default if args.threshold is None else args.threshold
-    confidence = defaults["compare_confidence"].default if args.confidence is None else args.confidence
+    threshold = THRESHOLD if args.threshold is None else args.threshold
+    confidence = CONFIDENCE if args.confidence is None else args.confidence
     result = compare(a, b, threshold=threshold, confidence=confidence)
     return result, lambda: comparison_page(result, a, b)
 

@@ -41,77 +41,26 @@ def load_failure(spec, error: str | None) -> str:
 
 def here(args: argparse.Namespace, spec, console) -> int:
     """The run on a worker process of its own, through the daemon's lifecycle: the CLI measures as the daemon does."""
-    import signal
-    import tempfile
     import uuid
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchd.daemon.lifecycle import Lifecycle
-    from benchd.hardware.devices import DeviceError, local, targets
-    from benchd.hardware.reader import HardwareReader
-    from benchd.hardware.sampler import HardwareSampler
+    from benchd.cli.local import WORKER_LOG, Local, Refused
     from benchd.report.outputs import print_summary, write_outputs
-    from benchd.stopping import StopSignal
-    from benchd.supervisor.handle import WorkerSettings
-    from benchd.supervisor.pool import WorkerPool
-    from benchd.telemetry.genai import build_genai_metrics
-    from benchd.telemetry.run import Telemetry
-    from benchd.telemetry.tracing import build_tracer_provider
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=console, transient=True)
-    tasks: dict[int, int] = {}
-
-    def on_progress(p) -> None:
-        if p.stage_index not in tasks:
-            if not console.is_terminal:  # logs get a line where a terminal gets the bar
-                console.print(f"measuring {p.stage} ({p.stage_index + 1}/{p.stages})", highlight=False)
-            tasks[p.stage_index] = bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})", total=p.expected)
-        bar.update(tasks[p.stage_index], completed=p.completed)
-
-    # OTEL_* variables are read first: a bad one stops the command before anything starts.
-    dropped = {"spans": 0}
-    telemetry = Telemetry(tracer_provider=build_tracer_provider(
-        on_drop=lambda reason, n: dropped.__setitem__("spans", dropped["spans"] + n)), genai=build_genai_metrics())
-    sampler = HardwareSampler(HardwareReader.default())
-    sampler.start()
     try:
-        slots = local([spec.device], sampler.reader.nvml.devices)
-        # the devices the run takes, their workers started by the run (one each, or a tensor-parallel group's)
-        chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
-        slots = [s for s in slots if any(s.key in c.devices for c in chosen)]
-    except DeviceError as error:
-        sampler.stop()
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False)
+        with Local([spec], args.force) as local, Progress(console) as progress:
+            console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
+            heap.settle()  # this process ingests every record of the run: its collections walk only what it makes
+            outcome = local.lifecycle.execute(uuid.uuid4().hex, spec, spec.device, local.stop, progress.update)
+    except Refused as refused:
+        console.print("[red]invalid spec[/red]\n" + "\n".join(refused.lines), highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
-    worker_log = Path(tempfile.gettempdir()) / "benchd-workers"
-    pool = WorkerPool(slots, WorkerSettings(log_dir=worker_log))  # the run starts the workers it takes
-    if not args.force and (found := refused(spec, pool)):
-        pool.stop()
-        telemetry.shutdown()
-        sampler.stop()
-        console.print("[red]invalid spec[/red]\n" + "\n".join(found) + "\n(--force runs it anyway)", highlight=False,
-                      soft_wrap=True)
-        return EXIT_BAD_SPEC
-    stop = StopSignal()
-    signal.signal(signal.SIGINT, lambda *_: stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
-    console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
-    heap.settle()  # this process ingests every record of the run: its collections walk only what the run makes
-    try:
-        with bar:
-            outcome = Lifecycle(pool, telemetry, sampler).execute(uuid.uuid4().hex, spec, spec.device, stop,
-                                                                  on_progress)
-    finally:
-        pool.stop()
-        telemetry.shutdown()
-        sampler.stop()
     if outcome.error and outcome.error.startswith("SpecError"):
         console.print(f"[red]invalid spec[/red]\n{outcome.error.removeprefix('SpecError: ')}", highlight=False)
         return EXIT_BAD_SPEC
-    if dropped["spans"]:
-        console.print(f"{dropped['spans']} spans could not be delivered to the OTLP collector")
+    if local.dropped_spans:
+        console.print(f"{local.dropped_spans} spans could not be delivered to the OTLP collector")
     loading = outcome.status == "failed" and outcome.error_stage == "load"
     if not loading:  # nothing was measured: no table of dashes
         print_summary(outcome, Console(width=None if sys.stdout.isatty() else 200))  # piped: no 80-column crop
@@ -121,31 +70,37 @@ def here(args: argparse.Namespace, spec, console) -> int:
         # Whole paths, never wrapped at the console's width (a log line a user copies them from).
         console.print(f"wrote {', '.join(str(path) for path in written)}", highlight=False, soft_wrap=True)
     if loading:
-        raise CommandError(load_failure(spec, outcome.error), outcome.error + f"\n(worker logs: {worker_log})")
+        raise CommandError(load_failure(spec, outcome.error), outcome.error + f"\n(worker logs: {WORKER_LOG})")
     if outcome.status == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
 
 
-def refused(spec, pool) -> list[str]:
-    """What the daemon's admission refuses of a run's requests and time (benchd.models.duration.run_problems), judged at the
-    speed of the devices its workers measured and against BENCHD_LIMITS__MAX_DURATION_S."""
-    from pydantic import ValidationError
+class Progress:
+    """A bar a stage while requests are in flight (a line a stage where the output is no terminal)."""
 
-    from benchd.daemon.settings import Settings
-    from benchd.models.duration import run_problems
-    from benchd.spec import format_validation_error
+    def __init__(self, console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    try:
-        limit_s = Settings().limits.max_duration_s
-    except ValidationError as error:
-        return [f"settings (BENCHD_*): {format_validation_error(error)}"]
-    found: list[str] = []
-    for slot, speed in pool.measured(spec.device, spec.placement, spec.tensor_parallel):
-        for loc, why in run_problems(spec, speed, limit_s, slot.local):
-            if (line := f"{'.'.join(map(str, loc))}: {why}") not in found:
-                found.append(line)
-    return found
+        self.console = console
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, transient=True)
+        self.tasks: dict[int, int] = {}
+
+    def __enter__(self) -> Progress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, p) -> None:
+        if p.stage_index not in self.tasks:
+            if not self.console.is_terminal:  # logs get a line where a terminal gets the bar
+                self.console.print(f"measuring {p.stage} ({p.stage_index + 1}/{p.stages})", highlight=False)
+            self.tasks[p.stage_index] = self.bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})",
+                                                          total=p.expected)
+        self.bar.update(self.tasks[p.stage_index], completed=p.completed)
 
 
 def on_server(args: argparse.Namespace, spec, console) -> int:

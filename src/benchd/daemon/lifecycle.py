@@ -15,6 +15,7 @@ from benchd.daemon.ingest import Progress, RunIngest
 from benchd.daemon.server_scrape import ServerGauges, ServerScrape
 from benchd.hardware.sampler import HardwareSampler, Recording
 from benchd.measure import timeline
+from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.measure.records import RequestRecord
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import StageSpan
@@ -43,8 +44,8 @@ class Part:
 
 class Lifecycle:
     def __init__(self, pool: WorkerPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
-                 store: Store | None = None, faults: dict | None = None, threshold: float = 0.05,
-                 confidence: float = 0.95) -> None:
+                 store: Store | None = None, faults: dict | None = None, threshold: float = THRESHOLD,
+                 confidence: float = CONFIDENCE) -> None:
         self.pool, self.telemetry, self.hardware, self.store, self.faults = pool, telemetry, hardware, store, faults
         self.threshold, self.confidence = threshold, confidence
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from benchd.daemon.queue import Job, RunQueue
+from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.measure.matrix import (
     MatrixComparison,
     RunFigures,
@@ -53,8 +54,8 @@ class MatrixOutcome:
 
 
 def run_matrix(matrix: MatrixSpec, execute: Callable[[str, Variant], RunResult], stop: StopSignal | None = None,
-               on_run: Callable[[int, Variant, RunResult], None] | None = None, threshold: float = 0.05,
-               confidence: float = 0.95) -> MatrixOutcome:
+               on_run: Callable[[int, Variant, RunResult], None] | None = None, threshold: float = THRESHOLD,
+               confidence: float = CONFIDENCE) -> MatrixOutcome:
     """Every variant once a round, `repeats` rounds, each run through execute; then
     the comparison. execute(run_id, variant) runs the variant's spec (a Lifecycle's execute). A stop ends the matrix
     after the run in progress, compared on what ran."""

@@ -42,7 +42,8 @@ class Daemon:
                                watch=sampler.watch_process if sampler is not None else lambda name, pid: None,
                                memory_fraction=settings.limits.memory_fraction)
         faults = settings.faults.model_dump() if settings.faults.workload else None
-        self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults)
+        self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
+                                   settings.compare_confidence)
         self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error)
         self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,
                                    settings.compare_confidence, self.internal_error)

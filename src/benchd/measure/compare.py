@@ -16,7 +16,11 @@ Verdict = Literal["faster", "slower", "no significant change", "inconclusive"]
 
 # Per-request latency samples: (metric, percentile) pairs compared.
 LATENCIES = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
-PERCENTILES = (50, 90, 99)
+COMPARED = (50, 90, 99)  # of each latency's summary percentiles (records.PERCENTILES): those a comparison reads
+# The defaults of every verdict that compares (runs, baselines, matrix variants, a run's GPUs); the daemon's are
+# BENCHD_COMPARE_THRESHOLD and BENCHD_COMPARE_CONFIDENCE.
+THRESHOLD = 0.05  # a relative change smaller than this is no regression, nor an outlier
+CONFIDENCE = 0.95  # of the bootstrap intervals
 REQUESTS_FILE = "requests.jsonl"  # `benchd run --out`: one stored request row (RequestRecord.to_row) a line
 
 
@@ -104,14 +108,14 @@ def metric_change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[
     return MetricChange(**base, ci_low=low, ci_high=high, verdict=_verdict(low, high, threshold, higher_is_worse))
 
 
-def compare(a: Side, b: Side, threshold: float = 0.05, confidence: float = 0.95, min_samples: int = 20,
+def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = CONFIDENCE, min_samples: int = 20,
             min_runs: int = 2, resamples: int = 2000, seed: int = 0) -> Comparison:
     """Latency percentiles from per-request samples; throughput and energy from per-run figures (so they need
     min_runs runs on each side to say anything)."""
     rng = np.random.default_rng(seed)
     metrics = []
     for name in LATENCIES:
-        for p in PERCENTILES:
+        for p in COMPARED:
             # A percentile needs observations beyond it: at least 10 in its tail (p99: 1,000 samples), else its
             # bootstrap interval is an artefact of the few largest values.
             needed = max(min_samples, round(10 / (1 - p / 100)))

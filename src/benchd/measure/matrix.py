@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from benchd.measure.compare import LATENCIES, MetricChange, Side, compare, metric_change
+from benchd.measure.compare import (
+    CONFIDENCE,
+    LATENCIES,
+    THRESHOLD,
+    MetricChange,
+    Side,
+    compare,
+    metric_change,
+)
 
 # Figures every run has once: compared over runs, like throughput. Weight bytes are exact (no noise): one run a side
 # says it; peak memory varies a little with what the allocator did, so it takes two.
@@ -152,7 +160,7 @@ def _pooled_p50(runs: list[RunFigures], name: str) -> float | None:
 
 
 def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]], baseline: int,
-                   threshold: float = 0.05, confidence: float = 0.95, seed: int = 0) -> MatrixComparison:
+                   threshold: float = THRESHOLD, confidence: float = CONFIDENCE, seed: int = 0) -> MatrixComparison:
     """variants: objects with index, label and values (matrix.Variant, or their stored form); runs: per variant,
     its runs in round order (None for one that never ran). Only succeeded runs enter a figure."""
     good = {i: [r for r in rs if r is not None and r.status == "succeeded"] for i, rs in runs.items()}

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from benchd.measure import latency
 from benchd.spec import slo as objectives
 from benchd.spec.slo import SLO
 from benchd.spec.validity import Figures, Invalidity, ValidityRules, judge, saturation, sent_rate_ratio
@@ -56,32 +57,18 @@ class RequestRecord:
 
     @property
     def ttft_s(self) -> float | None:
-        return self.arrival_s[0] - self.scheduled_s if self.arrival_s else None
+        return latency.ttft(self.scheduled_s, self.arrival_s)
 
     @property
     def e2e_s(self) -> float | None:
-        return self.arrival_s[-1] - self.scheduled_s if self.arrival_s else None
+        return latency.e2e(self.scheduled_s, self.arrival_s)
 
     @property
     def tpot_s(self) -> float | None:
-        """(last token − first token) / (output tokens − 1); None with fewer than two tokens."""
-        n = self.output_tokens
-        if n < 2:
-            return None
-        return (self.arrival_s[-1] - self.arrival_s[0]) / (n - 1)
+        return latency.tpot(self.arrival_s, self.output_tokens)
 
     def itl_s(self) -> list[float]:
-        """One observation per token after the first arrival: an arrival of k tokens splits its gap k ways.
-
-        Tokens that arrive together with the first token have no gap to measure and are not observations.
-        """
-        gaps: list[float] = []
-        stamps, counts = self.arrival_s, self.arrival_tokens
-        for i in range(1, len(stamps)):
-            k = counts[i]
-            if k:
-                gaps.extend([(stamps[i] - stamps[i - 1]) / k] * k)
-        return gaps
+        return latency.itl(self.arrival_s, self.arrival_tokens)
 
     def meets(self, slo: SLO) -> bool:
         if not self.ok:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from benchd.measure.compare import metric_change
+from benchd.measure.compare import CONFIDENCE, THRESHOLD, metric_change
 from benchd.measure.records import RequestRecord
 
 BUCKET_S = 1.0  # throughput is resampled as tokens per bucket of the measured window
@@ -50,7 +50,7 @@ def _buckets(records: Sequence[RequestRecord], start: float, end: float) -> tupl
 
 def compare_gpus(parts: Mapping[str, Sequence[RequestRecord]], throughput: Mapping[str, float],
                  energy_per_token: Mapping[str, float | None], windows: Mapping[str, tuple[float, float]],
-                 threshold: float = 0.05, confidence: float = 0.95, seed: int = 0) -> list[GPUVerdict]:
+                 threshold: float = THRESHOLD, confidence: float = CONFIDENCE, seed: int = 0) -> list[GPUVerdict]:
     """parts: each GPU's records of the measured stage; throughput: each one's output tok/s (its summary's, over
     its own measured window); windows: each GPU's measured window (first measured scheduled time → its last measured
     token: a GPU that finishes a fixed number of requests sooner has the shorter one). A GPU is an outlier when it

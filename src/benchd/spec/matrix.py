@@ -76,10 +76,6 @@ class MatrixSpec(BaseModel):
         return out
 
 
-def is_matrix(data: Any) -> bool:
-    return isinstance(data, dict) and "matrix" in data
-
-
 def parse_matrix(data: Any) -> MatrixSpec:
     """A matrix document: a spec's fields with `matrix`, `repeats` and `baseline` beside them; every variant is
     checked as a spec. MatrixProblem names each bad place."""

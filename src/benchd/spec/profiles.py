@@ -154,16 +154,6 @@ def is_open_loop(profile: ArrivalProfile) -> bool:
     return not isinstance(profile, Synchronous | Concurrent)
 
 
-def peak_rate(profile: ArrivalProfile) -> float | None:
-    """The highest rate an open-loop profile schedules (a trace's is only known from its file: None)."""
-    match profile:
-        case Ramp():
-            return max(profile.start_rate, profile.rate)
-        case Constant() | Poisson() | Gamma():
-            return profile.rate
-    return None
-
-
 def describe_profile(profile: ArrivalProfile) -> str:
     match profile:
         case Synchronous():

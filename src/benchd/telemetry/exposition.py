@@ -19,7 +19,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar, Sample
 from prometheus_client.utils import floatToGoString
 
-from benchd.telemetry.metrics import NODE_LABEL, HotCounter, HotFamily, HotGauge, HotHistogram
+from benchd.telemetry.metrics import NODE_LABEL
+from benchd.telemetry.series import HotCounter, HotFamily, HotGauge, HotHistogram
 
 __all__ = ["OPENMETRICS_TYPE", "TEXT_TYPE", "NodeRegistry", "page"]
 

@@ -1,26 +1,19 @@
-"""benchd's Prometheus instruments, registered on a registry passed in (never the global one)."""
+"""benchd's Prometheus instruments, registered on a registry passed in (never the global one), and their buckets."""
 
 from __future__ import annotations
 
-import math
 import threading
-import time
-from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Exemplar
-from prometheus_client.utils import floatToGoString
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from benchd.telemetry.series import HotCounter, HotFamily, HotGauge, HotHistogram
 
 # gpu: NVML's index of the GPU a run (or a part of a run on every GPU) ran on, as the hardware series' gpu; empty
 # on a CPU and for a server's runs. Bounded by the GPUs of the node.
 LABELS = ("model", "engine", "workload", "gpu")
-MAX_SERIES = 10_000  # per family, whatever clients send
 # The node's label on every series: DCGM exporter's name for it (released versions up to 4.5.3-4.8.2 spell it
 # Hostname; its main branch renamed it hostname, as Prometheus' lower-case convention has it), so that benchd's and
 # DCGM's series of one node join on it.
@@ -82,146 +75,6 @@ class HistogramBuckets(BaseModel):
         return bounds
 
 
-class _HistogramSeries:
-    """One label set's buckets; observe() is the per-token hot path: a bisect and two additions."""
-
-    __slots__ = ("bounds", "counts", "sum", "exemplars")
-
-    def __init__(self, bounds: list[float]) -> None:
-        self.bounds = bounds  # ends with +Inf
-        self.counts = [0] * len(bounds)  # per bucket, not cumulative
-        self.sum = 0.0
-        self.exemplars: list[Exemplar | None] = [None] * len(bounds)
-
-    def observe(self, value: float, exemplar: dict[str, str] | None = None) -> None:
-        i = bisect_left(self.bounds, value)  # the first bucket whose upper bound is >= value ("le")
-        self.counts[i] += 1
-        self.sum += value
-        if exemplar is not None:
-            self.exemplars[i] = Exemplar(exemplar, value, time.time())
-
-
-class _CounterSeries:
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
-
-
-class HotFamily(Collector):
-    """Series by label values, for the per-token path: prometheus_client's Histogram takes two locks and validates
-    exemplar labels on every observation (about 2 µs with an exemplar); these take a fraction of that. They assume
-    one writing thread per series, which holds because one run at a time owns the engine and its token thread
-    (the dispatcher writes only its own series). Read by collect() at scrape time.
-
-    Series can be removed (a workload evicted from the live set) and there are at most max_series of them: beyond,
-    the least recently bound goes, so no client can grow the page without bound."""
-
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], registry: CollectorRegistry,
-                 max_series: int = MAX_SERIES, on_evict: Callable[[str, int], None] | None = None) -> None:
-        self.name, self.documentation, self.labelnames = name, documentation, labelnames
-        self.series: OrderedDict[tuple[str, ...], Any] = OrderedDict()
-        self.max_series, self.on_evict = max_series, on_evict
-        self._lock = threading.Lock()  # only for adding, binding and removing series
-        registry.register(self)
-
-    def _new_series(self) -> Any:
-        raise NotImplementedError
-
-    def labels(self, *values: str) -> Any:
-        with self._lock:
-            series = self.series.get(values)
-            if series is None:
-                series = self.series[values] = self._new_series()
-                if len(self.series) > self.max_series:
-                    self.series.popitem(last=False)
-                    if self.on_evict is not None:
-                        self.on_evict("max_series", 1)
-            else:
-                self.series.move_to_end(values)
-        return series
-
-    def forget(self, label: str, value: str) -> int:
-        """Remove every series whose label has this value; how many went."""
-        if label not in self.labelnames:
-            return 0
-        position = self.labelnames.index(label)
-        with self._lock:
-            gone = [values for values in self.series if values[position] == value]
-            for values in gone:
-                del self.series[values]
-        return len(gone)
-
-
-class HotHistogram(HotFamily):
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: list[float],
-                 registry: CollectorRegistry, **kwargs: Any) -> None:
-        self.bounds = [*bounds, math.inf]
-        super().__init__(name, documentation, labelnames, registry, **kwargs)
-
-    def _new_series(self) -> _HistogramSeries:
-        return _HistogramSeries(self.bounds)
-
-    def describe(self) -> list[HistogramMetricFamily]:
-        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
-    def collect(self) -> list[HistogramMetricFamily]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, series in list(self.series.items()):
-            counts, exemplars, total = list(series.counts), list(series.exemplars), series.sum
-            buckets, cumulative = [], 0
-            for bound, count, exemplar in zip(self.bounds, counts, exemplars):
-                cumulative += count
-                le = floatToGoString(bound)
-                buckets.append((le, cumulative, exemplar) if exemplar is not None else (le, cumulative))
-            family.add_metric(values, buckets, total)
-        return [family]
-
-
-class HotCounter(HotFamily):
-    def _new_series(self) -> _CounterSeries:
-        return _CounterSeries()
-
-    def describe(self) -> list[CounterMetricFamily]:
-        return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
-    def collect(self) -> list[CounterMetricFamily]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, series in list(self.series.items()):
-            family.add_metric(values, series.value)
-        return [family]
-
-
-class _GaugeSeries:
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def set(self, value: float) -> None:
-        self.value = float(value)
-
-    def set_to_current_time(self) -> None:
-        self.value = time.time()
-
-
-class HotGauge(HotFamily):
-    def _new_series(self) -> _GaugeSeries:
-        return _GaugeSeries()
-
-    def describe(self) -> list[GaugeMetricFamily]:
-        return [GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
-    def collect(self) -> list[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, series in list(self.series.items()):
-            family.add_metric(values, series.value)
-        return [family]
-
-
 class MetricsSettings(BaseModel):
     """BENCHD_METRICS__MAX_WORKLOADS: distinct workload label values live at once; the least recently run
     workload's series are removed beyond it (its histograms start again if it runs later)."""
@@ -234,7 +87,7 @@ class MetricsSettings(BaseModel):
 class Metrics:
     def __init__(self, registry: CollectorRegistry, buckets: HistogramBuckets | None = None,
                  max_workloads: int = MetricsSettings().max_workloads) -> None:
-        b = buckets or HistogramBuckets()
+        self.registry = registry
         self.max_workloads = max_workloads
         self._workloads: OrderedDict[str, None] = OrderedDict()  # least recently run first
         self._lock = threading.Lock()
@@ -243,121 +96,149 @@ class Metrics:
                                ("reason",), registry=registry)
         self.workloads = Gauge("benchd_workloads_tracked", "Distinct workload label values with live series.",
                                registry=registry)
-        on_evict = lambda reason, n: self.evicted.labels(reason).inc(n)  # noqa: E731
         self._families: list[HotFamily] = []
+        self._requests(buckets or HistogramBuckets())
+        self._engine()
+        self._runs()
+        self._server()
+        self._comparisons()
+        self._timed()
+        self._daemon()
 
-        def family(cls, name: str, doc: str, labels: tuple[str, ...] = LABELS, **kwargs: Any) -> Any:
-            made = cls(name, doc, labels, registry=registry, on_evict=on_evict, **kwargs)
-            self._families.append(made)
-            return made
+    def _family(self, cls, name: str, doc: str, labels: tuple[str, ...] = LABELS, **kwargs: Any) -> Any:
+        """A family of series keyed by workload among its labels: touch() removes an evicted workload's."""
+        made = cls(name, doc, labels, registry=self.registry,
+                   on_evict=lambda reason, n: self.evicted.labels(reason).inc(n), **kwargs)
+        self._families.append(made)
+        return made
 
-        def histogram(name: str, doc: str, bounds: list[float], labels: tuple[str, ...] = LABELS) -> HotHistogram:
-            return family(HotHistogram, name, doc, labels, bounds=bounds)
+    def _histogram(self, name: str, doc: str, bounds: list[float], labels: tuple[str, ...] = LABELS) -> HotHistogram:
+        return self._family(HotHistogram, name, doc, labels, bounds=bounds)
 
-        self.ttft = histogram("benchd_time_to_first_token_seconds",
+    def _requests(self, b: HistogramBuckets) -> None:
+        """The requests' latencies and tokens, observed as they arrive (measure/latency.py)."""
+        self.ttft = self._histogram("benchd_time_to_first_token_seconds",
                               "First token − scheduled time, per request.", b.ttft_s)
-        self.itl = histogram("benchd_inter_token_latency_seconds",
+        self.itl = self._histogram("benchd_inter_token_latency_seconds",
                              "Gap between consecutive tokens; a chunk of k tokens is k equal gaps.", b.itl_s)
-        self.tpot = histogram("benchd_time_per_output_token_seconds",
+        self.tpot = self._histogram("benchd_time_per_output_token_seconds",
                               "(last token − first token) / (output tokens − 1), per request.", b.tpot_s)
-        self.e2e = histogram("benchd_request_duration_seconds",
+        self.e2e = self._histogram("benchd_request_duration_seconds",
                              "Last token − scheduled time, per request (end-to-end latency).", b.e2e_s)
-        self.queue = histogram("benchd_request_queue_seconds",
+        self.queue = self._histogram("benchd_request_queue_seconds",
                                "Admitted by the engine − scheduled time, per request.", b.queue_s)
-        self.dispatch_lag = histogram("benchd_dispatch_lag_seconds",
+        self.dispatch_lag = self._histogram("benchd_dispatch_lag_seconds",
                                       "Submission − scheduled time: the dispatcher's own lateness.",
                                       b.dispatch_lag_s)
-        self.prompt_tokens = family(HotCounter, "benchd_prompt_tokens", "Prompt tokens of admitted requests.")
-        self.generation_tokens = family(HotCounter, "benchd_generation_tokens", "Output tokens generated.")
-        self.requests = family(HotCounter, "benchd_requests",
+        self.prompt_tokens = self._family(HotCounter, "benchd_prompt_tokens", "Prompt tokens of admitted requests.")
+        self.generation_tokens = self._family(HotCounter, "benchd_generation_tokens", "Output tokens generated.")
+        self.requests = self._family(HotCounter, "benchd_requests",
                                "Finished requests by outcome (success, error, cancelled).", (*LABELS, "outcome"))
-        self.request_errors = family(HotCounter, "benchd_request_errors", "Failed requests by error type (http_500, "
+        self.request_errors = self._family(HotCounter, "benchd_request_errors", "Failed requests by error type (http_500, "
                                      "timeout, disconnected, malformed_chunk, …).", (*LABELS, "error_type"))
-        self.runs = family(HotCounter, "benchd_runs", "Finished runs by status.", (*LABELS, "status"))
-        self.engine_restarts = family(HotCounter, "benchd_engine_restarts",
+        self.runs = self._family(HotCounter, "benchd_runs", "Finished runs by status.", (*LABELS, "status"))
+        self.engine_restarts = self._family(HotCounter, "benchd_engine_restarts",
                                       "Engines replaced by a new one within their worker during a run, by reason "
                                       "(out_of_memory: a stage ran out of device memory; the next stages ran on "
                                       "the new engine).", (*LABELS, "reason"))
-        self.running = family(HotGauge, "benchd_requests_running", "Requests the engine is working on.")
-        self.waiting = family(HotGauge, "benchd_requests_waiting",
+
+    def _engine(self) -> None:
+        """The engine's load, read every 100 ms during a stage."""
+        self.running = self._family(HotGauge, "benchd_requests_running", "Requests the engine is working on.")
+        self.waiting = self._family(HotGauge, "benchd_requests_waiting",
                               "Requests submitted but not yet admitted by the engine.")
-        self.kv_usage = family(HotGauge, "benchd_kv_cache_usage_ratio",
+        self.kv_usage = self._family(HotGauge, "benchd_kv_cache_usage_ratio",
                                "Used / total blocks of the paged KV cache (0–1).")
-        self.kv_used = family(HotGauge, "benchd_kv_cache_used_blocks", "KV-cache blocks referenced by requests.")
-        self.kv_total = family(HotGauge, "benchd_kv_cache_capacity_blocks", "KV-cache blocks in all.")
-        self.throughput = family(HotGauge, "benchd_run_output_tokens_per_second",
+        self.kv_used = self._family(HotGauge, "benchd_kv_cache_used_blocks", "KV-cache blocks referenced by requests.")
+        self.kv_total = self._family(HotGauge, "benchd_kv_cache_capacity_blocks", "KV-cache blocks in all.")
+
+    def _runs(self) -> None:
+        """A run's progress, verdict and figures as it ends."""
+        self.throughput = self._family(HotGauge, "benchd_run_output_tokens_per_second",
                                  "The current run's output tokens per second over its measured window so far.")
-        self.in_progress = family(HotGauge, "benchd_run_in_progress", "1 while a run of this workload is in progress.")
-        self.energy_per_token = family(HotGauge, "benchd_run_energy_per_output_token_joules",
+        self.in_progress = self._family(HotGauge, "benchd_run_in_progress", "1 while a run of this workload is in progress.")
+        self.energy_per_token = self._family(HotGauge, "benchd_run_energy_per_output_token_joules",
                                        "GPU energy over the latest run's measured window per output token.")
-        self.last_success = family(HotGauge, "benchd_last_success_timestamp_seconds",
+        self.last_success = self._family(HotGauge, "benchd_last_success_timestamp_seconds",
                                    "When a run of this workload last succeeded (Unix time).")
-        self.run_valid = family(HotGauge, "benchd_run_valid",
+        self.run_valid = self._family(HotGauge, "benchd_run_valid",
                                 "1 when the latest generate run of this workload was valid (every stage met its "
                                 "validity rules), 0 when it was not.")
-        self.capacity = family(HotGauge, "benchd_capacity_requests_per_second",
+        self.capacity = self._family(HotGauge, "benchd_capacity_requests_per_second",
                                "The highest request rate the latest capacity search found meeting the SLO (0: none).")
         # An openai run's server, from its Prometheus page (openai.metrics_url): as of the latest read of the
         # latest run of the workload (they stay at that value between runs; the timestamp says how old it is).
-        self.server_kv_usage = family(HotGauge, "benchd_server_kv_cache_usage_ratio",
+
+    def _server(self) -> None:
+        """An openai run's server, by its own metrics page (measure/server_metrics.py)."""
+        self.server_kv_usage = self._family(HotGauge, "benchd_server_kv_cache_usage_ratio",
                                       "The server's KV-cache usage (0–1) by its own metrics.")
-        self.server_running = family(HotGauge, "benchd_server_requests_running",
+        self.server_running = self._family(HotGauge, "benchd_server_requests_running",
                                      "Requests the server reports running.")
-        self.server_waiting = family(HotGauge, "benchd_server_requests_waiting",
+        self.server_waiting = self._family(HotGauge, "benchd_server_requests_waiting",
                                      "Requests the server reports waiting (queued).")
-        self.server_preemptions = family(HotGauge, "benchd_server_run_preemptions",
+        self.server_preemptions = self._family(HotGauge, "benchd_server_run_preemptions",
                                          "Requests the server preempted (vLLM) or retracted (SGLang) since the run "
                                          "began.")
-        self.server_prefix_hit_rate = family(HotGauge, "benchd_server_prefix_cache_hit_ratio",
+        self.server_prefix_hit_rate = self._family(HotGauge, "benchd_server_prefix_cache_hit_ratio",
                                              "Prompt tokens found in the server's prefix cache / looked up, since "
                                              "the run began (SGLang without counters: its latest batch's).")
-        self.server_scraped = family(HotGauge, "benchd_server_last_scrape_timestamp_seconds",
+        self.server_scraped = self._family(HotGauge, "benchd_server_last_scrape_timestamp_seconds",
                                      "When the server's metrics were last read (Unix time).")
-        self.server_scrape_failures = family(HotCounter, "benchd_server_scrape_failures",
+        self.server_scrape_failures = self._family(HotCounter, "benchd_server_scrape_failures",
                                              "Reads of the server's metrics that failed (refused, timed out, an "
                                              "HTTP error, not Prometheus text, no known server).")
-        self.regression = family(HotGauge, "benchd_regression_detected",
+
+    def _comparisons(self) -> None:
+        """Verdicts against a baseline, between a run's GPUs, and a matrix's variants."""
+        self.regression = self._family(HotGauge, "benchd_regression_detected",
                                  "1 when the latest scheduled run is significantly slower than its workload's "
                                  "baseline on this metric.", ("workload", "metric"))
-        self.regression_change = family(HotGauge, "benchd_regression_relative_change",
+        self.regression_change = self._family(HotGauge, "benchd_regression_relative_change",
                                         "(latest − baseline) / baseline for this metric.", ("workload", "metric"))
-        self.gpu_relative_throughput = family(
+        self.gpu_relative_throughput = self._family(
             HotGauge, "benchd_gpu_relative_throughput", "In the latest run of this workload on every GPU: this GPU's "
             "output tok/s ÷ the median of its siblings'.", ("workload", "gpu"))
-        self.gpu_outlier = family(HotGauge, "benchd_gpu_outlier", "1 when this GPU was slower than its siblings in "
+        self.gpu_outlier = self._family(HotGauge, "benchd_gpu_outlier", "1 when this GPU was slower than its siblings in "
                                   "the latest run of this workload on every GPU, beyond the threshold and with the "
                                   "interval agreeing.", ("workload", "gpu"))
         # A matrix's variants side by side, from its comparison (the latest matrix of each workload): a variant label
         # is bounded by the matrix's size (benchd.spec.matrix.MAX_VARIANTS), and a workload's earlier variants go when its
         # next matrix is compared.
         variant = ("workload", "variant")
-        self.variant_throughput = family(HotGauge, "benchd_matrix_variant_output_tokens_per_second",
+        self.variant_throughput = self._family(HotGauge, "benchd_matrix_variant_output_tokens_per_second",
                                          "A matrix variant's output tokens per second, mean over its runs.", variant)
-        self.variant_weight_bytes = family(HotGauge, "benchd_matrix_variant_weight_bytes",
+        self.variant_weight_bytes = self._family(HotGauge, "benchd_matrix_variant_weight_bytes",
                                            "A matrix variant's model weights as stored on the device.", variant)
-        self.variant_token_agreement = family(HotGauge, "benchd_matrix_variant_token_agreement_ratio",
+        self.variant_token_agreement = self._family(HotGauge, "benchd_matrix_variant_token_agreement_ratio",
                                               "Share of a matrix variant's greedy tokens identical to the baseline's "
                                               "for the same prompts.", variant)
-        self.variant_change = family(HotGauge, "benchd_matrix_variant_relative_change",
+        self.variant_change = self._family(HotGauge, "benchd_matrix_variant_relative_change",
                                      "(variant − baseline) / baseline for this metric in the latest matrix.",
                                      (*variant, "metric"))
         self.matrix_families = [self.variant_throughput, self.variant_weight_bytes, self.variant_token_agreement,
                                 self.variant_change]
-        self.step_duration = histogram("benchd_step_duration_seconds",
+
+    def _timed(self) -> None:
+        """Training steps and kernels, timed on the device."""
+        self.step_duration = self._histogram("benchd_step_duration_seconds",
                                        "A measured training step's phase (forward, backward, optimizer) and the "
                                        "whole step, timed on the device.", STEP_BUCKETS, ("model", "workload", "phase"))
-        self.kernel_duration = histogram("benchd_kernel_duration_seconds",
+        self.kernel_duration = self._histogram("benchd_kernel_duration_seconds",
                                          "One measured call of a kernel, timed on the device with the cache flushed.",
                                          KERNEL_BUCKETS, ("workload", "kernel", "implementation", "shape", "dtype"))
+
+    def _daemon(self) -> None:
+        """The daemon's own survival: errors it lived through, workers it replaced, spans it dropped."""
         self.internal_errors = Counter("benchd_internal_errors", "Errors a long-lived part of the daemon survived "
                                        "(a schedule tick, a hook, a store write, …), by component.", ("component",),
-                                       registry=registry)
+                                       registry=self.registry)
         self.worker_restarts = Counter("benchd_worker_restarts", "Worker processes started again after one died or "
                                        "hung, by reason (exit, signal, oom, no_heartbeat, no_progress, start).",
-                                       ("reason",), registry=registry)
+                                       ("reason",), registry=self.registry)
         self.spans_dropped = Counter("benchd_spans_dropped",
                                      "Spans not delivered to the collector (queue full, export failed).",
-                                     ("reason",), registry=registry)
+                                     ("reason",), registry=self.registry)
 
     def touch(self, workload: str) -> None:
         """A run of this workload starts: it becomes the most recent; beyond max_workloads the least recent

@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from benchd.engines import EngineLoad
+from benchd.measure import latency
 from benchd.measure.records import RequestRecord
 from benchd.telemetry.genai import (
     CLIENT_CHUNK,
@@ -302,24 +303,17 @@ class RunTelemetry:
             return
         stamps, counts = record.arrival_s, record.arrival_tokens
         if start == 0 and self.first_chunk is not None:
-            self.first_chunk.observe(stamps[0] - record.scheduled_s)
+            self.first_chunk.observe(latency.ttft(record.scheduled_s, stamps))
         if self.chunk is not None:
-            chunk = self.chunk.observe
-            for i in range(start or 1, len(stamps)):
-                if counts[i]:
-                    chunk(stamps[i] - stamps[i - 1])
+            for gap in latency.chunk_gaps(stamps, counts, start):
+                self.chunk.observe(gap)
         if self.metrics is None:
             return
         self.generation_tokens.inc(sum(counts[start:]))
         if start == 0:
-            self.ttft.observe(stamps[0] - record.scheduled_s, self.exemplars.get(record.request_id))
-            start = 1
+            self.ttft.observe(latency.ttft(record.scheduled_s, stamps), self.exemplars.get(record.request_id))
         observe, slowest = self.itl.observe, self.slowest_gap.get(record.request_id, 0.0)
-        for i in range(start, len(stamps)):
-            n = counts[i]
-            if not n:
-                continue
-            gap = (stamps[i] - stamps[i - 1]) / n
+        for gap, n in latency.token_gaps(stamps, counts, start):
             if gap > slowest:
                 slowest = gap
                 observe(gap, self.exemplars.get(record.request_id))

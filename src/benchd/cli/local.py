@@ -1,0 +1,117 @@
+"""Runs here, with no daemon, as `benchd run` makes them (one spec, or a matrix's variants): the hardware sampler, the
+workers of the devices the specs take, telemetry (OTEL_* read first), Ctrl-C as a stop, what the daemon's admission
+would refuse unless --force, and the daemon's lifecycle to run them through."""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchd.spec import RunSpec
+
+WORKER_LOG = Path(tempfile.gettempdir()) / "benchd-workers"  # the workers' logs (a failed load's message names it)
+
+
+class Refused(Exception):
+    """What keeps the runs from starting: a device that is not here, or what admission refuses (one line each)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class Local:
+    """`with Local(specs, force) as here:` … `here.lifecycle.execute(run_id, spec, device, here.stop)`; everything
+    it started stops on the way out."""
+
+    def __init__(self, specs: Sequence[RunSpec], force: bool = False, labels: Sequence[str] | None = None) -> None:
+        """labels: a name for each spec in admission's messages (a matrix's variants)."""
+        self.specs, self.force, self.labels = list(specs), force, labels
+        self.dropped_spans = 0
+        self.pool = self.sampler = self.telemetry = self.lifecycle = None
+
+    def __enter__(self) -> Local:
+        from benchd.daemon.lifecycle import Lifecycle
+        from benchd.hardware.devices import DeviceError, local, targets
+        from benchd.hardware.reader import HardwareReader
+        from benchd.hardware.sampler import HardwareSampler
+        from benchd.stopping import StopSignal
+        from benchd.supervisor.handle import WorkerSettings
+        from benchd.supervisor.pool import WorkerPool
+        from benchd.telemetry.genai import build_genai_metrics
+        from benchd.telemetry.run import Telemetry
+        from benchd.telemetry.tracing import build_tracer_provider
+
+        threshold, confidence = _compare_settings()
+        # OTEL_* variables are read first: a bad one stops the command before anything starts.
+        self.telemetry = Telemetry(tracer_provider=build_tracer_provider(on_drop=self._dropped),
+                                   genai=build_genai_metrics())
+        self.sampler = HardwareSampler(HardwareReader.default())
+        self.sampler.start()
+        try:
+            slots = local(sorted({spec.device for spec in self.specs}), self.sampler.reader.nvml.devices)
+            # the devices the runs take; their workers start as the runs take them (one each, or a group's)
+            chosen = [c for spec in self.specs for c in targets(slots, spec.device, spec.placement,
+                                                                  spec.tensor_parallel)]
+        except DeviceError as error:
+            self.__exit__()
+            raise Refused([str(error)]) from None
+        slots = [s for s in slots if any(s.key in c.devices for c in chosen)]
+        self.pool = WorkerPool(slots, WorkerSettings(log_dir=WORKER_LOG))
+        if not self.force and (found := self._refused()):
+            self.__exit__()
+            raise Refused([*found, "(--force runs it anyway)"])
+        self.stop = StopSignal()
+        signal.signal(signal.SIGINT, lambda *_: self.stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
+        self.lifecycle = Lifecycle(self.pool, self.telemetry, self.sampler, threshold=threshold,
+                                   confidence=confidence)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+        if self.telemetry is not None:
+            self.telemetry.shutdown()
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def _dropped(self, reason: str, n: int) -> None:
+        self.dropped_spans += n
+
+    def _refused(self) -> list[str]:
+        """What the daemon's admission refuses of each run's requests and time (benchd.models.duration.run_problems),
+        judged at the speed of the devices its workers measured and against BENCHD_LIMITS__MAX_DURATION_S."""
+        from pydantic import ValidationError
+
+        from benchd.daemon.settings import Settings
+        from benchd.models.duration import run_problems
+        from benchd.spec import format_validation_error
+
+        try:
+            limit_s = Settings().limits.max_duration_s
+        except ValidationError as error:
+            return [f"settings (BENCHD_*): {format_validation_error(error)}"]
+        found: list[str] = []
+        for index, spec in enumerate(self.specs):
+            prefix = f"variant {self.labels[index]}: " if self.labels else ""
+            for slot, speed in self.pool.measured(spec.device, spec.placement, spec.tensor_parallel):
+                for loc, why in run_problems(spec, speed, limit_s, slot.local):
+                    if (line := f"{prefix}{'.'.join(map(str, loc))}: {why}") not in found:
+                        found.append(line)
+        return found
+
+
+def _compare_settings() -> tuple[float, float]:
+    """The verdicts' threshold and confidence as the daemon's settings have them (BENCHD_COMPARE_*)."""
+    from pydantic import ValidationError
+
+    from benchd.daemon.settings import Settings
+    from benchd.measure.compare import CONFIDENCE, THRESHOLD
+
+    try:
+        settings = Settings()
+    except ValidationError:  # said by admission's check, or not needed under --force
+        return THRESHOLD, CONFIDENCE
+    return settings.compare_threshold, settings.compare_confidence
