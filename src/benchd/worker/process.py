@@ -56,29 +56,69 @@ def exit_now(code: int) -> None:
 def serve(conn: Connection, device: str, group: Any = None) -> None:
     """The daemon's side of a worker: commands in, events and heartbeats out, runs on this thread. group: a
     tensor-parallel group this process is rank 0 of (worker/parallel.py), told what to load and start."""
-    lock = threading.Lock()
+    Service(conn, device, group).serve()
 
-    def send(message: Report) -> None:
+
+class Service:
+    """One worker's three threads: commands read (a cancel acts at once), events and heartbeats sent every BATCH_S,
+    and runs on the main thread, one at a time."""
+
+    def __init__(self, conn: Connection, device: str, group: Any = None) -> None:
+        from benchd.worker.core import WorkerCore  # torch loads here, in the worker only
+
+        self.conn, self.device = conn, device
+        self._lock = threading.Lock()
+        self.dispatch_priority = priority.allowed(int(os.environ.get("BENCHD_WORKER_DISPATCH_PRIORITY", "0")))
+        self.core = WorkerCore(self.send, device, group=group, dispatch_priority=self.dispatch_priority)
+        self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self.closing = threading.Event()
+
+    def send(self, message: Report) -> None:
         try:
             data = encode(message)
         except ProtocolError as error:  # on any of its threads: the worker's fault, said in its log as it exits
             print(f"benchd: the worker made a message it cannot send: {error}", file=sys.stderr, flush=True)
             exit_now(1)
-        with lock:
-            conn.send_bytes(data)
+        with self._lock:
+            self.conn.send_bytes(data)
 
-    from benchd.worker.core import WorkerCore  # torch loads here, in the worker only
+    def serve(self) -> None:
+        signal.signal(signal.SIGTERM, self._terminate)
+        self._hello()
+        threading.Thread(target=self._receive, name="benchd-worker-commands", daemon=True).start()
+        threading.Thread(target=self._pulse, name="benchd-worker-pulse", daemon=True).start()
+        while True:
+            command = self.commands.get()
+            if isinstance(command, Run):
+                self.core.run(command.run_id, command.spec, command.faults, command.trace_id, command.confine)
+                if self.core.broken:  # its Done is sent: a new process gets a working device
+                    print(f"benchd: the device is unusable after this run ({self.core.broken}); the worker exits",
+                          file=sys.stderr, flush=True)
+                    os._exit(EXIT_DEVICE_FAULT)
+            elif isinstance(command, Warm):
+                self.core.warm(command.model, command.dtype, command.device)
+            elif isinstance(command, Stop):
+                break
+        self.core.close()
+        self.conn.close()
 
-    dispatch_priority = priority.allowed(int(os.environ.get("BENCHD_WORKER_DISPATCH_PRIORITY", "0")))
-    core = WorkerCore(send, device, group=group, dispatch_priority=dispatch_priority)
-    commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
-    closing = threading.Event()
+    def _hello(self) -> None:
+        """Pinned to its cores (a CPU worker beside others), then its versions, priority and device's speed."""
+        import torch
 
-    def receive() -> None:
+        if cpus := os.environ.get("BENCHD_WORKER_CPUS"):
+            cores = {int(c) for c in cpus.split(",")}
+            os.sched_setaffinity(0, cores)
+            torch.set_num_threads(len(cores))
+        self.send(Hello(os.getpid(), torch_version=str(torch.__version__), device=self.device,
+                        cuda_devices=torch.cuda.device_count(), nice=os.getpriority(os.PRIO_PROCESS, 0),
+                        dispatch_priority=self.dispatch_priority, speed=_speed(self.device)))
+
+    def _receive(self) -> None:
         """Cancels act at once, on the run in progress; the rest waits its turn on the main thread."""
         while True:
             try:
-                command = decode_command(conn.recv_bytes())
+                command = decode_command(self.conn.recv_bytes())
             except (EOFError, OSError):  # the daemon is gone: stop what runs, and exit (a hung run: after a grace)
                 command = Stop()
                 orphaned = threading.Timer(ORPHAN_GRACE_S, exit_now, args=(0,))
@@ -88,54 +128,29 @@ def serve(conn: Connection, device: str, group: Any = None) -> None:
                 print(f"benchd: the daemon sent what this worker cannot read: {error}", file=sys.stderr, flush=True)
                 exit_now(1)
             if isinstance(command, Cancel):
-                core.cancel(command.run_id, command.reason)
+                self.core.cancel(command.run_id, command.reason)
                 continue
             if isinstance(command, Stop):
-                closing.set()
-                core.interrupt()
-            commands.put(command)
+                self.closing.set()
+                self.core.interrupt()
+            self.commands.put(command)
             if isinstance(command, Stop):
                 return
 
-    def pulse() -> None:
+    def _pulse(self) -> None:
+        import torch
+
         next_beat = 0.0
-        while not closing.is_set():
-            core.flush()
+        while not self.closing.is_set():
+            self.core.flush()
             now = time.perf_counter()
             if now >= next_beat:
                 held = torch.cuda.memory_reserved() if torch.cuda.is_initialized() else 0  # no sync, no init
-                send(Heartbeat(now, core.activity, core.phase, held_bytes=held))
+                self.send(Heartbeat(now, self.core.activity, self.core.phase, held_bytes=held))
                 next_beat = now + HEARTBEAT_S
-            closing.wait(BATCH_S)
+            self.closing.wait(BATCH_S)
 
-    def terminate(*_: Any) -> None:
-        closing.set()
-        core.interrupt()
-        commands.put(Stop())
-
-    signal.signal(signal.SIGTERM, terminate)
-    import torch
-
-    if cpus := os.environ.get("BENCHD_WORKER_CPUS"):  # a CPU worker beside others: its own cores, its threads
-        cores = {int(c) for c in cpus.split(",")}
-        os.sched_setaffinity(0, cores)
-        torch.set_num_threads(len(cores))
-    send(Hello(os.getpid(), torch_version=str(torch.__version__), device=device,
-               cuda_devices=torch.cuda.device_count(), nice=os.getpriority(os.PRIO_PROCESS, 0),
-               dispatch_priority=dispatch_priority, speed=_speed(device)))
-    threading.Thread(target=receive, name="benchd-worker-commands", daemon=True).start()
-    threading.Thread(target=pulse, name="benchd-worker-pulse", daemon=True).start()
-    while True:
-        command = commands.get()
-        if isinstance(command, Run):
-            core.run(command.run_id, command.spec, command.faults, command.trace_id, command.confine)
-            if core.broken:  # its Done is sent: a new process gets a working device
-                print(f"benchd: the device is unusable after this run ({core.broken}); the worker exits",
-                      file=sys.stderr, flush=True)
-                os._exit(EXIT_DEVICE_FAULT)
-        elif isinstance(command, Warm):
-            core.warm(command.model, command.dtype, command.device)
-        elif isinstance(command, Stop):
-            break
-    core.close()
-    conn.close()
+    def _terminate(self, *_: Any) -> None:
+        self.closing.set()
+        self.core.interrupt()
+        self.commands.put(Stop())
