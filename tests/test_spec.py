@@ -8,7 +8,7 @@ from benchd.spec import (
     Concurrent,
     Gamma,
     Poisson,
-    RunSpec,
+    SpecBase,
     SpecError,
     load_spec,
     parse_spec,
@@ -22,9 +22,9 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 def test_examples_load(path):
     data = yaml.safe_load(path.read_text())
     if "matrix" in data:  # a matrix document: every variant is a spec
-        assert all(isinstance(v.spec, RunSpec) for v in parse_matrix(data).variants())
+        assert all(isinstance(v.spec, SpecBase) for v in parse_matrix(data).variants())
     else:
-        assert isinstance(load_spec(path), RunSpec)
+        assert isinstance(load_spec(path), SpecBase)
 
 
 def test_defaults_are_a_runnable_spec():
@@ -148,3 +148,20 @@ def test_the_stack_defaults_change_nothing():
     assert (spec.quantization, spec.attn_implementation, spec.compile) == ("none", None, "off")
     assert parse_spec({"engine": "static", "compile": "max-autotune", "attn_implementation": "eager"}).compile == \
         "max-autotune"
+
+
+# ---- a union on the kind: each spec holds its own sections -------------------------------------------------
+
+
+def test_a_spec_holds_only_what_its_kind_and_engine_use():
+    """Another engine's or kind's section is checked as that one would check it, and left out."""
+    static = parse_spec({"engine": "static", "static": {"batch_size": 2}, "transformers": {"num_blocks": 64},
+                         "train_step": {"steps": 3}, "kernel": None})
+    assert static.static.batch_size == 2 and not hasattr(static, "transformers")
+    assert set(static.model_dump()) - set(parse_spec({}).model_dump()) == {"static"}
+    kernel = parse_spec({"kind": "kernel", "engine": "static", "workload": {"stop": {"requests": 2}},
+                         "kernel": {"op": "matmul", "shapes": [{"m": 8, "n": 8, "k": 8}]}})
+    assert "workload" not in kernel.model_dump() and "engine" not in kernel.model_dump()
+    text = message({"kind": "train_step", "workload": {"stop": {}}, "openai": {"api": "soap"}})
+    assert "workload.stop: set requests, duration_s or both" in text and "openai.api: Input should be" in text
+    assert message({"kind": "train"}).startswith("kind: Input should be 'generate', 'train_step' or 'kernel'")

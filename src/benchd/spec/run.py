@@ -1,4 +1,5 @@
-"""RunSpec: what to run and how to load it, validated at the edge."""
+"""RunSpec: a union on the run's kind (and a generation's engine), each holding only the options it uses; read from a
+document, validated at the edge."""
 
 from __future__ import annotations
 
@@ -6,7 +7,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from benchd.spec.documents import DocumentError, load_yaml
 from benchd.spec.engines import EngineName, OpenAIOptions, StaticOptions, TransformersOptions
@@ -17,10 +29,12 @@ from benchd.spec.timed import KernelOptions, RunKind, TrainStepOptions
 from benchd.spec.workload import Workload
 
 
-class RunSpec(_Strict):
+class SpecBase(_Strict):
+    """What every run has: its name, the model and where it runs, the seed, and the stack the model loads with."""
+
+    kind: RunKind = "generate"  # generation (the workload), a training step, or single kernels
     name: Name = "default"
     model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] = "tiny"
-    engine: EngineName = "transformers"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: Annotated[str, Field(pattern=r"^(auto|cpu(:\d+)?|cuda(:\d+)?)$")] = "auto"
     # one: on the device named; every_gpu: the same spec on every worker at once (each GPU, or each CPU worker),
@@ -32,53 +46,214 @@ class RunSpec(_Strict):
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     label: Annotated[str, Field(max_length=LABEL_MAX)] | None = None
     trust_remote_code: bool = False
-    workload: Workload = Field(default_factory=Workload)
-    transformers: TransformersOptions = Field(default_factory=TransformersOptions)
-    static: StaticOptions = Field(default_factory=StaticOptions)
-    openai: OpenAIOptions = Field(default_factory=OpenAIOptions)
-    kind: RunKind = "generate"  # generation (the workload), a training step, or single kernels
-    train_step: TrainStepOptions = Field(default_factory=TrainStepOptions)
-    kernel: KernelOptions | None = None
     # ---- the stack (benchd.spec.stack): what a matrix varies beside dtype and the engine's options ----
     quantization: Quantization = "none"
     attn_implementation: AttnImplementation | None = None  # None: sdpa (continuous batching may pick flash itself)
     compile: CompileMode = "off"
 
     @model_validator(mode="after")
-    def _stack(self) -> RunSpec:
-        problems = stack_problems(self.quantization, self.attn_implementation, self.compile, self.engine, self.kind)
+    def _stack(self) -> SpecBase:
+        problems = stack_problems(self.quantization, self.attn_implementation, self.compile, self.runner, self.kind)
         if problems:
             raise ValueError("; ".join(f"{field}: {why}" for field, why in problems))
-        return self
-
-    @model_validator(mode="after")
-    def _kind_options(self) -> RunSpec:
-        if self.kind == "kernel" and self.kernel is None:
-            raise ValueError("kernel: required when kind is kernel (op, shapes, …)")
-        if self.workload.dataset is not None and self.engine != "openai":
-            raise ValueError("workload.dataset: text datasets are read by the openai engine only")
-        if self.engine == "openai" and self.workload.dataset is None and self.openai.tokenizer is None:
-            raise ValueError("openai.tokenizer: synthetic prompts are sized in tokens, which needs the served "
-                             "model's tokenizer (a local directory); or give workload.dataset")
-        if self.tensor_parallel > 1 and (self.kind != "generate" or self.engine != "transformers"):
+        if self.tensor_parallel > 1 and self.runner != "transformers":
             raise ValueError("tensor_parallel: shards a model for transformers' continuous batching (kind generate, "
                              f"engine transformers), not {self.runner}")
         if self.tensor_parallel > 1 and self.quantization != "none":
             raise ValueError("tensor_parallel: shards the model's weights unquantized; quantization must be none")
-        if self.kind == "train_step" and self.train_step.autocast and self.dtype not in ("auto", "float32"):
-            raise ValueError("train_step.autocast: needs float32 weights (dtype auto or float32), "
-                             f"not {self.dtype}")
         return self
 
     @property
     def runner(self) -> str:
         """What carries the run out: the generation engine, or the timed kind."""
-        return self.engine if self.kind == "generate" else self.kind
+        return self.kind
 
     @property
     def subject(self) -> str:
         """What the run measures: the model, or the kernel's op."""
-        return self.kernel.op if self.kind == "kernel" and self.kernel is not None else self.model
+        return self.model
+
+
+# ---- generation: the workload, and one engine's options ------------------------------------------
+
+
+class GenerateSpec(SpecBase):
+    """A generation run: the workload sent to the engine. Each engine's spec below holds that engine's options."""
+
+    kind: Literal["generate"] = "generate"
+    engine: EngineName = "transformers"
+    workload: Workload = Field(default_factory=Workload)
+
+    @model_validator(mode="after")
+    def _dataset(self) -> GenerateSpec:
+        if self.workload.dataset is not None and self.engine != "openai":
+            raise ValueError("workload.dataset: text datasets are read by the openai engine only")
+        return self
+
+    @property
+    def runner(self) -> str:
+        return self.engine
+
+    @property
+    def options(self) -> TransformersOptions | StaticOptions | OpenAIOptions:
+        """The engine's options: the one section of the spec named after its engine."""
+        raise NotImplementedError  # each engine's spec below
+
+
+class TransformersSpec(GenerateSpec):
+    """Generation by transformers' continuous batching, in the worker (the default engine)."""
+
+    engine: Literal["transformers"] = "transformers"
+    transformers: TransformersOptions = Field(default_factory=TransformersOptions)
+
+    @property
+    def options(self) -> TransformersOptions:
+        return self.transformers
+
+
+class StaticSpec(GenerateSpec):
+    """Generation by static batches of generate(), in the worker."""
+
+    engine: Literal["static"]
+    static: StaticOptions = Field(default_factory=StaticOptions)
+
+    @property
+    def options(self) -> StaticOptions:
+        return self.static
+
+
+class OpenAISpec(GenerateSpec):
+    """Generation by an OpenAI-compatible server, driven with streaming requests."""
+
+    engine: Literal["openai"]
+    openai: OpenAIOptions = Field(default_factory=OpenAIOptions)
+
+    @property
+    def options(self) -> OpenAIOptions:
+        return self.openai
+
+    @model_validator(mode="after")
+    def _tokenizer(self) -> OpenAISpec:
+        if self.workload.dataset is None and self.openai.tokenizer is None:
+            raise ValueError("openai.tokenizer: synthetic prompts are sized in tokens, which needs the served "
+                             "model's tokenizer (a local directory); or give workload.dataset")
+        return self
+
+
+# ---- timed runs: a training step, single kernels ---------------------------------------------------
+
+
+class TrainStepSpec(SpecBase):
+    """A training step of the spec's model, each phase timed on its own."""
+
+    kind: Literal["train_step"]
+    train_step: TrainStepOptions = Field(default_factory=TrainStepOptions)
+
+    @model_validator(mode="after")
+    def _autocast(self) -> TrainStepSpec:
+        if self.train_step.autocast and self.dtype not in ("auto", "float32"):
+            raise ValueError(f"train_step.autocast: needs float32 weights (dtype auto or float32), not {self.dtype}")
+        return self
+
+
+class KernelSpec(SpecBase):
+    """Single kernels at given shapes, each implementation timed on the device."""
+
+    kind: Literal["kernel"]
+    kernel: KernelOptions
+
+    @model_validator(mode="before")
+    @classmethod
+    def _required(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kernel") is None:
+            raise ValueError("kernel: required when kind is kernel (op, shapes, …)")
+        return data
+
+    @property
+    def subject(self) -> str:
+        return self.kernel.op
+
+
+# ---- RunSpec: the union, read from a document -------------------------------------------------------
+
+SPECS: dict[str, type[SpecBase]] = {"transformers": TransformersSpec, "static": StaticSpec, "openai": OpenAISpec,
+                                    "train_step": TrainStepSpec, "kernel": KernelSpec}  # by runner
+_STRICT = ConfigDict(strict=True)
+# Sections a document may hold for another kind or engine than its own: a spec dumped before RunSpec was a union
+# holds every one, and a matrix over engines gives each variant the others' options. Each is checked as that kind or
+# engine would check it (a bad one is refused, as before), then left out.
+UNUSED: dict[str, TypeAdapter] = {
+    "engine": TypeAdapter(EngineName, config=_STRICT), "workload": TypeAdapter(Workload),
+    "transformers": TypeAdapter(TransformersOptions), "static": TypeAdapter(StaticOptions),
+    "openai": TypeAdapter(OpenAIOptions), "train_step": TypeAdapter(TrainStepOptions),
+    "kernel": TypeAdapter(KernelOptions | None)}
+SPEC_FIELDS = frozenset(name for spec in SPECS.values() for name in spec.model_fields)  # a document's keys
+_KIND = TypeAdapter(RunKind, config=_STRICT)
+
+
+def _located(error: ValidationError, *loc: str | int) -> list[InitErrorDetails]:
+    return [InitErrorDetails(type=item["type"], loc=(*loc, *item["loc"]), input=item["input"],
+                             **({"ctx": item["ctx"]} if "ctx" in item else {}))
+            for item in error.errors(include_url=False)]
+
+
+def _runner(data: dict) -> str:
+    """The runner a document names: its kind, or a generation's engine; ValidationError naming the field when it is
+    not one benchd knows."""
+    kind = data.get("kind", "generate")
+    field, value, adapter = (("engine", data.get("engine", "transformers"), UNUSED["engine"]) if kind == "generate"
+                             else ("kind", kind, _KIND))
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as error:
+        raise ValidationError.from_exception_data("RunSpec", _located(error, field)) from None
+
+
+def _tag(value: Any) -> str | None:
+    """The runner (SPECS' key) a spec or a document names, None when it names none: how pydantic tells the union's
+    members apart when it serializes a spec, and in the JSON schema (a oneOf)."""
+    if isinstance(value, SpecBase):
+        return value.runner
+    try:
+        return _runner(value) if isinstance(value, dict) else None
+    except ValidationError:
+        return None
+
+
+def _read(data: Any, handler: ValidatorFunctionWrapHandler) -> SpecBase:
+    """The spec of a document's kind (and engine); what another kind or engine would use is checked and left out.
+    The union itself (handler) is never asked: its errors' places would start with the member's tag."""
+    if isinstance(data, SpecBase):
+        return data
+    if not isinstance(data, dict):
+        raise ValidationError.from_exception_data("RunSpec", [InitErrorDetails(
+            type="model_type", loc=(), input=data, ctx={"class_name": "RunSpec"})])
+    spec = SPECS[_runner(data)]
+    errors: list[InitErrorDetails] = []
+    own = {}
+    for key, value in data.items():
+        if key in spec.model_fields or key not in UNUSED:  # unknown keys go on, to be refused by name
+            own[key] = value
+            continue
+        try:
+            UNUSED[key].validate_python(value)
+        except ValidationError as error:
+            errors.extend(_located(error, key))
+    try:
+        found = spec.model_validate(own)
+    except ValidationError as error:
+        errors[:0] = _located(error)
+    if errors:
+        raise ValidationError.from_exception_data("RunSpec", errors)
+    return found
+
+
+RunSpec = Annotated[
+    Annotated[TransformersSpec, Tag("transformers")] | Annotated[StaticSpec, Tag("static")]
+    | Annotated[OpenAISpec, Tag("openai")] | Annotated[TrainStepSpec, Tag("train_step")]
+    | Annotated[KernelSpec, Tag("kernel")],
+    Discriminator(_tag), WrapValidator(_read)]
+_RUN_SPEC: TypeAdapter[RunSpec] = TypeAdapter(RunSpec)
 
 
 # ---- loading and error messages ----------------------------------------------------------------
@@ -97,13 +272,19 @@ def format_validation_error(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def validate_spec(data: Any) -> RunSpec:
+    """The spec a document (or a stored spec, of any benchd since 0005) means; pydantic's ValidationError naming each
+    bad field."""
+    return _RUN_SPEC.validate_python(data)
+
+
 def parse_spec(data: Any) -> RunSpec:
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(f"spec: expected a mapping of fields, got {type(data).__name__}")
     try:
-        return RunSpec.model_validate(data)
+        return validate_spec(data)
     except ValidationError as error:
         raise SpecError(format_validation_error(error)) from None
 

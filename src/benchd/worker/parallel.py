@@ -128,7 +128,7 @@ def follow(control: Any) -> None:
     """Ranks 1…: load what rank 0 loads, start the engines it starts and keep them in step until rank 0 stops
     its engine (transformers' continuous batching carries the requests and the stop)."""
     from benchd.engines.transformers import TransformersEngine
-    from benchd.spec import RunSpec
+    from benchd.spec import validate_spec
 
     loaded: LoadedModel | None = None
     while True:
@@ -139,7 +139,7 @@ def follow(control: Any) -> None:
             loaded = None
             loaded = load_sharded(*command[1:])
         elif command[0] == "start":
-            spec = RunSpec.model_validate(command[1])
+            spec = validate_spec(command[1])
             TransformersEngine(loaded, spec.transformers, spec.workload).follow()
         elif command[0] == "exit":
             return
