@@ -1,9 +1,11 @@
+import copy
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from benchd.cli.main import _spec, build_parser
 from benchd.spec import (
     Concurrent,
     Gamma,
@@ -12,8 +14,10 @@ from benchd.spec import (
     SpecError,
     load_spec,
     parse_spec,
+    validate_spec,
 )
 from benchd.spec.matrix import parse_matrix
+from tests.helpers import ROOT, own
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -165,3 +169,46 @@ def test_a_spec_holds_only_what_its_kind_and_engine_use():
     text = message({"kind": "train_step", "workload": {"stop": {}}, "openai": {"api": "soap"}})
     assert "workload.stop: set requests, duration_s or both" in text and "openai.api: Input should be" in text
     assert message({"kind": "train"}).startswith("kind: Input should be 'generate', 'train_step' or 'kernel'")
+
+
+# Specs 14d1cbb (before the union) accepted: every document its RunSpec validated while its tests ran, the examples
+# and the command line's, with what each resolved to there (tests/data/write_specs.py says how they were made).
+ACCEPTED = json.loads((ROOT / "tests" / "data" / "specs-14d1cbb.json").read_text())
+
+
+def resolved_then(item: dict) -> dict:
+    """What the spec's dump was at 14d1cbb: the dump of an empty spec with the item's changes."""
+    dump = copy.deepcopy(ACCEPTED["default"])
+    for path, value in item["resolved"]:
+        node = dump
+        for key in path[:-1]:
+            node = node[key]
+        if path:
+            node[path[-1]] = value
+        else:
+            dump = value
+    return dump
+
+
+def test_every_spec_accepted_before_the_union_means_the_same():
+    """Each spec is accepted still, with the values it resolved to, less the sections its kind and engine never
+    used; and its set fields (a schedule's stored spec, what the command line sends a daemon) likewise."""
+    specs = ACCEPTED["specs"]
+    assert len(specs) > 500
+    runners, differ = set(), []
+    for item in specs:
+        then = resolved_then(item)
+        document = then if item["spec"] == "resolved" else item["spec"]
+        spec = validate_spec(document)
+        runners.add(spec.runner)
+        if (spec.model_dump(mode="json") != own(then)
+                or spec.model_dump(mode="json", exclude_unset=True) != own(document)):
+            differ.append(item["source"])
+    assert differ == [], f"{len(differ)} of {len(specs)} differ"
+    assert runners == {"transformers", "static", "openai", "train_step", "kernel"}
+
+
+@pytest.mark.parametrize("command", ACCEPTED["commands"], ids=lambda command: " ".join(command["argv"]) or "quick")
+def test_the_command_line_resolves_what_it_did(command):
+    argv = [str(ROOT / arg) if arg.startswith("examples/") else arg for arg in command["argv"]]
+    assert _spec(build_parser().parse_args(["run", *argv])).model_dump(mode="json") == own(command["resolved"])
