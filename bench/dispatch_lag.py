@@ -24,7 +24,7 @@ from http_load import workload  # the same run as bench/http_load.py's, without 
 
 import benchd.engines.transformers as transformers_cb
 from benchd.models.loading import load_model
-from benchd.spec import RunSpec
+from benchd.spec import RunSpec, validate_spec
 from benchd.daemon.local import run_local
 
 
@@ -46,7 +46,7 @@ def spec(rate: float, requests: int, output_tokens: int, prompt_tokens: int, cpu
     data = workload(rate, requests, cpu_threads)
     data["workload"]["prompt_tokens"]["value"] = prompt_tokens
     data["workload"]["output_tokens"]["value"] = output_tokens
-    return RunSpec.model_validate({**data, "name": "dispatch-lag", "model": "tiny", "dtype": "float32",
+    return validate_spec({**data, "name": "dispatch-lag", "model": "tiny", "dtype": "float32",
                                    "device": "cpu"})
 
 

@@ -299,7 +299,9 @@ def test_health_readiness_and_openapi(tmp_path):
         api = server.http.get("/openapi.json").json()
         post = api["paths"]["/runs"]["post"]
         assert {"202", "401", "422", "429"} <= set(post["responses"])
-        assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/RunSpec")
+        union = post["requestBody"]["content"]["application/json"]["schema"]["oneOf"]  # a spec of each kind and engine
+        assert [ref["$ref"].rsplit("/", 1)[1] for ref in union] == ["TransformersSpec", "StaticSpec", "OpenAISpec",
+                                                                    "TrainStepSpec", "KernelSpec"]
         assert {"404", "409"} <= set(api["paths"]["/runs/{run_id}"]["delete"]["responses"])
         assert "text/event-stream" in api["paths"]["/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     with daemon(tmp_path, model="/nonexistent/model") as server:

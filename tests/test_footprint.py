@@ -134,7 +134,7 @@ def test_admission_refuses_a_gpu_run_whose_step_or_cache_cannot_fit():
     from benchd.api.admission import Memory, admit
     from benchd.daemon.settings import Settings
     from benchd.hardware.devices import resolve
-    from benchd.spec import RunSpec
+    from benchd.spec import validate_spec
 
     settings = Settings(device="cuda", model="tiny")
     slots = resolve("all", [("0", "GPU-0000", "H100")])
@@ -144,7 +144,7 @@ def test_admission_refuses_a_gpu_run_whose_step_or_cache_cannot_fit():
 
     def refused(free_gib: float, **transformers) -> dict:
         try:
-            admit(RunSpec.model_validate({**body, "transformers": transformers}), settings,
+            admit(validate_spec({**body, "transformers": transformers}), settings,
                   Memory(lambda slot: int(free_gib * 2**30)), slots)
         except RequestValidationError as error:
             return {".".join(map(str, p["loc"])): p["msg"] for p in error.errors()}

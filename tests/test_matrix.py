@@ -30,14 +30,14 @@ def matrix(dims, **extra):
 
 def test_a_matrix_expands_into_the_cross_product_on_one_seed_and_one_workload():
     m = matrix({"quantization": ["none", "int8_weight_only"], "attn_implementation": ["sdpa", "eager"],
-                "static.batch_size": [2]}, repeats=2)
+                "transformers.num_blocks": [32]}, repeats=2)
     variants = m.variants()
     assert [(v.spec.quantization, v.spec.attn_implementation) for v in variants] == [
         ("none", "sdpa"), ("none", "eager"), ("int8_weight_only", "sdpa"), ("int8_weight_only", "eager")]
     assert {v.spec.seed for v in variants} == {0} and {v.spec.name for v in variants} == {"test"}
-    assert {v.spec.static.batch_size for v in variants} == {2}  # a dotted path sets a nested field
+    assert {v.spec.transformers.num_blocks for v in variants} == {32}  # a dotted path sets a nested field
     assert {v.spec.workload for v in variants} == {variants[0].spec.workload}
-    assert variants[2].label == "quantization=int8_weight_only,attn_implementation=sdpa,static.batch_size=2"
+    assert variants[2].label == "quantization=int8_weight_only,attn_implementation=sdpa,transformers.num_blocks=32"
     assert m.baseline_index(variants) == 0
     named = matrix({"quantization": ["none", "int8_weight_only"]},
                    baseline={"quantization": "int8_weight_only"})
@@ -79,7 +79,8 @@ def deep(levels: int):
 
 def test_a_matrix_value_nested_too_deep_is_named_not_copied_into_a_recursion_error():
     """copy.deepcopy of a value 495 levels deep raised RecursionError in the expansion (a 500 on POST /matrices)."""
-    at_limit = matrix({"openai.extra_body": [{"x": deep(63)}]})  # 64 levels with its mapping: the limit
+    at_limit = matrix({"openai.extra_body": [{"x": deep(63)}]}, engine="openai",  # 64 levels with its mapping: the limit
+                      openai={"tokenizer": "/served-model"})
     assert at_limit.variants()[0].spec.openai.extra_body["x"] == deep(63)
     for levels in (64, 495, 100_000):
         with pytest.raises(MatrixProblem) as raised:

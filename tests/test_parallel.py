@@ -14,7 +14,7 @@ from benchd.daemon.lifecycle import Lifecycle
 from benchd.daemon.settings import Settings
 from benchd.hardware.devices import DeviceError, resolve, targets
 from benchd.models.memory import estimate
-from benchd.spec import RunSpec, SpecError, parse_spec
+from benchd.spec import SpecError, parse_spec, validate_spec
 from benchd.stopping import StopSignal
 from benchd.supervisor.handle import WorkerSettings
 from benchd.supervisor.pool import WorkerPool
@@ -72,13 +72,13 @@ def test_admission_checks_each_ranks_share_against_its_gpu():
     body = {"model": "llama-3.1-8b", "dtype": "bfloat16", "device": "cuda:0",
             "workload": {"prompt_tokens": {"dist": "fixed", "value": 256},
                          "output_tokens": {"dist": "fixed", "value": 64}}}
-    need = estimate(RunSpec.model_validate(body), "cuda")
+    need = estimate(validate_spec(body), "cuda")
     assert need.sharded(2).weights == need.weights // 2 and need.sharded(2).activations == need.activations
 
     def refused(tp, free_gib, gpus):
         memory = Memory(lambda slot: free_gib << 30)
         try:
-            admit(RunSpec.model_validate({**body, "tensor_parallel": tp}), settings, memory,
+            admit(validate_spec({**body, "tensor_parallel": tp}), settings, memory,
                   resolve("all", gpus))
         except RequestValidationError as error:
             return {".".join(map(str, p["loc"])): p["msg"] for p in error.errors()}
@@ -102,8 +102,8 @@ def test_two_gloo_ranks_decode_the_same_tokens_as_one_worker(tmp_path):
     tokens, arrangements = {}, {}
     try:
         for tp in (2, 1):
-            run = RunSpec.model_validate({**spec(requests=4, output=12, concurrency=2), "model": "tiny",
-                                          "dtype": "float32", "device": "cpu:0", "tensor_parallel": tp})
+            run = validate_spec({**spec(requests=4, output=12, concurrency=2), "model": "tiny",
+                                 "dtype": "float32", "device": "cpu:0", "tensor_parallel": tp})
             result = lifecycle.execute(uuid.uuid4().hex, run, "cpu:0", StopSignal())
             assert result.status == "succeeded", result.error
             arrangements[tp] = sorted(pool.workers)

@@ -1,19 +1,23 @@
+import copy
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from benchd.cli.main import _spec, build_parser
 from benchd.spec import (
     Concurrent,
     Gamma,
     Poisson,
-    RunSpec,
+    SpecBase,
     SpecError,
     load_spec,
     parse_spec,
+    validate_spec,
 )
 from benchd.spec.matrix import parse_matrix
+from tests.helpers import ROOT, own
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -22,9 +26,9 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 def test_examples_load(path):
     data = yaml.safe_load(path.read_text())
     if "matrix" in data:  # a matrix document: every variant is a spec
-        assert all(isinstance(v.spec, RunSpec) for v in parse_matrix(data).variants())
+        assert all(isinstance(v.spec, SpecBase) for v in parse_matrix(data).variants())
     else:
-        assert isinstance(load_spec(path), RunSpec)
+        assert isinstance(load_spec(path), SpecBase)
 
 
 def test_defaults_are_a_runnable_spec():
@@ -148,3 +152,63 @@ def test_the_stack_defaults_change_nothing():
     assert (spec.quantization, spec.attn_implementation, spec.compile) == ("none", None, "off")
     assert parse_spec({"engine": "static", "compile": "max-autotune", "attn_implementation": "eager"}).compile == \
         "max-autotune"
+
+
+# ---- a union on the kind: each spec holds its own sections -------------------------------------------------
+
+
+def test_a_spec_holds_only_what_its_kind_and_engine_use():
+    """Another engine's or kind's section is checked as that one would check it, and left out."""
+    static = parse_spec({"engine": "static", "static": {"batch_size": 2}, "transformers": {"num_blocks": 64},
+                         "train_step": {"steps": 3}, "kernel": None})
+    assert static.static.batch_size == 2 and not hasattr(static, "transformers")
+    assert set(static.model_dump()) - set(parse_spec({}).model_dump()) == {"static"}
+    kernel = parse_spec({"kind": "kernel", "engine": "static", "workload": {"stop": {"requests": 2}},
+                         "kernel": {"op": "matmul", "shapes": [{"m": 8, "n": 8, "k": 8}]}})
+    assert "workload" not in kernel.model_dump() and "engine" not in kernel.model_dump()
+    text = message({"kind": "train_step", "workload": {"stop": {}}, "openai": {"api": "soap"}})
+    assert "workload.stop: set requests, duration_s or both" in text and "openai.api: Input should be" in text
+    assert message({"kind": "train"}).startswith("kind: Input should be 'generate', 'train_step' or 'kernel'")
+
+
+# Specs 14d1cbb (before the union) accepted: every document its RunSpec validated while its tests ran, the examples
+# and the command line's, with what each resolved to there (tests/data/write_specs.py says how they were made).
+ACCEPTED = json.loads((ROOT / "tests" / "data" / "specs-14d1cbb.json").read_text())
+
+
+def resolved_then(item: dict) -> dict:
+    """What the spec's dump was at 14d1cbb: the dump of an empty spec with the item's changes."""
+    dump = copy.deepcopy(ACCEPTED["default"])
+    for path, value in item["resolved"]:
+        node = dump
+        for key in path[:-1]:
+            node = node[key]
+        if path:
+            node[path[-1]] = value
+        else:
+            dump = value
+    return dump
+
+
+def test_every_spec_accepted_before_the_union_means_the_same():
+    """Each spec is accepted still, with the values it resolved to, less the sections its kind and engine never
+    used; and its set fields (a schedule's stored spec, what the command line sends a daemon) likewise."""
+    specs = ACCEPTED["specs"]
+    assert len(specs) > 500
+    runners, differ = set(), []
+    for item in specs:
+        then = resolved_then(item)
+        document = then if item["spec"] == "resolved" else item["spec"]
+        spec = validate_spec(document)
+        runners.add(spec.runner)
+        if (spec.model_dump(mode="json") != own(then)
+                or spec.model_dump(mode="json", exclude_unset=True) != own(document)):
+            differ.append(item["source"])
+    assert differ == [], f"{len(differ)} of {len(specs)} differ"
+    assert runners == {"transformers", "static", "openai", "train_step", "kernel"}
+
+
+@pytest.mark.parametrize("command", ACCEPTED["commands"], ids=lambda command: " ".join(command["argv"]) or "quick")
+def test_the_command_line_resolves_what_it_did(command):
+    argv = [str(ROOT / arg) if arg.startswith("examples/") else arg for arg in command["argv"]]
+    assert _spec(build_parser().parse_args(["run", *argv])).model_dump(mode="json") == own(command["resolved"])

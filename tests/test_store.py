@@ -1,16 +1,21 @@
 """The run history store on SQLite and on a real PostgreSQL server: one schema, same answers, migrations from
 what the last release wrote, and a journal that keeps every write through an outage."""
 
+import contextlib
 import json
 import sqlite3
+import time
 from datetime import timedelta
 
 import pytest
 
 from benchd.daemon.local import run_local
 from benchd.measure.records import RequestRecord
+from benchd.spec import validate_spec
+from benchd.spec.matrix import parse_matrix
 from benchd.store import StageRequests, Store, StoreUnavailable, migrate
-from tests.helpers import ROOT, PostgresServer, make_spec
+from tests.helpers import ROOT, PostgresServer, daemon, make_spec, own, wait_for
+from tests.openai_server import OpenAIServer
 
 FIXTURES = ROOT / "tests" / "data"
 
@@ -150,15 +155,17 @@ def test_schedules_and_baselines_persist(store_url, outcome, tmp_path):
 # ---- migrations ----------------------------------------------------------------------------------
 
 
-def load_fixture(kind, tmp_path, postgres_server=None) -> str:
-    """A database written by the last release before migrations (commit 28a5763, tests/data)."""
+def load_fixture(kind, tmp_path, postgres_server=None, commit="28a5763") -> str:
+    """A database an earlier benchd wrote (tests/data): 28a5763, the last release before migrations; 14d1cbb, the
+    last before RunSpec became a union on its kind (every spec it stored holds every kind's and engine's section;
+    written by tests/data/write_store.py)."""
     if kind == "sqlite":
-        path = tmp_path / "old.db"
+        path = tmp_path / f"{commit}.db"
         with sqlite3.connect(path) as db:
-            db.executescript((FIXTURES / "store-28a5763.sqlite.sql").read_text())
+            db.executescript((FIXTURES / f"store-{commit}.sqlite.sql").read_text())
         return f"sqlite:///{path}"
-    url = postgres_server.create_database("old_release")
-    postgres_server.psql("old_release", FIXTURES / "store-28a5763.postgresql.sql")
+    url = postgres_server.create_database(f"release_{commit}")
+    postgres_server.psql(f"release_{commit}", FIXTURES / f"store-{commit}.postgresql.sql")
     return url
 
 
@@ -201,6 +208,93 @@ def check_upgraded(url, tmp_path):
     again = open_store(url, tmp_path)  # an up-to-date database is left as it is
     assert migrate.revision(again.engine) == migrate.head()
     again.close()
+
+
+# ---- specs stored before RunSpec was a union on its kind -----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_specs_stored_with_every_section_read_back_as_their_own(kind, tmp_path):
+    """Every stored run's, schedule's and matrix variant's spec reads back as its kind's spec, with the values it
+    was stored with; the other sections are left out, and the rows stay as written."""
+    with PostgresServer() if kind == "postgresql" else contextlib.nullcontext() as server:
+        store = open_store(load_fixture(kind, tmp_path, server, commit="14d1cbb"), tmp_path, node="elsewhere")
+        runs = store.list_runs(limit=100).items
+        assert sorted(r["engine"] for r in runs) == ["kernel", "kernel", "openai", "static", "static", "train_step",
+                                                     "transformers", "transformers", "transformers"]
+        for run in runs:
+            assert len(run["spec"]) == 20  # as 14d1cbb wrote it: every section
+            spec = validate_spec(run["spec"])
+            assert spec.model_dump(mode="json") == own(run["spec"]), run["engine"]
+            assert (spec.runner, spec.subject, spec.name) == (run["engine"], run["model"], run["workload"])
+        schedules = store.list_schedules()
+        assert [s["name"] for s in schedules] == ["kernels", "nightly"]
+        for schedule in schedules:  # stored as given (exclude_unset): a transformers spec with no kind or engine
+            spec = validate_spec(schedule["spec"])
+            assert spec.model_dump(mode="json", exclude_unset=True) == own(schedule["spec"])
+        (matrix,) = store.list_matrices().items
+        variants = parse_matrix(matrix["document"]).variants()
+        assert [v.spec.runner for v in variants] == ["transformers", "static"]
+        for variant, stored in zip(variants, matrix["variants"], strict=True):  # stored as it ran (on cpu)
+            assert "transformers" in stored["spec"] and "static" in stored["spec"]
+            spec = validate_spec(stored["spec"])
+            assert spec.model_dump(mode="json") == own(stored["spec"])
+            assert (spec.runner, spec.options, spec.workload) == (variant.spec.runner, variant.spec.options,
+                                                                  variant.spec.workload)
+        store.close()
+
+
+@pytest.mark.timeout(900)
+def test_a_store_written_before_the_union_runs_its_schedules_runs_and_matrix_again(tmp_path):
+    """A daemon on that store: the stored schedules load and run, and every stored run's spec and the matrix's
+    document, sent again as stored (every section), are accepted and run; what the new runs store is their own
+    sections only, and the old rows stay as they were."""
+    url = load_fixture("sqlite", tmp_path, commit="14d1cbb")
+    reader = open_store(url, tmp_path / "reader")
+    old = {r["id"]: r for r in reader.list_runs(limit=100).items}
+    (matrix,) = reader.list_matrices().items
+    reader.close()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"prompt {i}"}) + "\n" for i in range(4)))
+    with OpenAIServer() as served, daemon(tmp_path, database_url=url, model_roots=[str(tmp_path)]) as server:
+        server.wait_ready(120)
+
+        def new_runs() -> list[dict]:
+            return [r for r in server.http.get("/runs", params={"limit": 100}).json()["items"] if r["id"] not in old]
+
+        wait_for(lambda: len(new_runs()) == 2, 60, "the stored schedules to run")
+        assert sorted(r["schedule"] for r in new_runs()) == ["kernels", "nightly"]
+        sent = {}
+        for run in old.values():
+            if run["schedule"] is None and run["matrix_id"] is None:  # sent as stored: the server's place is new
+                spec = run["spec"]
+                if spec["engine"] == "openai" and spec["kind"] == "generate":
+                    spec = {**spec, "openai": {**spec["openai"], "base_url": served.base_url},
+                            "workload": {**spec["workload"], "dataset": {**spec["workload"]["dataset"],
+                                                                         "path": str(prompts)}}}
+                sent[post_until_measured(server, "/runs", spec)["id"]] = spec
+        matrix_id = post_until_measured(server, "/matrices", matrix["document"])["id"]
+        wait_for(lambda: all(r["status"] in ("succeeded", "failed") for r in new_runs()) and len(new_runs()) == 9,
+                 600, "every run to end")
+        assert [(r["workload"], r["error"]) for r in new_runs() if r["status"] != "succeeded"] == []
+        wait_for(lambda: server.http.get(f"/matrices/{matrix_id}").json()["status"] == "succeeded", 60,
+                 "the matrix's comparison")
+        for run_id, spec in sent.items():
+            stored = server.http.get(f"/runs/{run_id}").json()["spec"]
+            assert stored == own(spec)
+        for run_id, run in old.items():
+            assert server.http.get(f"/runs/{run_id}").json()["spec"] == run["spec"]
+
+
+def post_until_measured(server, path: str, body: dict) -> dict:
+    """POST body, again while a timed run's device is not measured yet (503)."""
+    for _ in range(600):
+        response = server.http.post(path, json=body)
+        if response.status_code != 503:
+            break
+        time.sleep(0.2)
+    assert response.status_code == 202, response.text
+    return response.json()
 
 
 # ---- outages -------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from benchd.daemon.settings import Settings
 from benchd.hardware.devices import Slot, resolve
 from benchd.hardware.reader import HardwareReader
 from benchd.hardware.sampler import HardwareSampler
-from benchd.spec import RunSpec
+from benchd.spec import validate_spec
 from benchd.store import Store, StoreUnavailable
 from benchd.telemetry.exposition import NodeRegistry
 from benchd.telemetry.gauges import HardwareCollector
@@ -58,7 +58,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
             daemon.schedules.declare(declared.name, declared.spec, declared.interval_s, declared.enabled)
         daemon.start()  # the workers start and load the model; /readyz says when they are ready
         if settings.default_schedule:
-            daemon.schedules.put("default", RunSpec.model_validate(DEFAULT_SCHEDULE_SPEC),
+            daemon.schedules.put("default", validate_spec(DEFAULT_SCHEDULE_SPEC),
                                  settings.default_schedule_interval_s)
         else:
             daemon.schedules.delete("default")

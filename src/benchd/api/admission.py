@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from fastapi.exceptions import RequestValidationError
 
-from benchd.daemon.settings import Settings
+from benchd.daemon.settings import Limits, Settings
 from benchd.hardware.devices import DeviceError, Slot, targets
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.duration import time_problems
@@ -19,11 +19,15 @@ from benchd.spec import (
     Concurrent,
     Constant,
     Gamma,
+    GenerateSpec,
+    KernelSpec,
+    OpenAISpec,
     Poisson,
     Ramp,
     RunSpec,
     Sweep,
     Trace,
+    TrainStepSpec,
     length_upper_bound,
     traces,
 )
@@ -63,7 +67,6 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
         chosen = []
         problems.append(problem((*loc, error.field), error.reason))
     limits = settings.limits
-    workload = spec.workload
 
     def over(value: float, limit: float, *field: str, setting: str) -> None:
         if value > limit:
@@ -72,60 +75,28 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
 
     if spec.trust_remote_code:
         problems.append(problem((*loc, "trust_remote_code"), "cannot be enabled over HTTP"))
-    loads_model = spec.kind == "train_step" or (spec.kind == "generate" and spec.engine != "openai")
+    loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
     # (a served model's name is not a path; the daemon's own model is the operator's choice)
     if loads_model and spec.model not in PRESETS and spec.model != settings.model:
         reason = model_problem(spec.model, settings.model_roots)
         if reason:
             problems.append(problem((*loc, "model"), reason))
-    if workload.stop.requests is not None:
-        over(workload.stop.requests, limits.max_requests, "workload", "stop", "requests", setting="max_requests")
-    over(workload.warmup.requests, limits.max_requests, "workload", "warmup", "requests", setting="max_requests")
-    duration = (workload.stop.duration_s or 0) + workload.warmup.seconds
-    over(duration, limits.max_duration_s, "workload", "stop", "duration_s", setting="max_duration_s")
-    # A conversation's later turns hold every earlier one: its prompts reach max_prompt_tokens().
-    over(workload.max_prompt_tokens(), limits.max_prompt_tokens, "workload", "prompt_tokens",
-         setting="max_prompt_tokens")
-    over(length_upper_bound(workload.output_tokens), limits.max_output_tokens, "workload", "output_tokens",
-         setting="max_output_tokens")
-    stages = workload.stages()
-    sweep = isinstance(workload.arrivals, Sweep)
-    if sweep:
-        over(len(stages), limits.max_stages, "workload", "arrivals", "values", setting="max_stages")
-    for index, profile in enumerate(stages):
-        where = ("workload", "arrivals", "values", index) if sweep else ("workload", "arrivals")
-        if isinstance(profile, Concurrent):
-            over(profile.concurrency, limits.max_concurrency, *where, setting="max_concurrency")
-        elif isinstance(profile, Constant | Poisson | Gamma | Ramp):
-            over(profile.rate, limits.max_rate, *where, setting="max_rate")
-            if isinstance(profile, Ramp):
-                over(profile.start_rate, limits.max_rate, *where, "start_rate", setting="max_rate")
-    problems.extend(_arrival_problems(spec, settings, loc))
-    if spec.engine == "openai" and spec.kind == "generate":
-        # Where the daemon sends requests, and what: only hosts and key variables the settings allow
-        # (docs/guides/daemon.md, "Who can do what").
-        openai = spec.openai
-        if openai.api_key_env is not None and (reason := settings.openai.key_problem(openai.api_key_env)):
-            problems.append(problem((*loc, "openai", "api_key_env"), reason))
-        for field, url in (("base_url", openai.base_url), ("metrics_url", openai.metrics_url)):
-            if url is not None and (reason := settings.openai.url_problem(url)):
-                problems.append(problem((*loc, "openai", field), reason))
-    if spec.engine == "openai":  # files the daemon would read on the submitter's behalf stay under the roots
-        if spec.openai.tokenizer is not None and (reason := path_problem(spec.openai.tokenizer, settings.model_roots)):
-            problems.append(problem((*loc, "openai", "tokenizer"), reason))
-        if workload.dataset is not None and (reason := path_problem(workload.dataset.path, settings.model_roots)):
-            problems.append(problem((*loc, "workload", "dataset", "path"), reason))
+    if isinstance(spec, GenerateSpec):
+        _workload_limits(spec, limits, over)
+        problems.extend(_arrival_problems(spec, settings, loc))
+    if isinstance(spec, OpenAISpec):
+        problems.extend(_openai_problems(spec, settings, loc))
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
     for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in chosen}):
         for field, why in unavailable(spec.quantization, spec.attn_implementation, device_type):
             problems.append(problem((*loc, field), why))
-    if spec.kind == "train_step":
+    if isinstance(spec, TrainStepSpec):
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:
             over(warmup + train.steps, limits.max_steps, "train_step", "steps", setting="max_steps")
         over(len(train.warmup_study or [0]), limits.max_stages, "train_step", "warmup_study", setting="max_stages")
-    if spec.kind == "kernel" and spec.kernel is not None:
+    if isinstance(spec, KernelSpec):
         kernel = spec.kernel
         over(kernel.warmup + kernel.repeats, limits.max_repeats, "kernel", "repeats", setting="max_repeats")
         over(len(kernel.shapes) * len(kernel.chosen()), limits.max_stages, "kernel", "shapes",
@@ -152,6 +123,51 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
                              "a timed run's time cannot be judged before")
     if problems:
         raise RequestValidationError(problems)
+
+
+def _workload_limits(spec: GenerateSpec, limits: Limits, over: Callable[..., None]) -> None:
+    """The workload against the limits; over(value, limit, *field, setting=…) refuses what exceeds one."""
+    workload = spec.workload
+    if workload.stop.requests is not None:
+        over(workload.stop.requests, limits.max_requests, "workload", "stop", "requests", setting="max_requests")
+    over(workload.warmup.requests, limits.max_requests, "workload", "warmup", "requests", setting="max_requests")
+    duration = (workload.stop.duration_s or 0) + workload.warmup.seconds
+    over(duration, limits.max_duration_s, "workload", "stop", "duration_s", setting="max_duration_s")
+    # A conversation's later turns hold every earlier one: its prompts reach max_prompt_tokens().
+    over(workload.max_prompt_tokens(), limits.max_prompt_tokens, "workload", "prompt_tokens",
+         setting="max_prompt_tokens")
+    over(length_upper_bound(workload.output_tokens), limits.max_output_tokens, "workload", "output_tokens",
+         setting="max_output_tokens")
+    stages = workload.stages()
+    sweep = isinstance(workload.arrivals, Sweep)
+    if sweep:
+        over(len(stages), limits.max_stages, "workload", "arrivals", "values", setting="max_stages")
+    for index, profile in enumerate(stages):
+        where = ("workload", "arrivals", "values", index) if sweep else ("workload", "arrivals")
+        if isinstance(profile, Concurrent):
+            over(profile.concurrency, limits.max_concurrency, *where, setting="max_concurrency")
+        elif isinstance(profile, Constant | Poisson | Gamma | Ramp):
+            over(profile.rate, limits.max_rate, *where, setting="max_rate")
+            if isinstance(profile, Ramp):
+                over(profile.start_rate, limits.max_rate, *where, "start_rate", setting="max_rate")
+
+
+def _openai_problems(spec: OpenAISpec, settings: Settings, loc: tuple) -> list[dict]:
+    """Where the daemon sends requests, and what: only hosts and key variables the settings allow (README, "Who can do
+    what"); and the files it would read on the submitter's behalf, under the roots."""
+    problems = []
+    openai = spec.openai
+    if openai.api_key_env is not None and (reason := settings.openai.key_problem(openai.api_key_env)):
+        problems.append(problem((*loc, "openai", "api_key_env"), reason))
+    for field, url in (("base_url", openai.base_url), ("metrics_url", openai.metrics_url)):
+        if url is not None and (reason := settings.openai.url_problem(url)):
+            problems.append(problem((*loc, "openai", field), reason))
+    if openai.tokenizer is not None and (reason := path_problem(openai.tokenizer, settings.model_roots)):
+        problems.append(problem((*loc, "openai", "tokenizer"), reason))
+    dataset = spec.workload.dataset
+    if dataset is not None and (reason := path_problem(dataset.path, settings.model_roots)):
+        problems.append(problem((*loc, "workload", "dataset", "path"), reason))
+    return problems
 
 
 def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Slot, slots: Sequence[Slot],
@@ -187,7 +203,7 @@ def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Sl
     return problems
 
 
-def _arrival_problems(spec: RunSpec, settings: Settings, loc: tuple) -> list[dict]:
+def _arrival_problems(spec: GenerateSpec, settings: Settings, loc: tuple) -> list[dict]:
     """A capacity search's reach and a trace's file: what the stage list above cannot see."""
     arrivals, limits, where = spec.workload.arrivals, settings.limits, (*loc, "workload", "arrivals")
     problems = []

@@ -9,7 +9,7 @@ from typing import Any
 from benchd import heap
 from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from benchd.cli.client import CommandError
-from benchd.spec import SpecError, load_spec, parse_spec
+from benchd.spec import SpecError, parse_spec, read_document
 
 WARMUP_STUDY = (0, 1, 2, 5)  # --warmup-study: the train_step run repeated with these warm-up step counts
 
@@ -41,8 +41,11 @@ def _quick_spec(args: argparse.Namespace) -> dict[str, Any]:
 
 def _spec(args: argparse.Namespace):
     if args.spec is not None:
-        spec = load_spec(args.spec)
-        data = spec.model_dump(exclude_unset=True)
+        document = read_document(args.spec)
+        parse_spec(document)  # the file as it stands first: its errors name its fields
+        # flags apply to the document, not to its spec: the section of an engine --engine chooses is the file's own,
+        # where the file's spec (of another engine) holds none
+        data = dict(document or {})
     else:
         data = _quick_spec(args)
     for key in ("model", "engine", "device", "dtype", "seed", "label"):
@@ -59,8 +62,6 @@ def _spec(args: argparse.Namespace):
 def _matrix_document(args: argparse.Namespace, console) -> dict[str, Any] | int | None:
     """A spec file with `matrix:` (benchd.spec.matrix), flags applied to its spec; None for a plain spec; an exit code
     when the file cannot be read."""
-    from benchd.spec.run import read_document
-
     try:
         data = read_document(args.spec)
     except SpecError as error:

@@ -17,8 +17,10 @@ UNANSWERED = "openai.base_url: nothing answers at"  # how the openai engine says
 def load_failure(spec, error: str | None) -> str:
     """One line for a run whose model (or an openai run's tokenizer) could not be loaded: the error's first line,
     and what to give instead."""
+    from benchd.spec import OpenAISpec
+
     first = (error or "unknown error").strip().splitlines()[0].rstrip(".")
-    if spec.engine == "openai" and spec.kind == "generate":
+    if isinstance(spec, OpenAISpec):
         if UNANSWERED in first:  # engines/openai/engine.py: the server was asked before any request
             why = first.split(UNANSWERED, 1)[1].split(": ", 1)[-1]
             return (f"the server at {spec.openai.base_url} (openai.base_url) did not answer: {why}; start it, or "

@@ -20,7 +20,7 @@ from benchd.measure.records import RequestRecord
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import StageSpan
 from benchd.models.duration import kernel_deadline
-from benchd.spec import RunSpec
+from benchd.spec import GenerateSpec, OpenAISpec, RunSpec
 from benchd.stopping import StopSignal
 from benchd.store import RequestWriter, StageRequests, Store
 from benchd.supervisor.pool import WorkerPool
@@ -111,7 +111,7 @@ class Lifecycle:
     def _scrape(self, spec: RunSpec, gpu: str) -> ServerScrape | None:
         """An openai run with a metrics_url: its server's page read on a thread of the daemon, which stamps no
         token (the client loops are processes of the worker's)."""
-        if spec.kind != "generate" or spec.engine != "openai" or spec.openai.metrics_url is None:
+        if not isinstance(spec, OpenAISpec) or spec.openai.metrics_url is None:
             return None
         metrics = self.telemetry.metrics
         gauges = (ServerGauges(metrics, (spec.subject, spec.runner, spec.name, gpu)) if metrics is not None
@@ -228,5 +228,5 @@ def deadline_s(spec: RunSpec, max_duration_s: float) -> float:
     """How long a run from HTTP may run its requests (or timed stages) before it is stopped: the limit per stage,
     and one more for what is in flight when dispatching ends. Admission already refused what could not send its
     requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
-    stages = spec.workload.stage_count() if spec.kind == "generate" else 1
+    stages = spec.workload.stage_count() if isinstance(spec, GenerateSpec) else 1
     return max_duration_s * (stages + 1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from benchd.daemon.queue import QueueFull
-from benchd.spec import RunSpec, format_validation_error
+from benchd.spec import RunSpec, format_validation_error, validate_spec
 from benchd.store import Store, StoreUnavailable
 
 log = logging.getLogger("benchd.daemon.schedules")
@@ -117,7 +117,7 @@ class Schedules:
             for row in rows:
                 if row["name"] not in self._schedules:
                     try:
-                        spec = RunSpec.model_validate(row["spec"])
+                        spec = validate_spec(row["spec"])
                     except ValidationError as error:  # stored by an older benchd, no longer valid: left out, said once
                         log.error("schedule %s is left out: its stored spec is no longer valid: %s", row["name"],
                                   format_validation_error(error))

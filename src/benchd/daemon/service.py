@@ -20,7 +20,7 @@ from benchd.hardware.devices import Slot
 from benchd.hardware.sampler import HardwareSampler
 from benchd.measure.result import RunResult
 from benchd.models.roots import confined
-from benchd.spec import RunSpec
+from benchd.spec import GenerateSpec, RunSpec
 from benchd.spec.matrix import MatrixSpec
 from benchd.store import Store
 from benchd.supervisor.pool import WorkerPool
@@ -95,10 +95,11 @@ class Daemon:
         daemon = {"model": self.settings.model, "dtype": self.settings.dtype, "device": self.settings.device,
                   "label": self.settings.label}
         unset = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
-        rules, ours = spec.workload.validity, self.settings.validity
-        rules_unset = {k: getattr(ours, k) for k in ours.model_fields_set if k not in rules.model_fields_set}
-        if rules_unset:
-            unset["workload"] = spec.workload.model_copy(update={"validity": rules.model_copy(update=rules_unset)})
+        if isinstance(spec, GenerateSpec):
+            rules, ours = spec.workload.validity, self.settings.validity
+            rules_unset = {k: getattr(ours, k) for k in ours.model_fields_set if k not in rules.model_fields_set}
+            if rules_unset:
+                unset["workload"] = spec.workload.model_copy(update={"validity": rules.model_copy(update=rules_unset)})
         return spec.model_copy(update=unset)
 
     def submit(self, spec: RunSpec, schedule: str | None = None) -> str:

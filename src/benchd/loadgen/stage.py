@@ -19,7 +19,7 @@ from benchd.measure import capacity
 from benchd.measure.records import RecordBook, RequestRecord, StageSummary, summarize
 from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
-from benchd.spec import ArrivalProfile, RunSpec, SpecError, Workload, describe_profile, traces
+from benchd.spec import ArrivalProfile, GenerateSpec, SpecError, Workload, describe_profile, traces
 from benchd.spec.profiles import Capacity, Trace, is_open_loop
 from benchd.spec.validity import Watch
 from benchd.stopping import Stopped, StopSignal
@@ -86,7 +86,7 @@ class StageStopped(Exception):
 class Stage:
     """One load level of a workload: dispatches its requests and waits for them."""
 
-    def __init__(self, engine: Engine, spec: RunSpec, profile: ArrivalProfile, content: Callable[[], RequestContent],
+    def __init__(self, engine: Engine, spec: GenerateSpec, profile: ArrivalProfile, content: Callable[[], RequestContent],
                  outbox: Outbox, index: int = 0, clock: Callable[[], float] = time.perf_counter,
                  trace_id: str | None = None, dispatch_priority: int = 0) -> None:
         self.engine, self.spec, self.profile = engine, spec, profile
@@ -327,7 +327,7 @@ class OutOfMemory(RuntimeError):
     next stages run on a new engine."""
 
 
-def check_fits(spec: RunSpec, max_positions: int | None) -> None:
+def check_fits(spec: GenerateSpec, max_positions: int | None) -> None:
     workload = spec.workload
     if isinstance(workload.arrivals, Trace):
         trace = traces.summarize(workload.arrivals)
@@ -339,7 +339,7 @@ def check_fits(spec: RunSpec, max_positions: int | None) -> None:
                         "positions")
 
 
-def stage_plan(spec: RunSpec) -> Iterator[tuple[ArrivalProfile, Callable[[StageSummary], None]]]:
+def stage_plan(spec: GenerateSpec) -> Iterator[tuple[ArrivalProfile, Callable[[StageSummary], None]]]:
     """The stages' profiles in turn, each with what its summary is told to: a capacity search decides each probe's
     rate from the probes before it (capacity.Search, replayed by the daemon over the same summaries)."""
     arrivals = spec.workload.arrivals
@@ -352,7 +352,7 @@ def stage_plan(spec: RunSpec) -> Iterator[tuple[ArrivalProfile, Callable[[StageS
         yield arrivals.probe(rate), search.record
 
 
-def run_stages(spec: RunSpec, engine: Engine, new_stream: Callable[[], Callable[[], RequestContent]],
+def run_stages(spec: GenerateSpec, engine: Engine, new_stream: Callable[[], Callable[[], RequestContent]],
                outbox: Outbox, stop: StopSignal | None = None, trace_id: str | None = None,
                dispatch_priority: int = 0, renew: Callable[[], Engine] | None = None) -> tuple[str, str | None]:
     """Every stage in turn on a started engine; (status, error). Whatever happens, what was measured has been

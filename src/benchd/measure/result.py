@@ -14,7 +14,7 @@ from benchd.measure.capacity import CapacityResult
 from benchd.measure.records import RequestRecord, StageSummary, summarize
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
 from benchd.protocol.metadata import RunMetadata
-from benchd.spec import SLO, RunSpec
+from benchd.spec import SLO, GenerateSpec, RunSpec
 from benchd.spec.profiles import Capacity, is_open_loop
 from benchd.spec.validity import ValidityRules
 
@@ -38,7 +38,7 @@ class StageResult:
     stop_reason: str | None = None  # why a stop rule ended it early
 
     @classmethod
-    def of(cls, spec: RunSpec, index: int, label: str, start_s: float) -> StageResult:
+    def of(cls, spec: GenerateSpec, index: int, label: str, start_s: float) -> StageResult:
         """Stage `index` of the spec's run, with what its summary needs from the spec."""
         workload = spec.workload
         stages = workload.stages()
@@ -87,9 +87,9 @@ class RunResult:
 
     def capacity(self, summaries: list[StageSummary] | None = None) -> CapacityResult | None:
         """A capacity search's figure, replayed over every probe; None for other runs."""
-        arrivals = self.spec.workload.arrivals
-        if self.spec.kind != "generate" or not isinstance(arrivals, Capacity):
+        if not isinstance(self.spec, GenerateSpec) or not isinstance(self.spec.workload.arrivals, Capacity):
             return None
+        arrivals = self.spec.workload.arrivals
         summaries = summaries if summaries is not None else self.summaries()
         return capacity.conclude(arrivals, [(s.stage, s) for s in summaries])
 

@@ -30,6 +30,8 @@ from benchd.spec import (
     Constant,
     FixedLength,
     Gamma,
+    GenerateSpec,
+    KernelSpec,
     ListLength,
     MatmulKernel,
     Poisson,
@@ -38,6 +40,7 @@ from benchd.spec import (
     Sweep,
     Synchronous,
     Trace,
+    TrainStepSpec,
     traces,
 )
 
@@ -47,7 +50,7 @@ ADAM_PASSES = 7  # AdamW reads weights, gradients and two states and writes weig
 CUDA_ONLY = frozenset({"tf32", "flash", "efficient", "cudnn"})  # on a CPU these stages fail at once
 
 
-def sending_s(profile: ArrivalProfile, spec: RunSpec) -> float | None:
+def sending_s(profile: ArrivalProfile, spec: GenerateSpec) -> float | None:
     """How long an open-loop stage takes to send its requests (its warm-up included); None for a closed loop,
     whose pace is the engine's."""
     if not isinstance(profile, Constant | Poisson | Gamma | Ramp):
@@ -74,7 +77,7 @@ def span(seconds: float) -> str:
 # ---- timed runs ---------------------------------------------------------------------------------
 
 
-def kernel_shapes_s(spec: RunSpec, speed: DeviceSpeed) -> list[float]:
+def kernel_shapes_s(spec: KernelSpec, speed: DeviceSpeed) -> list[float]:
     """Per shape: every implementation's calls and the flushes before its measured ones."""
     kernel = spec.kernel
     on_cpu = not speed.device.startswith("cuda")
@@ -101,7 +104,7 @@ def kernel_shapes_s(spec: RunSpec, speed: DeviceSpeed) -> list[float]:
     return out
 
 
-def train_step_s(spec: RunSpec, speed: DeviceSpeed) -> float | None:
+def train_step_s(spec: TrainStepSpec, speed: DeviceSpeed) -> float | None:
     """Every warm-up and measured step of every warm-up study level; None for a model unknown before it loads."""
     t = spec.train_step
     dtype = "float32" if spec.dtype == "auto" else spec.dtype
@@ -121,7 +124,7 @@ def kernel_deadline(spec: RunSpec, speed: DeviceSpeed | None, factor: float,
     """(seconds into its run, the cause) after which the supervisor ends a kernel run: factor times what it should
     take, plus slack_s (start-up, input tensors, a busy host) and COMPILE_S a shape for a compiled implementation.
     None: not a kernel run, or no speed to judge by."""
-    if spec.kind != "kernel" or spec.kernel is None or speed is None:
+    if not isinstance(spec, KernelSpec) or speed is None:
         return None
     expected = sum(kernel_shapes_s(spec, speed))
     compiled = len(spec.kernel.shapes) if "compiled" in spec.kernel.chosen() else 0
@@ -146,7 +149,7 @@ class TokenTimes:
         return prompt * self.prompt_s + output * self.step_s
 
 
-def token_times(spec: RunSpec, speed: DeviceSpeed | None) -> TokenTimes:
+def token_times(spec: GenerateSpec, speed: DeviceSpeed | None) -> TokenTimes:
     if speed is None or spec.engine == "openai":
         return TokenTimes()
     element = dtype_bytes(spec.dtype, "cuda" if speed.device.startswith("cuda") else "cpu")
@@ -164,7 +167,7 @@ def length_lower_bound(dist) -> int:
     return min(dist.values) if isinstance(dist, ListLength) else dist.min
 
 
-def stage_s(profile: ArrivalProfile, spec: RunSpec, times: TokenTimes) -> tuple[float, float, str] | None:
+def stage_s(profile: ArrivalProfile, spec: GenerateSpec, times: TokenTimes) -> tuple[float, float, str] | None:
     """(the stage's least time, its longest request's, what bounds it: sending, trace, requests or duration) at
     these token times; None when nothing bounds it."""
     workload = spec.workload
@@ -201,9 +204,9 @@ def time_problems(spec: RunSpec, speed: DeviceSpeed | None, limit_s: float) -> l
     without it."""
     limit = f"the limit of {limit_s:g} s (BENCHD_LIMITS__MAX_DURATION_S)"
     dtype = (spec.train_step.autocast or ("float32" if spec.dtype == "auto" else spec.dtype)
-             if spec.kind == "train_step" else spec.dtype)
+             if isinstance(spec, TrainStepSpec) else spec.dtype)
     at = f"at this device's measured speed ({speed.describe(dtype)})" if speed is not None else ""
-    if spec.kind == "kernel" and spec.kernel is not None and speed is not None:
+    if isinstance(spec, KernelSpec) and speed is not None:
         shapes = kernel_shapes_s(spec, speed)
         total = sum(shapes)
         if total <= limit_s:
@@ -212,13 +215,13 @@ def time_problems(spec: RunSpec, speed: DeviceSpeed | None, limit_s: float) -> l
         calls = spec.kernel.warmup + spec.kernel.repeats
         return [(("kernel", "shapes", worst), f"the run should take {span(total)} {at}, beyond {limit}; this shape's "
                                                f"{calls} calls an implementation take {span(shapes[worst])}")]
-    if spec.kind == "train_step" and speed is not None:
+    if isinstance(spec, TrainStepSpec) and speed is not None:
         total = train_step_s(spec, speed)
         if total is None or total <= limit_s:
             return []
         return [(("train_step", "steps"), f"the run's steps should take at least {span(total)} {at} (their model "
                                           f"FLOPs), beyond {limit}")]
-    if spec.kind != "generate":
+    if not isinstance(spec, GenerateSpec):
         return []
     times = token_times(spec, speed)
     problems: list[tuple[tuple, str]] = []

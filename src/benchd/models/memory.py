@@ -9,7 +9,20 @@ from pathlib import Path
 
 from benchd.models.flops import Shape, memory_breakdown
 from benchd.models.presets import PRESETS, Preset, parameter_count
-from benchd.spec import AttentionKernel, MatmulKernel, RunSpec, Trace, TransformersOptions, traces
+from benchd.spec import (
+    AttentionKernel,
+    GenerateSpec,
+    KernelSpec,
+    MatmulKernel,
+    OpenAISpec,
+    RunSpec,
+    StaticSpec,
+    Trace,
+    TrainStepSpec,
+    TransformersOptions,
+    TransformersSpec,
+    traces,
+)
 from benchd.spec.documents import parse_json
 from benchd.spec.stack import base_attention
 
@@ -106,17 +119,17 @@ def model_shape_and_weights(ref: str, element_bytes: int) -> tuple[Shape | None,
 def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
     """None when nothing can be said before loading (a hub id, a server)."""
     element = dtype_bytes(spec.dtype, device_type)
-    if spec.kind == "kernel":
+    if isinstance(spec, KernelSpec):
         return _kernel(spec, element)
-    if spec.kind == "generate" and spec.engine == "openai":
+    if isinstance(spec, OpenAISpec):
         return Footprint()
-    if spec.kind == "train_step":
+    if isinstance(spec, TrainStepSpec):
         element = dtype_bytes("float32" if spec.dtype == "auto" else spec.dtype, device_type)
     shape, weights = model_shape_and_weights(spec.model, element)
     if shape is None:
         return None if weights is None else Footprint(weights=weights)
     weights = weights or 0
-    if spec.kind == "train_step":
+    if isinstance(spec, TrainStepSpec):
         t = spec.train_step
         activation = 2 if t.autocast or element == 2 else 4
         breakdown = memory_breakdown(weights // element, shape, t.batch_size, t.context_length, element, activation,
@@ -125,7 +138,7 @@ def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
     kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * element
     workload = spec.workload
     sequence = sum(traces.longest(workload))  # a conversation's last turn, or a trace's longest request
-    if spec.engine == "static":  # a batch's prefill: its mask, K/V repeated for every query head, the logits
+    if isinstance(spec, StaticSpec):  # a batch's prefill: its mask, K/V repeated for every query head, the logits
         batch = spec.static.batch_size
         step = batch * sequence * (sequence * element + 2 * shape.heads * shape.head_dim * element)
         if device_type == "cpu":  # float32 scores per KV-head group, as continuous batching's (cache_figures)
@@ -134,6 +147,7 @@ def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
                          activations=batch * shape.vocab * LOGIT_BYTES * 2 + step)
     # transformers' continuous batching where benchd does not plan (a CPU, or the library's own sizing on a GPU,
     # for which the cache holds one request at least): the cache and its worst step, a step reading all of it
+    assert isinstance(spec, TransformersSpec)
     options = spec.transformers
     cpu = device_type == "cpu"
     size = options.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
@@ -149,7 +163,7 @@ def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
 def planned(spec: RunSpec, device_type: str) -> bool:
     """Whether benchd plans the run's cache (transformers' continuous batching on a GPU, unless the spec asks for
     the library's own sizing): its memory is then the plan's, not estimate()'s."""
-    return (spec.kind == "generate" and spec.engine == "transformers" and device_type == "cuda"
+    return (isinstance(spec, TransformersSpec) and device_type == "cuda"
             and not spec.transformers.library_defaults)
 
 
@@ -172,7 +186,7 @@ def chosen(options: TransformersOptions) -> dict:
             "max_batch_tokens": options.max_batch_tokens, "max_requests": options.max_requests_per_batch}
 
 
-def _kernel(spec: RunSpec, element: int) -> Footprint:
+def _kernel(spec: KernelSpec, element: int) -> Footprint:
     kernel = spec.kernel
     flush = kernel.flush_bytes if kernel.flush_l2 else 0
     largest = 0
@@ -342,21 +356,21 @@ def fit_problems(spec: RunSpec, device_type: str) -> list[tuple[tuple, str]]:
     """(field, why) for each thing one request (or a training step's context) needs and the model or its cache
     cannot hold: what the worker would otherwise find as it loads (runner.check_fits, the engine's capacity)."""
     problems: list[tuple[tuple, str]] = []
-    positions = model_positions(spec.model) if spec.kind != "kernel" else None
-    if spec.kind == "train_step":
+    positions = model_positions(spec.model) if not isinstance(spec, KernelSpec) else None
+    if isinstance(spec, TrainStepSpec):
         context = spec.train_step.context_length
         if positions is not None and context > positions:
             problems.append((("train_step", "context_length"),
                              f"{context} is beyond the model's {positions} positions"))
         return problems
-    if spec.kind != "generate" or spec.engine == "openai":
+    if not isinstance(spec, GenerateSpec) or isinstance(spec, OpenAISpec):
         return problems
     trace = isinstance(spec.workload.arrivals, Trace)
     need = sum(traces.longest(spec.workload))
     if positions is not None and need > positions:
         field = ("workload", "arrivals", "path") if trace else ("workload", "prompt_tokens")
         problems.append((field, f"prompt + output may reach {need} tokens, beyond the model's {positions} positions"))
-    cache = cache_tokens(spec.transformers, device_type) if spec.engine == "transformers" else None
+    cache = cache_tokens(spec.transformers, device_type) if isinstance(spec, TransformersSpec) else None
     if cache is not None and cache[0] * cache[1] < need:
         problems.append((("transformers", "num_blocks"), f"the cache holds {cache[0]} × {cache[1]} tokens, but one "
                                                          f"request may need {need} (prompt + output)"))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchd.models.presets import PRESETS
-from benchd.spec import RunSpec, SpecError, Trace
+from benchd.spec import GenerateSpec, OpenAISpec, RunSpec, SpecError, Trace, TrainStepSpec
 
 OUTSIDE = "not under BENCHD_MODEL_ROOTS"
 
@@ -49,12 +49,12 @@ def confined(spec: RunSpec, daemon_model: str, roots: list[Path]) -> dict[str, A
     checked against them (api/admission.py), by its dotted name; None when it names no such path. The daemon's own
     model is the operator's choice."""
     paths: dict[str, str] = {}
-    loads_model = spec.kind == "train_step" or (spec.kind == "generate" and spec.engine != "openai")
+    loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
     if loads_model and spec.model not in PRESETS and spec.model != daemon_model:
         paths["model"] = spec.model
-    if isinstance(spec.workload.arrivals, Trace):
+    if isinstance(spec, GenerateSpec) and isinstance(spec.workload.arrivals, Trace):
         paths["workload.arrivals.path"] = spec.workload.arrivals.path
-    if spec.engine == "openai":
+    if isinstance(spec, OpenAISpec):
         if spec.openai.tokenizer is not None:
             paths["openai.tokenizer"] = spec.openai.tokenizer
         if spec.workload.dataset is not None:

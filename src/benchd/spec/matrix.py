@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from benchd.spec import RunSpec, SpecError
+from benchd.spec import SPEC_FIELDS, GenerateSpec, SpecError, validate_spec
 from benchd.spec.fields import Bounded, BoundedMapping
 
 MAX_VARIANTS = 64  # whatever the daemon's limits: a matrix is one comparison, not a sweep of a space
@@ -37,7 +37,7 @@ class Variant:
     index: int
     label: str  # path=value, …: what sets it apart
     values: dict[str, Any]  # dotted path → value
-    spec: RunSpec
+    spec: GenerateSpec
 
 
 class MatrixSpec(BaseModel):
@@ -121,7 +121,7 @@ def expand(matrix: MatrixSpec) -> list[Variant]:
         head = path.split(".")[0]
         if head in FIXED:
             problems.append((("matrix", path), FIXED[head]))
-        elif head not in RunSpec.model_fields or not all(path.split(".")):
+        elif head not in SPEC_FIELDS or not all(path.split(".")):
             problems.append((("matrix", path), f"no spec field {head!r}"))
         seen = [format_value(v) for v in values]
         if len(set(seen)) != len(seen):
@@ -141,11 +141,11 @@ def expand(matrix: MatrixSpec) -> list[Variant]:
         try:
             for path, value in values.items():
                 _set(data, path, value)
-            spec = RunSpec.model_validate(data)
+            spec = validate_spec(data)
         except ValueError as error:  # pydantic's ValidationError is one
             problems.extend(_variant_problems(values, error))
             continue
-        if spec.kind != "generate":
+        if not isinstance(spec, GenerateSpec):
             problems.append((("kind",), FIXED["kind"]))
             break
         if spec.placement != "one":

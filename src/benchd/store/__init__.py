@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from benchd.measure.records import RequestRecord, summarize
 from benchd.measure.result import StageResult
-from benchd.spec import RunSpec
+from benchd.spec import GenerateSpec, validate_spec
 from benchd.store import migrate
 from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings
 from benchd.store.spool import Spool, SpoolState, dumps, unreachable
@@ -133,7 +133,7 @@ class Store:
     # ---- writes (journaled) ----------------------------------------------------------------------
 
     def create_run(self, run_id: str, spec: dict, schedule: str | None = None, matrix_id: str | None = None) -> None:
-        parsed = RunSpec.model_validate(spec)
+        parsed = validate_spec(spec)
         self._visible({"op": "create_run", "run": {
             "id": run_id, "status": "queued", "workload": parsed.name, "model": parsed.subject,
             "engine": parsed.runner, "label": spec.get("label"), "schedule": schedule, "spec": spec,
@@ -277,7 +277,7 @@ class Store:
     @staticmethod
     def _summaries_from_rows(db: sa.Connection, run_id: str, spec: dict) -> list[dict]:
         try:
-            parsed = RunSpec.model_validate(spec)
+            parsed = validate_spec(spec)  # as stored: by this benchd, or one whose spec held every section
         except ValueError:
             parsed = None
         stages: dict[int, tuple[str, list[RequestRecord]]] = {}
@@ -286,7 +286,7 @@ class Store:
             stages.setdefault(row["stage_index"], (row["stage"] or "", []))[1].append(RequestRecord.from_row(row))
         out = []
         for index, (label, records) in sorted(stages.items()):
-            if parsed is None:
+            if not isinstance(parsed, GenerateSpec):
                 out.append(summarize(label, "interrupted", records))
             else:
                 stage = StageResult.of(parsed, index, label, 0.0)

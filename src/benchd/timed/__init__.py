@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
-from benchd.spec import RunSpec
+from benchd.spec import KernelSpec, TrainStepSpec
 from benchd.stopping import Stopped, StopSignal
 from benchd.timed.context import TimedContext
 
 
-def run_timed(spec: RunSpec, outbox: Outbox, metadata: RunMetadata,
+def run_timed(spec: TrainStepSpec | KernelSpec, outbox: Outbox, metadata: RunMetadata,
               stop: StopSignal | None = None, model: str | None = None) -> tuple[str, str | None]:
     """Run a train_step or kernel spec; (status, error). Whatever happens, what was timed has been passed on."""
     from benchd.timed import kernel, train_step  # torch loads here, in the worker only

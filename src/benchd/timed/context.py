@@ -12,14 +12,14 @@ from benchd.models.loading import resolve_device
 from benchd.protocol import events
 from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
-from benchd.spec import RunSpec
+from benchd.spec import KernelSpec, TrainStepSpec
 from benchd.stopping import Stopped, StopSignal
 
 
 class TimedContext:
     """What a timed body works through: stop checks, progress, stages and timings, all passed on as events."""
 
-    def __init__(self, spec: RunSpec, outbox: Outbox, metadata: RunMetadata, stop: StopSignal | None,
+    def __init__(self, spec: TrainStepSpec | KernelSpec, outbox: Outbox, metadata: RunMetadata, stop: StopSignal | None,
                  model: str | None = None) -> None:
         """model: where to load the spec's model from, when not from its name (a confined path, benchd.models.roots)."""
         self.spec, self.outbox, self.metadata, self.stop = spec, outbox, metadata, stop

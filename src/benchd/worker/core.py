@@ -20,7 +20,7 @@ from benchd.protocol import events
 from benchd.protocol.messages import Done, Events, Exiting, Report, Warmed
 from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
-from benchd.spec import RunSpec, traces
+from benchd.spec import RunSpec, traces, validate_spec
 from benchd.spec.stack import base_attention
 from benchd.stopping import StopSignal
 from benchd.timed import run_timed
@@ -86,19 +86,18 @@ class WorkerCore:
         if run_id in self._cancelled:
             stop.set(self._cancelled.pop(run_id))
         self._run = (run_id, outbox, stop)
-        spec = RunSpec.model_validate(spec_data)
+        spec = validate_spec(spec_data)
         metadata: RunMetadata | None = None
         status, error, stage = "failed", None, "load"
         opened: dict[str, Opened] = {}
         try:
             # Every path checked again on what it opens: the run reads through the descriptors (roots.Opened).
             confined_data, opened = open_confined(spec_data, confine)
-            spec = RunSpec.model_validate(confined_data)
+            spec = validate_spec(confined_data)
             model = opened.get("model")
             source = spec.model if model is None else model.real if self.group is not None else model.path
             if self.group is not None and (spec.kind != "generate" or spec.engine != "transformers"):
-                raise ValueError("a tensor-parallel worker runs transformers generation, not "
-                                 f"{spec.kind}/{spec.engine}")
+                raise ValueError(f"a tensor-parallel worker runs transformers generation, not {spec.runner}")
             if spec.kind != "generate":
                 metadata, status, error = self._timed(spec, outbox, stop, source)
                 stage = "run"
@@ -216,8 +215,7 @@ class WorkerCore:
     def _engine_for(self, spec: RunSpec) -> Engine:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
-        key = (spec.engine, spec.transformers, spec.static, spec.openai, spec.model, workload.ignore_eos,
-               traces.longest(workload),
+        key = (spec.engine, spec.options, spec.model, workload.ignore_eos, traces.longest(workload),
                spec.compile, spec.attn_implementation)  # a matrix may vary only these on one loaded model
         if self._engine is not None and self._engine_key == key and self._engine.alive():
             return self._engine

@@ -159,7 +159,7 @@ def follow(control: Any) -> None:
     """Ranks 1…: load what rank 0 loads, start the engines it starts and keep them in step until rank 0 stops
     its engine (transformers' continuous batching carries the requests and the stop)."""
     from benchd.engines.transformers import TransformersEngine
-    from benchd.spec import RunSpec
+    from benchd.spec import validate_spec
 
     loaded: LoadedModel | None = None
     while True:
@@ -171,7 +171,7 @@ def follow(control: Any) -> None:
             loaded = load_sharded(command.ref, command.path, command.dtype, command.trust_remote_code,
                                   command.attn_implementation)
         elif isinstance(command, StartEngine):
-            spec = RunSpec.model_validate(command.spec)
+            spec = validate_spec(command.spec)
             TransformersEngine(loaded, spec.transformers, spec.workload).follow()
         elif isinstance(command, Exit):
             return

@@ -1,0 +1,194 @@
+"""What a generation run sends: its arrivals, stop and warm-up, the lengths of prompts and outputs, and where prompts
+come from."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from benchd.spec.fields import (
+    NAME_MAX,
+    PATH_MAX,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
+from benchd.spec.fields import Strict as _Strict
+from benchd.spec.profiles import ArrivalProfile, Arrivals, Capacity, Sweep, Synchronous, Trace
+from benchd.spec.slo import SLO
+from benchd.spec.validity import ValidityRules
+
+# ---- length distributions (token counts) ------------------------------------------------------
+
+
+class FixedLength(_Strict):
+    dist: Literal["fixed"]
+    value: PositiveInt
+
+
+class UniformLength(_Strict):
+    dist: Literal["uniform"]
+    min: PositiveInt
+    max: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+class NormalLength(_Strict):
+    """A normal distribution rounded to integers and clipped to [min, max]."""
+
+    dist: Literal["normal"]
+    mean: PositiveFloat
+    std: NonNegativeFloat
+    min: PositiveInt = 1
+    max: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NormalLength:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        if not self.min <= self.mean <= self.max:
+            raise ValueError(f"mean ({self.mean}) must lie within [min, max] = [{self.min}, {self.max}]")
+        return self
+
+
+class ListLength(_Strict):
+    """Lengths drawn uniformly at random from a list."""
+
+    dist: Literal["list"]
+    values: Annotated[list[PositiveInt], Field(min_length=1)]
+
+
+LengthDist = Annotated[
+    FixedLength | UniformLength | NormalLength | ListLength, Field(discriminator="dist")
+]
+
+
+def length_upper_bound(dist: FixedLength | UniformLength | NormalLength | ListLength) -> int:
+    match dist:
+        case FixedLength():
+            return dist.value
+        case ListLength():
+            return max(dist.values)
+        case _:
+            return dist.max
+
+
+# ---- workload ----------------------------------------------------------------------------------
+
+
+class Stop(_Strict):
+    """When a stage stops: after this many measured requests and/or this many measured seconds."""
+
+    requests: PositiveInt | None = None
+    duration_s: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Stop:
+        if self.requests is None and self.duration_s is None:
+            raise ValueError("set requests, duration_s or both: a run must end")
+        return self
+
+
+class Warmup(_Strict):
+    """Requests run before measuring, cut by their scheduled time; they never enter any figure."""
+
+    requests: NonNegativeInt = 0
+    seconds: NonNegativeFloat = 0.0
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Warmup:
+        if self.requests and self.seconds:
+            raise ValueError("give warm-up as requests or as seconds, not both")
+        return self
+
+
+class SharedPrefix(_Strict):
+    """The first fraction of each prompt is the same token ids as every other prompt of its group (a system prompt, a
+    shared document): what a server's prefix cache can reuse. Groups are assigned to requests in turn."""
+
+    fraction: Annotated[float, Field(gt=0, le=1)]
+    groups: PositiveInt = 1
+
+
+class Conversation(_Strict):
+    """Multi-turn conversations: each request is the next turn of one of `conversations` conversations taken in turn,
+    and its prompt holds the conversation so far (every earlier turn's prompt, and a stand-in of each earlier answer's
+    length: contents are made before answers exist) followed by a new prompt_tokens-long message."""
+
+    turns: Annotated[int, Field(ge=2, le=64)]
+    conversations: PositiveInt = 8
+
+
+class TextDataset(_Strict):
+    """Prompts from a file, sampled with the workload's seed (each is used once before any repeats)."""
+
+    format: Literal["jsonl", "sharegpt"]
+    path: Annotated[str, Field(min_length=1, max_length=PATH_MAX)]
+    field: Annotated[str, Field(min_length=1, max_length=NAME_MAX)] = "prompt"  # jsonl: the key holding the prompt (a line may also be a bare JSON string)
+
+
+
+class Workload(_Strict):
+    arrivals: Arrivals = Field(default_factory=lambda: Synchronous(profile="synchronous"))
+    stop: Stop = Field(default_factory=lambda: Stop(requests=16))
+    warmup: Warmup = Field(default_factory=Warmup)
+    prompt_tokens: LengthDist = Field(default_factory=lambda: FixedLength(dist="fixed", value=128))
+    output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(dist="fixed", value=128))
+    ignore_eos: bool = True
+    slo: SLO | None = None
+    dataset: TextDataset | None = None  # text prompts for the openai engine instead of synthetic ones
+    prefix: SharedPrefix | None = None
+    conversation: Conversation | None = None
+    validity: ValidityRules = Field(default_factory=ValidityRules)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Workload:
+        arrivals = self.arrivals
+        if isinstance(arrivals, Capacity):
+            if self.slo is None or not self.slo.per_stage:
+                raise ValueError("slo: a capacity search needs stage objectives (ttft_p99_s, tpot_p99_s, itl_p99_s, "
+                                 "e2e_p99_s or max_error_rate) to tell a rate that passes from one that fails")
+            if self.stop.duration_s is None:
+                raise ValueError("stop.duration_s: a capacity search's probes run at changing rates and need a "
+                                 "length in seconds")
+        if self.dataset is not None and (self.prefix is not None or self.conversation is not None):
+            raise ValueError("prefix, conversation: shape synthetic prompts, not a dataset's")
+        if isinstance(arrivals, Trace) and self.dataset is not None:
+            raise ValueError("dataset: a trace gives each request's lengths; its prompts are made to them")
+        if isinstance(arrivals, Trace) and self.conversation is not None:
+            raise ValueError("conversation: a trace gives each request's lengths itself")
+        if isinstance(arrivals, Trace) and arrivals.format == "mooncake" and self.prefix is not None:
+            raise ValueError("prefix: a Mooncake trace says which prompts share blocks (hash_ids)")
+        return self
+
+    def stages(self) -> list[ArrivalProfile]:
+        """The load levels in order; a capacity search's first probe only (the next are decided as it goes)."""
+        arrivals = self.arrivals
+        if isinstance(arrivals, Sweep):
+            return arrivals.stages()
+        if isinstance(arrivals, Capacity):
+            return [arrivals.probe(arrivals.start_rate)]
+        return [arrivals]
+
+    def stage_count(self) -> int:
+        """Stages the run will have at most."""
+        arrivals = self.arrivals
+        return arrivals.max_probes if isinstance(arrivals, Capacity) else len(self.stages())
+
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt the synthetic workload makes (a trace's are in its file)."""
+        prompt = length_upper_bound(self.prompt_tokens)
+        if self.conversation is None:
+            return prompt
+        turns = self.conversation.turns
+        return turns * prompt + (turns - 1) * length_upper_bound(self.output_tokens)
+
+    def max_sequence_tokens(self) -> int:
+        return self.max_prompt_tokens() + length_upper_bound(self.output_tokens)
