@@ -56,73 +56,104 @@ class Unmeasured(Exception):
     """A timed run's time cannot be judged yet: its device's worker has not measured the device (it is starting)."""
 
 
+class Problems(list):
+    """The 422's details, each at most once: a field (under loc) and why."""
+
+    def __init__(self, loc: tuple) -> None:
+        super().__init__()
+        self.loc = loc
+
+    def add(self, field: tuple, why: str) -> None:
+        if (found := problem((*self.loc, *field), why)) not in self:
+            self.append(found)
+
+    def over(self, value: float, limit: float, *field: str, setting: str) -> None:
+        if value > limit:
+            self.add(field, f"{value:g} exceeds the limit of {limit:g} (BENCHD_LIMITS__{setting.upper()})")
+
+
 def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slot], loc: tuple = (),
           speeds: Callable[[Slot], DeviceSpeed | None] = lambda slot: None) -> None:
     """Checks a spec from HTTP against the daemon's limits, devices and model rules; 422 naming each field. slots:
     the daemon's workers; speeds: each one's measured speed (benchd.hardware.speed), what its time is judged by."""
-    problems = []
+    problems = Problems(loc)
     try:
         chosen = targets(slots, spec.device, spec.placement, spec.tensor_parallel)
     except DeviceError as error:
         chosen = []
-        problems.append(problem((*loc, error.field), error.reason))
-    limits = settings.limits
-
-    def over(value: float, limit: float, *field: str, setting: str) -> None:
-        if value > limit:
-            problems.append(problem((*loc, *field), f"{value:g} exceeds the limit of {limit:g} "
-                                                    f"(BENCHD_LIMITS__{setting.upper()})"))
-
-    if spec.trust_remote_code:
-        problems.append(problem((*loc, "trust_remote_code"), "cannot be enabled over HTTP"))
-    loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
-    # (a served model's name is not a path; the daemon's own model is the operator's choice)
-    if loads_model and spec.model not in PRESETS and spec.model != settings.model:
-        reason = model_problem(spec.model, settings.model_roots)
-        if reason:
-            problems.append(problem((*loc, "model"), reason))
+        problems.add((error.field,), error.reason)
+    _source_problems(spec, settings, problems)
+    _limit_problems(spec, settings.limits, problems)
     if isinstance(spec, GenerateSpec):
-        _workload_limits(spec, limits, over)
         problems.extend(_arrival_problems(spec, settings, loc))
     if isinstance(spec, OpenAISpec):
         problems.extend(_openai_problems(spec, settings, loc))
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
-    for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in chosen}):
+    for device_type in _device_types(chosen):
         for field, why in unavailable(spec.quantization, spec.attn_implementation, device_type):
-            problems.append(problem((*loc, field), why))
+            problems.add((field,), why)
+    if not problems:  # sizes are only worth estimating for a spec that is otherwise fine
+        _size_problems(spec, settings, memory, chosen, slots, speeds, problems)
+    if problems:
+        raise RequestValidationError(list(problems))
+
+
+def _device_types(chosen: Sequence[Slot]) -> list[str]:
+    return sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in chosen})
+
+
+def _source_problems(spec: RunSpec, settings: Settings, problems: Problems) -> None:
+    """What the run would load: never remote code, and a model from a preset or under the roots (a served model's
+    name is not a path; the daemon's own model is the operator's choice)."""
+    if spec.trust_remote_code:
+        problems.add(("trust_remote_code",), "cannot be enabled over HTTP")
+    loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
+    if loads_model and spec.model not in PRESETS and spec.model != settings.model:
+        if reason := model_problem(spec.model, settings.model_roots):
+            problems.add(("model",), reason)
+
+
+def _limit_problems(spec: RunSpec, limits: Limits, problems: Problems) -> None:
+    """A generation's workload, a training step's steps, a kernel's repeats and buffers against the limits."""
+    if isinstance(spec, GenerateSpec):
+        _workload_limits(spec, limits, problems.over)
     if isinstance(spec, TrainStepSpec):
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:
-            over(warmup + train.steps, limits.max_steps, "train_step", "steps", setting="max_steps")
-        over(len(train.warmup_study or [0]), limits.max_stages, "train_step", "warmup_study", setting="max_stages")
+            problems.over(warmup + train.steps, limits.max_steps, "train_step", "steps", setting="max_steps")
+        problems.over(len(train.warmup_study or [0]), limits.max_stages, "train_step", "warmup_study",
+                      setting="max_stages")
     if isinstance(spec, KernelSpec):
         kernel = spec.kernel
-        over(kernel.warmup + kernel.repeats, limits.max_repeats, "kernel", "repeats", setting="max_repeats")
-        over(len(kernel.shapes) * len(kernel.chosen()), limits.max_stages, "kernel", "shapes",
-             setting="max_stages")
+        problems.over(kernel.warmup + kernel.repeats, limits.max_repeats, "kernel", "repeats", setting="max_repeats")
+        problems.over(len(kernel.shapes) * len(kernel.chosen()), limits.max_stages, "kernel", "shapes",
+                      setting="max_stages")
         if kernel.flush_l2:
-            over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes", setting="max_flush_bytes")
-    if not problems:  # sizes are only worth estimating for a spec that is otherwise fine
-        for device_type in sorted({"cuda" if slot.local.startswith("cuda") else "cpu" for slot in chosen}):
-            for field, why in fit_problems(spec, device_type):  # what one request needs of the model, its cache
-                if (found := problem((*loc, *field), why)) not in problems:
-                    problems.append(found)
-        for slot in chosen if not problems else ():  # a request that cannot fit the cache needs no plan
-            problems.extend(_memory_problems(spec, settings, memory, slot, slots, loc))
-        unmeasured = []
-        for slot in chosen:  # its time, like its memory: at the speed each of its devices measured (benchd.models.duration)
-            speed = speeds(slot)
-            if speed is None and spec.kind != "generate":
-                unmeasured.append(slot.key)
-            for field, why in time_problems(spec, speed, limits.max_duration_s):
-                if (found := problem((*loc, *field), why)) not in problems:
-                    problems.append(found)
-        if unmeasured and not problems:
-            raise Unmeasured(f"the worker of {', '.join(unmeasured)} has not measured its device yet (it is starting): "
-                             "a timed run's time cannot be judged before")
-    if problems:
-        raise RequestValidationError(problems)
+            problems.over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes",
+                          setting="max_flush_bytes")
+
+
+def _size_problems(spec: RunSpec, settings: Settings, memory: Memory, chosen: Sequence[Slot],
+                   slots: Sequence[Slot], speeds: Callable[[Slot], DeviceSpeed | None], problems: Problems) -> None:
+    """What one request needs of the model and its cache, then the run's memory (the GPU plan) and its time at the
+    speed each of its devices measured (benchd.models.duration). Raises Unmeasured for a timed run whose device has
+    not been measured yet."""
+    for device_type in _device_types(chosen):
+        for field, why in fit_problems(spec, device_type):
+            problems.add(field, why)
+    for slot in chosen if not problems else ():  # a request that cannot fit the cache needs no plan
+        problems.extend(_memory_problems(spec, settings, memory, slot, slots, problems.loc))
+    unmeasured = []
+    for slot in chosen:
+        speed = speeds(slot)
+        if speed is None and spec.kind != "generate":
+            unmeasured.append(slot.key)
+        for field, why in time_problems(spec, speed, settings.limits.max_duration_s):
+            problems.add(field, why)
+    if unmeasured and not problems:
+        raise Unmeasured(f"the worker of {', '.join(unmeasured)} has not measured its device yet (it is starting): "
+                         "a timed run's time cannot be judged before")
 
 
 def _workload_limits(spec: GenerateSpec, limits: Limits, over: Callable[..., None]) -> None:
@@ -153,8 +184,8 @@ def _workload_limits(spec: GenerateSpec, limits: Limits, over: Callable[..., Non
 
 
 def _openai_problems(spec: OpenAISpec, settings: Settings, loc: tuple) -> list[dict]:
-    """Where the daemon sends requests, and what: only hosts and key variables the settings allow (README, "Who can do
-    what"); and the files it would read on the submitter's behalf, under the roots."""
+    """Where the daemon sends requests, and what: only hosts and key variables the settings allow (docs/guides/
+    daemon.md, "Who can do what"); and the files it would read on the submitter's behalf, under the roots."""
     problems = []
     openai = spec.openai
     if openai.api_key_env is not None and (reason := settings.openai.key_problem(openai.api_key_env)):
