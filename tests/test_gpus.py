@@ -71,15 +71,17 @@ def test_every_gpu_finds_the_slow_worker(tmp_path):
 
 def test_the_compare_threshold_reaches_every_gpus_verdict(tmp_path):
     """BENCHD_COMPARE_THRESHOLD is every verdict's: the GPU slowed as above is an outlier at the default 5 % (the test
-    above) and not at 90 %, which it is not that much slower than."""
+    above) and not at 10,000 %, which neither its throughput (a relative drop of at most 100 %) nor its TTFT p99 (the
+    slowed GPU's is a few times its sibling's) can exceed. A smaller threshold (90 %) let the TTFT reason fire on a
+    busy machine, where the slow GPU's TTFT p99 grew past twice its sibling's."""
     faults = {"workload": "fleet", "action": "slow", "delay_s": 0.01, "devices": ["cpu:1"]}
-    with daemon(tmp_path, devices=["cpu:0", "cpu:1"], faults=faults, compare_threshold=0.9) as server:
+    with daemon(tmp_path, devices=["cpu:0", "cpu:1"], faults=faults, compare_threshold=100) as server:
         server.wait_ready()
         body = {**spec(duration=6, output=16, concurrency=4, name="fleet"), "placement": "every_gpu"}
         run = server.wait_status(submit(server, body), "succeeded", "failed", timeout_s=180)
         assert run["status"] == "succeeded", run["error"]
         verdicts = {v["gpu"]: v for v in run["parts"]["verdicts"]}
         assert verdicts["cpu:1"]["relative_throughput"] < 0.7  # as slow as above
-        assert not verdicts["cpu:1"]["outlier"] and not verdicts["cpu:0"]["outlier"]
+        assert not verdicts["cpu:1"]["outlier"] and not verdicts["cpu:0"]["outlier"], verdicts
         page = server.http.get("/metrics").text
         assert f'benchd_gpu_outlier{{gpu="cpu:1",hostname="{NODE}",workload="fleet"}} 0.0' in page
