@@ -1,6 +1,5 @@
 """Whole runs on the real engines with the tiny model: counts, warm-up, arrivals, queueing, faults."""
 
-import threading
 import time
 
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 from benchd.daemon.local import run_local as run
 from benchd.measure.records import LatencyStats
 from benchd.stopping import StopSignal
+from benchd.telemetry.run import Telemetry
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -163,15 +163,35 @@ def test_sweep_runs_each_level_with_the_same_requests(tiny):
     assert [s.stage for s in outcome.summaries()] == ["concurrent=1", "concurrent=4"]
 
 
+class StopOnTokens(Telemetry):
+    """Sets the stop once a measured request has some tokens: a stop at a fixed time could come before the first token
+    on a busy machine."""
+
+    def __init__(self, stop: StopSignal, tokens: int = 4) -> None:
+        super().__init__()
+        self.stop, self.tokens, self.stopped_at = stop, tokens, None
+
+    def for_run(self, *args, **kwargs):
+        run = super().for_run(*args, **kwargs)
+        arrivals = run.arrivals
+
+        def seen(record, start):
+            arrivals(record, start)
+            if not record.warmup and len(record.arrival_s) >= self.tokens and self.stopped_at is None:
+                self.stopped_at = time.monotonic()
+                self.stop.set()
+        run.arrivals = seen
+        return run
+
+
 def test_stop_signal_cancels_and_keeps_what_was_measured(tiny):
     stop = StopSignal()
+    telemetry = StopOnTokens(stop)
     spec = make_spec(transformers={"block_size": 16, "num_blocks": 128, "max_batch_tokens": 128},
                      workload={"arrivals": {"profile": "concurrent", "concurrency": 2},
                                "stop": {"duration_s": 60}, "output_tokens": {"dist": "fixed", "value": 2000}})
-    threading.Timer(1.5, stop.set).start()  # the engine has started, the first two requests are under way
-    started = time.monotonic()
-    outcome = run(spec, loaded=tiny, stop=stop)
-    assert time.monotonic() - started < 15
+    outcome = run(spec, loaded=tiny, stop=stop, telemetry=telemetry)
+    assert telemetry.stopped_at is not None and time.monotonic() - telemetry.stopped_at < 10  # not the 2,000 tokens
     assert outcome.status == "cancelled"
     records = outcome.stages[0].records
     assert all(r.done for r in records)
