@@ -52,9 +52,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", help="the earlier commit (any revision git knows)")
     parser.add_argument("--rounds", type=int, default=1, help="pairs of runs, the order alternating each round")
-    parser.add_argument("script", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS]: a script in bench/")
-    args = parser.parse_args()
-    script = args.script[1:] if args.script[:1] == ["--"] else args.script
+    parser.usage = "%(prog)s BEFORE [--rounds N] -- SCRIPT [ARGS]  (SCRIPT: a script in bench/)"
+    argv = sys.argv[1:]
+    # Everything after the first -- is the script's (argparse's REMAINDER after a positional would take --rounds).
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, script = parser.parse_args(argv[:cut]), argv[cut + 1:]
     if not script:
         parser.error("give the script after --")
     trees = {f"before ({args.before})": checkout(args.before), "after (this checkout)": ROOT}

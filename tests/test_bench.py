@@ -256,3 +256,21 @@ def test_memory_grid_script_doubles_an_open_loop_and_prints_its_table(tmp_path):
     assert [r["title"] for r in rows][:2] == ["closed 4 × 16/8", "open 16/s × 16/8"]
     assert all(r["status"] == "succeeded" and r["restarts"] == 0 for r in rows)
     assert "| tiny | open 16/s × 16/8 | succeeded |" in done.stdout and "no run ran out of memory" in done.stdout
+
+
+def test_before_after_runs_the_script_with_its_arguments_on_both_versions_in_turn(tmp_path):
+    """The options after -- are the script's (argparse's REMAINDER once took --rounds for the script's name)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the earlier commit's worktree lands here
+    try:
+        done = subprocess.run([sys.executable, "bench/before_after.py", "HEAD", "--rounds", "2", "--",
+                               "dispatch_lag.py", "--requests", "4", "--rate", "40", "--switch-intervals", "0.005"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tmp_path / "benchd-before-HEAD")], cwd=ROOT,
+                       capture_output=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    heads = [line for line in done.stdout.splitlines() if line.startswith("== round")]
+    script = "dispatch_lag.py --requests 4 --rate 40 --switch-intervals 0.005 (exit 0)"
+    assert heads == [f"== round 1, before (HEAD): {script}", f"== round 1, after (this checkout): {script}",
+                     f"== round 2, after (this checkout): {script}", f"== round 2, before (HEAD): {script}"]
+    assert done.stdout.count("generating (32/32 tokens), switch interval 5 ms, handoff on: dispatch lag p50 ") == 4
