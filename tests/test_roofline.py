@@ -1,0 +1,50 @@
+"""How far from the hardware (benchd.measure.roofline): a synthetic trace of known steps against known limits."""
+
+import pytest
+
+from benchd.measure.roofline import BANDWIDTH, COMPUTE, ModelCost, StepLog, moved_toward, roofline, row_work
+from benchd.models.flops import Shape
+
+# One layer, no MLP to speak of: a token's matmuls are 2·1·1 + 2·2·1·1 + 2·1·1 + 3·2·1·1 = 14 FLOPs.
+SHAPE = Shape(hidden=1, ffn=1, layers=1, heads=1, kv_heads=1, head_dim=1, vocab=1)
+
+
+def test_a_rows_work_splits_prefill_from_decode_and_counts_causal_pairs():
+    assert row_work(past=0, query=7, prompt=7, sampled=True) == (7, 0, 0, 28, 1)
+    assert row_work(past=4, query=6, prompt=7, sampled=True) == (3, 3, 4, 6 * 4 + 21, 1)  # a chunk past the prompt
+    assert row_work(past=0, query=4, prompt=7, sampled=False) == (4, 0, 0, 10, 0)  # a first chunk samples nothing
+    assert row_work(past=9, query=1, prompt=7, sampled=True) == (0, 1, 9, 10, 1)
+
+
+def test_the_bound_sums_each_steps_binding_ceiling():
+    cost = ModelCost(SHAPE, weight_bytes=1000, kv_bytes_per_token=10)
+    assert (cost.token_flops(), cost.pair_flops(), cost.head_flops()) == (14, 4, 2)
+    log = StepLog()
+    log.add(prefill=100, decode=0, kv_read=0, attended=5050, sampled=1)  # 1,400 + 20,200 + 2 FLOPs; 2,000 bytes
+    log.add(prefill=0, decode=2, kv_read=200, attended=202, sampled=2)  # 28 + 808 + 4 FLOPs; 3,020 bytes
+    log.add(prefill=0, decode=2, kv_read=202, attended=204, sampled=2)  # 28 + 816 + 4 FLOPs; 3,040 bytes
+    # 1,000 bytes/s and 1,000 FLOP/s: the prefill is compute bound (21.602 s), the decodes bandwidth bound
+    line = roofline(log, cost, elapsed_s=100.0, peak_bytes_per_s=1000.0, peak_flops_per_s=1000.0)
+    assert line.flops == 21_602 + 840 + 848 and line.bytes == 2000 + 3020 + 3040
+    assert line.bound_s == pytest.approx(21.602 + 3.020 + 3.040)
+    assert line.bandwidth_bound_steps == 2 and line.bound_by == BANDWIDTH
+    assert line.of_bound == pytest.approx(line.bound_s / 100.0)
+    assert line.mbu == pytest.approx(8060 / 100 / 1000) and line.mfu == pytest.approx(23_290 / 100 / 1000)
+    assert line.intensity == pytest.approx(23_290 / 8060)
+    assert (line.steps, line.prefill_tokens, line.decode_tokens) == (3, 100, 4)
+    assert log.since(1).decode_tokens == [2, 2] and len(log.since(3)) == 0
+    # a faster device in compute only: the same steps, bound by the decodes' bytes
+    faster = roofline(log, cost, elapsed_s=100.0, peak_bytes_per_s=1000.0, peak_flops_per_s=1e9)
+    assert faster.bound_s == pytest.approx(2.0 + 3.020 + 3.040, rel=1e-4) and faster.bandwidth_bound_steps == 3
+
+
+def test_a_faster_variant_says_which_ceiling_it_moved_toward():
+    cost = ModelCost(SHAPE, weight_bytes=1000, kv_bytes_per_token=10)
+    log = StepLog()
+    log.add(0, 2, 200, 202, 2)
+    slow = roofline(log, cost, 10.0, 1000.0, 1000.0)
+    fast = roofline(log, cost, 5.0, 1000.0, 1000.0)
+    lighter = roofline(log, ModelCost(SHAPE, 250, 10), 8.0, 1000.0, 1000.0)  # quantized weights: fewer bytes
+    assert moved_toward(slow, fast) == BANDWIDTH  # its bytes' share of the time grew more than its FLOPs'
+    assert moved_toward(slow, lighter) == COMPUTE
+    assert moved_toward(fast, slow) is None
