@@ -256,3 +256,20 @@ def test_memory_grid_script_doubles_an_open_loop_and_prints_its_table(tmp_path):
     assert [r["title"] for r in rows][:2] == ["closed 4 × 16/8", "open 16/s × 16/8"]
     assert all(r["status"] == "succeeded" and r["restarts"] == 0 for r in rows)
     assert "| tiny | open 16/s × 16/8 | succeeded |" in done.stdout and "no run ran out of memory" in done.stdout
+
+
+def test_roofline_script_prints_the_limits_and_each_variant_on_the_roofline(tmp_path):
+    """bench/gpu_roofline.py --smoke: the CPU's limits measured for real, then continuous batching and static batches
+    of 64 of 16 requests × 32 prompt × 32 output tokens, each with its steps, MBU, MFU and fraction of the bound."""
+    done = subprocess.run([sys.executable, "bench/gpu_roofline.py", "--smoke"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)}, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "measured limits" in done.stdout and "bound by" in done.stdout
+    result = json.loads((tmp_path / "roofline.json").read_text())
+    assert result["limits"][0]["limit"] == "bandwidth GB/s" and result["limits"][0]["measured"] > 0.1
+    continuous, static = result["runs"]
+    assert (continuous["variant"], static["variant"]) == ("continuous", "static-64")
+    for run in (continuous, static):
+        assert run["prefill_tokens"] == 16 * 32 and run["decode_tokens"] == 16 * 31  # the last token fed to none
+        assert 0 < run["mbu"] and 0 < run["mfu"] and 0 < run["of_bound"] and run["bound_s"] > 0
+    assert static["steps"] == 32  # one batch of 16: a prefill and 31 decodes

@@ -1,5 +1,7 @@
 """How far from the hardware (benchd.measure.roofline): a synthetic trace of known steps against known limits."""
 
+import json
+
 import pytest
 
 from benchd.measure.roofline import BANDWIDTH, COMPUTE, ModelCost, StepLog, moved_toward, roofline, row_work
@@ -48,3 +50,46 @@ def test_a_faster_variant_says_which_ceiling_it_moved_toward():
     assert moved_toward(slow, fast) == BANDWIDTH  # its bytes' share of the time grew more than its FLOPs'
     assert moved_toward(slow, lighter) == COMPUTE
     assert moved_toward(fast, slow) is None
+
+
+def test_the_cpus_limits_are_measured_for_real_and_kept_per_device_model_and_driver(tmp_path, monkeypatch):
+    """The probe on this CPU, for real, into a cache file; a worker after it reads the file. A GPU (faked: its name,
+    driver and probe) measured under another driver is measured again, each kept under its own key."""
+    from benchd.hardware import speed
+    from benchd.models.flops import peak_bandwidth, peak_tflops
+
+    cache = tmp_path / "device-speed.json"
+    monkeypatch.setattr(speed, "_MEASURED", {})
+    cpu = speed.measure("cpu", cache)
+    assert cpu.name and cpu.copy_bytes_per_s > 1e8 and cpu.matmul_flops_per_s["float32"] > 1e8
+    monkeypatch.setattr(speed, "_MEASURED", {})
+    monkeypatch.setattr(speed, "_probe", lambda *args: pytest.fail("measured again"))
+    assert speed.measure("cpu", cache) == cpu  # read from the file
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    probed = []
+
+    def probe(device, name, driver):
+        probed.append(driver)
+        return speed.DeviceSpeed(device, {"bfloat16": 7.5e14}, 3.0e12, 512 << 20, 1.0, name, driver)
+
+    monkeypatch.setattr(speed, "_probe", probe)
+    for driver in ("550.54", "550.54", "560.35"):
+        monkeypatch.setattr(speed, "_MEASURED", {})
+        monkeypatch.setattr(speed, "identity", lambda device, driver=driver: (h100, driver))
+        gpu = speed.measure("cuda", cache)
+        assert (gpu.name, gpu.driver, gpu.flops_per_s("auto")) == (h100, driver, 7.5e14)
+    assert probed == ["550.54", "560.35"]
+    assert len(json.loads(cache.read_text())) == 3
+    assert peak_bandwidth(gpu.name) == 3.35e12 and peak_tflops(gpu.name, "bf16") == 989.4
+    assert peak_bandwidth("NVIDIA H100 PCIe") == 2.0e12 and peak_bandwidth("NVIDIA A100-SXM4-80GB") == 2.039e12
+    assert peak_bandwidth(cpu.name) is None
+
+
+def test_a_step_streams_every_weight_but_an_input_embedding_the_head_does_not_share(tiny):
+    from benchd.models.quantize import streamed_weight_bytes, tensor_bytes, weight_bytes
+
+    embedding, head = tiny.model.get_input_embeddings().weight, tiny.model.get_output_embeddings().weight
+    shared = head is embedding
+    assert streamed_weight_bytes(tiny.model) == weight_bytes(tiny.model) - (0 if shared else tensor_bytes(embedding))
+    assert streamed_weight_bytes(tiny.model) < weight_bytes(tiny.model) or shared

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from benchd.hardware.speed import DeviceSpeed, measure
@@ -37,8 +38,13 @@ def _speed(device: str) -> DeviceSpeed | None:
     """The device's speed (benchd.hardware.speed): as an earlier worker on it measured it, or measured now."""
     if known := os.environ.get("BENCHD_WORKER_SPEED"):
         return DeviceSpeed.of(json.loads(known))
+    # A GPU's figures are kept per model and driver in the workers' directory, measured once; a CPU's each daemon's
+    # life (a neighbour's load would otherwise stay in them).
+    cache = os.environ.get("BENCHD_WORKER_SPEED_CACHE")
     try:
-        return measure("cuda" if device.startswith("cuda") else "cpu")
+        if device.startswith("cuda"):
+            return measure("cuda", Path(cache) if cache else None)
+        return measure("cpu")
     except RuntimeError as error:  # the device cannot run the probe: no figure (timed runs cannot be admitted)
         print(f"benchd: measuring the device's speed failed: {error}", file=sys.stderr, flush=True)
         return None
