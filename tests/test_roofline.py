@@ -93,3 +93,72 @@ def test_a_step_streams_every_weight_but_an_input_embedding_the_head_does_not_sh
     shared = head is embedding
     assert streamed_weight_bytes(tiny.model) == weight_bytes(tiny.model) - (0 if shared else tensor_bytes(embedding))
     assert streamed_weight_bytes(tiny.model) < weight_bytes(tiny.model) or shared
+
+
+def test_each_devices_limits_are_gauges_with_the_datasheet_beside_them(tmp_path):
+    """A live daemon's CPU worker measures its device; /metrics serves the figures. A GPU's (its hello faked) has
+    the datasheet's beside the measured, for each dtype the table knows."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from benchd.hardware.speed import DeviceSpeed
+    from benchd.telemetry.gauges import LimitsCollector
+    from tests.helpers import daemon
+
+    with daemon(tmp_path) as server:
+        server.wait_ready()
+        page = server.http.get("/metrics").text
+    measured = [line for line in page.splitlines()
+                if line.startswith("benchd_gpu_peak_memory_bandwidth_bytes_per_second{") and 'source="measured"' in line]
+    assert len(measured) == 1 and 'gpu="cpu"' in measured[0] and float(measured[0].rsplit(" ", 1)[1]) > 1e8
+    assert 'benchd_gpu_peak_flops{' in page and 'dtype="float32"' in page
+
+    h100 = DeviceSpeed("cuda", {"bfloat16": 7.8e14, "tf32": 3.9e14}, 3.0e12, 512 << 20, 1.0,
+                       "NVIDIA H100 80GB HBM3", "580.159.04")
+    registry = CollectorRegistry()
+    registry.register(LimitsCollector(lambda: {"cuda:0": h100}))
+    for name, labels, value in (
+            ("benchd_gpu_peak_memory_bandwidth_bytes_per_second", {"source": "measured"}, 3.0e12),
+            ("benchd_gpu_peak_memory_bandwidth_bytes_per_second", {"source": "datasheet"}, 3.35e12),
+            ("benchd_gpu_peak_flops", {"dtype": "bfloat16", "source": "measured"}, 7.8e14),
+            ("benchd_gpu_peak_flops", {"dtype": "bfloat16", "source": "datasheet"}, 989.4e12),
+            ("benchd_gpu_peak_flops", {"dtype": "tf32", "source": "datasheet"}, 494.7e12)):
+        found = registry.get_sample_value(name, {"gpu": "cuda:0", "name": h100.name, **labels})
+        assert found == pytest.approx(value), (name, labels, generate_latest(registry).decode())
+
+
+@pytest.mark.parametrize("engine", ["transformers", "static"])
+def test_a_runs_stage_summary_places_its_steps_on_the_devices_roofline(tiny, engine):
+    """Through the daemon's lifecycle (events, ingest, summary): 6 requests of 16 prompt and 8 output tokens; every
+    prompt token prefilled once, 7 decoded a request; static batches of 4 then 2 run 8 steps each. The limits are
+    this CPU's, measured, and the cost the tiny model's, both kept in the run's metadata."""
+    from prometheus_client import CollectorRegistry
+
+    from benchd.daemon.local import run_local
+    from benchd.report.tables import summary_rows
+    from benchd.telemetry.metrics import Metrics
+    from benchd.telemetry.run import Telemetry
+    from tests.helpers import make_spec
+
+    spec = make_spec(engine=engine, workload={"ignore_eos": True, "stop": {"requests": 6},
+                                              "prompt_tokens": {"dist": "fixed", "value": 16},
+                                              "output_tokens": {"dist": "fixed", "value": 8}})
+    registry = CollectorRegistry()
+    result = run_local(spec, tiny, telemetry=Telemetry(Metrics(registry)))
+    assert result.status == "succeeded", result.error
+    assert result.metadata.device_limits["copy_bytes_per_s"] > 1e8
+    assert result.metadata.model_cost["kv_bytes_per_token"] == 512 and result.metadata.model_cost["dtype"] == "float32"
+    (summary,) = result.summaries()
+    line = summary.roofline
+    assert (line["prefill_tokens"], line["decode_tokens"]) == (96, 42)
+    if engine == "static":
+        assert line["steps"] == 16
+    assert line["bound_s"] > 0 and 0 < line["of_bound"] < 1 and 0 < line["mbu"] < 1 and 0 < line["mfu"] < 1
+    assert line["bound_by"] in (BANDWIDTH, COMPUTE) and line["intensity"] > 0
+    assert result.to_json()["stages"][0]["roofline"] == line
+    rows = dict(summary_rows([summary]))  # the CLI's table and the report's
+    assert rows["MBU / MFU"] == [f"{line['mbu']:.1%} / {line['mfu']:.1%}"]
+    assert rows["of roofline bound (bound by)"] == [f"{line['of_bound']:.1%} ({line['bound_by']})"]
+    labels = {"model": "tiny", "engine": engine, "workload": "test", "gpu": ""}  # /metrics, per workload
+    for name, figure in (("benchd_run_memory_bandwidth_utilization_ratio", "mbu"),
+                         ("benchd_run_flops_utilization_ratio", "mfu"), ("benchd_run_roofline_bound_ratio", "of_bound")):
+        assert registry.get_sample_value(name, labels) == pytest.approx(line[figure]), name

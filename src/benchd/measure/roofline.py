@@ -5,7 +5,7 @@ are in docs/figures.md ("How far from the hardware")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from benchd.models.flops import Shape
 
@@ -61,6 +61,14 @@ class ModelCost:
     @classmethod
     def of(cls, shape: Shape, weight_bytes: int, element_bytes: int) -> ModelCost:
         return cls(shape, weight_bytes, 2 * shape.layers * shape.kv_heads * shape.head_dim * element_bytes)
+
+    def as_dict(self) -> dict:
+        return {"shape": asdict(self.shape), "weight_bytes": self.weight_bytes,
+                "kv_bytes_per_token": self.kv_bytes_per_token}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelCost:
+        return cls(Shape(**data["shape"]), data["weight_bytes"], data["kv_bytes_per_token"])
 
     def token_flops(self) -> int:
         """Matmul FLOPs of one token through the layers' projections and MLP (2 a multiply-add), attention's

@@ -116,9 +116,10 @@ class Service:
             cores = {int(c) for c in cpus.split(",")}
             os.sched_setaffinity(0, cores)
             torch.set_num_threads(len(cores))
+        speed = self.core.speed = _speed(self.device)
         self.send(Hello(os.getpid(), torch_version=str(torch.__version__), device=self.device,
                         cuda_devices=torch.cuda.device_count(), nice=os.getpriority(os.PRIO_PROCESS, 0),
-                        dispatch_priority=self.dispatch_priority, speed=_speed(self.device)))
+                        dispatch_priority=self.dispatch_priority, speed=speed))
 
     def _receive(self) -> None:
         """Cancels act at once, on the run in progress; the rest waits its turn on the main thread."""
