@@ -88,5 +88,6 @@ class TrainStepSummary(BaseModel):
     flops: StepFlops
     achieved_tflops: float | None
     peak_tflops: float | None
+    peak_source: str | None = None  # given (train_step.peak_tflops), measured (the device's probe), or datasheet
     mfu: float | None  # model FLOPs per step / mean step time / peak
     memory: MemoryBreakdown

@@ -200,19 +200,23 @@ class WorkerCore:
         metadata.peak_memory_bytes, metadata.peak_reserved_bytes = peak.read(), peak.reserved()
         return metadata, status, error, "run"
 
-    def _roofline_inputs(self) -> tuple[dict | None, dict]:
-        """The device's measured limits (the worker's hello's; measured here in a CLI's own process) and what a step
-        of the loaded model costs (benchd.measure.roofline). A tensor-parallel group's are its first rank's and the
-        whole model's."""
-        loaded = self._loaded
+    def _limits(self, device_type: str) -> dict | None:
+        """The device's measured limits: the worker's hello's, or measured here in a CLI's own process (None: the
+        device cannot run the probe). A tensor-parallel group's are its first rank's."""
         speed = self.speed
         if speed is None:
             try:
-                speed = measure("cuda" if loaded.device.type == "cuda" else "cpu")
-            except RuntimeError:  # the device cannot run the probe: no roofline
-                speed = None
+                speed = measure("cuda" if device_type == "cuda" else "cpu")
+            except RuntimeError:
+                return None
+        return speed.as_dict()
+
+    def _roofline_inputs(self) -> tuple[dict | None, dict]:
+        """The device's limits and what a step of the loaded model costs (benchd.measure.roofline): the whole
+        model's, in a tensor-parallel group too."""
+        loaded = self._loaded
         cost = ModelCost.of(Shape.of(loaded.model.config), streamed_weight_bytes(loaded.model), loaded.dtype.itemsize)
-        return (speed.as_dict() if speed is not None else None), {**cost.as_dict(), "dtype": str(loaded.dtype)[6:]}
+        return self._limits(loaded.device.type), {**cost.as_dict(), "dtype": str(loaded.dtype)[6:]}
 
     def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
                    seed: int = 0, quantization: str = "none", attn_implementation: str = "sdpa",
@@ -276,7 +280,9 @@ class WorkerCore:
             _release_memory()
         heap.settle()
         self._phase(outbox, "run")
-        metadata = collect(resolve_device(spec.device), spec.subject, spec.label)
+        device = resolve_device(spec.device)
+        metadata = collect(device, spec.subject, spec.label)
+        metadata.device_limits = self._limits(device.type)  # the peak a training step's MFU is taken against
         status, error = run_timed(spec, outbox, metadata, stop, model)
         return metadata, status, error
 
