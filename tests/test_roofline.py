@@ -4,7 +4,16 @@ import json
 
 import pytest
 
-from benchd.measure.roofline import BANDWIDTH, COMPUTE, ModelCost, StepLog, moved_toward, roofline, row_work
+from benchd.measure.roofline import (
+    BANDWIDTH,
+    COMPUTE,
+    ModelCost,
+    StepLog,
+    moved_toward,
+    roofline,
+    row_work,
+    utilisation,
+)
 from benchd.models.flops import Shape
 
 # One layer, no MLP to speak of: a token's matmuls are 2·1·1 + 2·2·1·1 + 2·1·1 + 3·2·1·1 = 14 FLOPs.
@@ -44,12 +53,16 @@ def test_a_faster_variant_says_which_ceiling_it_moved_toward():
     cost = ModelCost(SHAPE, weight_bytes=1000, kv_bytes_per_token=10)
     log = StepLog()
     log.add(0, 2, 200, 202, 2)
-    slow = roofline(log, cost, 10.0, 1000.0, 1000.0)
-    fast = roofline(log, cost, 5.0, 1000.0, 1000.0)
-    lighter = roofline(log, ModelCost(SHAPE, 250, 10), 8.0, 1000.0, 1000.0)  # quantized weights: fewer bytes
+    slow = roofline(log, cost, 10.0, 1000.0, 1000.0).as_dict()
+    fast = roofline(log, cost, 5.0, 1000.0, 1000.0).as_dict()
+    lighter = roofline(log, ModelCost(SHAPE, 250, 10), 8.0, 1000.0, 1000.0).as_dict()  # quantized: fewer bytes
     assert moved_toward(slow, fast) == BANDWIDTH  # its bytes' share of the time grew more than its FLOPs'
     assert moved_toward(slow, lighter) == COMPUTE
-    assert moved_toward(fast, slow) is None
+    assert moved_toward(fast, slow) is None and moved_toward(None, fast) is None
+    both = utilisation([slow, None, fast])
+    assert both == pytest.approx({"mbu": (0.302 + 0.604) / 2, "mfu": (0.084 + 0.168) / 2,
+                                  "of_bound": (slow["of_bound"] + fast["of_bound"]) / 2})
+    assert utilisation([None]) is None
 
 
 def test_the_cpus_limits_are_measured_for_real_and_kept_per_device_model_and_driver(tmp_path, monkeypatch):
@@ -162,3 +175,49 @@ def test_a_runs_stage_summary_places_its_steps_on_the_devices_roofline(tiny, eng
     for name, figure in (("benchd_run_memory_bandwidth_utilization_ratio", "mbu"),
                          ("benchd_run_flops_utilization_ratio", "mfu"), ("benchd_run_roofline_bound_ratio", "of_bound")):
         assert registry.get_sample_value(name, labels) == pytest.approx(line[figure]), name
+
+
+def test_a_comparison_says_which_ceiling_b_moved_toward():
+    from rich.console import Console
+
+    from benchd.measure.compare import Side, compare
+    from benchd.report.outputs import comparison_table
+
+    def side(name, lines):
+        return Side(run_ids=[name], samples={}, output_tokens_per_s=[100.0], energy_per_token_j=[], roofline=lines)
+
+    a = side("a", [{"mbu": 0.30, "mfu": 0.05, "of_bound": 0.25}, {"mbu": 0.32, "mfu": 0.07, "of_bound": 0.27}])
+    b = side("b", [{"mbu": 0.60, "mfu": 0.08, "of_bound": 0.50}])
+    result = compare(a, b)
+    assert result.roofline_a == pytest.approx({"mbu": 0.31, "mfu": 0.06, "of_bound": 0.26})
+    assert result.moved_toward == BANDWIDTH and compare(b, a).moved_toward is None
+    assert compare(a, side("c", [])).moved_toward is None and compare(a, side("c", [])).roofline_b is None
+    console = Console(width=160, record=True)
+    console.print(comparison_table(result))
+    text = console.export_text()
+    assert "mbu" in text and "31.0%" in text and "60.0%" in text and "toward the bandwidth ceiling" in text
+
+
+def test_the_report_draws_each_stage_under_the_two_ceilings():
+    """Two stages of a run, each a point at its (intensity, achieved FLOP/s), under the bandwidth slope and the
+    compute ceiling with its ridge at 1e12 / 1e11 = 10 FLOP/byte; a run without steps says why it draws none."""
+    from benchd.measure.records import summarize
+    from benchd.report import charts
+    from benchd.report.pages import run_page
+    from tests.test_pages import well_formed
+
+    log = StepLog()
+    log.add(0, 2, 200, 202, 2)
+    cost = ModelCost(SHAPE, weight_bytes=1000, kv_bytes_per_token=10)
+    stages = []
+    for label, elapsed in (("concurrency 1", 2.0), ("concurrency 8", 1.0)):
+        summary = summarize(label, "succeeded", [])
+        summary.roofline = roofline(log, cost, elapsed, 1e11, 1e12).as_dict()
+        stages.append(summary.model_dump(mode="json"))
+    page = run_page({"id": "r", "status": "succeeded", "spec": {"name": "r"}, "summary": stages}, [])
+    well_formed(page)
+    chart = page.split('data-chart="roofline"')[1].split("</figure>")[0]
+    assert chart.count("<circle") == 2 and "ridge at 10 FLOP/byte" in chart
+    assert "concurrency 1: 0.278 FLOP/byte" in chart  # 840 FLOPs over 3,020 bytes
+    assert "<td>MBU / MFU</td>" in page
+    assert "no stage with steps" in charts.roofline("roofline", "t", [], 1e11, 1e12)

@@ -5,6 +5,7 @@ are in docs/figures.md ("How far from the hardware")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from benchd.models.flops import Shape
@@ -172,12 +173,22 @@ def roofline(log: StepLog, cost: ModelCost, elapsed_s: float, peak_bytes_per_s: 
                     peak_flops_per_s=peak_flops_per_s)
 
 
-def moved_toward(before: Roofline, after: Roofline) -> str | None:
-    """Which ceiling a faster variant moved toward: the one whose utilisation rose more (None: it did not get
-    faster, or neither rose)."""
-    if after.elapsed_s >= before.elapsed_s:
+def utilisation(figures: Iterable[Mapping | None]) -> dict[str, float] | None:
+    """MBU, MFU and the fraction of the bound, each the mean over runs' stage figures (Roofline.as_dict()); None
+    when none has them."""
+    present = [f for f in figures if f]
+    if not present:
         return None
-    gain_bandwidth, gain_compute = after.mbu - before.mbu, after.mfu - before.mfu
+    return {name: sum(f[name] for f in present) / len(present) for name in ("mbu", "mfu", "of_bound")}
+
+
+def moved_toward(before: Mapping | None, after: Mapping | None) -> str | None:
+    """Which ceiling a variant moved toward against another (figures with mbu and mfu, as utilisation() gives):
+    the one whose utilisation rose more; None when neither rose (or either is unknown). Read for a faster variant:
+    a quantized model that moves fewer bytes may run faster at a lower MBU and a higher MFU."""
+    if not before or not after:
+        return None
+    gain_bandwidth, gain_compute = after["mbu"] - before["mbu"], after["mfu"] - before["mfu"]
     if max(gain_bandwidth, gain_compute) <= 0:
         return None
     return BANDWIDTH if gain_bandwidth >= gain_compute else COMPUTE
