@@ -44,9 +44,13 @@ def test_the_bound_sums_each_steps_binding_ceiling():
     assert line.intensity == pytest.approx(23_290 / 8060)
     assert (line.steps, line.prefill_tokens, line.decode_tokens) == (3, 100, 4)
     assert log.since(1).decode_tokens == [2, 2] and len(log.since(3)) == 0
+    assert StepLog.of_columns(*log.columns()) == log and StepLog().columns() == ((),) * 5  # as events.Steps carries
     # a faster device in compute only: the same steps, bound by the decodes' bytes
     faster = roofline(log, cost, elapsed_s=100.0, peak_bytes_per_s=1000.0, peak_flops_per_s=1e9)
     assert faster.bound_s == pytest.approx(2.0 + 3.020 + 3.040, rel=1e-4) and faster.bandwidth_bound_steps == 3
+    # a stage takes its steps from the engine's log, and the log forgets what came before: it stays a stage long
+    taken = log.take(1)
+    assert taken.kv_read_tokens == [200, 202] and len(log) == 0
 
 
 def test_a_faster_variant_says_which_ceiling_it_moved_toward():

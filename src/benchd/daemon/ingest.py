@@ -159,9 +159,8 @@ class RunIngest:
         self._progress(self.stages[event.index], force=True)
 
     def _steps(self, event: events.Steps) -> None:
-        self.stages[event.stage].result.steps = StepLog(list(event.prefill_tokens), list(event.decode_tokens),
-                                                        list(event.kv_read_tokens), list(event.attended),
-                                                        list(event.sampled))
+        self.stages[event.stage].result.steps = StepLog.of_columns(
+            event.prefill_tokens, event.decode_tokens, event.kv_read_tokens, event.attended, event.sampled)
 
     def _engine_restart(self, event: events.EngineRestart) -> None:
         self.observer.engine_restarted(event.reason)

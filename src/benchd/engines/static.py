@@ -92,7 +92,7 @@ class StaticEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._failure: EngineFailure | None = None
-        self.steps = StepLog()  # every forward step this engine ran (benchd.measure.roofline)
+        self.steps = StepLog()  # its forward steps since a stage last took them (benchd.measure.roofline)
 
     def start(self) -> None:
         self._stopping = False

@@ -103,7 +103,7 @@ class TransformersEngine:
         compiled = getattr(self._config, "default_compile_level", 0)
         self.handoff = Handoff() if loaded.device.type == "cpu" and not compiled else None
         self._hooks: list = []
-        self.steps = StepLog()  # every forward step this engine ran (benchd.measure.roofline)
+        self.steps = StepLog()  # its forward steps since a stage last took them (benchd.measure.roofline)
 
     def _check_capacity(self, workload: Workload) -> None:
         size = getattr(self._config, SIZE_FIELD)

@@ -323,13 +323,11 @@ class Stage:
         self.outbox.put(events.StageEnd(self.index, status, self.end_s, self.kv_peak, stop_reason))
 
     def _send_steps(self) -> None:
-        """The steps the engine counted since the stage began (benchd.measure.roofline)."""
+        """The steps the engine counted since the stage began (benchd.measure.roofline), taken from its log."""
         steps = getattr(self.engine, "steps", None)
         if steps is None or self._steps_from is None:
             return
-        done = steps.since(self._steps_from)
-        self.outbox.put(events.Steps(self.index, tuple(done.prefill_tokens), tuple(done.decode_tokens),
-                                     tuple(done.kv_read_tokens), tuple(done.attended), tuple(done.sampled)))
+        self.outbox.put(events.Steps(self.index, *steps.take(self._steps_from).columns()))
 
 
 class EngineStopped(RuntimeError):

@@ -15,32 +15,59 @@ BANDWIDTH, COMPUTE = "bandwidth", "compute"
 
 @dataclass(slots=True)
 class StepLog:
-    """The forward steps an engine ran, one entry a step in each list, appended by the engine's own loop as it
-    schedules the step (not by a forward hook, which a CUDA graph's replay skips). Per step, summed over its rows:
-    prefill and decode tokens (a prompt's tokens, and those after it); KV-cache tokens read (each row's past);
-    attended (query, key) pairs, causal (a row of q new tokens after p cached attends q·p + q(q+1)/2); and rows
-    sampled (tokens produced: the logits a step computes)."""
+    """The forward steps an engine ran, a row a step, appended by the engine's own loop as it schedules the step
+    (not by a forward hook, which a CUDA graph's replay skips). A row, summed over the step's requests: prefill and
+    decode tokens (a prompt's tokens, and those after it); KV-cache tokens read (each request's past); attended
+    (query, key) pairs, causal (q new tokens after p cached attend q·p + q(q+1)/2); and rows sampled (tokens
+    produced: the logits a step computes). A row is one tuple, appended and taken whole: the engine's thread and a
+    stage's never see half a step."""
 
-    prefill_tokens: list[int] = field(default_factory=list)
-    decode_tokens: list[int] = field(default_factory=list)
-    kv_read_tokens: list[int] = field(default_factory=list)
-    attended: list[int] = field(default_factory=list)
-    sampled: list[int] = field(default_factory=list)
+    rows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
     def add(self, prefill: int, decode: int, kv_read: int, attended: int, sampled: int) -> None:
-        self.prefill_tokens.append(prefill)
-        self.decode_tokens.append(decode)
-        self.kv_read_tokens.append(kv_read)
-        self.attended.append(attended)
-        self.sampled.append(sampled)
+        self.rows.append((prefill, decode, kv_read, attended, sampled))
 
     def __len__(self) -> int:
-        return len(self.prefill_tokens)
+        return len(self.rows)
 
     def since(self, mark: int) -> StepLog:
         """The steps from the mark (len() taken before a stage) on."""
-        return StepLog(self.prefill_tokens[mark:], self.decode_tokens[mark:], self.kv_read_tokens[mark:],
-                       self.attended[mark:], self.sampled[mark:])
+        return StepLog(self.rows[mark:])
+
+    def take(self, mark: int) -> StepLog:
+        """The steps from the mark on, and those before forgotten: a warm engine's log stays one stage long."""
+        end = len(self.rows)
+        taken = StepLog(self.rows[mark:end])
+        del self.rows[:end]
+        return taken
+
+    def columns(self) -> tuple[tuple[int, ...], ...]:
+        """prefill_tokens, decode_tokens, kv_read_tokens, attended, sampled: a column a figure (events.Steps)."""
+        return tuple(zip(*self.rows)) if self.rows else ((),) * 5
+
+    @classmethod
+    def of_columns(cls, *columns) -> StepLog:
+        return cls(list(zip(*columns)))
+
+    @property
+    def prefill_tokens(self) -> list[int]:
+        return [row[0] for row in self.rows]
+
+    @property
+    def decode_tokens(self) -> list[int]:
+        return [row[1] for row in self.rows]
+
+    @property
+    def kv_read_tokens(self) -> list[int]:
+        return [row[2] for row in self.rows]
+
+    @property
+    def attended(self) -> list[int]:
+        return [row[3] for row in self.rows]
+
+    @property
+    def sampled(self) -> list[int]:
+        return [row[4] for row in self.rows]
 
 
 def row_work(past: int, query: int, prompt: int, sampled: bool) -> tuple[int, int, int, int, int]:
@@ -158,8 +185,7 @@ def roofline(log: StepLog, cost: ModelCost, elapsed_s: float, peak_bytes_per_s: 
     """The stage's steps (log), costed by the model (cost), over the time they took (elapsed_s)."""
     total_bytes = total_flops = bandwidth_bound = 0
     bound_s = 0.0
-    rows = zip(log.prefill_tokens, log.decode_tokens, log.kv_read_tokens, log.attended, log.sampled)
-    for prefill, decode, kv_read, attended, sampled in rows:
+    for prefill, decode, kv_read, attended, sampled in log.rows:
         step_bytes = cost.step_bytes(prefill + decode, kv_read)
         step_flops = cost.step_flops(prefill + decode, attended, sampled)
         memory_s, compute_s = step_bytes / peak_bytes_per_s, step_flops / peak_flops_per_s
@@ -167,7 +193,7 @@ def roofline(log: StepLog, cost: ModelCost, elapsed_s: float, peak_bytes_per_s: 
         bandwidth_bound += memory_s >= compute_s
         total_bytes += step_bytes
         total_flops += step_flops
-    return Roofline(steps=len(log), prefill_tokens=sum(log.prefill_tokens), decode_tokens=sum(log.decode_tokens),
+    return Roofline(steps=len(log), prefill_tokens=sum(r[0] for r in log.rows), decode_tokens=sum(r[1] for r in log.rows),
                     bytes=total_bytes, flops=total_flops, elapsed_s=elapsed_s, bound_s=bound_s,
                     bandwidth_bound_steps=bandwidth_bound, peak_bytes_per_s=peak_bytes_per_s,
                     peak_flops_per_s=peak_flops_per_s)
