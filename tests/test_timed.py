@@ -264,6 +264,9 @@ def test_matmul_torch_and_compiled():
     by = {r.implementation: r for r in outcome.summaries()}
     assert by["torch"].timing.count == by["compiled"].timing.count == 5
     assert by["torch"].flops == 2 * 64 * 48 * 32
+    # against the CPU's float32 matmul rate as its probe measured it (stored with the run)
+    fp32 = outcome.metadata.device_limits["matmul_flops_per_s"]["float32"] / 1e12
+    assert by["torch"].peak_tflops == pytest.approx(fp32) and by["torch"].of_peak == pytest.approx(by["torch"].tflops / fp32)
     assert by["tf32"].status == "failed" and "tf32 needs a CUDA device" in by["tf32"].error
     assert torch.get_float32_matmul_precision() == "highest"  # restored after each implementation
 
