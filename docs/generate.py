@@ -294,7 +294,8 @@ def metrics() -> str:
     from prometheus_client.metrics import MetricWrapperBase
 
     from benchd.telemetry.exposition import NodeRegistry
-    from benchd.telemetry.gauges import MIG_LABELS, HardwareCollector
+    from benchd.hardware.speed import DeviceSpeed
+    from benchd.telemetry.gauges import MIG_LABELS, HardwareCollector, LimitsCollector
     from benchd.telemetry.metrics import NODE_LABEL, HotFamily, Metrics
 
     # The run families: every labelled one bound once (label values are their names), so that its labels show.
@@ -307,6 +308,8 @@ def metrics() -> str:
             instrument.labels(*instrument._labelnames)
     hardware = NodeRegistry("node")
     hardware.register(HardwareCollector(_StubSampler()))
+    known = DeviceSpeed("cuda", {"bfloat16": 1.0}, 1.0, 1, 0.0, "NVIDIA H100 80GB HBM3")  # the datasheet's beside
+    hardware.register(LimitsCollector(lambda: {"cuda:0": known}))
 
     header = ["metric", "type", "labels", "help"]
     parts = [
@@ -333,7 +336,9 @@ def metrics() -> str:
         ("From `src/benchd/telemetry/gauges.py`, served from the hardware sampler's latest read (no NVML call in a "
         "scrape). A series whose reading a GPU, driver or nvidia-ml-py lacks is absent, never an error; while the "
         "sampler is stalled every series below but the `benchd_hardware_*` ones and the info series leaves the page. "
-        "GPU series are labelled as DCGM exporter labels its own."),
+        "GPU series are labelled as DCGM exporter labels its own. The `benchd_gpu_peak_*` series are each device's "
+        "limits as its worker measured them (`src/benchd/hardware/speed.py`; `gpu` the worker's device, `cpu` for "
+        "a CPU worker), with the datasheet's beside them where the device is known (`source`)."),
         "",
         table(header, _family_rows(hardware.collect(), frozenset(MIG_LABELS))),
         "",

@@ -99,6 +99,18 @@ def live() -> dict:
     layout.add(prom_panel("Energy per output token (latest run)", "J", [
         (f"benchd_run_energy_per_output_token_joules{{{SEL}}}", "{{workload}} {{hostname}} {{gpu}}"),
     ]))
+    layout.add(prom_panel("How far from the hardware (latest run)", "percentunit", [
+        (f"benchd_run_memory_bandwidth_utilization_ratio{{{SEL}}}", "MBU {{workload}} {{hostname}} {{gpu}}"),
+        (f"benchd_run_flops_utilization_ratio{{{SEL}}}", "MFU {{workload}} {{hostname}} {{gpu}}"),
+        (f"benchd_run_roofline_bound_ratio{{{SEL}}}", "of roofline bound {{workload}} {{hostname}} {{gpu}}"),
+    ], description="The latest run's last stage with steps its engine counted (docs/figures.md, how far from the "
+                   "hardware): the bytes and FLOPs its steps must move and do, per second, over the device's "
+                   "measured bandwidth (MBU) and matmul rate (MFU); and the fastest those steps could run, each at "
+                   "its binding ceiling, over the time they took."))
+    layout.add(prom_panel("Device limits: measured and datasheet", "Bps", [
+        (f"benchd_gpu_peak_memory_bandwidth_bytes_per_second{{{NODE}}}", "{{hostname}} {{gpu}} {{source}}"),
+    ], description="Each device's memory bandwidth as its worker measured it once (a copy larger than the caches), "
+                   "and the datasheet's where the model is known; benchd_gpu_peak_flops has the matmul rates."))
     layout.add(prom_panel("Capacity under SLO and validity (latest run)", "reqps", [
         (f"benchd_capacity_requests_per_second{{{SEL}}}", "capacity {{workload}}"),
         (f"benchd_run_valid{{{SEL}}}", "{{workload}} valid (1) or not (0)"),

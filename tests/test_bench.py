@@ -274,3 +274,20 @@ def test_before_after_runs_the_script_with_its_arguments_on_both_versions_in_tur
     assert heads == [f"== round 1, before (HEAD): {script}", f"== round 1, after (this checkout): {script}",
                      f"== round 2, after (this checkout): {script}", f"== round 2, before (HEAD): {script}"]
     assert done.stdout.count("generating (32/32 tokens), switch interval 5 ms, handoff on: dispatch lag p50 ") == 4
+
+
+def test_roofline_script_prints_the_limits_and_each_variant_on_the_roofline(tmp_path):
+    """bench/gpu_roofline.py --smoke: the CPU's limits measured for real, then continuous batching and static batches
+    of 64 of 16 requests × 32 prompt × 32 output tokens, each with its steps, MBU, MFU and fraction of the bound."""
+    done = subprocess.run([sys.executable, "bench/gpu_roofline.py", "--smoke"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)}, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "measured limits" in done.stdout and "bound by" in done.stdout
+    result = json.loads((tmp_path / "roofline.json").read_text())
+    assert result["limits"][0]["limit"] == "bandwidth GB/s" and result["limits"][0]["measured"] > 0.1
+    continuous, static = result["runs"]
+    assert (continuous["variant"], static["variant"]) == ("continuous", "static-64")
+    for run in (continuous, static):
+        assert run["prefill_tokens"] == 16 * 32 and run["decode_tokens"] == 16 * 31  # the last token fed to none
+        assert 0 < run["mbu"] and 0 < run["mfu"] and 0 < run["of_bound"] and run["bound_s"] > 0
+    assert static["steps"] == 32  # one batch of 16: a prefill and 31 decodes

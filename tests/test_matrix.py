@@ -175,6 +175,18 @@ def test_the_comparison_puts_each_variant_against_the_baseline(outcome):
     # Eager and sdpa compute the same function: in float32 on the tiny model their greedy tokens agree
     assert eager.tokens.requests == 2 * 12 and eager.tokens.ratio >= 0.99
     assert 0 < int8.tokens.ratio <= 1 and int8.tokens.tokens == eager.tokens.tokens
+    # How far from the hardware: each variant's MBU and MFU, and which ceiling a variant moved toward (by noise on a
+    # shared CPU: only that it is named when either rose)
+    from benchd.report.matrix import SUMMARY_HEAD, summary_rows
+
+    assert all(v.roofline is not None and 0 < v.roofline["mbu"] < 1 and 0 < v.roofline["mfu"] < 1
+               for v in comparison.variants)
+    assert baseline.moved_toward is None
+    for variant in (int8, eager, eager_int8):
+        rose = max(variant.roofline["mbu"] - baseline.roofline["mbu"], variant.roofline["mfu"] - baseline.roofline["mfu"])
+        assert (variant.moved_toward in ("bandwidth", "compute")) == (rose > 0)
+    cells = [row[SUMMARY_HEAD.index("MBU / MFU (of bound)")] for row in summary_rows(comparison)]
+    assert all("%" in cell for cell in cells)
 
 
 # ---- through the daemon ---------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from benchd.protocol.outbox import Outbox
 METADATA = RunMetadata(run_id="r1", trace_id="ab" * 16, benchd_version="0.1.0", python_version="3.11.7",
                        torch_version="2.13.0", transformers_version="5.17.0", device="cpu", device_name="x86_64",
                        torch_threads=2, host="node", model="tiny", model_load_s=0.5,
-                       engine_settings={"block_size": 16}, started_at="2026-01-01T00:00:00.000+00:00")
+                       engine_settings={"block_size": 16}, started_at="2026-01-01T00:00:00.000+00:00",
+                       device_limits={"device": "cpu", "copy_bytes_per_s": 2e10},
+                       model_cost={"weight_bytes": 1000, "kv_bytes_per_token": 512, "dtype": "float32"})
 
 # One of each kind, every field set (no None, no default): each field's type is exercised.
 EVENTS = [
@@ -32,6 +34,7 @@ EVENTS = [
     events.Finished("s0-r3", 11.4, "cancelled"),
     events.Load(0, 11.35, 4, 2, 40, 64),
     events.StageEnd(0, "stopped", 12.0, 0.625, "error rate 0.5 over 0.1"),
+    events.Steps(0, (12, 0), (0, 2), (0, 12), (78, 26), (2, 2)),
     events.EngineRestart(1, "out_of_memory"),
     events.Timing(0, "step", 2, False, 0.0125, "1024x1024x1024", "float32"),
     events.TimedStage(0, {"stage": "matmul 1024x1024x1024", "timing": {"median": 0.0125}}, 11.0, 12.0),

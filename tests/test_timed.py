@@ -124,13 +124,33 @@ def test_train_step_times_every_phase_and_leaves_warmup_out():
     assert steps == pytest.approx(parts, rel=1e-9)  # the phases tile the step
     assert summary.tokens_per_s == pytest.approx(2 * 16 / summary.phases["step"].mean)
     assert summary.achieved_tflops == pytest.approx(summary.flops.total / summary.phases["step"].mean / 1e12)
-    assert summary.mfu is None and summary.memory.peak_allocated is None  # no peak, no allocator on a CPU
+    # no peak given: the CPU's float32 matmul rate as its probe measured it (stored with the run); no allocator
+    fp32 = outcome.metadata.device_limits["matmul_flops_per_s"]["float32"]
+    assert summary.peak_source == "measured" and summary.peak_tflops == pytest.approx(fp32 / 1e12)
+    assert summary.mfu == pytest.approx(summary.achieved_tflops / summary.peak_tflops)
+    assert summary.memory.peak_allocated is None
     assert summary.memory.optimizer_states == 2 * summary.memory.parameters
+
+
+def test_the_peak_of_an_mfu_is_the_given_then_the_measured_then_the_datasheets():
+    from benchd.protocol.metadata import RunMetadata
+    from benchd.timed.train_step import peak_for
+
+    h100 = RunMetadata(benchd_version="0", python_version="3", torch_version="2", transformers_version="5",
+                       device="cuda", device_name="NVIDIA H100 80GB HBM3", host="h", model="m", started_at="t")
+    assert peak_for(None, h100, "bf16") == (989.4, "datasheet")
+    h100.device_limits = {"matmul_flops_per_s": {"bfloat16": 7.8e14, "tf32": 3.9e14}}
+    assert peak_for(None, h100, "bf16") == (780.0, "measured") and peak_for(None, h100, "tf32") == (390.0, "measured")
+    assert peak_for(None, h100, "fp16") == (989.4, "datasheet")  # a dtype the probe did not measure
+    assert peak_for(500.0, h100, "bf16") == (500.0, "given")
+    h100.device_name = "x86_64"
+    assert peak_for(None, h100, "fp16") == (None, None)
 
 
 def test_train_step_modes_and_mfu_against_a_given_peak():
     outcome = run_timed(train_spec(mode="forward", peak_tflops=0.5))
     (summary,) = outcome.summaries()
+    assert summary.peak_source == "given"
     assert set(summary.phases) == {"forward", "step"} and summary.flops.backward == 0
     assert summary.mfu == pytest.approx(summary.achieved_tflops / 0.5)
     assert summary.memory.gradients == 0
@@ -244,6 +264,9 @@ def test_matmul_torch_and_compiled():
     by = {r.implementation: r for r in outcome.summaries()}
     assert by["torch"].timing.count == by["compiled"].timing.count == 5
     assert by["torch"].flops == 2 * 64 * 48 * 32
+    # against the CPU's float32 matmul rate as its probe measured it (stored with the run)
+    fp32 = outcome.metadata.device_limits["matmul_flops_per_s"]["float32"] / 1e12
+    assert by["torch"].peak_tflops == pytest.approx(fp32) and by["torch"].of_peak == pytest.approx(by["torch"].tflops / fp32)
     assert by["tf32"].status == "failed" and "tf32 needs a CUDA device" in by["tf32"].error
     assert torch.get_float32_matmul_precision() == "highest"  # restored after each implementation
 

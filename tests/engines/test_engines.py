@@ -323,3 +323,44 @@ def test_a_planned_engine_whose_warm_up_captured_no_graph_does_not_start(tiny):
     finally:
         engine._manager.continuous_batching_config.use_cuda_graph = (False, False)
         engine.stop()
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_each_engine_counts_its_forward_steps_and_their_work_as_a_hand_computation_does(tiny, name):
+    """Steps counted by the engine's own loop (benchd.measure.roofline.StepLog). One request, a prompt of 7, 5
+    tokens out: a prefill step of 7 tokens (7·8/2 causal pairs) and 4 decode steps, each reading the cache so far.
+    Then 3 requests (prompts 5, 9, 12; outputs 3, 6, 4): continuous batching prefills 26 tokens and decodes
+    2 + 5 + 3; static generate() prefills 3 rows of the widest prompt, 12, and decodes every row until the longest
+    ends (5 steps of 3)."""
+    from benchd.measure.roofline import ModelCost, roofline
+    from benchd.models.flops import Shape
+
+    engine = create_engine(tiny, make_spec(engine=name, workload={"ignore_eos": True}))
+    engine.start()
+    try:
+        run_requests(engine, [GenerationRequest("one", list(range(3, 10)), 5)])
+        one = engine.steps.since(0)
+        mark = len(engine.steps)
+        run_requests(engine, [GenerationRequest(str(i), list(range(3, 3 + prompt)), output)
+                              for i, (prompt, output) in enumerate([(5, 3), (9, 6), (12, 4)])])
+        three = engine.steps.since(mark)
+    finally:
+        engine.stop()
+    assert one.prefill_tokens == [7, 0, 0, 0, 0] and one.decode_tokens == [0, 1, 1, 1, 1]
+    assert one.kv_read_tokens == [0, 7, 8, 9, 10] and one.attended == [28, 8, 9, 10, 11] and one.sampled == [1] * 5
+    if name == "transformers":
+        assert sum(three.prefill_tokens) == 26 and sum(three.decode_tokens) == 10 and sum(three.sampled) == 13
+        assert sum(three.attended) == (15 + 45 + 78) + (6 + 7) + (10 + 11 + 12 + 13 + 14) + (13 + 14 + 15)
+    else:
+        assert three.prefill_tokens == [36, 0, 0, 0, 0, 0] and three.decode_tokens == [0, 3, 3, 3, 3, 3]
+        assert three.kv_read_tokens == [0, 36, 39, 42, 45, 48] and len(three) == 6
+    # tiny: hidden 64, ffn 128 (gated), 2 layers, 4 heads and 2 KV heads of 16, vocab 512, float32.
+    # A token: 2 · (2·64·64 + 2·2·64·32 + 2·64·64 + 3·2·64·128) = 147,456 FLOPs; a pair: 2 · 2·2·4·16 = 512; a
+    # sampled row: 2·64·512 = 65,536; a token's K and V: 2 · 2 · 2·16 · 4 bytes = 512.
+    cost = ModelCost.of(Shape.of(tiny.model.config), weight_bytes=1000, element_bytes=4)
+    assert (cost.token_flops(), cost.pair_flops(), cost.head_flops(), cost.kv_bytes_per_token) == \
+        (147_456, 512, 65_536, 512)
+    line = roofline(one, cost, elapsed_s=1.0, peak_bytes_per_s=1e9, peak_flops_per_s=1e12)
+    assert line.flops == 11 * 147_456 + (28 + 8 + 9 + 10 + 11) * 512 + 5 * 65_536
+    assert line.bytes == 5 * 1000 + (7 + 4 + 7 + 8 + 9 + 10) * 512
+    assert (line.steps, line.prefill_tokens, line.decode_tokens) == (5, 7, 4)

@@ -27,7 +27,7 @@ from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import validate_spec
 from benchd.store import Store, StoreUnavailable
 from benchd.telemetry.exposition import NodeRegistry
-from benchd.telemetry.gauges import HardwareCollector
+from benchd.telemetry.gauges import HardwareCollector, LimitsCollector
 from benchd.telemetry.genai import build_genai_metrics
 from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.run import Telemetry
@@ -54,6 +54,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         sampler.start()
         events = RunEvents()
         daemon = Daemon(settings, store, telemetry, sampler, events, daemon_slots(settings, sampler))
+        registry.register(LimitsCollector(lambda: daemon.pool.speeds))
         for declared in settings.schedules:  # before the schedules' thread first reads the stored ones
             daemon.schedules.declare(declared.name, declared.spec, declared.interval_s, declared.enabled)
         daemon.start()  # the workers start and load the model; /readyz says when they are ready

@@ -13,6 +13,7 @@ from typing import Any
 from benchd.engines import EngineLoad
 from benchd.measure.records import RecordBook
 from benchd.measure.result import RunResult, StageResult
+from benchd.measure.roofline import StepLog
 from benchd.measure.timeline import LoadSample
 from benchd.measure.timings import Timing
 from benchd.protocol import events
@@ -62,7 +63,8 @@ class RunIngest:
             events.Phase: self._phase, events.StageStart: self._stage, events.Request: self._request,
             events.Submitted: self._submitted, events.Admitted: self._admitted, events.Tokens: self._tokens,
             events.Prompt: self._prompt, events.Finished: self._finished, events.Load: self._load,
-            events.StageEnd: self._stage_end, events.EngineRestart: self._engine_restart, events.Timing: self._timing,
+            events.StageEnd: self._stage_end, events.Steps: self._steps,
+            events.EngineRestart: self._engine_restart, events.Timing: self._timing,
             events.TimedStage: self._timed_stage, events.Span: self._span, events.TimedProgress: self._timed_progress,
         }
 
@@ -155,6 +157,10 @@ class RunIngest:
         result.status, result.end_s, result.kv_peak = event.status, event.end_s, event.kv_peak
         result.stop_reason = event.stop_reason
         self._progress(self.stages[event.index], force=True)
+
+    def _steps(self, event: events.Steps) -> None:
+        self.stages[event.stage].result.steps = StepLog.of_columns(
+            event.prefill_tokens, event.decode_tokens, event.kv_read_tokens, event.attended, event.sampled)
 
     def _engine_restart(self, event: events.EngineRestart) -> None:
         self.observer.engine_restarted(event.reason)

@@ -192,6 +192,8 @@ class Lifecycle:
         summaries = result.summaries()
         valid, found = result.valid(summaries), result.capacity(summaries)
         observer.verdict(valid, found.requests_per_s if found else None, found is not None)
+        if result.spec.kind == "generate":
+            observer.roofline(next((s.roofline for s in reversed(summaries) if s.roofline), None))
         observer.run_finished(end, result.status, result.error)
         if self.store is not None:
             self._store(run_id, result, parts, writer)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from benchd.engines.handoff import Handoff
+    from benchd.measure.roofline import StepLog
 
 
 @dataclass(slots=True, frozen=True)
@@ -68,6 +69,8 @@ class Engine(Protocol):
     # An engine whose thread runs Python in the dispatcher's process gives way to a due send (engines/handoff.py);
     # None: it does not share the dispatcher's GIL, or never keeps it long.
     handoff: Handoff | None
+    # The forward steps the engine ran, counted by its own loop (benchd.measure.roofline); None: a server's, unseen.
+    steps: StepLog | None
 
     def start(self) -> None:
         """Allocate caches, warm up (CUDA graphs), start threads. Not timed as part of any run."""

@@ -13,6 +13,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.oom import failure_of, is_out_of_memory
+from benchd.measure.roofline import StepLog
 from benchd.models.loading import LoadedModel, greedy_config
 from benchd.spec import StaticOptions, Workload
 
@@ -27,18 +28,27 @@ class _Slot:
 
 
 class _StampingStreamer(BaseStreamer):
-    """generate() calls put() once with the prompt, then once per step with that step's tokens (batch,)."""
+    """generate() calls put() once with the prompt, then once per step with that step's tokens (batch,): each step
+    counted into steps as it ends. Every row is computed until the batch ends, padding and finished rows too: the
+    first step prefills batch × width tokens, the k-th after it decodes one a row after width + k − 1 cached."""
 
-    def __init__(self, slots: list[_Slot], eos_ids: frozenset[int]) -> None:
+    def __init__(self, slots: list[_Slot], eos_ids: frozenset[int], width: int, steps: StepLog) -> None:
         self.slots = slots
         self.eos_ids = eos_ids
         self.prompt_seen = False
+        self.width, self.steps, self.step = width, steps, 0
 
     def put(self, value: torch.Tensor) -> None:
         t = time.perf_counter()  # put() receives tokens already on the host: the step has completed
         if not self.prompt_seen:
             self.prompt_seen = True
             return
+        rows, width, past = len(self.slots), self.width, self.width + self.step - 1
+        if self.step == 0:
+            self.steps.add(rows * width, 0, 0, rows * width * (width + 1) // 2, rows)
+        else:
+            self.steps.add(0, rows, rows * past, rows * (past + 1), rows)
+        self.step += 1
         for slot, token in zip(self.slots, value.tolist()):
             if slot.done:
                 continue
@@ -82,6 +92,7 @@ class StaticEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._failure: EngineFailure | None = None
+        self.steps = StepLog()  # its forward steps since a stage last took them (benchd.measure.roofline)
 
     def start(self) -> None:
         self._stopping = False
@@ -189,7 +200,7 @@ class StaticEngine:
             input_ids,
             attention_mask=mask,
             generation_config=self._generation(max_new),
-            streamer=_StampingStreamer(batch, self._eos_ids),
+            streamer=_StampingStreamer(batch, self._eos_ids, width, self.steps),
             stopping_criteria=StoppingCriteriaList([_RowsDone(batch)]),
         )
         t = time.perf_counter()

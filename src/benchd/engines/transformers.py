@@ -15,6 +15,7 @@ from benchd.engines.batching import SIZE_FIELD, cb_config, cpu_threads, gpu_plan
 from benchd.engines.handoff import Handoff
 from benchd.engines.oom import failure_of, figures
 from benchd.engines.paged_cache import forget_prefixes, kv_blocks
+from benchd.measure.roofline import StepLog, row_work
 from benchd.models.loading import LoadedModel, greedy_config
 from benchd.spec import SpecError, TransformersOptions, Workload, traces
 from benchd.spec.stack import base_attention
@@ -32,6 +33,34 @@ def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
     layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), [])
     return [*(layer.register_forward_pre_hook(handoff.give_way) for layer in layers),
             model.register_forward_pre_hook(handoff.give_way), model.register_forward_hook(handoff.give_way)]
+
+
+def count_steps(manager, steps: StepLog) -> None:
+    """Each step the batching loop schedules, appended to steps as it is scheduled: the scheduler's answer wrapped on
+    this manager's batch processors (a forward hook would miss every step a CUDA graph replays). Costs a pass over
+    the step's rows in the generation thread (µs for hundreds of rows)."""
+    create = manager._create_batch_processor
+
+    def created():
+        processor = create()  # a processor made before (at warm-up) is reset and returned again: wrapped once
+        schedule = processor.scheduler.schedule_batch
+        if getattr(schedule, "benchd_steps", None) is steps:
+            return processor
+
+        def scheduled(*args, **kwargs):
+            answer = schedule(*args, **kwargs)
+            rows = answer[0]
+            if rows:  # None: the cache is full (offloaded, then asked again); empty: no step
+                work = [row_work(row.state.position_offset, row.query_length, len(row.state.initial_tokens),
+                                 row.has_new_token) for row in rows]
+                steps.add(*(sum(column) for column in zip(*work)))
+            return answer
+
+        scheduled.benchd_steps = steps
+        processor.scheduler.schedule_batch = scheduled
+        return processor
+
+    manager._create_batch_processor = created
 
 
 @dataclass(slots=True)
@@ -74,6 +103,7 @@ class TransformersEngine:
         compiled = getattr(self._config, "default_compile_level", 0)
         self.handoff = Handoff() if loaded.device.type == "cpu" and not compiled else None
         self._hooks: list = []
+        self.steps = StepLog()  # its forward steps since a stage last took them (benchd.measure.roofline)
 
     def _check_capacity(self, workload: Workload) -> None:
         size = getattr(self._config, SIZE_FIELD)
@@ -129,6 +159,7 @@ class TransformersEngine:
                 continuous_batching_config=self._config,
                 workload_hints=self._hints,
             )
+            count_steps(self._manager, self.steps)
             self._manager.warmup()  # CUDA graph capture: before any timed request
             self._check_warmup()
             self._manager.start()

@@ -1,12 +1,16 @@
 """A device's speed, measured once per device by a short probe in its worker: the matmul rate per dtype (a GEMM)
 and the memory bandwidth (a copy larger than the caches). Admission and the supervisor size a run's time with it
 (benchd.models.duration); a roofline builds on it. The daemon reads it from the worker's hello, never measures it (no
-torch there)."""
+torch there). Kept in a file per device model and driver (the workers' directory): a worker on a device measured
+before reads it instead of measuring again."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 DTYPES = ("float32", "bfloat16", "float16")  # and tf32 on CUDA
@@ -23,6 +27,13 @@ class DeviceSpeed:
     copy_bytes_per_s: float = 0.0  # bytes read and written per second by a device-to-device copy
     copy_bytes: int = 0  # the copy's size: a working set below it may run from the caches, faster
     probe_s: float = 0.0  # what measuring took
+    name: str = ""  # the device's model as its driver names it (NVIDIA H100 80GB HBM3), or the CPU's
+    driver: str = ""  # the GPU driver's version ("" on a CPU)
+
+    @property
+    def key(self) -> str:
+        """What a cached measurement is kept under: the device model and its driver."""
+        return f"{self.device} | {self.name} | driver {self.driver or '-'}"
 
     def flops_per_s(self, dtype: str) -> float | None:
         """The matmul rate in this dtype (auto: bfloat16 on CUDA, float32 on a CPU, as runs resolve it)."""
@@ -50,15 +61,78 @@ class DeviceSpeed:
 _MEASURED: dict[str, DeviceSpeed] = {}  # by device, for this process's life: measured once
 
 
-def measure(device: str) -> DeviceSpeed:
+def measure(device: str, cache: Path | None = None) -> DeviceSpeed:
     """The device's speed (cpu, or cuda: the worker's only visible GPU); measured at the first call, in about a
-    second at most, then kept."""
+    second at most, then kept; with a cache file, read from it when this device model and driver were measured
+    before, and written to it when not."""
     if device not in _MEASURED:
-        _MEASURED[device] = _probe(device)
+        name, driver = identity(device)
+        known = _cached(cache)
+        entry = known.get(DeviceSpeed(device=device, name=name, driver=driver).key)
+        try:
+            speed = DeviceSpeed.of(entry) if isinstance(entry, dict) else None
+        except TypeError:  # written by another version of benchd: measured again
+            speed = None
+        if speed is None:
+            speed = _probe(device, name, driver)
+            if cache is not None:
+                _store(cache, {**known, speed.key: speed.as_dict()})
+        _MEASURED[device] = speed
     return _MEASURED[device]
 
 
-def _probe(device: str) -> DeviceSpeed:
+def identity(device: str) -> tuple[str, str]:
+    """The device's model and driver version: CUDA's name for the GPU and NVML's driver version; the CPU's model
+    from /proc/cpuinfo (or the platform's)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(), _driver()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    import platform
+
+    return (names[0] if names else platform.processor() or platform.machine()), ""
+
+
+def _driver() -> str:
+    try:
+        import pynvml
+    except ImportError:
+        return ""
+    try:
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError:  # no NVML library in a container: the key has no driver
+        return ""
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
+def _cached(cache: Path | None) -> dict[str, dict[str, Any]]:
+    if cache is None:
+        return {}
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):  # none yet, or torn: measured again
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _store(cache: Path, known: dict[str, dict[str, Any]]) -> None:
+    """Written whole and renamed into place: a worker reading it beside sees the old file or the new one."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_name(f"{cache.name}.{os.getpid()}")
+    partial.write_text(json.dumps(known, indent=1))
+    partial.replace(cache)
+
+
+def _probe(device: str, name: str = "", driver: str = "") -> DeviceSpeed:
     import torch
 
     started = time.perf_counter()
@@ -96,9 +170,9 @@ def _probe(device: str) -> DeviceSpeed:
         torch.set_num_threads(1)
     try:
         rates = {}
-        for name in DTYPES:
+        for dtype in DTYPES:
             try:
-                rates[name] = threads * gemm(getattr(torch, name))
+                rates[dtype] = threads * gemm(getattr(torch, dtype))
             except RuntimeError:  # a dtype this device has no matmul for (bfloat16 before Ampere): left out
                 continue
         if kind == "cuda":  # float32 on TF32 tensor cores: what a kernel run's tf32 implementation uses
@@ -120,4 +194,4 @@ def _probe(device: str) -> DeviceSpeed:
     if kind == "cuda":
         torch.cuda.empty_cache()  # the probe's tensors are not memory the worker holds
     return DeviceSpeed(device=kind, matmul_flops_per_s=rates, copy_bytes_per_s=threads * 2 * size / best,
-                       copy_bytes=size, probe_s=time.perf_counter() - started)
+                       copy_bytes=size, probe_s=time.perf_counter() - started, name=name, driver=driver)

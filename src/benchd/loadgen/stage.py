@@ -19,8 +19,8 @@ from benchd.measure import capacity
 from benchd.measure.records import RecordBook, RequestRecord, StageSummary, summarize
 from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
-from benchd.spec import ArrivalProfile, GenerateSpec, SpecError, Workload, describe_profile, traces
-from benchd.spec.profiles import Capacity, Trace, is_open_loop
+from benchd.spec import ArrivalProfile, GenerateSpec, Workload, describe_profile
+from benchd.spec.profiles import Capacity, is_open_loop
 from benchd.spec.validity import Watch
 from benchd.stopping import Stopped, StopSignal
 
@@ -104,6 +104,7 @@ class Stage:
         self.status = "pending"
         self.end_s: float | None = None
         self._t0 = 0.0
+        self._steps_from: int | None = None  # the engine's steps before this stage
         self._sampled = threading.Event()  # set when the stage ends: load sampling stops
         self._measured_submitted = 0
         self._stop: StopSignal | None = None
@@ -128,6 +129,8 @@ class Stage:
         self._prepare(self._first_burst(slots))
         self._t0 = self.clock()
         self.outbox.put(events.StageStart(self.index, self.label, self._t0))
+        steps = getattr(self.engine, "steps", None)  # an engine of a test's making may count none
+        self._steps_from = len(steps) if steps is not None else None
         sampling = threading.Thread(target=self._sample_load, name="benchd-load", daemon=True)
         sampling.start()
         try:
@@ -149,6 +152,7 @@ class Stage:
             self._sampled.set()
             sampling.join()
         self.status = "succeeded"
+        self._send_steps()
         self.outbox.put(events.StageEnd(self.index, self.status, None, self.kv_peak, None))
 
     def summary(self) -> StageSummary:
@@ -315,7 +319,15 @@ class Stage:
         for request_id in list(self.in_flight):
             self.recorder.finished(request_id, self.end_s, reason)
         self.in_flight.clear()
+        self._send_steps()
         self.outbox.put(events.StageEnd(self.index, status, self.end_s, self.kv_peak, stop_reason))
+
+    def _send_steps(self) -> None:
+        """The steps the engine counted since the stage began (benchd.measure.roofline), taken from its log."""
+        steps = getattr(self.engine, "steps", None)
+        if steps is None or self._steps_from is None:
+            return
+        self.outbox.put(events.Steps(self.index, *steps.take(self._steps_from).columns()))
 
 
 class EngineStopped(RuntimeError):
@@ -325,18 +337,6 @@ class EngineStopped(RuntimeError):
 class OutOfMemory(RuntimeError):
     """The engine ran out of device memory during a stage: the stage ends failed with what it measured, and the
     next stages run on a new engine."""
-
-
-def check_fits(spec: GenerateSpec, max_positions: int | None) -> None:
-    workload = spec.workload
-    if isinstance(workload.arrivals, Trace):
-        trace = traces.summarize(workload.arrivals)
-        need, field = trace.max_prompt_tokens + trace.max_output_tokens, "workload.arrivals.path"
-    else:
-        need, field = workload.max_sequence_tokens(), "workload.prompt_tokens"
-    if max_positions is not None and need > max_positions:
-        raise SpecError(f"{field}: prompt + output may reach {need} tokens, beyond the model's {max_positions} "
-                        "positions")
 
 
 def stage_plan(spec: GenerateSpec) -> Iterator[tuple[ArrivalProfile, Callable[[StageSummary], None]]]:

@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from benchd.measure.records import RequestRecord
+from benchd.measure.roofline import moved_toward, utilisation
 from benchd.spec.documents import parse_json
 
 Verdict = Literal["faster", "slower", "no significant change", "inconclusive"]
@@ -32,6 +33,7 @@ class Side(BaseModel):
     output_tokens_per_s: list[float]  # one per run
     energy_per_token_j: list[float]  # one per run that has it
     invalid: list[str] = []  # runs whose verdict is invalid: their figures are not to be trusted
+    roofline: list[dict] = []  # each run's first stage's (measure/roofline.py), those that have one
 
 
 class MetricChange(BaseModel):
@@ -54,6 +56,11 @@ class Comparison(BaseModel):
     confidence: float
     metrics: list[MetricChange]
     invalid: list[str] = []  # runs on either side whose verdict is invalid (spec/validity.py): read the verdicts first
+    # How far from the hardware (measure/roofline.py): each side's mean MBU, MFU and fraction of the bound, and the
+    # ceiling b moved toward from a (bandwidth, compute; None: neither utilisation rose, or either side lacks them).
+    roofline_a: dict[str, float] | None = None
+    roofline_b: dict[str, float] | None = None
+    moved_toward: str | None = None
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -127,18 +134,20 @@ def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = 
     for name, worse in (("output_tokens_per_s", False), ("energy_per_token_j", True)):
         metrics.append(metric_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
                                min_runs, higher_is_worse=worse, rng=rng, resamples=resamples))
+    line_a, line_b = utilisation(a.roofline), utilisation(b.roofline)
     return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics,
-                      invalid=[*a.invalid, *b.invalid])
+                      invalid=[*a.invalid, *b.invalid], roofline_a=line_a, roofline_b=line_b,
+                      moved_toward=moved_toward(line_a, line_b))
 
 
 def _side(labels: Sequence[str],
-          runs: Iterable[tuple[list[RequestRecord], float | None, float | None, bool | None]]) -> Side:
+          runs: Iterable[tuple[list[RequestRecord], float | None, float | None, bool | None, dict | None]]) -> Side:
     """Each run's first-stage records (load levels are not mixed), output tok/s, energy per token and verdict: the
     measured, successful requests give the samples, ITL exactly as the records define it (each arrival keeps
     how many tokens it carried)."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
-    throughput, energy, invalid = [], [], []
-    for label, (records, tokens_per_s, joules, valid) in zip(labels, runs):
+    throughput, energy, invalid, lines = [], [], [], []
+    for label, (records, tokens_per_s, joules, valid, line) in zip(labels, runs):
         good = [r for r in records if not r.warmup and r.ok]
         samples["ttft_s"].append([r.ttft_s for r in good])
         samples["e2e_s"].append([r.e2e_s for r in good])
@@ -150,8 +159,10 @@ def _side(labels: Sequence[str],
             energy.append(joules)
         if valid is False:
             invalid.append(label)
+        if line:
+            lines.append(line)
     return Side(run_ids=list(labels), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
-                invalid=invalid)
+                invalid=invalid, roofline=lines)
 
 
 def side_from_store(store, run_ids: Sequence[str]) -> Side:
@@ -162,9 +173,9 @@ def side_from_store(store, run_ids: Sequence[str]) -> Side:
             row = store.get_run(run_id)
             if row is None:
                 raise KeyError(run_id)
-            yield (store.records(run_id, stage_index=0),
-                   row["summary"][0]["output_tokens_per_s"] if row["summary"] else None, row.get("energy_per_token_j"),
-                   row.get("valid"))
+            first = row["summary"][0] if row["summary"] else {}
+            yield (store.records(run_id, stage_index=0), first.get("output_tokens_per_s"),
+                   row.get("energy_per_token_j"), row.get("valid"), first.get("roofline"))
 
     return _side(run_ids, runs())
 
@@ -184,7 +195,7 @@ def side_from_directories(paths: Sequence[Path]) -> Side:
     return _side([str(p) for p in paths], runs())
 
 
-def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, float | None, bool | None]:
+def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, float | None, bool | None, dict | None]:
     if not path.is_dir():
         raise NotAResult(f"{path}: no such directory; give a directory written by `benchd run --out`")
     if not (path / "summary.json").is_file():
@@ -207,4 +218,5 @@ def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, floa
         raise NotAResult(f"{path}/{REQUESTS_FILE}: a line is not a stored request ({error!r})") from None
     stages = summary.get("stages") or []
     joules = (summary.get("hardware") or {}).get("energy_per_output_token_joules")
-    return records, stages[0]["output_tokens_per_s"] if stages else None, joules, summary.get("valid")
+    first = stages[0] if stages else {}
+    return records, first.get("output_tokens_per_s"), joules, summary.get("valid"), first.get("roofline")

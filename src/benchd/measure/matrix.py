@@ -19,6 +19,7 @@ from benchd.measure.compare import (
     compare,
     metric_change,
 )
+from benchd.measure.roofline import moved_toward, utilisation
 
 # Figures every run has once: compared over runs, like throughput. Weight bytes are exact (no noise): one run a side
 # says it; peak memory varies a little with what the allocator did, so it takes two.
@@ -40,6 +41,7 @@ class RunFigures:
     tokens: dict[int, list[int]] = field(default_factory=dict)  # request index → generated token ids
     stack: dict[str, Any] = field(default_factory=dict)  # what the worker says was in effect
     invalid: list[str] = field(default_factory=list)  # the first stage's broken validity checks (oversaturated, …)
+    roofline: dict | None = None  # the first stage's (measure/roofline.py)
 
 
 def run_figures(run_id: str, status: str, records: Sequence, summary: dict | None, metadata: dict | None,
@@ -60,13 +62,13 @@ def run_figures(run_id: str, status: str, records: Sequence, summary: dict | Non
         tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
         stack={k: meta.get(k) for k in ("quantization", "quantization_method", "quantized_layers", "quantize_s",
                                         "attn_implementation", "compile")},
-        invalid=[i["check"] for i in (summary or {}).get("invalid") or []])
+        invalid=[i["check"] for i in (summary or {}).get("invalid") or []], roofline=(summary or {}).get("roofline"))
 
 
 def figures_from_result(run_id: str, result) -> RunFigures:
     """A RunResult held in memory (the CLI, tests)."""
     stage = result.stages[0] if result.stages else None
-    summary = stage.summary().model_dump() if stage is not None else None
+    summary = stage.summary(result.metadata).model_dump() if stage is not None else None
     return run_figures(run_id, result.status, stage.records if stage is not None else [], summary,
                        result.metadata.model_dump() if result.metadata is not None else None,
                        result.hardware.model_dump() if result.hardware is not None else None)
@@ -111,6 +113,10 @@ class VariantComparison(BaseModel):
     # offers: their latencies measure a growing queue, and a change against the baseline says how long it grew.
     invalid: list[str] = []
     oversaturated: list[str] = []
+    # Its mean MBU, MFU and fraction of the roofline bound, and the ceiling it moved toward from the baseline
+    # (measure/roofline.py; None: neither utilisation rose, or either lacks them).
+    roofline: dict[str, float] | None = None
+    moved_toward: str | None = None
 
 
 class MatrixComparison(BaseModel):
@@ -124,7 +130,8 @@ def _side(runs: list[RunFigures]) -> Side:
     return Side(run_ids=[r.run_id for r in runs],
                 samples={name: [r.samples.get(name, []) for r in runs] for name in LATENCIES},
                 output_tokens_per_s=[r.output_tokens_per_s for r in runs if r.output_tokens_per_s is not None],
-                energy_per_token_j=[r.energy_per_token_j for r in runs if r.energy_per_token_j is not None])
+                energy_per_token_j=[r.energy_per_token_j for r in runs if r.energy_per_token_j is not None],
+                roofline=[r.roofline for r in runs if r.roofline])
 
 
 def agreement(baseline: list[RunFigures | None], variant: list[RunFigures | None]) -> TokenAgreement | None:
@@ -165,6 +172,7 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
     its runs in round order (None for one that never ran). Only succeeded runs enter a figure."""
     good = {i: [r for r in rs if r is not None and r.status == "succeeded"] for i, rs in runs.items()}
     base = good.get(baseline, [])
+    base_line = utilisation(r.roofline for r in base)
     out = []
     for variant in variants:
         index = _get(variant, "index")
@@ -191,7 +199,9 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
             peak_memory_bytes=max((r.peak_memory_bytes for r in mine if r.peak_memory_bytes is not None), default=None),
             model_load_s=_mean([r.model_load_s for r in mine]), stack=stack, metrics=metrics, tokens=tokens,
             invalid=[r.run_id for r in every if r is not None and r.invalid],
-            oversaturated=[r.run_id for r in every if r is not None and "oversaturated" in r.invalid]))
+            oversaturated=[r.run_id for r in every if r is not None and "oversaturated" in r.invalid],
+            roofline=(line := utilisation(r.roofline for r in mine)),
+            moved_toward=moved_toward(base_line, line) if index != baseline else None))
     return MatrixComparison(baseline=baseline, threshold=threshold, confidence=confidence, variants=out)
 
 

@@ -241,6 +241,9 @@ class StageSummary(BaseModel):
     valid: bool | None = None
     invalid: list[Invalidity] = []
     stop_reason: str | None = None  # why a stopped stage stopped early
+    # How far from the hardware (benchd.measure.roofline.Roofline.as_dict): None where the engine counted no steps
+    # or the device's limits are unknown.
+    roofline: dict[str, float | int | str] | None = None
 
 
 def summarize(

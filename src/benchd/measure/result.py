@@ -9,9 +9,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from benchd.hardware.sampler import HardwareSummary
+from benchd.hardware.speed import DeviceSpeed
 from benchd.measure import capacity
 from benchd.measure.capacity import CapacityResult
 from benchd.measure.records import RequestRecord, StageSummary, summarize
+from benchd.measure.roofline import ModelCost, StepLog, roofline
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
 from benchd.protocol.metadata import RunMetadata
 from benchd.spec import SLO, GenerateSpec, RunSpec
@@ -36,6 +38,7 @@ class StageResult:
     rules: ValidityRules | None = None  # the workload's, for the verdict
     open_loop: bool = False
     stop_reason: str | None = None  # why a stop rule ended it early
+    steps: StepLog | None = None  # the forward steps its engine counted (None: a server's, or none sent)
 
     @classmethod
     def of(cls, spec: GenerateSpec, index: int, label: str, start_s: float) -> StageResult:
@@ -54,9 +57,29 @@ class StageResult:
         last = max(ends) if self.end_s is None else max(max(ends), self.end_s)
         return min(r.scheduled_s for r in measured), last
 
-    def summary(self) -> StageSummary:
-        return summarize(self.label, self.status, self.records, self.slo, self.kv_peak, self.end_s, self.rules,
-                         self.open_loop, self.stop_reason)
+    def summary(self, metadata: RunMetadata | None = None) -> StageSummary:
+        """Its figures; with the run's metadata (the device's limits, the model's cost), how far from the hardware
+        its steps ran."""
+        summary = summarize(self.label, self.status, self.records, self.slo, self.kv_peak, self.end_s, self.rules,
+                            self.open_loop, self.stop_reason)
+        summary.roofline = self.roofline(metadata)
+        return summary
+
+    def roofline(self, metadata: RunMetadata | None) -> dict | None:
+        """Its steps on the device's roofline (benchd.measure.roofline), over the stage's whole time: from its start
+        to its last token, warm-up requests included, as its steps are."""
+        if self.steps is None or not len(self.steps) or metadata is None or not metadata.device_limits \
+                or not metadata.model_cost:
+            return None
+        limits = DeviceSpeed.of(metadata.device_limits)
+        peak_flops = limits.flops_per_s(metadata.model_cost.get("dtype", "auto")) if limits else None
+        ends = [r.arrival_s[-1] for r in self.records if r.arrival_s]
+        end = max([*ends, *([self.end_s] if self.end_s is not None else [])], default=None)
+        if not peak_flops or not limits.copy_bytes_per_s or end is None or end <= self.start_s:
+            return None
+        line = roofline(self.steps, ModelCost.from_dict(metadata.model_cost), end - self.start_s,
+                        limits.copy_bytes_per_s, peak_flops)
+        return line.as_dict()
 
     def measured_tokens(self) -> int:
         return sum(r.output_tokens for r in self.records if not r.warmup)
@@ -81,7 +104,7 @@ class RunResult:
 
     def summaries(self) -> list[BaseModel]:
         if self.spec.kind == "generate":
-            return [stage.summary() for stage in self.stages]
+            return [stage.summary(self.metadata) for stage in self.stages]
         model = TIMED_SUMMARIES[self.spec.kind]
         return [model.model_validate(summary) for summary in self.timed]
 

@@ -59,6 +59,10 @@ class KernelResult(BaseModel):
     tflops: float | None  # flops / median time
     reference: str
     speedup_vs_reference: float | None = None  # reference's median / this one's, at the same shape
+    # The device's matmul rate in this dtype (TF32's for the tf32 implementation) as its worker measured it
+    # (hardware/speed.py), and tflops / it: how near the device's limit this kernel ran.
+    peak_tflops: float | None = None
+    of_peak: float | None = None
 
     def csv_row(self) -> dict[str, object]:
         t = self.timing
@@ -88,5 +92,6 @@ class TrainStepSummary(BaseModel):
     flops: StepFlops
     achieved_tflops: float | None
     peak_tflops: float | None
+    peak_source: str | None = None  # given (train_step.peak_tflops), measured (the device's probe), or datasheet
     mfu: float | None  # model FLOPs per step / mean step time / peak
     memory: MemoryBreakdown

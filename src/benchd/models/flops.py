@@ -24,6 +24,22 @@ PEAK_TFLOPS: list[tuple[str, dict[str, float]]] = [
 ]
 
 
+# Peak memory bandwidth, bytes/s, from NVIDIA's datasheets: H100 (SXM5 80 GB HBM3 3.35 TB/s, PCIe 2.0 TB/s, NVL
+# 3.9 TB/s), H200 (4.8 TB/s), H20 (4.0 TB/s), A100 (80 GB SXM 2,039 GB/s, 80 GB PCIe 1,935 GB/s, 40 GB 1,555 GB/s),
+# L40S (864 GB/s), L4 (300 GB/s), A10 (600 GB/s). Matched as PEAK_TFLOPS is.
+PEAK_BANDWIDTH: list[tuple[str, float]] = [
+    ("H100 PCIe", 2.0e12), ("H100 NVL", 3.9e12), ("H100", 3.35e12), ("H200", 4.8e12), ("H20", 4.0e12),
+    ("A100-SXM4-80GB", 2.039e12), ("A100 80GB PCIe", 1.935e12), ("A100", 1.555e12),
+    ("L40S", 0.864e12), ("L4", 0.3e12), ("A10", 0.6e12),
+]
+PRECISIONS = {"bfloat16": "bf16", "float16": "fp16", "tf32": "tf32", "float32": "fp32"}  # torch's names: the table's
+
+
+def peak_bandwidth(device_name: str) -> float | None:
+    """The datasheet's memory bandwidth for this device, bytes/s; None when unknown."""
+    return next((peak for name, peak in PEAK_BANDWIDTH if name in device_name), None)
+
+
 def peak_tflops(device_name: str, precision: str) -> float | None:
     """The table's peak for this device and matmul precision (bf16, fp16, tf32, fp32); None when unknown."""
     for name, peaks in PEAK_TFLOPS:

@@ -16,6 +16,7 @@ from benchd.spec import (
     MatmulKernel,
     OpenAISpec,
     RunSpec,
+    SpecError,
     StaticSpec,
     Trace,
     TrainStepSpec,
@@ -375,3 +376,16 @@ def fit_problems(spec: RunSpec, device_type: str) -> list[tuple[tuple, str]]:
         problems.append((("transformers", "num_blocks"), f"the cache holds {cache[0]} × {cache[1]} tokens, but one "
                                                          f"request may need {need} (prompt + output)"))
     return problems
+
+
+def check_fits(spec: GenerateSpec, max_positions: int | None) -> None:
+    """A generation's longest request within the model's positions (known once it has loaded)."""
+    workload = spec.workload
+    if isinstance(workload.arrivals, Trace):
+        trace = traces.summarize(workload.arrivals)
+        need, field = trace.max_prompt_tokens + trace.max_output_tokens, "workload.arrivals.path"
+    else:
+        need, field = workload.max_sequence_tokens(), "workload.prompt_tokens"
+    if max_positions is not None and need > max_positions:
+        raise SpecError(f"{field}: prompt + output may reach {need} tokens, beyond the model's {max_positions} "
+                        "positions")

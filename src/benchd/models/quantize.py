@@ -27,6 +27,16 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(tensor_bytes(t) for t in (*model.parameters(), *model.buffers()))
 
 
+def streamed_weight_bytes(model: nn.Module) -> int:
+    """What a forward step reads of the weights: all of them (weight_bytes), but an input embedding the head does
+    not share, of which a step reads only its tokens' rows (benchd.measure.roofline)."""
+    total = weight_bytes(model)
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if embedding is not None and (head is None or head.weight is not embedding.weight):
+        total -= tensor_bytes(embedding.weight)
+    return total
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     flatten = getattr(t, "__tensor_flatten__", None)  # torchao's subclasses name their inner tensors
     if flatten is not None:

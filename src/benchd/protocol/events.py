@@ -116,6 +116,18 @@ class StageEnd(Event):
     stop_reason: str | None
 
 
+class Steps(Event):
+    """The forward steps the engine counted during a stage (benchd.measure.roofline.StepLog's lists, a step an
+    entry), sent before its StageEnd; an engine that counts none (a server) sends none."""
+
+    stage: int
+    prefill_tokens: tuple[int, ...]
+    decode_tokens: tuple[int, ...]
+    kv_read_tokens: tuple[int, ...]
+    attended: tuple[int, ...]
+    sampled: tuple[int, ...]
+
+
 class EngineRestart(Event):
     """Stage `stage`'s engine was replaced by a new one, which runs the stages after it (reason: out_of_memory)."""
 
@@ -170,7 +182,7 @@ class TimedProgress(Event):
 
 
 AnyEvent = (Phase | StageStart | Request | Submitted | Admitted | Tokens | Prompt | Finished | Load | StageEnd
-            | EngineRestart | Timing | TimedStage | Span | TimedProgress)
+            | Steps | EngineRestart | Timing | TimedStage | Span | TimedProgress)
 
 # Made whatever the engine does: not progress (a stalled engine still gets requests and has its load sampled).
 DISPATCH = frozenset({Request, Submitted, Load})

@@ -31,6 +31,10 @@ class RunMetadata(BaseModel):
     weight_bytes: int | None = None  # parameters and buffers as stored on the device
     attn_implementation: str | None = None  # as the engine runs it (continuous batching's paged| variant)
     compile: str | None = None
+    # How far from the hardware (benchd.measure.roofline): the device's limits as its worker measured them
+    # (hardware/speed.py: DeviceSpeed's fields), and what a step costs by the model's shape (ModelCost's fields).
+    device_limits: dict | None = None
+    model_cost: dict | None = None
     peak_memory_bytes: int | None = None  # torch's allocator peak over the run (CUDA only)
     peak_reserved_bytes: int | None = None  # what torch's allocator held at most (CUDA graph pools included)
     started_at: str

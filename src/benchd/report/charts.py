@@ -347,3 +347,33 @@ def timeline(name: str, title: str, spans: Sequence[Span], bands: Sequence[Band]
         drawn = f"{len(spans):,} of {total:,} requests drawn (one in {stride})"
         note = f"{note}; {drawn}" if note else drawn
     return figure(name, title, svg, legend, note)
+
+
+# ---- the roofline -------------------------------------------------------------------------------
+
+
+def roofline(name: str, title: str, points: Sequence[tuple[str, float, float]], peak_bytes_per_s: float,
+             peak_flops_per_s: float) -> str:
+    """Each stage a point, (arithmetic intensity, achieved FLOP/s), under the device's two ceilings, log-log: the
+    bandwidth's slope (FLOP/s = intensity × B/s) up to the ridge, then the matmul rate (benchd.measure.roofline)."""
+    points = [(label, i, f) for label, i, f in points if i > 0 and f > 0]
+    if not points or peak_bytes_per_s <= 0 or peak_flops_per_s <= 0:
+        return empty(name, title, "no stage with steps its engine counted, or the device's limits unknown")
+    ridge = peak_flops_per_s / peak_bytes_per_s
+    x = Scale(min(ridge, *(i for _, i, _ in points)) / 4, max(ridge, *(i for _, i, _ in points)) * 4,
+              LEFT, WIDTH - RIGHT, log=True)
+    y = Scale(min(f for *_, f in points) / 4, peak_flops_per_s * 2, HEIGHT - BOTTOM, TOP, log=True)
+    xs = np.array([x.lo, ridge, x.hi])
+    ceiling = np.minimum(xs * peak_bytes_per_s, peak_flops_per_s)
+    body = [f'<path class="mark line" stroke="{PALETTE[6]}" d="{_path(x(xs), y(np.maximum(ceiling, y.lo)))}">'
+            f'<title>ceilings: {peak_bytes_per_s / 1e9:,.1f} GB/s, {peak_flops_per_s / 1e12:.3g} TFLOP/s; ridge at '
+            f'{ridge:.3g} FLOP/byte</title></path>']
+    legend = [("ceilings (measured)", PALETTE[6])]
+    for index, (label, intensity, flops) in enumerate(points):
+        color = PALETTE[index % (len(PALETTE) - 1)]
+        body.append(f'<circle class="mark" cx="{float(x(intensity)):.1f}" cy="{float(y(flops)):.1f}" r="4" '
+                    f'fill="{color}"><title>{_esc(label)}: {intensity:.3g} FLOP/byte, {flops / 1e12:.3g} TFLOP/s'
+                    '</title></circle>')
+        legend.append((label, color))
+    svg = _frame(x, y, lambda v: f"{v:g}", unit("FLOP/s"), "arithmetic intensity, FLOP/byte", "".join(body))
+    return figure(name, title, svg, legend, "log axes; each stage's steps as the model's shape costs them")

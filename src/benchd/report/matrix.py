@@ -67,8 +67,18 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str]]:
             f"{v.stack.get('quantized_layers') or 0} layers" if v.stack.get("quantization") not in (None, "none")
             else "–",
             "–" if v.model_load_s is None else f"{v.model_load_s:.2f}",
+            roofline_cell(v),
         ])
     return rows
+
+
+def roofline_cell(v: VariantComparison) -> str:
+    """Its MBU and MFU, the fraction of its roofline bound, and the ceiling it moved toward from the baseline."""
+    if v.roofline is None:
+        return "–"
+    line = v.roofline
+    toward = f"; toward {v.moved_toward}" if v.moved_toward else ""
+    return f"{line['mbu']:.1%} / {line['mfu']:.1%} ({line['of_bound']:.1%}{toward})"
 
 
 def verdict(v: VariantComparison) -> str:
@@ -79,7 +89,7 @@ def verdict(v: VariantComparison) -> str:
 
 
 SUMMARY_HEAD = ("variant", "values", "runs ok", "verdict", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "weights",
-                "peak memory", "greedy tokens = baseline", "attention", "quantized", "load s")
+                "peak memory", "greedy tokens = baseline", "attention", "quantized", "load s", "MBU / MFU (of bound)")
 
 
 def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:

@@ -187,4 +187,10 @@ def comparison_table(result: Comparison) -> Table:
         change = "–" if m.relative_change is None else f"{m.relative_change:+.1%}"
         name = m.metric.replace("_s.", " ms ") if unit == 1e3 else m.metric
         table.add_row(name, fmt(m.a), fmt(m.b), change, interval, m.verdict)
+    if result.roofline_a and result.roofline_b:  # how far from the hardware (measure/roofline.py)
+        for name in ("mbu", "mfu", "of_bound"):
+            a, b = result.roofline_a[name], result.roofline_b[name]
+            table.add_row(name if name != "of_bound" else "of roofline bound", f"{a:.1%}", f"{b:.1%}",
+                          f"{b - a:+.1%} pts", "–", "–" if name != "of_bound" else
+                          f"toward the {result.moved_toward} ceiling" if result.moved_toward else "no ceiling nearer")
     return table

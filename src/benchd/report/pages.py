@@ -154,6 +154,12 @@ def _generation(summaries: list, timeline: dict | None, rows: list[dict], summar
                   for s in summaries for x in s.invalid)
     out = [_section("Summary", _table(head, [[n, *c] for n, c in summary_rows(summaries)]), why, summary,
                     anchor="summary")]
+    if lines := [(s.stage, s.roofline) for s in summaries if s.roofline]:
+        out.append(_section("How far from the hardware", charts.roofline(
+            "roofline", "Achieved FLOP/s against arithmetic intensity",
+            [(label, line["intensity"], line["achieved_flops_per_s"]) for label, line in lines],
+            lines[0][1]["peak_bytes_per_s"], lines[0][1]["peak_flops_per_s"]), anchor="roofline",
+            about="each stage's steps under the device's measured ceilings (docs/figures.md)"))
     good = [(s.label, [r for r in s.records if not r.warmup and r.ok]) for s in stages]
     out.append(_section(
         "Latency",

@@ -38,7 +38,15 @@ def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
             "–" if s.goodput_requests_per_s is None else
             f"{s.goodput_requests_per_s:.2f} ({s.slo_attainment or 0:.0%})" for s in summaries
         ]))
+    if any(s.roofline for s in summaries):  # how far from the hardware (docs/figures.md)
+        rows.append(("MBU / MFU", [roofline_cell(s, "{mbu:.1%} / {mfu:.1%}") for s in summaries]))
+        rows.append(("of roofline bound (bound by)", [roofline_cell(s, "{of_bound:.1%} ({bound_by})")
+                                                      for s in summaries]))
     return rows
+
+
+def roofline_cell(s: StageSummary, form: str) -> str:
+    return "–" if not s.roofline else form.format(**s.roofline)
 
 
 def verdict(s: StageSummary) -> str:

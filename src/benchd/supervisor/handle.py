@@ -45,6 +45,7 @@ from benchd.worker import entry
 log = logging.getLogger("benchd.workers")
 
 LOG_TAIL_LINES = 20
+SPEED_CACHE = "device-speed.json"  # each GPU model and driver's measured limits (hardware/speed.py)
 
 
 class WorkerSettings(BaseModel):
@@ -154,7 +155,8 @@ class WorkerHandle:
             f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
                "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority),
-               "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction)}
+               "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction),
+               "BENCHD_WORKER_SPEED_CACHE": str(self.settings.log_dir / SPEED_CACHE)}
         if self.known_speed is not None:
             env["BENCHD_WORKER_SPEED"] = json.dumps(self.known_speed.as_dict())
         self._process = context.Process(target=entry.main, args=(child, self.slot.key, str(self.log_path), env),

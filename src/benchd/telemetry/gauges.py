@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from benchd.hardware.readings import GPUInfo, GPUReading, MigInstance, Snapshot
 from benchd.hardware.sampler import HardwareSampler
+from benchd.hardware.speed import DeviceSpeed
+from benchd.models.flops import PRECISIONS, peak_bandwidth, peak_tflops
 
 GPU_LABELS = ("gpu", "uuid", "name")
 # A MIG instance's series carry its parent's GPU_LABELS and these, DCGM exporter's names for the GPU instance id and
@@ -155,6 +158,38 @@ def info_families(gpus: list[GPUInfo], migs: list[tuple[GPUInfo, MigInstance]]) 
                 **dict(zip(MIG_LABELS, (str(mig.gpu_instance_id), mig.profile, str(mig.compute_instance_id))))}, 1.0)
         out.append(info)
     return out
+
+
+def limit_families(speeds: dict[str, DeviceSpeed]) -> list[Metric]:
+    """Each device's limits as its worker measured them (benchd.hardware.speed), and the datasheet's beside them
+    where the model is known (source: measured, datasheet); a CPU worker's device is labelled gpu="cpu"."""
+    bandwidth = GaugeMetricFamily("benchd_gpu_peak_memory_bandwidth_bytes_per_second",
+                                  "The device's memory bandwidth: bytes read and written per second by a copy larger "
+                                  "than its caches (measured), or its datasheet's.", labels=("gpu", "name", "source"))
+    flops = GaugeMetricFamily("benchd_gpu_peak_flops", "The device's dense matmul rate, FLOP/s, by dtype: a large "
+                              "GEMM's (measured), or its datasheet's.", labels=("gpu", "name", "dtype", "source"))
+    for gpu, speed in sorted(speeds.items()):
+        bandwidth.add_metric((gpu, speed.name, "measured"), speed.copy_bytes_per_s)
+        if (sheet := peak_bandwidth(speed.name)) is not None:
+            bandwidth.add_metric((gpu, speed.name, "datasheet"), sheet)
+        for dtype, rate in speed.matmul_flops_per_s.items():
+            flops.add_metric((gpu, speed.name, dtype, "measured"), rate)
+            if (tflops := peak_tflops(speed.name, PRECISIONS.get(dtype, dtype))) is not None:
+                flops.add_metric((gpu, speed.name, dtype, "datasheet"), tflops * 1e12)
+    return [bandwidth, flops]
+
+
+class LimitsCollector(Collector):
+    """Serves the devices' measured limits, as the workers' hellos gave them (speeds: the pool's, read at scrape)."""
+
+    def __init__(self, speeds: Callable[[], dict[str, DeviceSpeed]]) -> None:
+        self.speeds = speeds
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        return limit_families(dict(self.speeds()))
 
 
 class HardwareCollector(Collector):

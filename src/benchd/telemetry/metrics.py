@@ -164,6 +164,16 @@ class Metrics:
         self.run_valid = self._family(HotGauge, "benchd_run_valid",
                                 "1 when the latest generate run of this workload was valid (every stage met its "
                                 "validity rules), 0 when it was not.")
+        # How far from the hardware (measure/roofline.py), the latest run's last stage whose engine counted steps.
+        self.mbu = self._family(HotGauge, "benchd_run_memory_bandwidth_utilization_ratio",
+                                "Model bandwidth utilisation (MBU) of the latest run: bytes its steps must move "
+                                "per second / the device's measured bandwidth.")
+        self.mfu = self._family(HotGauge, "benchd_run_flops_utilization_ratio",
+                                "Model FLOPs utilisation (MFU) of the latest run: its steps' matmul FLOP/s / the "
+                                "device's measured rate in the run's dtype.")
+        self.of_bound = self._family(HotGauge, "benchd_run_roofline_bound_ratio",
+                                     "The latest run's fraction of its roofline bound: the fastest its steps could "
+                                     "run on the device's measured limits / the time they took (1: at the limits).")
         self.capacity = self._family(HotGauge, "benchd_capacity_requests_per_second",
                                "The highest request rate the latest capacity search found meeting the SLO (0: none).")
         # An openai run's server, from its Prometheus page (openai.metrics_url): as of the latest read of the

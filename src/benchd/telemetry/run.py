@@ -233,6 +233,15 @@ class RunTelemetry:
         if searched:
             self.metrics.capacity.labels(*labels).set(capacity_requests_per_s or 0.0)
 
+    def roofline(self, figures: dict | None) -> None:
+        """How far from the hardware the run's last stage with counted steps ran (StageSummary.roofline)."""
+        if self.metrics is None or not figures:
+            return
+        labels = (self.model, self._engine, self._workload, self.gpu)
+        self.metrics.mbu.labels(*labels).set(figures["mbu"])
+        self.metrics.mfu.labels(*labels).set(figures["mfu"])
+        self.metrics.of_bound.labels(*labels).set(figures["of_bound"])
+
     def run_finished(self, t: float, status: str, error: str | None) -> None:
         if self.otel is not None:
             self.otel.retire(self.otel_series)

@@ -100,6 +100,7 @@ def execute(ctx: TimedContext) -> None:
     flush = CacheFlusher(device, options.flush_bytes) if options.flush_l2 else None
     reference = options.reference_name()
     stages = len(options.shapes) * len(options.chosen())
+    measured = (ctx.metadata.device_limits or {}).get("matmul_flops_per_s", {})
     for shape in options.shapes:
         at_shape: dict[str, KernelResult] = {}
         for name in options.chosen():
@@ -108,11 +109,14 @@ def execute(ctx: TimedContext) -> None:
 
             def summary(status: str, error: str | None, name=name, shape=shape, times=times) -> KernelResult:
                 stats = TimingStats.of(times)
+                tflops = flops(shape) / stats.median / 1e12 if stats.median else None
+                peak = (rate := measured.get("tf32" if name == "tf32" else dtype_name)) and rate / 1e12
                 return KernelResult(
                     stage=f"{name} {shape.label()}", status=status if error is None else "failed", error=error,
                     kernel=options.op, implementation=name, shape=shape.label(), dtype=dtype_name,
                     warmup=options.warmup, timing=stats, flops=flops(shape),
-                    tflops=flops(shape) / stats.median / 1e12 if stats.median else None, reference=reference)
+                    tflops=tflops, reference=reference, peak_tflops=peak or None,
+                    of_peak=tflops / peak if tflops and peak else None)
 
             ctx.open_stage(summary)
             generator = torch.Generator(device=device).manual_seed(ctx.spec.seed)

@@ -12,7 +12,7 @@ import time
 import torch
 
 from benchd.measure.timings import TimingStats, TrainStepSummary
-from benchd.models.flops import Shape, memory_breakdown, peak_tflops, step_flops
+from benchd.models.flops import PRECISIONS, Shape, memory_breakdown, peak_tflops, step_flops
 from benchd.models.loading import DTYPES, load_model, parameter_count
 from benchd.spec import SpecError
 from benchd.timed.clock import DeviceClock
@@ -41,6 +41,20 @@ def matmul_precision(weights: torch.dtype, autocast: torch.dtype | None) -> str:
     return "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
+def peak_for(given: float | None, metadata, precision: str) -> tuple[float | None, str | None]:
+    """The peak TFLOP/s MFU is taken against, and whence: the spec's (train_step.peak_tflops), else the device's
+    matmul rate in this precision as its worker measured it (hardware/speed.py), else the datasheet's by the
+    device's name (models/flops.py)."""
+    if given:
+        return given, "given"
+    measured = (metadata.device_limits or {}).get("matmul_flops_per_s", {})
+    name = next((torch_name for torch_name, short in PRECISIONS.items() if short == precision), precision)
+    if measured.get(name):
+        return measured[name] / 1e12, "measured"
+    sheet = peak_tflops(metadata.device_name, precision)
+    return sheet, "datasheet" if sheet is not None else None
+
+
 class _Level:
     """One run of warm-up steps then measured steps on a freshly built model."""
 
@@ -67,7 +81,7 @@ class _Level:
         self.flops = step_flops(self.shape, self.options.batch_size, self.options.context_length,
                                 backward=self.options.mode != "forward")
         self.precision = matmul_precision(self.weights, self.autocast)
-        self.peak = self.options.peak_tflops or peak_tflops(ctx.metadata.device_name, self.precision)
+        self.peak, self.peak_source = peak_for(self.options.peak_tflops, ctx.metadata, self.precision)
         self.peak_allocated: int | None = None
         ctx.open_stage(self.summary)
 
@@ -139,6 +153,6 @@ class _Level:
             context_length=options.context_length, warmup_steps=self.warmup, steps=phases["step"].count,
             phases=phases,
             tokens_per_s=options.batch_size * options.context_length / step if step else None,
-            flops=self.flops, achieved_tflops=achieved, peak_tflops=self.peak,
+            flops=self.flops, achieved_tflops=achieved, peak_tflops=self.peak, peak_source=self.peak_source,
             mfu=achieved / self.peak if achieved is not None and self.peak else None, memory=memory,
         )

@@ -10,10 +10,15 @@ from typing import Any
 
 from benchd import heap
 from benchd.engines import Engine, create_engine
+from benchd.hardware.speed import DeviceSpeed, measure
 from benchd.loadgen.contents import contents, text_contents
-from benchd.loadgen.stage import check_fits, run_stages
+from benchd.loadgen.stage import run_stages
 from benchd.measure.metadata import PeakMemory, collect, record_stack, torch_threads, utc_now
+from benchd.measure.roofline import ModelCost
+from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel, load_model, resolve_device
+from benchd.models.memory import check_fits
+from benchd.models.quantize import streamed_weight_bytes
 from benchd.models.roots import Opened, open_confined
 from benchd.models.tokenizer import load_tokenizer
 from benchd.protocol import events
@@ -46,6 +51,7 @@ class WorkerCore:
         self._cancelled: dict[str, str] = {}  # cancels that arrived before their run started
         self.phase = "idle"
         self.broken: str | None = None  # a device error that outlives the run: the process must be replaced
+        self.speed: DeviceSpeed | None = None  # the device's, as the worker measured it for its hello
 
     @property
     def activity(self) -> int:
@@ -177,6 +183,7 @@ class WorkerCore:
         if not server:
             metadata.torch_threads = torch_threads()  # as the engine set it
             record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
+            metadata.device_limits, metadata.model_cost = self._roofline_inputs()
         heap.settle()  # the model and the started engine out of the collector's walks while the run measures
         self._phase(outbox, "run")
         fault = Faults.model_validate(faults) if faults else None
@@ -192,6 +199,24 @@ class WorkerCore:
                 disarm.set()
         metadata.peak_memory_bytes, metadata.peak_reserved_bytes = peak.read(), peak.reserved()
         return metadata, status, error, "run"
+
+    def _limits(self, device_type: str) -> dict | None:
+        """The device's measured limits: the worker's hello's, or measured here in a CLI's own process (None: the
+        device cannot run the probe). A tensor-parallel group's are its first rank's."""
+        speed = self.speed
+        if speed is None:
+            try:
+                speed = measure("cuda" if device_type == "cuda" else "cpu")
+            except RuntimeError:
+                return None
+        return speed.as_dict()
+
+    def _roofline_inputs(self) -> tuple[dict | None, dict]:
+        """The device's limits and what a step of the loaded model costs (benchd.measure.roofline): the whole
+        model's, in a tensor-parallel group too."""
+        loaded = self._loaded
+        cost = ModelCost.of(Shape.of(loaded.model.config), streamed_weight_bytes(loaded.model), loaded.dtype.itemsize)
+        return self._limits(loaded.device.type), {**cost.as_dict(), "dtype": str(loaded.dtype)[6:]}
 
     def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
                    seed: int = 0, quantization: str = "none", attn_implementation: str = "sdpa",
@@ -255,7 +280,9 @@ class WorkerCore:
             _release_memory()
         heap.settle()
         self._phase(outbox, "run")
-        metadata = collect(resolve_device(spec.device), spec.subject, spec.label)
+        device = resolve_device(spec.device)
+        metadata = collect(device, spec.subject, spec.label)
+        metadata.device_limits = self._limits(device.type)  # the peak a training step's MFU is taken against
         status, error = run_timed(spec, outbox, metadata, stop, model)
         return metadata, status, error
 

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from benchd.hardware.speed import DeviceSpeed, measure
@@ -37,8 +38,13 @@ def _speed(device: str) -> DeviceSpeed | None:
     """The device's speed (benchd.hardware.speed): as an earlier worker on it measured it, or measured now."""
     if known := os.environ.get("BENCHD_WORKER_SPEED"):
         return DeviceSpeed.of(json.loads(known))
+    # A GPU's figures are kept per model and driver in the workers' directory, measured once; a CPU's each daemon's
+    # life (a neighbour's load would otherwise stay in them).
+    cache = os.environ.get("BENCHD_WORKER_SPEED_CACHE")
     try:
-        return measure("cuda" if device.startswith("cuda") else "cpu")
+        if device.startswith("cuda"):
+            return measure("cuda", Path(cache) if cache else None)
+        return measure("cpu")
     except RuntimeError as error:  # the device cannot run the probe: no figure (timed runs cannot be admitted)
         print(f"benchd: measuring the device's speed failed: {error}", file=sys.stderr, flush=True)
         return None
@@ -110,9 +116,10 @@ class Service:
             cores = {int(c) for c in cpus.split(",")}
             os.sched_setaffinity(0, cores)
             torch.set_num_threads(len(cores))
+        speed = self.core.speed = _speed(self.device)
         self.send(Hello(os.getpid(), torch_version=str(torch.__version__), device=self.device,
                         cuda_devices=torch.cuda.device_count(), nice=os.getpriority(os.PRIO_PROCESS, 0),
-                        dispatch_priority=self.dispatch_priority, speed=_speed(self.device)))
+                        dispatch_priority=self.dispatch_priority, speed=speed))
 
     def _receive(self) -> None:
         """Cancels act at once, on the run in progress; the rest waits its turn on the main thread."""

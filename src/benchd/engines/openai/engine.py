@@ -67,6 +67,7 @@ class OpenAIEngine:
     name = "openai"
     dispatch_lead_s = DISPATCH_LEAD_S
     handoff = None
+    steps = None  # the server's steps are its own
 
     def __init__(self, options: OpenAIOptions, workload: Workload, model: str) -> None:
         self.options = options
