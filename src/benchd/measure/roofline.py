@@ -193,7 +193,7 @@ def roofline(log: StepLog, cost: ModelCost, elapsed_s: float, peak_bytes_per_s: 
         bandwidth_bound += memory_s >= compute_s
         total_bytes += step_bytes
         total_flops += step_flops
-    return Roofline(steps=len(log), prefill_tokens=sum(r[0] for r in log.rows), decode_tokens=sum(r[1] for r in log.rows),
+    return Roofline(steps=len(log), prefill_tokens=sum(log.prefill_tokens), decode_tokens=sum(log.decode_tokens),
                     bytes=total_bytes, flops=total_flops, elapsed_s=elapsed_s, bound_s=bound_s,
                     bandwidth_bound_steps=bandwidth_bound, peak_bytes_per_s=peak_bytes_per_s,
                     peak_flops_per_s=peak_flops_per_s)
