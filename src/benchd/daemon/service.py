@@ -23,6 +23,7 @@ from benchd.models.roots import confined
 from benchd.spec import GenerateSpec, RunSpec
 from benchd.spec.matrix import MatrixSpec
 from benchd.store import Store
+from benchd.supervisor.environments import Environments
 from benchd.supervisor.pool import WorkerPool
 from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.run import Telemetry
@@ -40,7 +41,8 @@ class Daemon:
         self.queue = RunQueue(settings.queue_max)
         self.pool = WorkerPool(slots, settings.workers, (settings.model, settings.dtype), on_restart=self._restarted,
                                watch=sampler.watch_process if sampler is not None else lambda name, pid: None,
-                               memory_fraction=settings.limits.memory_fraction)
+                               memory_fraction=settings.limits.memory_fraction,
+                               environments=Environments(settings.environments, settings.environments_dir))
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
                                    settings.compare_confidence)

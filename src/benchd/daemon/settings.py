@@ -22,6 +22,7 @@ from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.models.memory import MEMORY_FRACTION
 from benchd.spec import NAME_MAX, Name, RunSpec
 from benchd.spec.validity import ValidityRules
+from benchd.supervisor.environments import CURRENT
 from benchd.supervisor.handle import WorkerSettings
 from benchd.telemetry.metrics import HistogramBuckets, MetricsSettings
 from benchd.worker.faults import Faults
@@ -192,6 +193,12 @@ class Settings(BaseSettings):
     # Schedules declared at start (BENCHD_SCHEDULES as JSON, or `schedules:` in the BENCHD_CONFIG file). The settings
     # own them: they are not written to the store, so one removed from the settings is gone at the next start.
     schedules: list[DeclaredSchedule] = []
+    # Python environments a spec may name (its `environment`; the daemon's own is "current"), as JSON: name → an
+    # interpreter's path (an existing venv's bin/python), or a list of requirements (pip's: transformers==5.24.0, a git
+    # URL at a commit, a local wheel or directory) built once, by uv or pip, into a venv under environments_dir that
+    # sees the daemon's packages (torch) beneath its own, and reused. Specs over HTTP name these; none brings its own.
+    environments: dict[Name, str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]] = {}
+    environments_dir: Path = Path("benchd-environments")  # the built environments, each with its build's log
 
     @field_validator("api_token", "label", "pod_name", mode="before")
     @classmethod
@@ -213,6 +220,13 @@ class Settings(BaseSettings):
             raise ValueError("schedules: 'default' is the built-in schedule's name; set default_schedule to false to "
                              "declare one of that name")
         return self
+
+    @field_validator("environments")
+    @classmethod
+    def _not_current(cls, environments: dict) -> dict:
+        if CURRENT in environments:
+            raise ValueError(f"{CURRENT!r} is the daemon's own environment; declare others by other names")
+        return environments
 
     @model_validator(mode="after")
     def _stale_after_an_interval(self) -> Settings:
