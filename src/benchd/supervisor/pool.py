@@ -237,6 +237,8 @@ class WorkerPool:
             self.failures[worker.slot.key] = (environment, f"the worker in environment {environment!r} did not "
                                                            f"start: {death.cause}")
             environment = CURRENT
+        elif environment != CURRENT and not self._startable(worker.slot, environment):  # its venv went away
+            environment = CURRENT
         replacement = self._spawn(worker.slot, environment)
 
         def timed() -> None:
