@@ -155,3 +155,95 @@ def test_an_http_spec_may_name_only_a_declared_environment(live):
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "commit", "commit"]
     refused = live.http.post("/matrices", json={**spec(), "matrix": {"environment": ["current", "tf-9"]}})
     assert refused.status_code == 422 and "tf-9" in refused.text
+
+
+# ---- a regression watch across versions: a declared schedule's matrix, the candidate against the daemon's own ----
+
+
+def test_a_scheduled_matrix_must_be_valid_for_the_settings_to_be():
+    from benchd.daemon.settings import Settings
+
+    watch = {"name": "watch", "spec": spec(), "interval_s": 60, "matrix": {"workload.stop.requests": [4, -1]}}
+    with pytest.raises(ValueError, match="variant workload.stop.requests=-1"):
+        Settings(schedules=[watch])
+    with pytest.raises(ValueError, match="matrix"):
+        Settings(schedules=[{**watch, "matrix": {"environment": []}}])
+
+
+@pytest.mark.engine
+def test_a_schedule_pits_the_daemons_environment_against_a_candidate_and_exports_the_verdict(tmp_path):
+    """The watch a team keeps before upgrading a fleet (docs/guides/environments.md): every interval the candidate
+    (.venv-newest, the newest transformers 5.x) runs against the daemon's own, interleaved; the comparison sets the
+    variant's verdict, both environments named, and benchd_regression_detected, which BenchdRegression fires on."""
+    if not NEWEST.exists():
+        pytest.skip("no .venv-newest (make .venv-newest/.installed)")
+    watch = {"name": "upgrade-watch", "spec": {**spec(requests=4, output=8), "name": "upgrade-watch"},
+             "interval_s": 1.0, "matrix": {"environment": ["current", "candidate"]}, "repeats": 2}
+    with daemon(tmp_path, environments={"candidate": str(NEWEST)}, schedules=[watch]) as server:
+        server.wait_ready()
+
+        def compared():
+            rows = server.http.get("/matrices", params={"workload": "upgrade-watch"}).json()
+            return [r for r in rows if r["status"] not in ("queued", "running")]
+
+        seen = []
+
+        def snapshot():  # the newest compared matrix, and /metrics read while it stayed the newest
+            before = compared()
+            text = server.http.get("/metrics").text
+            if before and before[0]["id"] == compared()[0]["id"]:
+                seen[:] = [before[0], text]
+            return bool(seen)
+
+        wait_for(snapshot, 240, "the scheduled matrix to be compared")
+        row, text = seen
+        assert row["status"] == "succeeded", row["error"]
+        runs = [server.http.get(f"/runs/{r['run_id']}").json() for r in row["runs"]]
+        assert [r["metadata"]["environment"] for r in runs] == ["current", "candidate"] * 2
+        assert {r["schedule"] for r in runs} == {"upgrade-watch"}
+        candidate = row["comparison"]["variants"][1]
+        throughput = next(m for m in candidate["metrics"] if m["metric"] == "output_tokens_per_s")
+        assert throughput["verdict"] != "inconclusive"  # two runs a side: a run-level verdict
+        slower = float(throughput["verdict"] == "slower")
+        assert (f'benchd_matrix_variant_regression_detected{{baseline="environment=current",hostname="test-node",'
+                f'metric="output_tokens_per_s",variant="environment=candidate",workload="upgrade-watch"}} '
+                f'{slower}') in text
+        assert (f'benchd_regression_detected{{hostname="test-node",metric="output_tokens_per_s",'
+                f'workload="upgrade-watch"}} {slower}') in text
+        assert 'benchd_regression_relative_change{hostname="test-node",metric="output_tokens_per_s",' \
+               'workload="upgrade-watch"}' in text
+        # the schedule never piles up behind itself: one matrix at a time, however short its interval
+        statuses = [r["status"] for r in server.http.get("/matrices", params={"workload": "upgrade-watch"}).json()]
+        assert sum(s in ("queued", "running") for s in statuses) <= 1
+
+
+def test_a_bare_requirement_is_the_newest_release_on_the_index_and_the_last_answer_when_it_is_unreachable(
+        tmp_path, monkeypatch):
+    """["transformers"] is the newest release the index has (pinned, the venv keyed by it: a newer release is a venv
+    of its own); an index out of reach falls back on the last answer, and with none the run's error says so."""
+    from packaging.version import Version
+
+    from benchd.supervisor.environments import EnvironmentProblem, Environments
+
+    if not NEWEST.exists():
+        pytest.skip("no .venv-newest (make .venv-newest/.installed)")
+    asked = "from importlib.metadata import version; print(version('transformers'))"
+    built_newest = subprocess.run([NEWEST, "-c", asked], capture_output=True, text=True, check=True).stdout.strip()
+    declared = ["transformers", "benchd-probe @ file:///nowhere.whl"]
+    environments = Environments({"tf-newest": declared}, tmp_path)
+    try:
+        pinned = environments.pinned("tf-newest", declared)
+    except EnvironmentProblem as problem:
+        pytest.skip(f"no index reachable from here: {problem}")
+    project, version = pinned[0].split("==")
+    assert project == "transformers" and Version(version) >= Version(built_newest)  # the Makefile's newest 5.x, or newer
+    assert pinned[1] == declared[1]  # only bare names are pinned
+    assert environments.venv(pinned) != environments.venv(declared)  # keyed by the release: a new one, a new venv
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")  # no configured extra indexes or wheel directories
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens there
+    assert Environments({"tf-newest": declared}, tmp_path).pinned("tf-newest", declared) == pinned
+    with pytest.raises(EnvironmentProblem, match="tf-newest.*newest release.*no earlier answer"):
+        Environments({"tf-newest": declared}, tmp_path / "empty").pinned("tf-newest", declared)

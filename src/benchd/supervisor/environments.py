@@ -8,12 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -23,6 +25,18 @@ CURRENT = "current"  # the daemon's own environment: the default of a spec's `en
 BUILD_TIMEOUT_S = 1800.0
 LOG_TAIL_LINES = 20
 BUILT = ".built"  # written in a venv once its requirements installed: the cache's mark of a finished build
+# A requirement that is a bare project name ("transformers") means its newest release on the index: asked of the index
+# (`pip index versions`) at most this often, the answer pinned (transformers==X.Y.Z) and the venv keyed by it, so a
+# new release is built into a venv of its own when a run first needs it after the release.
+NEWEST_EVERY_S = 3600.0
+UNPINNED = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+ARCHIVES = (".whl", ".zip", ".tar.gz")  # a file's name is no project's
+
+
+def bare(requirement: str) -> bool:
+    """A project's name alone: its newest release on the index."""
+    return UNPINNED.match(requirement) is not None and not requirement.endswith(ARCHIVES)
+INDEX_TIMEOUT_S = 60.0
 
 
 class EnvironmentProblem(RuntimeError):
@@ -46,6 +60,7 @@ class Environments:
         self.declared = dict(declared or {})
         self.cache_dir = Path(os.path.abspath(cache_dir)) if cache_dir is not None else None
         self._lock = threading.Lock()  # one build at a time: two runs needing one environment build it once
+        self._newest: dict[str, tuple[float, str]] = {}  # project → (when asked, time.monotonic(); its newest version)
 
     def names(self) -> list[str]:
         return [CURRENT, *self.declared]
@@ -63,7 +78,7 @@ class Environments:
         if name == CURRENT:
             return Interpreter(CURRENT)
         declared = self.declared[name]
-        python = declared if isinstance(declared, str) else self._built(name, declared)
+        python = declared if isinstance(declared, str) else self._built(name, self.pinned(name, declared))
         if not os.access(python, os.X_OK) or os.path.isdir(python):
             raise EnvironmentProblem(f"environment {name!r}: no interpreter at {python}")
         return Interpreter(name, python)
@@ -75,6 +90,41 @@ class Environments:
         whose packages the venv sees beneath its own."""
         base = {"requirements": requirements, "prefix": sys.prefix, "python": sys.version}
         return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
+
+    def pinned(self, name: str, requirements: list[str]) -> list[str]:
+        """The requirements with each bare project name pinned to its newest release on the index; where the index
+        cannot be reached, the answer last written to the cache (<key of the requirements as declared>.resolved)."""
+        if not any(bare(r) for r in requirements):
+            return requirements
+        record = self.venv(requirements).with_suffix(".resolved")
+        try:
+            pinned = [f"{r}=={self._newest_version(r)}" if bare(r) else r for r in requirements]
+        except EnvironmentProblem as problem:
+            if record.exists():
+                return json.loads(record.read_text())
+            raise EnvironmentProblem(f"environment {name!r}: {problem}, and no earlier answer is cached") from None
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(pinned))
+        return pinned
+
+    def _newest_version(self, project: str) -> str:
+        asked = self._newest.get(project)
+        if asked is not None and time.monotonic() - asked[0] < NEWEST_EVERY_S:
+            return asked[1]
+        command = [sys.executable, "-m", "pip", "index", "versions", project, "--disable-pip-version-check",
+                   "--no-input", "--retries", "0", "--timeout", "10"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise EnvironmentProblem(
+                f"the index did not say {project}'s newest release in {INDEX_TIMEOUT_S:.0f} s") from None
+        found = re.match(rf"^{re.escape(project)} \((\S+)\)", done.stdout, re.IGNORECASE)
+        if done.returncode != 0 or found is None:
+            last = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+            raise EnvironmentProblem(f"the index did not say {project}'s newest release ({last})")
+        self._newest[project] = (time.monotonic(), found.group(1))
+        return found.group(1)
 
     def venv(self, requirements: list[str]) -> Path:
         if self.cache_dir is None:
