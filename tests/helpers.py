@@ -109,6 +109,16 @@ def own(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k not in UNUSED[runner]}
 
 
+# The fields RunSpec gained since 14d1cbb, at their defaults: what a whole dump of one of its specs holds now beside
+# its own sections.
+SINCE = {"environment": "current", "commit": None}
+
+
+def whole(spec: dict) -> dict:
+    """A whole spec dumped by 14d1cbb, as it is dumped now: its own sections and the fields added since."""
+    return {**own(spec), **SINCE}
+
+
 # ---- daemons --------------------------------------------------------------------------------------
 
 ROOT = Path(__file__).parent.parent

@@ -49,7 +49,8 @@ COMMANDS = [
     messages.Stop(),
 ]
 REPORTS = [
-    messages.Hello(123, "2.13.0", "cpu", 0, -10, 1, DeviceSpeed("cpu", {"float32": 1e11}, 2e10, 64 << 20, 0.4)),
+    messages.Hello(messages.PROTOCOL_VERSION, 123, "3.11.2", "2.13.0", "5.17.0", "12.8", "cpu", 0, -10, 1,
+                   DeviceSpeed("cpu", {"float32": 1e11}, 2e10, 64 << 20, 0.4)),
     messages.Heartbeat(10.0, 42, "run", 1 << 30),
     messages.Events("r1", EVENTS),
     messages.Warmed("tiny", "OSError: no such model", 1.5),
@@ -129,7 +130,7 @@ def test_the_outbox_counts_progress_but_not_what_the_dispatcher_makes_anyway():
 
 def garbling_worker(conn, device, log_path, env):
     """A worker process that starts as one should, then answers a run with bytes that are no report."""
-    conn.send_bytes(encode(messages.Hello(0, "none", device, 0, 0, 0, None)))
+    conn.send_bytes(encode(messages.Hello(messages.PROTOCOL_VERSION, 0, "3", "none", "none", None, device, 0, 0, 0, None)))
     while True:
         command = decode_command(conn.recv_bytes())
         if isinstance(command, messages.Run):

@@ -56,7 +56,8 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         daemon = Daemon(settings, store, telemetry, sampler, events, daemon_slots(settings, sampler))
         registry.register(LimitsCollector(lambda: daemon.pool.speeds))
         for declared in settings.schedules:  # before the schedules' thread first reads the stored ones
-            daemon.schedules.declare(declared.name, declared.spec, declared.interval_s, declared.enabled)
+            daemon.schedules.declare(declared.name, declared.spec, declared.interval_s, declared.enabled,
+                                     declared.matrix_spec())
         daemon.start()  # the workers start and load the model; /readyz says when they are ready
         if settings.default_schedule:
             daemon.schedules.put("default", validate_spec(DEFAULT_SCHEDULE_SPEC),

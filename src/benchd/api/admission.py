@@ -32,6 +32,7 @@ from benchd.spec import (
     traces,
 )
 from benchd.spec.stack import unavailable
+from benchd.supervisor.environments import Environments
 
 
 def problem(loc: tuple, message: str) -> dict:
@@ -108,6 +109,8 @@ def _source_problems(spec: RunSpec, settings: Settings, problems: Problems) -> N
     name is not a path; the daemon's own model is the operator's choice)."""
     if spec.trust_remote_code:
         problems.add(("trust_remote_code",), "cannot be enabled over HTTP")
+    if reason := Environments(settings.environments).problem(spec.environment):
+        problems.add(("environment",), reason)
     loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
     if loads_model and spec.model not in PRESETS and spec.model != settings.model:
         if reason := model_problem(spec.model, settings.model_roots):

@@ -84,6 +84,14 @@ class WorkerView(BaseModel):
     gpu: str  # the gpu label of its series: NVML's index (0+1 for a group), cpu:N for CPU workers, "" for the CPU
     state: str  # starting | ready | exiting (its device broke: replaced after its run) | dead | stopped
     pid: int | None
+    # the Python environment it runs in (BENCHD_ENVIRONMENTS; current: the daemon's), and what its hello stated: the
+    # benchd protocol it speaks and the versions of its stack (None until it said hello)
+    environment: str = "current"
+    protocol: int | None = None
+    python_version: str | None = None
+    torch_version: str | None = None
+    transformers_version: str | None = None
+    cuda_version: str | None = None
     busy: bool
     nice: int | None  # its CPU priority (BENCHD_WORKERS__NICE when the worker had the privilege to take it)
     # the real-time priority its open loops send at (BENCHD_WORKERS__DISPATCH_PRIORITY with the privilege, else 0)

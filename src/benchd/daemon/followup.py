@@ -45,8 +45,10 @@ class Hooks:
             self.matrices.ended(job, result)
 
     def _regression(self, job: Job, result: RunResult) -> None:
-        """A scheduled run against its workload's baseline (timed runs are compared with `benchd runs show`)."""
-        if job.schedule is None or result.status != "succeeded" or job.spec.kind != "generate":
+        """A scheduled run against its workload's baseline (timed runs are compared with `benchd runs show`; a
+        scheduled matrix's runs, against its baseline variant: daemon/matrices.py)."""
+        if (job.schedule is None or job.matrix is not None or result.status != "succeeded"
+                or job.spec.kind != "generate"):
             return
         baseline = self.store.baseline(job.spec.name)
         if self.metrics is None or baseline is None or baseline == job.run_id or not self.store.flush(10):

@@ -56,7 +56,7 @@ class Lifecycle:
         once) and return what it left, whatever happens; with a store, every request is written as it finishes and
         the run's end once known. confine: the spec's paths its worker re-checks against the roots as it loads
         (benchd.models.roots); a kernel run is also ended by its worker's supervisor past its deadline (benchd.models.duration)."""
-        slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel)
+        slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel, spec.environment)
         single = len(slots) == 1
         observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "",
                                           spec)
@@ -185,6 +185,8 @@ class Lifecycle:
                 log.exception("run %s: comparing its GPUs failed", run_id)
         if result.metadata is not None:
             result.metadata.trace_id = observer.run_trace_id
+            result.metadata.environment = result.spec.environment
+            result.metadata.commit = result.spec.commit.model_dump() if result.spec.commit is not None else None
         for part in parts:
             part.observer.trace_requests([r for stage in part.ingest.result.stages for r in stage.records])
             if part.observer is not observer:

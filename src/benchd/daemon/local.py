@@ -13,6 +13,7 @@ from benchd.hardware.devices import Slot
 from benchd.loadgen import priority
 from benchd.protocol.messages import BATCH_S, Done, Events, Report
 from benchd.stopping import StopSignal
+from benchd.supervisor.environments import CURRENT
 from benchd.supervisor.handle import Deadline, RunSink, WorkerSettings
 from benchd.telemetry.run import Telemetry
 
@@ -59,14 +60,18 @@ class LocalPool:
         while not self._closing.wait(BATCH_S):
             self.core.flush()
 
-    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[Slot]:
-        """One core in this process: every run takes it."""
+    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1,
+                environment: str = CURRENT) -> list[Slot]:
+        """One core in this process, in its Python environment: every run takes it."""
         return self.slots
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                wait_s: float = 0.0, trace_id: str | None = None, confine: dict | None = None,
                deadline: Deadline | None = None) -> None:
         """deadline: not kept (nothing here can end a call in progress: the process is the caller's)."""
+        if (environment := spec.get("environment", CURRENT)) != CURRENT:
+            sink.died(f"environment {environment!r}: a run in this process runs in its own environment only")
+            return
         self._sink = sink
         threading.Thread(target=self.core.run, args=(run_id, spec, faults, trace_id, confine),
                          name="benchd-local-run", daemon=True).start()

@@ -87,6 +87,7 @@ class _Open:
     run_ids: list[str]
     ended: set[str] = field(default_factory=set)
     started: bool = False
+    schedule: str | None = None  # the declared schedule that submitted it: its comparison sets the regression gauges
 
 
 class MatrixRuns:
@@ -101,21 +102,22 @@ class MatrixRuns:
         self._lock = threading.Lock()
         self.concluded = threading.Event()  # set each time a matrix is compared (tests wait on it)
 
-    def submit(self, matrix: MatrixSpec, specs: list[RunSpec]) -> tuple[str, list[str]]:
-        """specs: each variant's spec as it will run. The matrix's id and its runs' ids in execution order."""
+    def submit(self, matrix: MatrixSpec, specs: list[RunSpec], schedule: str | None = None) -> tuple[str, list[str]]:
+        """specs: each variant's spec as it will run; schedule: the schedule whose matrix it is (its runs are the
+        schedule's: it never piles up behind itself). The matrix's id and its runs' ids in execution order."""
         variants = matrix.variants()
         matrix_id = uuid.uuid4().hex
         order = interleaved(len(variants), matrix.repeats)
-        jobs = [Job(uuid.uuid4().hex, specs[index], matrix=matrix_id) for _, index in order]
+        jobs = [Job(uuid.uuid4().hex, specs[index], schedule, matrix=matrix_id) for _, index in order]
         rows = [{"run_id": job.run_id, "round": round_, "variant": index} for job, (round_, index) in zip(jobs, order)]
         workload = specs[0].name
         with self._lock:
-            self._open[matrix_id] = _Open(workload, [job.run_id for job in jobs])
+            self._open[matrix_id] = _Open(workload, [job.run_id for job in jobs], schedule=schedule)
         self.store.create_matrix(matrix_id, workload, matrix.document(), stored_variants(variants, specs), rows,
                                  matrix.baseline_index(variants))
         try:
             self.queue.put_many(jobs, lambda job: self.store.create_run(
-                job.run_id, job.spec.model_dump(mode="json"), matrix_id=matrix_id))
+                job.run_id, job.spec.model_dump(mode="json"), schedule, matrix_id=matrix_id))
         except Exception:  # the queue is full: nothing of the matrix was queued
             with self._lock:
                 self._open.pop(matrix_id, None)
@@ -151,11 +153,12 @@ class MatrixRuns:
             if done:
                 del self._open[job.matrix]
         if done:
-            threading.Thread(target=self._conclude, args=(job.matrix,), name="benchd-matrix", daemon=True).start()
+            threading.Thread(target=self._conclude, args=(job.matrix, state.schedule), name="benchd-matrix",
+                             daemon=True).start()
 
-    def _conclude(self, matrix_id: str) -> None:
+    def _conclude(self, matrix_id: str, schedule: str | None = None) -> None:
         try:
-            self.conclude(matrix_id)
+            self.conclude(matrix_id, scheduled=schedule is not None)
         except Exception as error:  # the thread's boundary: the matrix fails with the reason, the daemon goes on
             log.exception("matrix %s could not be compared", matrix_id)
             self.on_error("matrix")
@@ -163,7 +166,7 @@ class MatrixRuns:
         finally:
             self.concluded.set()
 
-    def conclude(self, matrix_id: str) -> MatrixComparison:
+    def conclude(self, matrix_id: str, scheduled: bool = False) -> MatrixComparison:
         self.store.flush(30)  # every run's requests are in the database
         row = self.store.get_matrix(matrix_id)
         figures: dict[int, list[RunFigures | None]] = {v["index"]: [] for v in row["variants"]}
@@ -181,6 +184,8 @@ class MatrixRuns:
         self.store.update_matrix(matrix_id, status=status, error=error,
                                  comparison=comparison.model_dump(mode="json"))
         self.export(row["workload"], comparison)
+        if scheduled and status == "succeeded":
+            self.export_regression(row["workload"], comparison)
         return comparison
 
     def export(self, workload: str, comparison: MatrixComparison) -> None:
@@ -192,6 +197,7 @@ class MatrixRuns:
         m.touch(workload)
         for family in m.matrix_families:
             family.forget("workload", workload)
+        baseline = next((v.label for v in comparison.variants if v.baseline), "")
         for v in comparison.variants:
             if v.output_tokens_per_s is not None:
                 m.variant_throughput.labels(workload, v.label).set(v.output_tokens_per_s)
@@ -202,6 +208,28 @@ class MatrixRuns:
             for change in v.metrics:
                 if change.relative_change is not None:
                     m.variant_change.labels(workload, v.label, change.metric).set(change.relative_change)
+                if change.verdict != "inconclusive" and not v.baseline:
+                    m.variant_regression.labels(workload, v.label, baseline, change.metric).set(
+                        float(change.verdict == "slower"))
+
+    def export_regression(self, workload: str, comparison: MatrixComparison) -> None:
+        """A scheduled matrix (a candidate against the daemon's environment, say) as a scheduled run against its
+        baseline: benchd_regression_detected per metric, 1 when any variant is slower than the matrix's baseline
+        (the rule BenchdRegression fires on it), and the relative change of the first variant that set it."""
+        if self.metrics is None:
+            return
+        verdicts: dict[str, tuple[float, float | None]] = {}
+        for v in comparison.variants:
+            for change in v.metrics:
+                if change.verdict == "inconclusive" or v.baseline:
+                    continue
+                found = (float(change.verdict == "slower"), change.relative_change)
+                if change.metric not in verdicts or found[0] > verdicts[change.metric][0]:
+                    verdicts[change.metric] = found
+        for metric, (slower, relative_change) in verdicts.items():
+            self.metrics.regression.labels(workload, metric).set(slower)
+            if relative_change is not None:
+                self.metrics.regression_change.labels(workload, metric).set(relative_change)
 
 
 def _now() -> str:

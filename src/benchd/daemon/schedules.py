@@ -1,5 +1,6 @@
-"""Periodic schedules: named RunSpecs submitted every interval by one thread; a schedule never piles up behind
-itself, and its thread survives whatever one tick meets."""
+"""Periodic schedules: named RunSpecs (or, declared in the settings, matrices: a candidate environment against the
+daemon's own, say) submitted every interval by one thread; a schedule never piles up behind itself, and its thread
+survives whatever one tick meets."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 
 from benchd.daemon.queue import QueueFull
 from benchd.spec import RunSpec, format_validation_error, validate_spec
+from benchd.spec.matrix import MatrixSpec
 from benchd.store import Store, StoreUnavailable
 
 log = logging.getLogger("benchd.daemon.schedules")
@@ -41,12 +43,15 @@ class Schedule:
     next_due: float = 0.0  # time.monotonic()
     last_run_id: str | None = None
     skipped: int = 0  # ticks skipped because the previous run of this schedule had not finished
+    matrix: MatrixSpec | None = None  # a matrix each interval instead of one run (declared schedules only)
 
 
 class Schedules:
     def __init__(self, store: Store, submit: Callable[[RunSpec, str], str], busy: Callable[[str], bool],
-                 on_error: Callable[[str], None] = lambda component: None) -> None:
+                 on_error: Callable[[str], None] = lambda component: None,
+                 submit_matrix: Callable[[MatrixSpec, str], object] | None = None) -> None:
         self.store, self.submit, self.busy, self.on_error = store, submit, busy, on_error
+        self.submit_matrix = submit_matrix
         self._schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._loaded = False  # the stored schedules were read (the database may be down at start)
@@ -75,9 +80,10 @@ class Schedules:
             self._schedules[name] = schedule
         return schedule
 
-    def declare(self, name: str, spec: RunSpec, interval_s: float, enabled: bool = True) -> Schedule:
+    def declare(self, name: str, spec: RunSpec, interval_s: float, enabled: bool = True,
+                matrix: MatrixSpec | None = None) -> Schedule:
         """A schedule the settings own: kept in memory only, and in place of a stored one of the same name."""
-        schedule = Schedule(name, spec, interval_s, enabled, time.monotonic())
+        schedule = Schedule(name, spec, interval_s, enabled, time.monotonic(), matrix=matrix)
         with self._lock:
             self._schedules[name] = schedule
         return schedule
@@ -134,6 +140,9 @@ class Schedules:
             schedule.skipped += 1
             return
         try:
-            self.submit(schedule.spec, schedule.name)
+            if schedule.matrix is not None and self.submit_matrix is not None:
+                self.submit_matrix(schedule.matrix, schedule.name)
+            else:
+                self.submit(schedule.spec, schedule.name)
         except QueueFull:
             schedule.skipped += 1

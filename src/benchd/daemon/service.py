@@ -23,6 +23,7 @@ from benchd.models.roots import confined
 from benchd.spec import GenerateSpec, RunSpec
 from benchd.spec.matrix import MatrixSpec
 from benchd.store import Store
+from benchd.supervisor.environments import Environments
 from benchd.supervisor.pool import WorkerPool
 from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.run import Telemetry
@@ -40,11 +41,13 @@ class Daemon:
         self.queue = RunQueue(settings.queue_max)
         self.pool = WorkerPool(slots, settings.workers, (settings.model, settings.dtype), on_restart=self._restarted,
                                watch=sampler.watch_process if sampler is not None else lambda name, pid: None,
-                               memory_fraction=settings.limits.memory_fraction)
+                               memory_fraction=settings.limits.memory_fraction,
+                               environments=Environments(settings.environments, settings.environments_dir))
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
                                    settings.compare_confidence)
-        self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error)
+        self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error,
+                                   self.submit_scheduled_matrix)
         self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,
                                    settings.compare_confidence, self.internal_error)
         self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices)
@@ -112,6 +115,16 @@ class Daemon:
     def submit_matrix(self, matrix: MatrixSpec, specs: list[RunSpec]) -> tuple[str, list[str]]:
         """specs: the variants' specs as resolved and admitted; its runs are queued together, interleaved."""
         matrix_id, run_ids = self.matrices.submit(matrix, specs)
+        for run_id in run_ids:
+            self.events.publish(run_id, RunEvent("status", {"status": "queued"}))
+        return matrix_id, run_ids
+
+    def submit_scheduled_matrix(self, matrix: MatrixSpec, schedule: str) -> tuple[str, list[str]]:
+        """A declared schedule's matrix: its variants resolved as runs are (the settings' schedules are the
+        operator's, so not admitted as an HTTP spec is), its runs the schedule's, its comparison the regression
+        gauges' (daemon/matrices.py)."""
+        matrix_id, run_ids = self.matrices.submit(matrix, [self.resolve(v.spec) for v in matrix.variants()],
+                                                  schedule)
         for run_id in run_ids:
             self.events.publish(run_id, RunEvent("status", {"status": "queued"}))
         return matrix_id, run_ids

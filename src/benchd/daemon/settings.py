@@ -7,7 +7,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -21,7 +21,9 @@ from pydantic_settings import (
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.models.memory import MEMORY_FRACTION
 from benchd.spec import NAME_MAX, Name, RunSpec
+from benchd.spec.matrix import MatrixProblem, MatrixSpec, parse_matrix
 from benchd.spec.validity import ValidityRules
+from benchd.supervisor.environments import CURRENT
 from benchd.supervisor.handle import WorkerSettings
 from benchd.telemetry.metrics import HistogramBuckets, MetricsSettings
 from benchd.worker.faults import Faults
@@ -143,6 +145,27 @@ class DeclaredSchedule(BaseModel):
     spec: RunSpec
     interval_s: Annotated[float, Field(gt=0)]
     enabled: bool = True
+    # A matrix each interval instead of one run (as POST /matrices takes it: dotted field path → its values, e.g.
+    # {"environment": ["current", "candidate"]}), the first variant its baseline; its comparison sets the regression
+    # gauges (docs/guides/environments.md).
+    matrix: dict[Annotated[str, Field(min_length=1)], Annotated[list[Any], Field(min_length=1)]] | None = None
+    repeats: Annotated[int, Field(ge=1)] = 3  # a matrix's rounds
+
+    @model_validator(mode="after")
+    def _a_valid_matrix(self) -> DeclaredSchedule:
+        if self.matrix is not None:
+            self.matrix_spec()  # every variant a valid spec: a bad one refuses the settings, naming it
+        return self
+
+    def matrix_spec(self) -> MatrixSpec | None:
+        if self.matrix is None:
+            return None
+        try:
+            return parse_matrix({**self.spec.model_dump(mode="json", exclude_unset=True), "matrix": self.matrix,
+                                 "repeats": self.repeats})
+        except MatrixProblem as error:
+            raise ValueError("; ".join(f"{'.'.join(map(str, loc)) or 'matrix'}: {msg}"
+                                       for loc, msg in error.problems)) from None
 
 
 class Settings(BaseSettings):
@@ -192,6 +215,13 @@ class Settings(BaseSettings):
     # Schedules declared at start (BENCHD_SCHEDULES as JSON, or `schedules:` in the BENCHD_CONFIG file). The settings
     # own them: they are not written to the store, so one removed from the settings is gone at the next start.
     schedules: list[DeclaredSchedule] = []
+    # Python environments a spec may name (its `environment`; the daemon's own is "current"), as JSON: name → an
+    # interpreter's path (an existing venv's bin/python), or a list of requirements (pip's: transformers==5.24.0, a git
+    # URL at a commit, a local wheel or directory) built once, by uv or pip, into a venv under environments_dir that
+    # sees the daemon's packages (torch) beneath its own, and reused; a bare name (transformers) is its newest release
+    # on the index, rebuilt when a newer one appears. Specs over HTTP name these; none brings its own.
+    environments: dict[Name, str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]] = {}
+    environments_dir: Path = Path("benchd-environments")  # the built environments, each with its build's log
 
     @field_validator("api_token", "label", "pod_name", mode="before")
     @classmethod
@@ -213,6 +243,13 @@ class Settings(BaseSettings):
             raise ValueError("schedules: 'default' is the built-in schedule's name; set default_schedule to false to "
                              "declare one of that name")
         return self
+
+    @field_validator("environments")
+    @classmethod
+    def _not_current(cls, environments: dict) -> dict:
+        if CURRENT in environments:
+            raise ValueError(f"{CURRENT!r} is the daemon's own environment; declare others by other names")
+        return environments
 
     @model_validator(mode="after")
     def _stale_after_an_interval(self) -> Settings:

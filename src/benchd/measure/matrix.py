@@ -24,6 +24,10 @@ from benchd.measure.roofline import moved_toward, utilisation
 # Figures every run has once: compared over runs, like throughput. Weight bytes are exact (no noise): one run a side
 # says it; peak memory varies a little with what the allocator did, so it takes two.
 RUN_FIGURES = (("peak_memory_bytes", 2), ("weight_bytes", 1))
+# What a variant's stack is said to be in its comparison and page: the run metadata's (protocol/metadata.py) Python
+# environment and the versions it resolved to, then what the model loaded with.
+STACK = ("environment", "python_version", "torch_version", "transformers_version", "cuda_version", "quantization",
+         "quantization_method", "quantized_layers", "quantize_s", "attn_implementation", "compile")
 
 
 @dataclass(slots=True)
@@ -60,8 +64,7 @@ def run_figures(run_id: str, status: str, records: Sequence, summary: dict | Non
         peak_memory_bytes=peak if peak is not None else hw.get("gpu_memory_peak_bytes"),
         weight_bytes=meta.get("weight_bytes"), model_load_s=meta.get("model_load_s"),
         tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
-        stack={k: meta.get(k) for k in ("quantization", "quantization_method", "quantized_layers", "quantize_s",
-                                        "attn_implementation", "compile")},
+        stack={k: meta.get(k) for k in STACK},
         invalid=[i["check"] for i in (summary or {}).get("invalid") or []], roofline=(summary or {}).get("roofline"))
 
 

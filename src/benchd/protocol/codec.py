@@ -74,3 +74,15 @@ def kinds(union: Any) -> tuple[type, ...]:
 
 
 COMMANDS, REPORTS, EVENTS = kinds(messages.Command), kinds(messages.Report), kinds(events.AnyEvent)
+
+
+def stated_protocol(data: bytes) -> int | str | None:
+    """The protocol version a first message that did not decode states, read without its types: a hello of another
+    version (version 1 stated none: its hello began with the pid, then torch's version); None: no hello at all."""
+    try:
+        raw = msgspec.msgpack.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(raw, list) and len(raw) > 2 and raw[0] == "Hello":
+        return raw[1] if isinstance(raw[2], int) else "1 (which states no version)"
+    return None

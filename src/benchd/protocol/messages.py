@@ -11,6 +11,10 @@ from benchd.hardware.speed import DeviceSpeed
 from benchd.protocol.events import AnyEvent
 from benchd.protocol.metadata import RunMetadata
 
+# The messages' version: a worker states it first in its Hello, and the daemon refuses a worker of another (a worker
+# started from another Python environment runs whatever benchd that environment imports first). Raised whenever a
+# message's fields change.
+PROTOCOL_VERSION = 2
 EXIT_DEVICE_FAULT = 75  # the worker's exit code when a run left its device unusable (its Done went first)
 
 HEARTBEAT_S = 0.5
@@ -59,11 +63,17 @@ class Stop(Message):
 
 
 class Hello(Message):
-    """Started, torch imported. nice: its CPU priority; dispatch_priority: the real-time priority its open loops send
-    at (0: none); speed: its device's (hardware/speed.py; None: unmeasured, and timed runs cannot be admitted)."""
+    """Started, torch imported. protocol: its PROTOCOL_VERSION (first, so that a worker of another version is still
+    understood this far); the versions of the stack it runs (its Python environment's); nice: its CPU priority;
+    dispatch_priority: the real-time priority its open loops send at (0: none); speed: its device's
+    (hardware/speed.py; None: unmeasured, and timed runs cannot be admitted)."""
 
+    protocol: int
     pid: int
+    python_version: str
     torch_version: str
+    transformers_version: str
+    cuda_version: str | None
     device: str
     cuda_devices: int
     nice: int

@@ -20,6 +20,8 @@ class RunMetadata(BaseModel):
     torch_threads: int | None = None  # torch's intra-op CPU threads for the run (a CUDA engine sets its own)
     host: str
     label: str | None = None
+    environment: str | None = None  # the Python environment its worker ran in (the spec's), its versions above
+    commit: dict | None = None  # the spec's commit (repository, branch, commit, message), when it gave one
     model: str
     model_load_s: float | None = None
     engine_settings: dict = {}

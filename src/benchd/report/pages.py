@@ -301,13 +301,14 @@ def _hardware(timeline: dict | None, bands: list[Band], missing: str) -> str:
 def _stack(run: dict, metadata: dict, hardware: HardwareSummary | None, spec: dict) -> str:
     m = metadata
     rows = [(k, v) for k, v in (
-        ("benchd", m.get("benchd_version")), ("Python", m.get("python_version")),
+        ("benchd", m.get("benchd_version")), ("environment", m.get("environment")), ("Python", m.get("python_version")),
         ("torch", m.get("torch_version")), ("transformers", m.get("transformers_version")),
         ("CUDA", m.get("cuda_version")), ("NVIDIA driver", m.get("driver_version")), ("device", m.get("device")),
         ("device name", m.get("device_name")), ("torch threads", m.get("torch_threads")),
         ("host", m.get("host") or run.get("node")), ("pod", run.get("pod")), ("model", m.get("model")),
         ("model load s", m.get("model_load_s") and f"{m['model_load_s']:.2f}"),
         ("label", m.get("label") or run.get("label")), ("schedule", run.get("schedule")),
+        ("commit", " ".join(str(v) for v in (m.get("commit") or {}).values() if v) or None),
         ("started", m.get("started_at")), ("finished", m.get("finished_at")), ("trace id", m.get("trace_id")),
     ) if v is not None]
     rows += [(f"GPU {g.gpu}", f"{g.name} ({g.uuid})") for g in (hardware.gpus if hardware else [])]

@@ -29,6 +29,16 @@ from benchd.spec.timed import KernelOptions, RunKind, TrainStepOptions
 from benchd.spec.workload import Workload
 
 
+class Commit(_Strict):
+    """The source a run measured, when its caller says (a CI job's checkout of transformers, say): stored with the
+    run's metadata, so that the history can be plotted by commit as well as by the versions its worker resolved."""
+
+    repository: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] | None = None
+    branch: Annotated[str, Field(min_length=1, max_length=LABEL_MAX)] | None = None
+    commit: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{7,64}$")] | None = None
+    message: Annotated[str, Field(max_length=2000)] | None = None
+
+
 class SpecBase(_Strict):
     """What every run has: its name, the model and where it runs, the seed, and the stack the model loads with."""
 
@@ -44,6 +54,10 @@ class SpecBase(_Strict):
     # CUDA, gloo on CPU workers), the group holding the device named; with every_gpu, every group at once.
     tensor_parallel: Annotated[int, Field(ge=1, le=64, strict=True)] = 1
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    # The Python environment its worker runs in: the daemon's own (current), or one BENCHD_ENVIRONMENTS declares (its
+    # torch and transformers: a matrix over environments compares releases of the stack, interleaved).
+    environment: Name = "current"
+    commit: Commit | None = None  # the source measured (repository, branch, commit, message), when given
     label: Annotated[str, Field(max_length=LABEL_MAX)] | None = None
     trust_remote_code: bool = False
     # ---- the stack (benchd.spec.stack): what a matrix varies beside dtype and the engine's options ----

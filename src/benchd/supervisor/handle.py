@@ -21,10 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchd.hardware.devices import Slot
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.memory import MEMORY_FRACTION
-from benchd.protocol.codec import ProtocolError, decode_report, encode
+from benchd.protocol.codec import ProtocolError, decode_report, encode, stated_protocol
 from benchd.protocol.events import AnyEvent
 from benchd.protocol.messages import (
     EXIT_DEVICE_FAULT,
+    PROTOCOL_VERSION,
     Cancel,
     Command,
     Done,
@@ -40,6 +41,7 @@ from benchd.protocol.messages import (
 )
 from benchd.protocol.metadata import RunMetadata
 from benchd.supervisor import orphans
+from benchd.supervisor.environments import CURRENT, ForeignProcess, Interpreter
 from benchd.worker import entry
 
 log = logging.getLogger("benchd.workers")
@@ -109,11 +111,15 @@ def oom_kills() -> int | None:
 
 class WorkerHandle:
     def __init__(self, slot: Slot, settings: WorkerSettings, on_death=lambda handle, death: None,
-                 memory_fraction: float = MEMORY_FRACTION, speed: DeviceSpeed | None = None) -> None:
+                 memory_fraction: float = MEMORY_FRACTION, speed: DeviceSpeed | None = None,
+                 interpreter: Interpreter = Interpreter(CURRENT)) -> None:
         """memory_fraction: of its device's available memory, what a run may plan to use
         (BENCHD_LIMITS__MEMORY_FRACTION, which admission checks runs against); speed: the device's, measured by a
-        worker before this one (this one then measures nothing)."""
+        worker before this one (this one then measures nothing); interpreter: the Python environment it runs in
+        (supervisor/environments.py)."""
         self.slot, self.settings, self.on_death = slot, settings, on_death
+        self.interpreter = interpreter
+        self.environment = interpreter.environment
         self.memory_fraction = memory_fraction
         self.known_speed = speed
         self.name = slot.name
@@ -152,20 +158,35 @@ class WorkerHandle:
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         orphans.reap(self.settings.log_dir)  # a killed daemon's workers still holding a device
         with self.log_path.open("a") as f:
-            f.write(f"---- {self.name} starting on {self.slot.key} at {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+            f.write(f"---- {self.name} starting on {self.slot.key} in environment {self.environment} at "
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
                "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority),
                "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction),
                "BENCHD_WORKER_SPEED_CACHE": str(self.settings.log_dir / SPEED_CACHE)}
         if self.known_speed is not None:
             env["BENCHD_WORKER_SPEED"] = json.dumps(self.known_speed.as_dict())
-        self._process = context.Process(target=entry.main, args=(child, self.slot.key, str(self.log_path), env),
-                                        name=f"benchd-{self.name}", daemon=True)
+        if self.interpreter.python is None:
+            self._process = context.Process(target=entry.main, args=(child, self.slot.key, str(self.log_path), env),
+                                            name=f"benchd-{self.name}", daemon=True)
+        else:  # another environment's interpreter, on a socket pair of its own
+            child.close()
+            self._conn.close()
+            self._process = ForeignProcess(self.interpreter, self.slot.key, str(self.log_path), env)
         self._oom_before = oom_kills()
         self.state, self.started_at = "starting", time.perf_counter()
         self._heartbeat = self._progress = self.started_at
-        self._process.start()
-        child.close()
+        if isinstance(self._process, ForeignProcess):
+            try:
+                self._conn = self._process.start()
+            except OSError as error:  # the interpreter cannot be executed: its death, as a crash is
+                self._conn = None
+                self._end(Death("start", f"the worker could not start in environment {self.environment!r} "
+                                         f"({self.interpreter.python}): {error}"))
+                return
+        else:
+            self._process.start()
+            child.close()
         self.pid = self._process.pid
         self._pid_file = orphans.record(self.settings.log_dir, self.name, self.pid)
         self._thread = threading.Thread(target=self._watch, name=f"benchd-{self.name}", daemon=True)
@@ -243,12 +264,15 @@ class WorkerHandle:
         while self.state in ("starting", "ready", "exiting") and not self._stopping and not self._stop_watching:
             try:
                 if conn.poll(0.25):
-                    self._receive(decode_report(conn.recv_bytes()))
+                    data = conn.recv_bytes()
+                    self._receive(decode_report(data))
             except (EOFError, OSError):
                 self._died()
                 return
             except ProtocolError as error:  # a worker fault (another version, a corrupted pipe): it is replaced
-                self._kill(Death("protocol", f"the worker sent what the daemon cannot read: {error}"))
+                stated = stated_protocol(data) if self.state == "starting" else None
+                self._kill(Death("protocol", _mismatch(stated, self.environment) if stated is not None
+                                 else f"the worker sent what the daemon cannot read: {error}"))
                 return
             if (death := self._silence(time.perf_counter())) is not None:  # checked whatever arrives
                 self._kill(death)
@@ -287,6 +311,9 @@ class WorkerHandle:
                 self._warm = message
                 self._warmed.set()
             case Hello():
+                if message.protocol != PROTOCOL_VERSION:
+                    self._kill(Death("protocol", _mismatch(message.protocol, self.environment)))
+                    return
                 self.pid, self.hello = message.pid, message
                 self.state, self._heartbeat = "ready", now
                 self.ready.set()
@@ -360,3 +387,9 @@ class WorkerHandle:
             return ""
         tail = "".join(lines).rstrip()
         return f"\nthe worker's last log lines:\n{tail}" if tail else ""
+
+
+def _mismatch(stated: object, environment: str) -> str:
+    return (f"the worker in environment {environment!r} speaks benchd protocol {stated}, this daemon protocol "
+            f"{PROTOCOL_VERSION}: its benchd is another version (refused at hello)")
+

@@ -13,6 +13,7 @@ from typing import Any
 from benchd.hardware.devices import Slot, pick, targets
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.memory import MEMORY_FRACTION, dtype_bytes, model_shape_and_weights
+from benchd.supervisor.environments import CURRENT, EnvironmentProblem, Environments
 from benchd.supervisor.handle import Deadline, Death, RunSink, WorkerHandle, WorkerSettings
 
 log = logging.getLogger("benchd.workers")
@@ -22,10 +23,15 @@ class WorkerPool:
     def __init__(self, slots: list[Slot], settings: WorkerSettings, model: tuple[str, str] | None = None,
                  on_restart: Callable[[str], None] = lambda reason: None,
                  watch: Callable[[str, int], None] = lambda name, pid: None,
-                 memory_fraction: float = MEMORY_FRACTION) -> None:
+                 memory_fraction: float = MEMORY_FRACTION, environments: Environments | None = None) -> None:
         """slots: the devices, a worker each unless a tensor-parallel group holds them; model: (ref, dtype) loaded
-        in each at start; memory_fraction: what a run may plan to use of its device (BENCHD_LIMITS__…)."""
+        in each at start; memory_fraction: what a run may plan to use of its device (BENCHD_LIMITS__…);
+        environments: the Python environments a run may name (supervisor/environments.py): a device's worker runs
+        in the environment of the run it last took, the daemon's own until then."""
         self.slots, self.settings, self.model = slots, settings, model
+        self.environments = environments if environments is not None else Environments()
+        # by slot key: (environment, why its worker could not start there), the latest, for the run that needed it
+        self.failures: dict[str, tuple[str, str]] = {}
         self.memory_fraction = memory_fraction
         self.on_restart, self.watch = on_restart, watch
         self.workers: dict[str, WorkerHandle] = {}  # by slot key
@@ -63,6 +69,11 @@ class WorkerPool:
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"name": w.name, "device": w.slot.key, "gpu": w.slot.gpu, "state": w.state, "pid": w.pid,
+                 "environment": w.environment, "protocol": w.hello.protocol if w.hello else None,
+                 "python_version": w.hello.python_version if w.hello else None,
+                 "torch_version": w.hello.torch_version if w.hello else None,
+                 "transformers_version": w.hello.transformers_version if w.hello else None,
+                 "cuda_version": w.hello.cuda_version if w.hello else None,
                  "busy": w.busy, "nice": w.hello.nice if w.hello else None,
                  "dispatch_priority": w.hello.dispatch_priority if w.hello else None,
                  "load_error": self.load_errors.get(w.slot.key),
@@ -95,21 +106,37 @@ class WorkerPool:
 
     # ---- runs --------------------------------------------------------------------------------------
 
-    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[Slot]:
-        """The slots a run takes, each with a worker: a tensor-parallel group's worker replaces the single workers
-        on its devices (both cannot hold the GPUs), and single workers come back once a run needs them or a
-        group's devices again. Between runs: the run loop runs one at a time."""
+    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1,
+                environment: str = CURRENT) -> list[Slot]:
+        """The slots a run takes, each with a worker in the run's environment: a tensor-parallel group's worker
+        replaces the single workers on its devices (both cannot hold the GPUs), and single workers come back once a
+        run needs them or a group's devices again; a worker of another environment replaces the device's (one
+        device, one model in memory: a matrix over environments starts a worker each run). An environment that
+        cannot start (a build that failed) leaves the device's worker, and the run fails at submit with why.
+        Between runs: the run loop runs one at a time."""
         chosen = targets(self.slots, device, placement, tensor_parallel)
         taken = {d for slot in chosen for d in slot.devices}
         for worker in list(self.workers.values()):
-            if worker.slot not in chosen and taken & set(worker.slot.devices):
+            if worker.slot not in chosen and taken & set(worker.slot.devices) or (
+                    worker.slot in chosen and worker.environment != environment and self._startable(worker.slot,
+                                                                                                   environment)):
                 self._retire(worker)
         covered = {d for w in self.workers.values() for d in w.slot.devices}
         for slot in [*chosen, *(s for s in self.slots if s.key not in taken)]:
             if not covered & set(slot.devices):
-                self._spawn(slot)
+                self._spawn(slot, environment if slot in chosen and self._startable(slot, environment) else CURRENT)
                 covered |= set(slot.devices)
         return chosen
+
+    def _startable(self, slot: Slot, environment: str) -> bool:
+        """Whether the environment has an interpreter (built now if it must be); if not, why is kept for the run."""
+        try:
+            self.environments.interpreter(environment)
+        except EnvironmentProblem as problem:
+            log.error("%s", problem)
+            self.failures[slot.key] = (environment, str(problem))
+            return False
+        return True
 
     def measured(self, device: str, placement: str = "one", tensor_parallel: int = 1) -> list[tuple[Slot, Any]]:
         """The slots a run takes, their workers started, each with its device's speed once its worker said hello
@@ -132,10 +159,17 @@ class WorkerPool:
                wait_s: float = 0.0, trace_id: str | None = None, confine: dict | None = None,
                deadline: Deadline | None = None) -> None:
         """Hand the run to the device's worker (which names its device its own way: cpu, or cuda for its only
-        visible GPU), waiting up to wait_s for one being (re)started. confine, deadline: WorkerHandle.submit's."""
+        visible GPU), waiting up to wait_s for one being (re)started; a worker of another environment than the
+        spec's (its own did not start: arrange) fails the run with why. confine, deadline: WorkerHandle.submit's."""
         waited_until = time.perf_counter() + wait_s
+        environment = spec.get("environment", CURRENT)
         while True:
             worker = self.worker_for(device)
+            if worker is not None and worker.environment != environment:
+                failed, why = self.failures.get(worker.slot.key, (None, None))
+                sink.died(why if failed == environment else
+                          f"no worker in environment {environment!r} on {device} (its is {worker.environment!r})")
+                return
             if worker is not None and worker.state == "ready":
                 worker.submit(run_id, {**spec, "device": worker.slot.local}, faults, sink, trace_id, confine, deadline)
                 return
@@ -158,9 +192,9 @@ class WorkerPool:
 
     # ---- supervision -------------------------------------------------------------------------------
 
-    def _spawn(self, slot: Slot) -> WorkerHandle:
+    def _spawn(self, slot: Slot, environment: str = CURRENT) -> WorkerHandle:
         worker = WorkerHandle(slot, self.settings, on_death=self._died, memory_fraction=self.memory_fraction,
-                              speed=self.speed(slot))
+                              speed=self.speed(slot), interpreter=self.environments.interpreter(environment))
         with self._lock:
             self.workers[slot.key] = worker
             self.load_errors.pop(slot.key, None)
@@ -198,7 +232,14 @@ class WorkerPool:
         self.restarts += 1
         self.on_restart(death.reason)
         started = time.perf_counter()
-        replacement = self._spawn(worker.slot)
+        environment = worker.environment
+        if worker.hello is None and environment != CURRENT:  # it never started there: the daemon's own takes over
+            self.failures[worker.slot.key] = (environment, f"the worker in environment {environment!r} did not "
+                                                           f"start: {death.cause}")
+            environment = CURRENT
+        elif environment != CURRENT and not self._startable(worker.slot, environment):  # its venv went away
+            environment = CURRENT
+        replacement = self._spawn(worker.slot, environment)
 
         def timed() -> None:
             if replacement.ready.wait(self.settings.start_timeout_s):

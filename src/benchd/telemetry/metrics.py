@@ -226,8 +226,12 @@ class Metrics:
         self.variant_change = self._family(HotGauge, "benchd_matrix_variant_relative_change",
                                      "(variant − baseline) / baseline for this metric in the latest matrix.",
                                      (*variant, "metric"))
+        self.variant_regression = self._family(HotGauge, "benchd_matrix_variant_regression_detected",
+                                         "1 when this variant was significantly slower than the matrix's baseline "
+                                         "variant on this metric in the latest matrix.",
+                                         (*variant, "baseline", "metric"))
         self.matrix_families = [self.variant_throughput, self.variant_weight_bytes, self.variant_token_agreement,
-                                self.variant_change]
+                                self.variant_change, self.variant_regression]
 
     def _timed(self) -> None:
         """Training steps and kernels, timed on the device."""

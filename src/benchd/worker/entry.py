@@ -1,6 +1,7 @@
-"""The worker process's entry point: started with spawn by the daemon (or the CLI), it takes its log and its
-priority, then serves the daemon (worker.process) or launches a tensor-parallel group whose rank 0 does
-(worker.parallel)."""
+"""The worker process's entry point: started with spawn by the daemon (or the CLI), or as
+`python -m benchd.worker.entry FD DEVICE LOG` from another Python environment's interpreter (supervisor/environments.py;
+FD: its end of the daemon's socket pair), it takes its log and its priority, then serves the daemon (worker.process)
+or launches a tensor-parallel group whose rank 0 does (worker.parallel)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,8 @@ def main(conn: Connection, device: str, log_path: str | None, env: dict[str, str
         traceback.print_exc()
         process.exit_now(1)
     process.exit_now(0)
+
+
+if __name__ == "__main__":  # started from an environment's interpreter: its settings are in its environment already
+    fd, slot, log_file = sys.argv[1:4]
+    main(Connection(int(fd)), slot, log_file)

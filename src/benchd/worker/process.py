@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import queue
 import signal
 import sys
 import threading
 import time
+from importlib import metadata
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from benchd.protocol.messages import (
     BATCH_S,
     EXIT_DEVICE_FAULT,
     HEARTBEAT_S,
+    PROTOCOL_VERSION,
     Cancel,
     Command,
     Heartbeat,
@@ -117,7 +120,9 @@ class Service:
             os.sched_setaffinity(0, cores)
             torch.set_num_threads(len(cores))
         speed = self.core.speed = _speed(self.device)
-        self.send(Hello(os.getpid(), torch_version=str(torch.__version__), device=self.device,
+        self.send(Hello(PROTOCOL_VERSION, os.getpid(), python_version=platform.python_version(),
+                        torch_version=str(torch.__version__), transformers_version=metadata.version("transformers"),
+                        cuda_version=torch.version.cuda, device=self.device,
                         cuda_devices=torch.cuda.device_count(), nice=os.getpriority(os.PRIO_PROCESS, 0),
                         dispatch_priority=self.dispatch_priority, speed=speed))
 

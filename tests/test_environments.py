@@ -1,0 +1,249 @@
+"""Workers in other Python environments (supervisor/environments.py): an existing venv (the Makefile's .venv-newest, the
+newest transformers 5.x) and a requirements list built into a cached venv, each a matrix's variant or a run's
+environment; and each way an environment breaks failing its run, clearly, while the next run succeeds."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from benchd.protocol.messages import PROTOCOL_VERSION
+from benchd.spec.matrix import interleaved
+from tests.helpers import ROOT, daemon, spec, submit, wait_for
+
+NEWEST = ROOT / ".venv-newest" / "bin" / "python"
+SRC = ROOT / "src" / "benchd"
+
+
+def probe_wheel(where: Path) -> Path:
+    """A wheel of one module, written here: a requirement that installs without an index."""
+    path = where / "benchd_probe-1.0-py3-none-any.whl"
+    files = {"benchd_probe.py": "VALUE = 1\n",
+             "benchd_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: benchd-probe\nVersion: 1.0\n",
+             "benchd_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                 "Tag: py3-none-any\n"}
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+        wheel.writestr("benchd_probe-1.0.dist-info/RECORD",
+                       "".join(f"{name},,\n" for name in files) + "benchd_probe-1.0.dist-info/RECORD,,\n")
+    return path
+
+
+def other_protocol(where: Path) -> Path:
+    """An interpreter whose benchd (a copy of this one, first on its path) speaks protocol PROTOCOL_VERSION + 1."""
+    copy = where / "other" / "benchd"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    messages = copy / "protocol" / "messages.py"
+    text = messages.read_text()
+    assert f"PROTOCOL_VERSION = {PROTOCOL_VERSION}\n" in text
+    messages.write_text(text.replace(f"PROTOCOL_VERSION = {PROTOCOL_VERSION}\n",
+                                     f"PROTOCOL_VERSION = {PROTOCOL_VERSION + 1}\n"))
+    python = where / "other-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={copy.parent}:$PYTHONPATH exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    where = tmp_path_factory.mktemp("environments")
+    environments = {
+        "probe": [str(probe_wheel(where))],
+        "missing": str(where / "no-such-venv" / "bin" / "python"),
+        "unsatisfiable": ["benchd-no-such-package==0.0.1"],
+        "bare": "/usr/bin/python3",  # the system's Python: no msgspec, no torch
+        "other": str(other_protocol(where)),
+    }
+    if NEWEST.exists():
+        environments["newest"] = str(NEWEST)
+    with daemon(where, environments=environments, environments_dir=str(where / "built")) as server:
+        server.wait_ready()
+        server.where = where
+        yield server
+
+
+def finished(server, run_id: str) -> dict:
+    return server.wait_status(run_id, "succeeded", "failed", timeout_s=180)
+
+
+@pytest.mark.engine
+def test_a_matrix_over_two_venvs_runs_interleaved_and_records_each_variants_stack(live):
+    if not NEWEST.exists():
+        pytest.skip("no .venv-newest (make .venv-newest/.installed)")
+    body = {**spec(requests=4, output=8), "name": "releases", "matrix": {"environment": ["current", "newest"]},
+            "repeats": 2}
+    created = live.http.post("/matrices", json=body)
+    assert created.status_code == 202, created.text
+    matrix_id, run_ids = created.json()["id"], created.json()["runs"]
+    wait_for(lambda: live.http.get(f"/matrices/{matrix_id}").json()["status"] not in ("queued", "running"), 300,
+             "the matrix to end")
+    row = live.http.get(f"/matrices/{matrix_id}").json()
+    assert row["status"] == "succeeded", row["error"]
+    assert [(r["round"], r["variant"]) for r in row["runs"]] == interleaved(2, 2)
+    runs = [live.http.get(f"/runs/{r}").json() for r in run_ids]
+    started = [r["started_at"] for r in runs]
+    assert started == sorted(started)
+    asked = "from importlib.metadata import version; print(version('transformers'))"
+    newest_version = subprocess.run([NEWEST, "-c", asked], capture_output=True, text=True, check=True).stdout.strip()
+    import transformers
+
+    assert newest_version != transformers.__version__  # two releases, or the test compares nothing
+    assert [r["metadata"]["environment"] for r in runs] == ["current", "newest"] * 2
+    assert [r["metadata"]["transformers_version"] for r in runs] == [transformers.__version__, newest_version] * 2
+    assert [r["spec"]["environment"] for r in runs] == ["current", "newest"] * 2
+    variants = row["comparison"]["variants"]
+    assert [v["label"] for v in variants] == ["environment=current", "environment=newest"]
+    assert [v["stack"]["transformers_version"] for v in variants] == [transformers.__version__, newest_version]
+    assert variants[1]["tokens"]["requests"] == 2 * 4  # greedy tokens paired, release against release
+    assert {m["metric"] for m in variants[1]["metrics"]} >= {"output_tokens_per_s", "ttft_s.p50"}
+
+
+@pytest.mark.engine
+def test_an_environment_built_from_requirements_is_built_once_and_reused(live):
+    commit = {"repository": "https://github.com/huggingface/transformers", "branch": "main", "commit": "0123abcd",
+              "message": "a change to measure"}
+    first = finished(live, submit(live, {**spec(requests=2, output=4), "environment": "probe", "commit": commit}))
+    assert first["status"] == "succeeded", first["error"]
+    assert first["metadata"]["environment"] == "probe" and first["metadata"]["commit"] == commit
+    built = [p for p in (live.where / "built").iterdir() if p.is_dir()]
+    assert len(built) == 1 and (built[0] / ".built").exists()
+    assert list(built[0].glob("lib/python*/site-packages/benchd_probe.py"))  # installed there, not in the daemon's
+    log = built[0].with_suffix(".log")
+    assert "benchd_probe" in log.read_text() and log.read_text().count("$ ") == 2  # venv, then the install
+    workers = live.http.get("/readyz").json()["workers"]
+    assert [(w["environment"], w["protocol"]) for w in workers] == [("probe", PROTOCOL_VERSION)]
+    stamp = log.stat().st_mtime_ns
+    again = finished(live, submit(live, {**spec(requests=2, output=4), "environment": "current"}))
+    assert again["status"] == "succeeded"
+    third = finished(live, submit(live, {**spec(requests=2, output=4), "environment": "probe"}))
+    assert third["status"] == "succeeded" and log.stat().st_mtime_ns == stamp  # from the cache: no second build
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("environment, why", [
+    ("missing", "environment 'missing': no interpreter at "),
+    ("unsatisfiable", "environment 'unsatisfiable': building it failed (exit code 1; log "),
+    ("bare", "the worker in environment 'bare' did not start: the worker exited with code 1"),
+    ("other", f"the worker in environment 'other' speaks benchd protocol {PROTOCOL_VERSION + 1}, this daemon "
+              f"protocol {PROTOCOL_VERSION}"),
+])
+def test_a_broken_environment_fails_its_run_clearly_and_the_next_run_succeeds(live, environment, why):
+    failed = finished(live, submit(live, {**spec(requests=2, output=4), "environment": environment}))
+    assert failed["status"] == "failed" and why in failed["error"], failed["error"]
+    if environment == "unsatisfiable":  # the build log's tail
+        assert "benchd-no-such-package" in failed["error"]
+    if environment == "bare":  # the worker's own words, from its log
+        assert "ModuleNotFoundError" in failed["error"]
+    after = finished(live, submit(live, spec(requests=2, output=4)))
+    assert after["status"] == "succeeded", after["error"]
+    wait_for(lambda: live.http.get("/readyz").status_code == 200, 60, "the daemon to be ready again")
+    assert [w["environment"] for w in live.http.get("/readyz").json()["workers"]] == ["current"]
+
+
+def test_an_http_spec_may_name_only_a_declared_environment(live):
+    refused = live.http.post("/runs", json={**spec(), "environment": "tf-9"})
+    assert refused.status_code == 422
+    (detail,) = refused.json()["detail"]
+    assert detail["loc"] == ["body", "environment"] and "'tf-9' is not a declared environment" in detail["msg"]
+    refused = live.http.post("/runs", json={**spec(), "commit": {"commit": "not a hash"}})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "commit", "commit"]
+    refused = live.http.post("/matrices", json={**spec(), "matrix": {"environment": ["current", "tf-9"]}})
+    assert refused.status_code == 422 and "tf-9" in refused.text
+
+
+# ---- a regression watch across versions: a declared schedule's matrix, the candidate against the daemon's own ----
+
+
+def test_a_scheduled_matrix_must_be_valid_for_the_settings_to_be():
+    from benchd.daemon.settings import Settings
+
+    watch = {"name": "watch", "spec": spec(), "interval_s": 60, "matrix": {"workload.stop.requests": [4, -1]}}
+    with pytest.raises(ValueError, match="variant workload.stop.requests=-1"):
+        Settings(schedules=[watch])
+    with pytest.raises(ValueError, match="matrix"):
+        Settings(schedules=[{**watch, "matrix": {"environment": []}}])
+
+
+@pytest.mark.engine
+def test_a_schedule_pits_the_daemons_environment_against_a_candidate_and_exports_the_verdict(tmp_path):
+    """The watch a team keeps before upgrading a fleet (docs/guides/environments.md): every interval the candidate
+    (.venv-newest, the newest transformers 5.x) runs against the daemon's own, interleaved; the comparison sets the
+    variant's verdict, both environments named, and benchd_regression_detected, which BenchdRegression fires on."""
+    if not NEWEST.exists():
+        pytest.skip("no .venv-newest (make .venv-newest/.installed)")
+    watch = {"name": "upgrade-watch", "spec": {**spec(requests=4, output=8), "name": "upgrade-watch"},
+             "interval_s": 1.0, "matrix": {"environment": ["current", "candidate"]}, "repeats": 2}
+    with daemon(tmp_path, environments={"candidate": str(NEWEST)}, schedules=[watch]) as server:
+        server.wait_ready()
+
+        def compared():
+            rows = server.http.get("/matrices", params={"workload": "upgrade-watch"}).json()
+            return [r for r in rows if r["status"] not in ("queued", "running")]
+
+        seen = []
+
+        def snapshot():  # the newest compared matrix, and /metrics read while it stayed the newest
+            before = compared()
+            text = server.http.get("/metrics").text
+            if before and before[0]["id"] == compared()[0]["id"]:
+                seen[:] = [before[0], text]
+            return bool(seen)
+
+        wait_for(snapshot, 240, "the scheduled matrix to be compared")
+        row, text = seen
+        assert row["status"] == "succeeded", row["error"]
+        runs = [server.http.get(f"/runs/{r['run_id']}").json() for r in row["runs"]]
+        assert [r["metadata"]["environment"] for r in runs] == ["current", "candidate"] * 2
+        assert {r["schedule"] for r in runs} == {"upgrade-watch"}
+        candidate = row["comparison"]["variants"][1]
+        throughput = next(m for m in candidate["metrics"] if m["metric"] == "output_tokens_per_s")
+        assert throughput["verdict"] != "inconclusive"  # two runs a side: a run-level verdict
+        slower = float(throughput["verdict"] == "slower")
+        assert (f'benchd_matrix_variant_regression_detected{{baseline="environment=current",hostname="test-node",'
+                f'metric="output_tokens_per_s",variant="environment=candidate",workload="upgrade-watch"}} '
+                f'{slower}') in text
+        assert (f'benchd_regression_detected{{hostname="test-node",metric="output_tokens_per_s",'
+                f'workload="upgrade-watch"}} {slower}') in text
+        assert 'benchd_regression_relative_change{hostname="test-node",metric="output_tokens_per_s",' \
+               'workload="upgrade-watch"}' in text
+        # the schedule never piles up behind itself: one matrix at a time, however short its interval
+        statuses = [r["status"] for r in server.http.get("/matrices", params={"workload": "upgrade-watch"}).json()]
+        assert sum(s in ("queued", "running") for s in statuses) <= 1
+
+
+def test_a_bare_requirement_is_the_newest_release_on_the_index_and_the_last_answer_when_it_is_unreachable(
+        tmp_path, monkeypatch):
+    """["transformers"] is the newest release the index has (pinned, the venv keyed by it: a newer release is a venv
+    of its own); an index out of reach falls back on the last answer, and with none the run's error says so."""
+    from packaging.version import Version
+
+    from benchd.supervisor.environments import EnvironmentProblem, Environments
+
+    if not NEWEST.exists():
+        pytest.skip("no .venv-newest (make .venv-newest/.installed)")
+    asked = "from importlib.metadata import version; print(version('transformers'))"
+    built_newest = subprocess.run([NEWEST, "-c", asked], capture_output=True, text=True, check=True).stdout.strip()
+    declared = ["transformers", "benchd-probe @ file:///nowhere.whl"]
+    environments = Environments({"tf-newest": declared}, tmp_path)
+    try:
+        pinned = environments.pinned("tf-newest", declared)
+    except EnvironmentProblem as problem:
+        pytest.skip(f"no index reachable from here: {problem}")
+    project, version = pinned[0].split("==")
+    assert project == "transformers" and Version(version) >= Version(built_newest)  # the Makefile's newest 5.x, or newer
+    assert pinned[1] == declared[1]  # only bare names are pinned
+    assert environments.venv(pinned) != environments.venv(declared)  # keyed by the release: a new one, a new venv
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")  # no configured extra indexes or wheel directories
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens there
+    assert Environments({"tf-newest": declared}, tmp_path).pinned("tf-newest", declared) == pinned
+    with pytest.raises(EnvironmentProblem, match="tf-newest.*newest release.*no earlier answer"):
+        Environments({"tf-newest": declared}, tmp_path / "empty").pinned("tf-newest", declared)
