@@ -176,3 +176,14 @@ def test_every_page_is_linked_from_another():
                 linked.add((page.parent / file).resolve())
     orphans = [str(p.relative_to(ROOT)) for p in markdown_files()[1:] if p.resolve() not in linked]
     assert not orphans, f"no page links to {', '.join(orphans)}: link them from README.md's table or their topic"
+
+
+def test_comments_and_docs_cite_files_of_this_repository_only():
+    """The design lives in docs/: nothing the repository ships cites a design document outside it."""
+    outside = re.compile(r"\.\./shared|\b(?:DESIGN|STYLE)\.md\b")
+    shipped = [p for top in ("src", "tests", "bench", "docs", "grafana", "charts", "deploy", "examples")
+               for p in (ROOT / top).rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".yaml", ".yml", ".json")]
+    cited = [f"{p.relative_to(ROOT)}:{n}" for p in [ROOT / "README.md", ROOT / "Dockerfile", *shipped]
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+             if outside.search(line) and p != Path(__file__)]
+    assert not cited, cited
