@@ -8,6 +8,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:  # a torch built without distributed: no tensor-parallel shards
+    DTensor = None
+
 from benchd.spec import SpecError
 from benchd.spec.stack import QUANTIZATIONS, installed
 
@@ -38,10 +43,13 @@ def streamed_weight_bytes(model: nn.Module) -> int:
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
+    """A tensor-parallel shard (a DTensor) counts as the whole tensor: the group's model, as its other figures."""
+    if DTensor is not None and isinstance(t, DTensor):
+        return t.numel() * t.element_size()  # its global shape (its flatten names its mesh beside its local shard)
     flatten = getattr(t, "__tensor_flatten__", None)  # torchao's subclasses name their inner tensors
     if flatten is not None:
         names, _ = flatten()
-        return sum(tensor_bytes(inner) for name in names if (inner := getattr(t, name)) is not None)
+        return sum(tensor_bytes(inner) for name in names if isinstance(inner := getattr(t, name, None), torch.Tensor))
     total = t.numel() * t.element_size()
     for extra in ("SCB",):  # bitsandbytes int8: row scales beside the int8 data
         if isinstance(getattr(t, extra, None), torch.Tensor):
