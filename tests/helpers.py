@@ -111,7 +111,7 @@ def own(spec: dict) -> dict:
 
 # The fields RunSpec gained since 14d1cbb, at their defaults: what a whole dump of one of its specs holds now beside
 # its own sections.
-SINCE = {"environment": "current", "commit": None}
+SINCE = {"environment": "current", "requirements": None, "commit": None}
 
 
 def whole(spec: dict) -> dict:

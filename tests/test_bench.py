@@ -278,8 +278,9 @@ def test_before_after_runs_the_script_with_its_arguments_on_both_versions_in_tur
 
 def test_roofline_script_prints_the_limits_and_each_variant_on_the_roofline(tmp_path):
     """bench/gpu_roofline.py --smoke: the CPU's limits measured for real, then continuous batching and static batches
-    of 64 of 16 requests × 32 prompt × 32 output tokens, each with its steps, MBU, MFU and fraction of the bound."""
-    done = subprocess.run([sys.executable, "bench/gpu_roofline.py", "--smoke"], cwd=ROOT, capture_output=True,
+    of 64 of 16 requests × 32 prompt × 32 output tokens, each with its steps, MBU, MFU and fraction of the bound, and
+    (--profile) where a profiled round's time went."""
+    done = subprocess.run([sys.executable, "bench/gpu_roofline.py", "--smoke", "--profile"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "measured limits" in done.stdout and "bound by" in done.stdout
@@ -291,3 +292,6 @@ def test_roofline_script_prints_the_limits_and_each_variant_on_the_roofline(tmp_
         assert run["prefill_tokens"] == 16 * 32 and run["decode_tokens"] == 16 * 31  # the last token fed to none
         assert 0 < run["mbu"] and 0 < run["mfu"] and 0 < run["of_bound"] and run["bound_s"] > 0
     assert static["steps"] == 32  # one batch of 16: a prefill and 31 decodes
+    for run in (continuous, static):  # the engine's thread's operators, seen by the profiler
+        names = [k["name"] for k in run["where"]["top"]]
+        assert "aten::mm" in names and 0 < run["where"]["busy_s"] and run["where"]["wall_s"] > 0

@@ -4,6 +4,8 @@ environment; and each way an environment breaks failing its run, clearly, while 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,11 +22,14 @@ NEWEST = ROOT / ".venv-newest" / "bin" / "python"
 SRC = ROOT / "src" / "benchd"
 
 
-def probe_wheel(where: Path) -> Path:
-    """A wheel of one module, written here: a requirement that installs without an index."""
+def probe_wheel(where: Path, requires: tuple[str, ...] = ()) -> Path:
+    """A wheel of one module, written here: a requirement that installs without an index (its dependencies too,
+    where the daemon's environment has them)."""
     path = where / "benchd_probe-1.0-py3-none-any.whl"
+    metadata = "Metadata-Version: 2.1\nName: benchd-probe\nVersion: 1.0\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
     files = {"benchd_probe.py": "VALUE = 1\n",
-             "benchd_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: benchd-probe\nVersion: 1.0\n",
+             "benchd_probe-1.0.dist-info/METADATA": metadata,
              "benchd_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                                                  "Tag: py3-none-any\n"}
     with zipfile.ZipFile(path, "w") as wheel:
@@ -247,3 +252,118 @@ def test_a_bare_requirement_is_the_newest_release_on_the_index_and_the_last_answ
     assert Environments({"tf-newest": declared}, tmp_path).pinned("tf-newest", declared) == pinned
     with pytest.raises(EnvironmentProblem, match="tf-newest.*newest release.*no earlier answer"):
         Environments({"tf-newest": declared}, tmp_path / "empty").pinned("tf-newest", declared)
+
+
+def test_a_build_installs_only_what_the_daemons_environment_lacks_with_its_pip_where_uv_is_on_the_path(
+        tmp_path, monkeypatch):
+    """The requirements' dependencies that the daemon has (here numpy and torch) count as installed: the build needs
+    no index for them. uv reads only the venv's own site-packages and would fetch them all: an offline GPU host's
+    build failed so (docs/benchmarks/stack-matrix.md). A uv on the path is not used while the daemon has pip."""
+    from benchd.supervisor.environments import Environments
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "uv").write_text("#!/bin/sh\necho uv was used >&2\nexit 3\n")
+    (tools / "uv").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # no index: what the daemon lacks could not come from anywhere
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    wheel = probe_wheel(tmp_path, requires=("numpy", "torch"))
+    environments = Environments({"deps": [str(wheel)]}, tmp_path / "built")
+    python = environments.interpreter("deps").python
+    log = next((tmp_path / "built").glob("*.log")).read_text()
+    assert "-m pip --python" in log and "uv was used" not in log
+    site = subprocess.run([python, "-c", "import benchd_probe, numpy, torch; print(benchd_probe.__file__, "
+                                         "numpy.__file__, torch.__file__)"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert str(tmp_path / "built") in site[0]  # the requirement in the venv
+    assert str(tmp_path / "built") not in site[1] and str(tmp_path / "built") not in site[2]  # the daemon's own
+
+
+@pytest.mark.engine
+def test_benchd_run_here_takes_the_environments_the_settings_declare(tmp_path):
+    """`benchd run` of a matrix over environments, without a daemon: BENCHD_ENVIRONMENTS as the daemon reads it, each
+    variant's runs in a worker of its environment, the comparison naming each variant's resolved versions (the GPU
+    check of issue 34 ran so: examples/releases-gpu.yaml)."""
+    if not NEWEST.exists():
+        pytest.skip("no .venv-newest (make .venv-newest/.installed)")
+    import yaml
+
+    document = {**spec(requests=4, output=8), "name": "releases-here", "matrix": {"environment": ["current", "next"]},
+                "repeats": 2}
+    (tmp_path / "releases.yaml").write_text(yaml.safe_dump(document))
+    env = {**os.environ, "BENCHD_ENVIRONMENTS": json.dumps({"next": str(NEWEST)})}
+    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(tmp_path / "releases.yaml"), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert [(r["round"], r["variant"]) for r in row["runs"]] == interleaved(2, 2)
+    asked = "from importlib.metadata import version; print(version('transformers'))"
+    newest_version = subprocess.run([NEWEST, "-c", asked], capture_output=True, text=True, check=True).stdout.strip()
+    variants = row["comparison"]["variants"]
+    assert [v["stack"]["environment"] for v in variants] == ["current", "next"]
+    assert variants[1]["stack"]["transformers_version"] == newest_version
+    from benchd.measure.matrix import MatrixComparison
+    from benchd.report.matrix import summary_rows
+
+    import transformers
+
+    values = [r[1] for r in summary_rows(MatrixComparison.model_validate(row["comparison"]))]  # the CLI's, the page's
+    assert f"transformers {transformers.__version__}" in values[0] and f"transformers {newest_version}" in values[1]
+
+
+# ---- requirements a spec brings: off over HTTP unless the settings allow it ------------------------------------------
+
+
+@pytest.mark.parametrize("fields, why", [
+    ({"requirements": ["-r /etc/passwd"]}, "requirements.0: not a requirement (PEP 508"),
+    ({"requirements": ["transformers==5.24.0 --index-url http://x"]}, "requirements.0: not a requirement"),
+    ({"requirements": []}, "requirements: List should have at least 1 item"),
+    ({"requirements": ["a"] * 17}, "requirements: List should have at most 16 items"),
+    ({"environment": "tf-next", "requirements": ["transformers==5.24.0"]}, "not both"),
+])
+def test_a_specs_requirements_are_pep_508_requirements_and_no_more(fields, why):
+    from benchd.spec import SpecError, parse_spec
+
+    with pytest.raises(SpecError) as raised:
+        parse_spec(fields)
+    assert why in str(raised.value), str(raised.value)
+
+
+def test_requirements_over_http_are_refused_unless_the_settings_allow_them(live):
+    refused = live.http.post("/runs", json={**spec(), "requirements": ["transformers==5.24.0"]})
+    assert refused.status_code == 422
+    (detail,) = refused.json()["detail"]
+    assert detail["loc"] == ["body", "requirements"] and "BENCHD_ENVIRONMENTS_FROM_SPECS" in detail["msg"]
+
+
+@pytest.mark.engine
+def test_requirements_a_spec_brings_are_built_once_where_the_settings_allow_them(tmp_path, monkeypatch):
+    """BENCHD_ENVIRONMENTS_FROM_SPECS: a run's own requirements (here a release found in pip's wheel directory) build
+    an environment named by them, reused by the next run that brings them; a local file is still refused."""
+    from benchd.spec.requirements import environment_name
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    probe_wheel(wheels)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    with daemon(tmp_path, environments_from_specs=True, environments_dir=str(tmp_path / "built")) as server:
+        server.wait_ready()
+        refused = server.http.post("/runs", json={**spec(), "requirements": [
+            "benchd-probe==1.0", f"benchd-probe @ file://{wheels}/benchd_probe-1.0-py3-none-any.whl"]})
+        assert refused.status_code == 422, refused.text
+        (detail,) = refused.json()["detail"]
+        assert detail["loc"] == ["body", "requirements", 1] and "a local path is the operator's" in detail["msg"]
+        body = {**spec(requests=2, output=4), "requirements": ["benchd-probe==1.0"]}
+        first = finished(server, submit(server, body))
+        assert first["status"] == "succeeded", first["error"]
+        name = environment_name(["benchd-probe==1.0"])
+        assert first["metadata"]["environment"] == name and first["spec"]["requirements"] == ["benchd-probe==1.0"]
+        (built,) = [p for p in (tmp_path / "built").iterdir() if p.is_dir()]
+        assert list(built.glob("lib/python*/site-packages/benchd_probe.py"))
+        log = built.with_suffix(".log")
+        stamp = log.stat().st_mtime_ns
+        again = finished(server, submit(server, body))
+        assert again["status"] == "succeeded" and again["metadata"]["environment"] == name
+        assert log.stat().st_mtime_ns == stamp  # the same list: the same venv, not built again

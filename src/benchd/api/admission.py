@@ -31,6 +31,7 @@ from benchd.spec import (
     length_upper_bound,
     traces,
 )
+from benchd.spec.requirements import remote_problem
 from benchd.spec.stack import unavailable
 from benchd.supervisor.environments import Environments
 
@@ -111,6 +112,14 @@ def _source_problems(spec: RunSpec, settings: Settings, problems: Problems) -> N
         problems.add(("trust_remote_code",), "cannot be enabled over HTTP")
     if reason := Environments(settings.environments).problem(spec.environment):
         problems.add(("environment",), reason)
+    if spec.requirements is not None and not settings.environments_from_specs:
+        problems.add(("requirements",), "building an environment from requirements given over HTTP is off (the "
+                                        "daemon's BENCHD_ENVIRONMENTS_FROM_SPECS allows it); name a declared "
+                                        "environment instead")
+    elif spec.requirements is not None:
+        for index, requirement in enumerate(spec.requirements):
+            if reason := remote_problem(requirement):
+                problems.add(("requirements", index), reason)
     loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
     if loads_model and spec.model not in PRESETS and spec.model != settings.model:
         if reason := model_problem(spec.model, settings.model_roots):

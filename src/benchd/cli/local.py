@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.spec import RunSpec
 
 WORKER_LOG = Path(tempfile.gettempdir()) / "benchd-workers"  # the workers' logs (a failed load's message names it)
@@ -38,13 +39,16 @@ class Local:
         from benchd.hardware.reader import HardwareReader
         from benchd.hardware.sampler import HardwareSampler
         from benchd.stopping import StopSignal
+        from benchd.supervisor.environments import Environments
         from benchd.supervisor.handle import WorkerSettings
         from benchd.supervisor.pool import WorkerPool
         from benchd.telemetry.genai import build_genai_metrics
         from benchd.telemetry.run import Telemetry
         from benchd.telemetry.tracing import build_tracer_provider
 
-        threshold, confidence = _compare_settings()
+        settings = _settings()
+        threshold, confidence = ((settings.compare_threshold, settings.compare_confidence) if settings is not None
+                                 else (THRESHOLD, CONFIDENCE))
         # OTEL_* variables are read first: a bad one stops the command before anything starts.
         self.telemetry = Telemetry(tracer_provider=build_tracer_provider(on_drop=self._dropped),
                                    genai=build_genai_metrics())
@@ -59,7 +63,10 @@ class Local:
             self.__exit__()
             raise Refused([str(error)]) from None
         slots = [s for s in slots if any(s.key in c.devices for c in chosen)]
-        self.pool = WorkerPool(slots, WorkerSettings(log_dir=WORKER_LOG))
+        # the environments the daemon's settings declare (BENCHD_ENVIRONMENTS), built where the daemon builds them
+        environments = (Environments(settings.environments, settings.environments_dir) if settings is not None
+                        else Environments())
+        self.pool = WorkerPool(slots, WorkerSettings(log_dir=WORKER_LOG), environments=environments)
         if not self.force and (found := self._refused()):
             self.__exit__()
             raise Refused([*found, "(--force runs it anyway)"])
@@ -103,15 +110,14 @@ class Local:
         return found
 
 
-def _compare_settings() -> tuple[float, float]:
-    """The verdicts' threshold and confidence as the daemon's settings have them (BENCHD_COMPARE_*)."""
+def _settings():
+    """The daemon's settings (BENCHD_*): the verdicts' threshold and confidence, the declared environments; None when
+    they do not validate (admission's check says why, or --force runs without them)."""
     from pydantic import ValidationError
 
     from benchd.daemon.settings import Settings
-    from benchd.measure.compare import CONFIDENCE, THRESHOLD
 
     try:
-        settings = Settings()
-    except ValidationError:  # said by admission's check, or not needed under --force
-        return THRESHOLD, CONFIDENCE
-    return settings.compare_threshold, settings.compare_confidence
+        return Settings()
+    except ValidationError:
+        return None

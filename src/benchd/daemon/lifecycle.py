@@ -56,7 +56,10 @@ class Lifecycle:
         once) and return what it left, whatever happens; with a store, every request is written as it finishes and
         the run's end once known. confine: the spec's paths its worker re-checks against the roots as it loads
         (benchd.models.roots); a kernel run is also ended by its worker's supervisor past its deadline (benchd.models.duration)."""
-        slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel, spec.environment)
+        environment = spec.worker_environment
+        if spec.requirements is not None:  # its own: declared under their name, built when a worker first needs it
+            self.pool.environments.adopt(spec.requirements)
+        slots = self.pool.arrange(device, spec.placement, spec.tensor_parallel, environment)
         single = len(slots) == 1
         observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "",
                                           spec)
@@ -81,7 +84,7 @@ class Lifecycle:
                     part.observer.run_started(started)
                 settings = self.pool.settings
                 self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
-                                 wait_s=settings.start_timeout_s, trace_id=observer.run_trace_id, confine=confine,
+                                 environment=environment, wait_s=settings.start_timeout_s, trace_id=observer.run_trace_id, confine=confine,
                                  deadline=lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,
                                                                         settings.deadline_slack_s))
             late = self._wait(run_id, parts, stop, started, deadline_s)
@@ -185,7 +188,7 @@ class Lifecycle:
                 log.exception("run %s: comparing its GPUs failed", run_id)
         if result.metadata is not None:
             result.metadata.trace_id = observer.run_trace_id
-            result.metadata.environment = result.spec.environment
+            result.metadata.environment = result.spec.worker_environment
             result.metadata.commit = result.spec.commit.model_dump() if result.spec.commit is not None else None
         for part in parts:
             part.observer.trace_requests([r for stage in part.ingest.result.stages for r in stage.records])

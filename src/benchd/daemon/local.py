@@ -13,7 +13,7 @@ from benchd.hardware.devices import Slot
 from benchd.loadgen import priority
 from benchd.protocol.messages import BATCH_S, Done, Events, Report
 from benchd.stopping import StopSignal
-from benchd.supervisor.environments import CURRENT
+from benchd.supervisor.environments import CURRENT, Environments
 from benchd.supervisor.handle import Deadline, RunSink, WorkerSettings
 from benchd.telemetry.run import Telemetry
 
@@ -28,6 +28,7 @@ class LocalPool:
 
         self.settings = settings or WorkerSettings()
         self.slots = [Slot("cpu", "cpu", "")]
+        self.environments = Environments()  # this process's own only: a run of another fails at submit
         self._sink: RunSink | None = None
         self._lock = threading.Lock()
         self.core = WorkerCore(self._emit, loader=self._load,
@@ -66,10 +67,10 @@ class LocalPool:
         return self.slots
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
-               wait_s: float = 0.0, trace_id: str | None = None, confine: dict | None = None,
-               deadline: Deadline | None = None) -> None:
+               environment: str = CURRENT, wait_s: float = 0.0, trace_id: str | None = None,
+               confine: dict | None = None, deadline: Deadline | None = None) -> None:
         """deadline: not kept (nothing here can end a call in progress: the process is the caller's)."""
-        if (environment := spec.get("environment", CURRENT)) != CURRENT:
+        if environment != CURRENT:
             sink.died(f"environment {environment!r}: a run in this process runs in its own environment only")
             return
         self._sink = sink

@@ -217,11 +217,15 @@ class Settings(BaseSettings):
     schedules: list[DeclaredSchedule] = []
     # Python environments a spec may name (its `environment`; the daemon's own is "current"), as JSON: name → an
     # interpreter's path (an existing venv's bin/python), or a list of requirements (pip's: transformers==5.24.0, a git
-    # URL at a commit, a local wheel or directory) built once, by uv or pip, into a venv under environments_dir that
-    # sees the daemon's packages (torch) beneath its own, and reused; a bare name (transformers) is its newest release
-    # on the index, rebuilt when a newer one appears. Specs over HTTP name these; none brings its own.
+    # URL at a commit, a local wheel or directory) built once, by the daemon's pip, into a venv under environments_dir
+    # that sees the daemon's packages (torch) beneath its own, and reused; a bare name (transformers) is its newest
+    # release on the index, rebuilt when a newer one appears. Specs over HTTP name these.
     environments: dict[Name, str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]] = {}
     environments_dir: Path = Path("benchd-environments")  # the built environments, each with its build's log
+    # Whether a spec over HTTP may bring its own `requirements` (releases, or sources at https:// or git+https://),
+    # built into a venv of their own like a declared list: off, since each new list is a build (minutes, on the run
+    # loop, the queue waiting) and a venv kept on disk, and installing a package runs its code with the daemon's rights.
+    environments_from_specs: bool = False
 
     @field_validator("api_token", "label", "pod_name", mode="before")
     @classmethod

@@ -54,7 +54,7 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str]]:
         tokens = ("baseline" if v.baseline else "–" if v.tokens is None or v.tokens.ratio is None
                   else f"{v.tokens.ratio:.1%} ({v.tokens.identical_requests}/{v.tokens.requests} requests)")
         rows.append([
-            f"{v.index}{' (baseline)' if v.baseline else ''}", v.label,
+            f"{v.index}{' (baseline)' if v.baseline else ''}", v.label + resolved(v),
             f"{sum(s == 'succeeded' for s in v.statuses)}/{len(v.statuses)}", verdict(v),
             figure("output_tokens_per_s", v.output_tokens_per_s) + _change(v, "output_tokens_per_s"),
             figure("ttft_s", v.ttft_p50_s) + _change(v, "ttft_s.p50"),
@@ -70,6 +70,16 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str]]:
             roofline_cell(v),
         ])
     return rows
+
+
+def resolved(v: VariantComparison) -> str:
+    """What a variant over environments resolved to (its runs' stack): the versions a release A/B compares."""
+    if "environment" not in v.values:
+        return ""
+    names = (("python", "python_version"), ("torch", "torch_version"), ("transformers", "transformers_version"),
+             ("CUDA", "cuda_version"))
+    found = [f"{name} {v.stack[key]}" for name, key in names if v.stack.get(key)]
+    return f" ({', '.join(found)})" if found else ""
 
 
 def roofline_cell(v: VariantComparison) -> str:

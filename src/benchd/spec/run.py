@@ -24,6 +24,7 @@ from benchd.spec.documents import DocumentError, load_yaml
 from benchd.spec.engines import EngineName, OpenAIOptions, StaticOptions, TransformersOptions
 from benchd.spec.fields import LABEL_MAX, MODEL_MAX, Name
 from benchd.spec.fields import Strict as _Strict
+from benchd.spec.requirements import Requirements, environment_name
 from benchd.spec.stack import AttnImplementation, CompileMode, Quantization, stack_problems
 from benchd.spec.timed import KernelOptions, RunKind, TrainStepOptions
 from benchd.spec.workload import Workload
@@ -57,6 +58,10 @@ class SpecBase(_Strict):
     # The Python environment its worker runs in: the daemon's own (current), or one BENCHD_ENVIRONMENTS declares (its
     # torch and transformers: a matrix over environments compares releases of the stack, interleaved).
     environment: Name = "current"
+    # Or the requirements its worker's environment is built from (pip's, PEP 508: transformers==5.24.0, or a name @
+    # a git URL at a commit), built once into a venv over the daemon's packages and reused (requirements-<hash>);
+    # over HTTP only where BENCHD_ENVIRONMENTS_FROM_SPECS allows it.
+    requirements: Requirements | None = None
     commit: Commit | None = None  # the source measured (repository, branch, commit, message), when given
     label: Annotated[str, Field(max_length=LABEL_MAX)] | None = None
     trust_remote_code: bool = False
@@ -65,11 +70,19 @@ class SpecBase(_Strict):
     attn_implementation: AttnImplementation | None = None  # None: sdpa (continuous batching may pick flash itself)
     compile: CompileMode = "off"
 
+    @property
+    def worker_environment(self) -> str:
+        """The Python environment its worker runs in: the one named, or the one its requirements build."""
+        return environment_name(self.requirements) if self.requirements is not None else self.environment
+
     @model_validator(mode="after")
     def _stack(self) -> SpecBase:
         problems = stack_problems(self.quantization, self.attn_implementation, self.compile, self.runner, self.kind)
         if problems:
             raise ValueError("; ".join(f"{field}: {why}" for field, why in problems))
+        if self.requirements is not None and self.environment != "current":
+            raise ValueError(f"requirements: a run names an environment ({self.environment!r}) or brings the "
+                             "requirements of its own, not both")
         if self.tensor_parallel > 1 and self.runner != "transformers":
             raise ValueError("tensor_parallel: shards a model for transformers' continuous batching (kind generate, "
                              f"engine transformers), not {self.runner}")

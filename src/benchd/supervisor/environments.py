@@ -6,6 +6,7 @@ daemon's own benchd package, put first on its path, over that environment's torc
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -20,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+
+from benchd.spec.requirements import environment_name
 
 CURRENT = "current"  # the daemon's own environment: the default of a spec's `environment`
 BUILD_TIMEOUT_S = 1800.0
@@ -61,6 +64,13 @@ class Environments:
         self.cache_dir = Path(os.path.abspath(cache_dir)) if cache_dir is not None else None
         self._lock = threading.Lock()  # one build at a time: two runs needing one environment build it once
         self._newest: dict[str, tuple[float, str]] = {}  # project → (when asked, time.monotonic(); its newest version)
+
+    def adopt(self, requirements: list[str]) -> str:
+        """A spec's own requirements (its `requirements`), declared under the name they build (requirements-<hash>):
+        every run that brings the same list shares one venv."""
+        name = environment_name(requirements)
+        self.declared.setdefault(name, list(requirements))
+        return name
 
     def names(self) -> list[str]:
         return [CURRENT, *self.declared]
@@ -141,15 +151,13 @@ class Environments:
 
     def _build(self, name: str, requirements: list[str], venv: Path) -> None:
         """A venv without pip whose site-packages ends with the daemon's (so torch and the rest are there unless the
-        requirements install their own, which come first), the requirements installed by uv where there is one, else
-        by the daemon's pip; its log beside it (<key>.log), kept."""
+        requirements install their own, which come first), the requirements installed by the daemon's pip (uv where
+        the daemon has none); its log beside it (<key>.log), kept."""
         shutil.rmtree(venv, ignore_errors=True)  # an earlier build that did not finish
         venv.parent.mkdir(parents=True, exist_ok=True)
         log_path = venv.with_suffix(".log")
         python = str(venv / "bin" / "python")
-        installer = ([uv, "pip", "install", "--python", python] if (uv := shutil.which("uv")) else
-                     [sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check",
-                      "--no-input"])
+        installer = _installer(python)
         with log_path.open("w") as log:
             log.write(f"environment {name}: {json.dumps(requirements)} on {sys.prefix}\n")
             log.flush()
@@ -181,6 +189,30 @@ class Environments:
             raise EnvironmentProblem(f"environment {name!r}: building it failed ("
                                      f"{'timed out' if code is None else f'exit code {code}'}; log {log_path}):\n"
                                      f"{tail(log_path)}")
+
+
+def _installer(python: str) -> list[str]:
+    """The daemon's pip, run for the venv's interpreter: it counts what the venv sees through the base's path (the
+    .pth above) as installed, so a requirement's dependencies the daemon has (torch, numpy, huggingface-hub) are
+    not installed again. uv reads only the venv's own site-packages: it would install every dependency a second
+    time (a second torch for a requirement that needs one, from an index an offline node cannot reach). uv only
+    where the daemon's Python has no pip; its log says so."""
+    if _has_pip():
+        return [sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check", "--no-input"]
+    if (uv := shutil.which("uv")) is not None:
+        return [uv, "pip", "install", "--python", python]
+    raise EnvironmentProblem("no installer: the daemon's Python has no pip, and no uv is on PATH")
+
+
+def _has_pip() -> bool:
+    """By its metadata, not importlib.util.find_spec("pip"): setuptools' distutils shim takes a lookup of "pip" for
+    pip starting, and from then on hands this process the standard library's distutils (torch's inductor then fails
+    to compile: tests/test_matrix.py caught it)."""
+    try:
+        importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

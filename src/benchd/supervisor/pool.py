@@ -156,13 +156,13 @@ class WorkerPool:
         return self.workers.get(slot.key) if slot is not None else None
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
-               wait_s: float = 0.0, trace_id: str | None = None, confine: dict | None = None,
-               deadline: Deadline | None = None) -> None:
+               environment: str = CURRENT, wait_s: float = 0.0, trace_id: str | None = None,
+               confine: dict | None = None, deadline: Deadline | None = None) -> None:
         """Hand the run to the device's worker (which names its device its own way: cpu, or cuda for its only
         visible GPU), waiting up to wait_s for one being (re)started; a worker of another environment than the
-        spec's (its own did not start: arrange) fails the run with why. confine, deadline: WorkerHandle.submit's."""
+        run's (its own did not start: arrange) fails the run with why. environment: the run's (RunSpec's
+        worker_environment). confine, deadline: WorkerHandle.submit's."""
         waited_until = time.perf_counter() + wait_s
-        environment = spec.get("environment", CURRENT)
         while True:
             worker = self.worker_for(device)
             if worker is not None and worker.environment != environment:
