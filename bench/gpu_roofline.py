@@ -3,6 +3,7 @@ run by continuous batching and by static batches of 64, each placed on that roof
 steps, achieved bandwidth and FLOP/s, MBU, MFU, the roofline bound and the fraction of it reached.
 
     python bench/gpu_roofline.py [--variants continuous static-64] [--warmup 1]
+    python bench/gpu_roofline.py --profile    # then one round of each under torch.profiler: where the time goes
     python bench/gpu_roofline.py --smoke      # the tiny model on the CPU: checks the script
 
 Each variant's engine is started once (CUDA graphs captured before any timed request), runs the workload --warmup
@@ -85,7 +86,27 @@ def limits(speed, dtype: str) -> list[dict]:
     return rows
 
 
-def variant(loaded, base: dict, name: str, cost: ModelCost, speed, warmup: int) -> dict:
+def where_time_goes(profile, wall_s: float, gpu: bool, top: int = 12) -> dict:
+    """One profiled round: the device's busy time (its kernels', one stream) against the round's wall time, and the
+    kernels that took most of it, by name (on the CPU: the operators, by self time)."""
+    import torch
+
+    spent: dict[str, float] = {}
+    if gpu:
+        for event in profile.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                spent[event.name] = spent.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e6
+    else:
+        for event in profile.key_averages():
+            spent[event.key] = spent.get(event.key, 0.0) + event.self_cpu_time_total / 1e6
+    busy = sum(spent.values())
+    ranked = sorted(spent.items(), key=lambda kv: -kv[1])[:top]
+    return {"counted": "the GPU's kernels" if gpu else "the operators' self time, every thread", "wall_s": wall_s,
+            "busy_s": busy, "busy_of_wall": busy / wall_s if wall_s else None,
+            "top": [{"name": name[:120], "s": t, "of_wall": t / wall_s if wall_s else None} for name, t in ranked]}
+
+
+def variant(loaded, base: dict, name: str, cost: ModelCost, speed, warmup: int, profile: bool = False) -> dict:
     data = json.loads(json.dumps(base))
     if name.startswith("static-"):
         data |= {"engine": "static", "static": {"batch_size": int(name.split("-", 1)[1])}}
@@ -101,11 +122,26 @@ def variant(loaded, base: dict, name: str, cost: ModelCost, speed, warmup: int) 
             mark = len(engine.steps)
             elapsed_s = run_once(engine, requests)
         steps = engine.steps.since(mark)
+        where = None
+        if profile:  # one more round, profiled (slower than the timed one: its own wall time is the reference)
+            import torch
+            from torch.profiler import ProfilerActivity
+
+            gpu = loaded.device.type == "cuda"
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+            requests = [GenerationRequest(f"p-{i}", c.prompt_ids, c.max_new_tokens) for i, c in enumerate(made)]
+            engine.forget()
+            threads = None  # on the CPU the operators run on the engine's thread, which the profiler sees only so
+            if not gpu:
+                threads = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+            with torch.profiler.profile(activities=activities, experimental_config=threads) as profiled:
+                profiled_s = run_once(engine, requests)
+            where = where_time_goes(profiled, profiled_s, gpu)
     finally:
         engine.stop()
     line = roofline(steps, cost, elapsed_s, speed.copy_bytes_per_s, speed.flops_per_s(spec.dtype))
     output = sum(c.max_new_tokens for c in made)
-    return {"variant": name, "output_tok_s": output / elapsed_s, **line.as_dict()}
+    return {"variant": name, "output_tok_s": output / elapsed_s, **line.as_dict(), "where": where}
 
 
 def main() -> None:
@@ -113,6 +149,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["continuous", "static-64"])
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--smoke", action="store_true", help="the tiny model on the CPU")
+    parser.add_argument("--profile", action="store_true",
+                        help="then one more round of each under torch.profiler: where the time goes")
     args = parser.parse_args()
     base = SMOKE if args.smoke else REFERENCE
     device = base["device"]
@@ -130,13 +168,19 @@ def main() -> None:
         print(f"{row['limit']:<20}{row['measured']:>12,.1f}{sheet:>12}{share:>10}")
     print(f"\n{base['model']} {base['dtype']}: {cost.weight_bytes / 1e9:.2f} GB of weights a step, "
           f"{cost.kv_bytes_per_token / 1e3:.1f} kB of K and V a token")
-    rows = [variant(loaded, base, name, cost, speed, args.warmup) for name in args.variants]
+    rows = [variant(loaded, base, name, cost, speed, args.warmup, args.profile) for name in args.variants]
     print(f"\n{'variant':<12}{'tok/s':>9}{'steps':>7}{'elapsed s':>10}{'GB/s':>9}{'TFLOP/s':>9}{'MBU':>7}"
           f"{'MFU':>7}{'bound s':>9}{'of bound':>9}  bound by")
     for r in rows:
         print(f"{r['variant']:<12}{r['output_tok_s']:>9,.0f}{r['steps']:>7}{r['elapsed_s']:>10.2f}"
               f"{r['achieved_bytes_per_s'] / 1e9:>9,.1f}{r['achieved_flops_per_s'] / 1e12:>9.2f}{r['mbu']:>7.1%}"
               f"{r['mfu']:>7.1%}{r['bound_s']:>9.3f}{r['of_bound']:>9.1%}  {r['bound_by']}")
+    for r in rows:
+        if (where := r["where"]) is not None:
+            print(f"\n{r['variant']}, profiled round: {where['wall_s']:.2f} s wall, {where['counted']} "
+                  f"{where['busy_s']:.2f} s ({where['busy_of_wall']:.0%}); most of it:")
+            for k in where["top"]:
+                print(f"  {k['s']:8.3f} s {k['of_wall']:6.1%}  {k['name']}")
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
     (out / "roofline.json").write_text(json.dumps({"environment": environment(), "speed": speed.as_dict(),
