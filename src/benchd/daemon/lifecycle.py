@@ -84,7 +84,8 @@ class Lifecycle:
                     part.observer.run_started(started)
                 settings = self.pool.settings
                 self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
-                                 environment=environment, wait_s=settings.start_timeout_s, trace_id=observer.run_trace_id, confine=confine,
+                                 environment=environment, wait_s=settings.start_timeout_s,
+                                 trace_id=observer.run_trace_id, confine=confine,
                                  deadline=lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,
                                                                         settings.deadline_slack_s))
             late = self._wait(run_id, parts, stop, started, deadline_s)

@@ -73,8 +73,9 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str]]:
 
 
 def resolved(v: VariantComparison) -> str:
-    """What a variant over environments resolved to (its runs' stack): the versions a release A/B compares."""
-    if "environment" not in v.values:
+    """What a variant over environments (or requirements) resolved to, its runs' stack: the versions a release A/B
+    compares."""
+    if not {"environment", "requirements"} & set(v.values):
         return ""
     names = (("python", "python_version"), ("torch", "torch_version"), ("transformers", "transformers_version"),
              ("CUDA", "cuda_version"))

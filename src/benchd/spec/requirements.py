@@ -1,6 +1,7 @@
 """Requirements a spec brings for its worker's Python environment (`requirements:`), where the daemon's settings allow
 it (BENCHD_ENVIRONMENTS_FROM_SPECS): each one PEP 508 requirement (a name with its version, extras and markers, or a
-name @ a URL), never a pip option or a bare path; over HTTP, a URL only of a remote source (docs/guides/environments.md)."""
+name @ a URL), never a pip option or a bare path; over HTTP, a URL only of a remote source
+(docs/guides/environments.md)."""
 
 from __future__ import annotations
 
