@@ -147,13 +147,16 @@ def describe(engine) -> dict:
     nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
     masks = [m for each in ios if each.attention_mask is not None for m in each.attention_mask.values()]
     return {
-        "num_blocks": cache.num_blocks, "block_size": cache.block_size, "num_pages": cache.num_pages,
+        # transformers ≥ 5.18 keeps the block size in the config, and the cache in one tensor of sectors
+        "num_blocks": cache.num_blocks, "block_size": getattr(cache, "block_size", getattr(config, "block_size", None)),
+        "num_pages": getattr(cache, "num_pages", getattr(cache, "max_tokens_read", None)),
         "max_batch_tokens": cache.max_batch_tokens,
         "max_requests_per_batch": config.max_requests_per_batch,
         "use_cuda_graph": list(config.cuda_graph_booleans), "use_async_batching": config.use_async_batching,
         "q_padding": config.q_padding_interval_size, "kv_padding": config.kv_padding_interval_size,
         "max_memory_percent": config.max_memory_percent,
-        "kv_cache_bytes": nbytes([*cache.key_cache, *cache.value_cache]),
+        "kv_cache_bytes": nbytes([cache.cache_tensor] if hasattr(cache, "cache_tensor")
+                                 else [*cache.key_cache, *cache.value_cache]),
         "mask_bytes": nbytes(masks), "mask_shapes": [list(m.shape) for m in masks],
         "index_bytes": sum(nbytes([each.read_index_storage, each.write_index_storage]) for each in ios),
         "after_start": {**memory_now(), **private_pools()},

@@ -325,6 +325,47 @@ def test_a_planned_engine_whose_warm_up_captured_no_graph_does_not_start(tiny):
         engine.stop()
 
 
+def test_an_async_engine_whose_warm_up_skipped_its_second_io_pair_names_the_setting(tiny):
+    """transformers 5.17 warms only the first of async batching's two IO pairs when paged sdpa has no decode fast
+    path; the second captured its largest step under load and ran out of memory on an H200 (docs/memory.md). Async
+    IO pairs need CUDA: the pairs here are transformers' own host/device pairs built on the CPU, their graph buffers
+    filled as a warm-up would; the GPU run checked the real ones."""
+    from types import SimpleNamespace
+
+    from transformers.generation.continuous_batching.input_outputs import HostDeviceIOPair
+
+    from benchd.models.flops import Shape
+    from benchd.models.memory import plan_cache
+
+    engine = create_engine(tiny, make_spec())
+    engine.start()
+    processor, config = engine._manager.batch_processor, engine._manager.continuous_batching_config
+    sync_io, pairs = processor.inputs_and_outputs, []
+    try:
+        engine.plan = plan_cache(Shape.of(tiny.model.config), 4, 0, 2 << 30, 64, io_pairs=2, num_blocks=64,
+                                 block_size=16, max_batch_tokens=128)
+        config.use_cuda_graph = (True, True)
+        pairs += [HostDeviceIOPair(processor.cache, tiny.model.config, config, torch.device("cpu"), tiny.model.dtype,
+                                   processor.logit_processor) for _ in range(2)]
+        processor.inputs_and_outputs = SimpleNamespace(io_pairs=pairs, current_pair=0)
+        graph = SimpleNamespace(reset=lambda: None)
+        pairs[0].device_io.graphs._storage[(128, 1024, 1024)] = graph
+        with pytest.raises(SpecError, match="transformers.use_async_batching: .* the second would capture"):
+            engine._check_warmup()
+        pairs[1].device_io.graphs._storage[(128, 1024, 1024)] = graph
+        engine._check_warmup()  # both warmed: it starts
+        pairs[0].device_io.graphs._storage.clear()
+        pairs[1].device_io.graphs._storage.clear()
+        with pytest.raises(torch.OutOfMemoryError, match="the warm-up could not capture the largest step"):
+            engine._check_warmup()  # the first capture failed: out of memory, as for one pair
+    finally:
+        for pair in pairs:
+            pair.device_io.graphs._storage.clear()
+        processor.inputs_and_outputs = sync_io
+        config.use_cuda_graph = (False, False)
+        engine.stop()
+
+
 @pytest.mark.parametrize("name", ENGINES)
 def test_each_engine_counts_its_forward_steps_and_their_work_as_a_hand_computation_does(tiny, name):
     """Steps counted by the engine's own loop (benchd.measure.roofline.StepLog). One request, a prompt of 7, 5

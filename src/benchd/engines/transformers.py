@@ -178,6 +178,14 @@ class TransformersEngine:
         io = processor.inputs_and_outputs
         ios = [pair.device_io for pair in io.io_pairs] if hasattr(io, "io_pairs") else [io]
         stored = [getattr(getattr(each, "graphs", None), "_storage", None) for each in ios]
+        if stored[0] and not all(stored[1:]):
+            import transformers
+
+            raise SpecError(
+                f"transformers.use_async_batching: transformers {transformers.__version__}'s warm-up captured the "
+                "first of async batching's two IO pairs only (it moves to the second after warming the decode fast "
+                "path, which paged sdpa lacks); the second would capture its graphs under load, outside the plan "
+                "(docs/memory.md): set use_async_batching: false or use_cuda_graph: false")
         if any(graphs is not None and not graphs for graphs in stored):
             raise torch.OutOfMemoryError(
                 f"the warm-up could not capture the largest step ({self.plan.max_batch_tokens:,} tokens against "
