@@ -327,9 +327,10 @@ def test_a_planned_engine_whose_warm_up_captured_no_graph_does_not_start(tiny):
 
 def test_an_async_engine_whose_warm_up_skipped_its_second_io_pair_names_the_setting(tiny):
     """transformers 5.17 warms only the first of async batching's two IO pairs when paged sdpa has no decode fast
-    path; the second captured its largest step under load and ran out of memory on an H200 (docs/memory.md). Async
-    IO pairs need CUDA: the pairs here are transformers' own host/device pairs built on the CPU, their graph buffers
-    filled as a warm-up would; the GPU run checked the real ones."""
+    path, and the second would capture its largest step under load, outside the plan; on an H200 the start check
+    called that out of memory with 86 GiB free (docs/memory.md). Async IO pairs need CUDA: the pairs here are
+    transformers' own host/device pairs built on the CPU, their graph buffers filled as a warm-up would; the GPU run
+    checked the real ones."""
     from types import SimpleNamespace
 
     from transformers.generation.continuous_batching.input_outputs import HostDeviceIOPair

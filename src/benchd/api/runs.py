@@ -54,8 +54,8 @@ def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response:
     Only the worker can find, and fails the run with (error_stage load): a hub model's shape, a model or tokenizer
     that does not load, a quantization the GPU lacks, a dataset that does not parse, a path changed since it was
     admitted, a warm-up the installed transformers cannot do (async batching under 5.17 with paged sdpa), and what
-    happens on the device itself (out of memory; a run slower than its bounds: stopped at the
-    limit, a kernel past its deadline ended by the supervisor)."""
+    happens on the device itself (out of memory; a run slower than its bounds: stopped at the limit, a kernel past
+    its deadline ended by the supervisor)."""
     spec = services.admit(spec)
     try:
         run_id = services.daemon.submit(spec)

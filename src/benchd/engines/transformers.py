@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import transformers
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
@@ -179,8 +180,6 @@ class TransformersEngine:
         ios = [pair.device_io for pair in io.io_pairs] if hasattr(io, "io_pairs") else [io]
         stored = [getattr(getattr(each, "graphs", None), "_storage", None) for each in ios]
         if stored[0] and not all(stored[1:]):
-            import transformers
-
             raise SpecError(
                 f"transformers.use_async_batching: transformers {transformers.__version__}'s warm-up captured the "
                 "first of async batching's two IO pairs only (it moves to the second after warming the decode fast "
