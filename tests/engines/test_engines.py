@@ -367,6 +367,26 @@ def test_an_async_engine_whose_warm_up_skipped_its_second_io_pair_names_the_sett
         engine.stop()
 
 
+def test_an_engine_whose_start_fails_after_its_warm_up_lets_go_of_its_cache_and_the_next_run_succeeds(tiny,
+                                                                                                      monkeypatch):
+    """A start refused after the warm-up (the checks above) held the cache and the graphs, and left the model on the
+    paged attention transformers had switched it to: the run fails with the cause, and the next one runs."""
+    attention = tiny.model.config._attn_implementation
+
+    def refused(self):
+        raise SpecError("transformers.use_async_batching: refused after the warm-up")
+
+    monkeypatch.setattr(TransformersEngine, "_check_warmup", refused)
+    engine = create_engine(tiny, make_spec())
+    with pytest.raises(SpecError, match="refused after the warm-up"):
+        engine.start()
+    assert engine._manager is None and tiny.model.config._attn_implementation == attention
+    failed = run_local(make_spec(), tiny)
+    assert failed.status == "failed" and "refused after the warm-up" in failed.error
+    monkeypatch.undo()
+    assert run_local(make_spec(), tiny).status == "succeeded"
+
+
 @pytest.mark.parametrize("name", ENGINES)
 def test_each_engine_counts_its_forward_steps_and_their_work_as_a_hand_computation_does(tiny, name):
     """Steps counted by the engine's own loop (benchd.measure.roofline.StepLog). One request, a prompt of 7, 5

@@ -165,6 +165,15 @@ class TransformersEngine:
             self._check_warmup()
             self._manager.start()
         except BaseException:
+            # A start that failed after the warm-up holds the cache and the graph pool: let them go now, so that
+            # the next engine's plan finds the memory free. An unstarted manager's stop() returns at once, before
+            # it switches the model back from the paged attention it chose.
+            if self._manager is not None:
+                self._manager.destroy()
+                if getattr(self._manager, "_original_attn_impl", None) is not None:
+                    self._loaded.model.set_attn_implementation(self._manager._original_attn_impl)
+                self._manager.batch_processor = None
+                self._manager = None
             self._restore_threads()
             self._restore_attention()
             raise

@@ -248,7 +248,11 @@ class WorkerCore:
         engine = create_engine(self._loaded, spec)
         if self.group is not None:  # the other ranks start theirs with it: the start is collective
             self.group.start(spec.model_dump(mode="json"))
-        engine.start()
+        try:
+            engine.start()
+        except BaseException:
+            _release_memory()  # what the failed start held (its cache, its graphs) back to the device
+            raise
         self._engine, self._engine_key = engine, key
         return engine
 
