@@ -1,8 +1,10 @@
 """Both in-process engines on the tiny model, for real. CI runs this file against transformers 5.17 and the newest 5.x."""
 
+import gc
 import math
 import threading
 import time
+import weakref
 
 import pytest
 import torch
@@ -371,16 +373,20 @@ def test_an_engine_whose_start_fails_after_its_warm_up_lets_go_of_its_cache_and_
                                                                                                       monkeypatch):
     """A start refused after the warm-up (the checks above) held the cache and the graphs, and left the model on the
     paged attention transformers had switched it to: the run fails with the cause, and the next one runs."""
-    attention = tiny.model.config._attn_implementation
+    attention, held = tiny.model.config._attn_implementation, []
 
     def refused(self):
+        processor = self._manager.batch_processor  # a local of a frame the error passes through, as in the check
+        held.append(weakref.ref(processor.cache))
         raise SpecError("transformers.use_async_batching: refused after the warm-up")
 
     monkeypatch.setattr(TransformersEngine, "_check_warmup", refused)
     engine = create_engine(tiny, make_spec())
-    with pytest.raises(SpecError, match="refused after the warm-up"):
+    with pytest.raises(SpecError, match="refused after the warm-up") as refusal:
         engine.start()
     assert engine._manager is None and tiny.model.config._attn_implementation == attention
+    gc.collect()
+    assert refusal.value is not None and held[0]() is None  # the cache is gone while the error still lives
     failed = run_local(make_spec(), tiny)
     assert failed.status == "failed" and "refused after the warm-up" in failed.error
     monkeypatch.undo()

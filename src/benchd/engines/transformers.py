@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,10 +165,12 @@ class TransformersEngine:
             self._manager.warmup()  # CUDA graph capture: before any timed request
             self._check_warmup()
             self._manager.start()
-        except BaseException:
+        except BaseException as error:
             # A start that failed after the warm-up holds the cache and the graph pool: let them go now, so that
-            # the next engine's plan finds the memory free. An unstarted manager's stop() returns at once, before
-            # it switches the model back from the paged attention it chose.
+            # the next engine's plan finds the memory free. The frames the error passed through would keep them
+            # alive as long as the error lives: their locals are cleared (the message is already made). An unstarted
+            # manager's stop() returns at once, before it switches the model back from the paged attention it chose.
+            traceback.clear_frames(error.__traceback__)
             if self._manager is not None:
                 self._manager.destroy()
                 if getattr(self._manager, "_original_attn_impl", None) is not None:
