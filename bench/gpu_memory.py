@@ -140,6 +140,8 @@ class Probe:
 
 def describe(engine) -> dict:
     """The started engine's cache, masks and static tensors, and memory right after its warm-up."""
+    from benchd.engines.batching import SIZE_FIELD
+
     processor = engine._manager.batch_processor
     cache, config = processor.cache, engine._manager.continuous_batching_config
     io = processor.inputs_and_outputs
@@ -147,9 +149,10 @@ def describe(engine) -> dict:
     nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
     masks = [m for each in ios if each.attention_mask is not None for m in each.attention_mask.values()]
     return {
-        # transformers ≥ 5.18 keeps the block size in the config, and the cache in one tensor of sectors
-        "num_blocks": cache.num_blocks, "block_size": getattr(cache, "block_size", getattr(config, "block_size", None)),
-        "num_pages": getattr(cache, "num_pages", getattr(cache, "max_tokens_read", None)),
+        # 5.24 names the block size page_size (SIZE_FIELD), keeps the cache in one tensor of sectors, and counts the
+        # tokens a step may read (max_tokens_read) where 5.17 counted pages
+        "num_blocks": cache.num_blocks, "block_size": getattr(config, SIZE_FIELD),
+        "num_pages": getattr(cache, "num_pages", None), "max_tokens_read": getattr(cache, "max_tokens_read", None),
         "max_batch_tokens": cache.max_batch_tokens,
         "max_requests_per_batch": config.max_requests_per_batch,
         "use_cuda_graph": list(config.cuda_graph_booleans), "use_async_batching": config.use_async_batching,
@@ -261,7 +264,7 @@ def report(r: dict) -> None:
     if e:
         start = e["after_start"]
         print(f"weights {r['weights_bytes'] / GIB:.2f} GiB; cache {e['kv_cache_bytes'] / GIB:.2f} GiB "
-              f"({e['num_blocks']} × {e['block_size']} = {e['num_pages']} tokens); masks {e['mask_bytes'] / GIB:.2f} "
+              f"({e['num_blocks']} × {e['block_size']} tokens); masks {e['mask_bytes'] / GIB:.2f} "
               f"GiB {e['mask_shapes']}; max_batch_tokens {e['max_batch_tokens']}; graphs {e['use_cuda_graph']} "
               f"async {e['use_async_batching']}; padding q {e['q_padding']} kv {e['kv_padding']}")
         print(f"after start: allocated {start['allocated'] / GIB:.2f} reserved {start['reserved'] / GIB:.2f} "

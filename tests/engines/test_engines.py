@@ -5,16 +5,20 @@ import math
 import threading
 import time
 import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers.generation.continuous_batching.input_outputs import HostDeviceIOPair
 
 from benchd.daemon.local import run_local
 from benchd.engines import GenerationRequest, create_engine
 from benchd.engines.handoff import MAX_WAIT_S, Handoff
 from benchd.engines.paged_cache import kv_blocks
 from benchd.engines.transformers import TransformersEngine
+from benchd.models.flops import Shape
 from benchd.models.loading import load_model
+from benchd.models.memory import plan_cache
 from benchd.spec import SpecError, TransformersOptions
 from tests.helpers import make_spec
 
@@ -308,9 +312,6 @@ def test_a_planned_engine_whose_warm_up_captured_no_graph_does_not_start(tiny):
     """transformers says nothing when the largest step's capture fails at warm-up (out of memory), and the graph pool
     then fragments under load (docs/memory.md): a planned engine checks its warm-up captured that graph. On the CPU no
     graph is ever captured, so the check is run on a started engine's real objects with CUDA graphs marked on."""
-    from benchd.models.flops import Shape
-    from benchd.models.memory import plan_cache
-
     engine = create_engine(tiny, make_spec())
     engine.start()
     try:
@@ -330,20 +331,13 @@ def test_a_planned_engine_whose_warm_up_captured_no_graph_does_not_start(tiny):
 def test_an_async_engine_whose_warm_up_skipped_its_second_io_pair_names_the_setting(tiny):
     """transformers 5.17 warms only the first of async batching's two IO pairs when paged sdpa has no decode fast
     path, and the second would capture its largest step under load, outside the plan; on an H200 the start check
-    called that out of memory with 86 GiB free (docs/memory.md). Async IO pairs need CUDA: the pairs here are
-    transformers' own host/device pairs built on the CPU, their graph buffers filled as a warm-up would; the GPU run
-    checked the real ones."""
-    from types import SimpleNamespace
-
-    from transformers.generation.continuous_batching.input_outputs import HostDeviceIOPair
-
-    from benchd.models.flops import Shape
-    from benchd.models.memory import plan_cache
-
+    called that out of memory with 86 GiB free (docs/memory.md). A second pair whose warm-up step was prepared but
+    not captured did run out of memory. Async IO pairs need CUDA: the pairs here are transformers' own host/device
+    pairs built on the CPU, their buffers filled as a warm-up would; the GPU run checked the real ones."""
     engine = create_engine(tiny, make_spec())
     engine.start()
     processor, config = engine._manager.batch_processor, engine._manager.continuous_batching_config
-    sync_io, pairs = processor.inputs_and_outputs, []
+    sync_io, graphs_before, pairs = processor.inputs_and_outputs, config.use_cuda_graph, []
     try:
         engine.plan = plan_cache(Shape.of(tiny.model.config), 4, 0, 2 << 30, 64, io_pairs=2, num_blocks=64,
                                  block_size=16, max_batch_tokens=128)
@@ -352,27 +346,30 @@ def test_an_async_engine_whose_warm_up_skipped_its_second_io_pair_names_the_sett
                                    processor.logit_processor) for _ in range(2)]
         processor.inputs_and_outputs = SimpleNamespace(io_pairs=pairs, current_pair=0)
         graph = SimpleNamespace(reset=lambda: None)
+        pairs[0].host_io.num_q_tokens = 128  # the first pair's warm-up step, captured
         pairs[0].device_io.graphs._storage[(128, 1024, 1024)] = graph
-        with pytest.raises(SpecError, match="transformers.use_async_batching: .* the second would capture"):
+        with pytest.raises(SpecError, match="transformers.use_async_batching: .* never reached the second"):
+            engine._check_warmup()
+        pairs[1].host_io.num_q_tokens = 128  # the second pair's step prepared, its capture failed
+        with pytest.raises(torch.OutOfMemoryError, match="the warm-up could not capture the largest step"):
             engine._check_warmup()
         pairs[1].device_io.graphs._storage[(128, 1024, 1024)] = graph
         engine._check_warmup()  # both warmed: it starts
         pairs[0].device_io.graphs._storage.clear()
-        pairs[1].device_io.graphs._storage.clear()
         with pytest.raises(torch.OutOfMemoryError, match="the warm-up could not capture the largest step"):
             engine._check_warmup()  # the first capture failed: out of memory, as for one pair
     finally:
         for pair in pairs:
             pair.device_io.graphs._storage.clear()
         processor.inputs_and_outputs = sync_io
-        config.use_cuda_graph = (False, False)
+        config.use_cuda_graph = graphs_before
         engine.stop()
 
 
-def test_an_engine_whose_start_fails_after_its_warm_up_lets_go_of_its_cache_and_the_next_run_succeeds(tiny,
-                                                                                                      monkeypatch):
+def test_a_start_refused_after_the_warm_up_lets_go_of_its_cache_and_the_next_run_runs(tiny, monkeypatch):
     """A start refused after the warm-up (the checks above) held the cache and the graphs, and left the model on the
-    paged attention transformers had switched it to: the run fails with the cause, and the next one runs."""
+    paged attention transformers had switched it to (5.17 switches plain sdpa; 5.24 runs it as it is): the run fails
+    with the cause, and the next one runs."""
     attention, held = tiny.model.config._attn_implementation, []
 
     def refused(self):
@@ -382,11 +379,11 @@ def test_an_engine_whose_start_fails_after_its_warm_up_lets_go_of_its_cache_and_
 
     monkeypatch.setattr(TransformersEngine, "_check_warmup", refused)
     engine = create_engine(tiny, make_spec())
-    with pytest.raises(SpecError, match="refused after the warm-up") as refusal:
+    with pytest.raises(SpecError, match="refused after the warm-up"):  # its ExceptionInfo keeps the error alive
         engine.start()
     assert engine._manager is None and tiny.model.config._attn_implementation == attention
     gc.collect()
-    assert refusal.value is not None and held[0]() is None  # the cache is gone while the error still lives
+    assert held[0]() is None  # the cache is gone while the error still lives
     failed = run_local(make_spec(), tiny)
     assert failed.status == "failed" and "refused after the warm-up" in failed.error
     monkeypatch.undo()
@@ -401,8 +398,6 @@ def test_each_engine_counts_its_forward_steps_and_their_work_as_a_hand_computati
     2 + 5 + 3; static generate() prefills 3 rows of the widest prompt, 12, and decodes every row until the longest
     ends (5 steps of 3)."""
     from benchd.measure.roofline import ModelCost, roofline
-    from benchd.models.flops import Shape
-
     engine = create_engine(tiny, make_spec(engine=name, workload={"ignore_eos": True}))
     engine.start()
     try:

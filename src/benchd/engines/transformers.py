@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import traceback
@@ -21,6 +22,8 @@ from benchd.measure.roofline import StepLog, row_work
 from benchd.models.loading import LoadedModel, greedy_config
 from benchd.spec import SpecError, TransformersOptions, Workload, traces
 from benchd.spec.stack import base_attention
+
+log = logging.getLogger("benchd.engines")
 
 # How often running requests' new tokens are read. Their stamps are exact whatever this is; it sets how soon
 # metrics see them, and what reading them costs the generation loop, whose scheduling needs the GIL this reading
@@ -166,20 +169,36 @@ class TransformersEngine:
             self._check_warmup()
             self._manager.start()
         except BaseException as error:
-            # A start that failed after the warm-up holds the cache and the graph pool: let them go now, so that
-            # the next engine's plan finds the memory free. The frames the error passed through would keep them
-            # alive as long as the error lives: their locals are cleared (the message is already made). An unstarted
-            # manager's stop() returns at once, before it switches the model back from the paged attention it chose.
-            traceback.clear_frames(error.__traceback__)
-            if self._manager is not None:
-                self._manager.destroy()
-                if getattr(self._manager, "_original_attn_impl", None) is not None:
-                    self._loaded.model.set_attn_implementation(self._manager._original_attn_impl)
-                self._manager.batch_processor = None
-                self._manager = None
-            self._restore_threads()
-            self._restore_attention()
+            try:
+                self._let_go(error)
+            finally:
+                self._restore_threads()
+                self._restore_attention()
             raise
+
+    def _let_go(self, error: BaseException) -> None:
+        """A start that failed after the warm-up holds the cache and the graph pool: let them go at once, so that
+        the worker can hand the memory back before the next engine plans. The frames the error (and any error it
+        arose from) passed through would keep the batch processor alive as long as the error lives; nothing reads
+        their locals after the failure, so they are cleared. The manager's own references form cycles (count_steps'
+        wrappers), which the worker's collection then frees. An unstarted manager's stop() returns at once, before
+        it switches the model back from the paged attention it chose: done here. A cleanup that fails is logged, so
+        that the start's own error is the one the run reports."""
+        seen: set[int] = set()
+        while error is not None and id(error) not in seen:
+            seen.add(id(error))
+            traceback.clear_frames(error.__traceback__)
+            error = error.__cause__ or error.__context__
+        manager, self._manager = self._manager, None
+        if manager is None:
+            return
+        try:
+            manager.destroy()
+            if getattr(manager, "_original_attn_impl", None) is not None:
+                self._loaded.model.set_attn_implementation(manager._original_attn_impl)
+        except Exception:
+            log.warning("the engine that failed to start did not close cleanly", exc_info=True)
+        manager.batch_processor = None
 
     def _check_warmup(self) -> None:
         """transformers captures the largest step's graph first, so that the graphs captured later reuse its pool,
@@ -191,11 +210,14 @@ class TransformersEngine:
         io = processor.inputs_and_outputs
         ios = [pair.device_io for pair in io.io_pairs] if hasattr(io, "io_pairs") else [io]
         stored = [getattr(getattr(each, "graphs", None), "_storage", None) for each in ios]
-        if stored[0] and not all(stored[1:]):
+        # A pair the warm-up never prepared a step on was skipped, not out of memory (transformers 5.17 moves to
+        # async batching's second pair only after warming the decode fast path, which paged sdpa lacks)
+        skipped = [not pair.host_io.num_q_tokens for pair in getattr(io, "io_pairs", [])[1:]]
+        if stored[0] and any(skipped):
             raise SpecError(
-                f"transformers.use_async_batching: transformers {transformers.__version__}'s warm-up captured the "
-                "first of async batching's two IO pairs only (it moves to the second after warming the decode fast "
-                "path, which paged sdpa lacks); the second would capture its graphs under load, outside the plan "
+                f"transformers.use_async_batching: transformers {transformers.__version__}'s warm-up never reached "
+                "the second of async batching's two IO pairs (it moves there after warming the decode fast path, "
+                "which paged sdpa lacks); that pair would capture its graphs under load, outside the plan "
                 "(docs/memory.md): set use_async_batching: false or use_cuda_graph: false")
         if any(graphs is not None and not graphs for graphs in stored):
             raise torch.OutOfMemoryError(

@@ -3,6 +3,7 @@ them and reports every event; the process around it (worker/process.py) only mov
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -251,7 +252,10 @@ class WorkerCore:
         try:
             engine.start()
         except BaseException:
-            _release_memory()  # what the failed start held (its cache, its graphs) back to the device
+            # What the failed start held (its cache, its graphs) back to the device; on a broken CUDA context this
+            # raises too, and the start's own error is the one to report.
+            with contextlib.suppress(Exception):
+                _release_memory()
             raise
         self._engine, self._engine_key = engine, key
         return engine
