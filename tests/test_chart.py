@@ -361,10 +361,19 @@ def test_the_packaged_chart_carries_the_files_it_links(helm, tmp_path):
 def as_pod(docs: list[dict], image: str, node: str, host_port: int) -> dict:
     """The DaemonSet's pod template as a Pod of the image under test, its port published on host_port (where the
     test reaches it, as a kubelet's probes reach the pod's). podman 4.3 resolves the downward API's metadata.name
-    but not spec.nodeName: the node's name stands in for it, as the kubelet fills it."""
+    but not spec.nodeName: the node's name stands in for it, as the kubelet fills it. It also makes each emptyDir a
+    named volume of the volume's own name, which every pod would share and which outlives the pod: each is named
+    after the release here (a kubelet's emptyDir is the pod's own)."""
     (daemonset,) = by_kind(docs)["DaemonSet"]
+    release = daemonset["metadata"]["name"]
     template = copy.deepcopy(daemonset["spec"]["template"])
     spec = template["spec"]
+    renamed = {v["name"]: f"{release}-{v['name']}" for v in spec["volumes"] if "emptyDir" in v}
+    for volume in spec["volumes"]:
+        volume["name"] = renamed.get(volume["name"], volume["name"])
+    for each in spec["containers"] + spec.get("initContainers", []):
+        for mount in each.get("volumeMounts", []):
+            mount["name"] = renamed.get(mount["name"], mount["name"])
     (benchd,) = spec["containers"]
     benchd["image"], benchd["imagePullPolicy"] = image, "Never"
     replaced = 0
@@ -381,15 +390,43 @@ def as_pod(docs: list[dict], image: str, node: str, host_port: int) -> dict:
             "spec": spec}
 
 
+KUBE_RELEASE = "benchd-kube-"  # + the test process's pid
+
+
+def clear_killed_runs() -> None:
+    """What a run of the test below that was killed before its cleanup left: its pod (still serving, its schedule
+    still running on this machine's cores), its secret and its volumes, found by the pid in their name."""
+    def dead(name: str) -> bool:
+        pid = re.match(rf"{KUBE_RELEASE}(\d+)", name)
+        if pid is None:
+            return False
+        try:
+            os.kill(int(pid[1]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    for kind, remove in (("pod", ("pod", "rm", "--force")), ("secret", ("secret", "rm")),
+                         ("volume", ("volume", "rm", "--force"))):
+        names = podman.podman(kind, "ls", "--format", "{{.Name}}", check=False).stdout.split()
+        left = [name for name in names if dead(name)]
+        if left:
+            podman.podman(*remove, *left, check=False)
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.xdist_group("podman")
 def test_the_rendered_pod_runs_under_podman(helm, benchd_image, tmp_path):
     """The CPU values' pod spec, as rendered, started by podman kube play: probes answer on their paths, the node
     and pod names reach the series and the stored runs, the token from the Secret guards the API, a declared
     schedule runs, and only the volumes are written."""
-    port, release, token, node = free_port(), f"benchd-kube-{os.getpid()}", "kube-play-token", "gpu-node-7"
+    clear_killed_runs()
+    port, release, token, node = free_port(), f"{KUBE_RELEASE}{os.getpid()}", "kube-play-token", "gpu-node-7"
     docs = render(helm, "cpu-only", "--set", f"apiToken.value={token}", release=release)
     pod = as_pod(docs, benchd_image, node, port)
+    volumes = [v["name"] for v in pod["spec"]["volumes"] if "emptyDir" in v]
     pod_file, configmap_file = tmp_path / "pod.yaml", tmp_path / "configmap.yaml"
     pod_file.write_text(yaml.safe_dump(pod))
     (config,) = [c for c in by_kind(docs)["ConfigMap"] if "config.yaml" in c["data"]]
@@ -438,4 +475,4 @@ def test_the_rendered_pod_runs_under_podman(helm, benchd_image, tmp_path):
     finally:
         podman.podman("kube", "down", str(pod_file), check=False)
         podman.podman("secret", "rm", secret["metadata"]["name"], check=False)
-        podman.podman("volume", "rm", "--force", config["metadata"]["name"], check=False)  # the ConfigMap's
+        podman.podman("volume", "rm", "--force", config["metadata"]["name"], *volumes, check=False)  # + ConfigMap's
