@@ -63,7 +63,8 @@ def test_spec_beyond_the_model_is_rejected_before_running():
 def test_ctrl_c_keeps_and_writes_what_was_measured(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "benchd.cli", "run", "--model", "tiny", "--device", "cpu", "--concurrency", "2",
-         "--duration", "120", "--prompt-tokens", "16", "--output-tokens", "1024", "--out", str(tmp_path)],
+         "--duration", "120", "--prompt-tokens", "16", "--output-tokens", "4000", "--warmup-requests", "0",
+         "--out", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -71,7 +72,11 @@ def test_ctrl_c_keeps_and_writes_what_was_measured(tmp_path):
     while not any("measuring" in line for line in lines):
         lines.append(process.stderr.readline())
         assert len(lines) < 20 and lines[-1], lines
-    time.sleep(2)  # a request of 1,024 tokens takes about 6 s here: both are half-way or less, with tokens
+    # "measuring" comes with the first progress report, at the first request's end. Both requests are of one length
+    # and end together, and the next two start at once: one second later both are under way, with tokens, for a
+    # request of 4,000 tokens takes 4 s or more here. (With 1,024 tokens, about 1 s at best, an interrupt two
+    # seconds in once landed between one pair and the next, and no request in flight had a token.)
+    time.sleep(1)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
