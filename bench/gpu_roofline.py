@@ -5,6 +5,7 @@ steps, achieved bandwidth and FLOP/s, MBU, MFU, the roofline bound and the fract
     python bench/gpu_roofline.py [--variants continuous static-64] [--warmup 1]
     python bench/gpu_roofline.py --profile    # then one round of each under torch.profiler: where the time goes
     python bench/gpu_roofline.py --smoke      # the tiny model on the CPU: checks the script
+    python bench/gpu_roofline.py --spec examples/long-closed-gpu.yaml --requests 512 --variants continuous
 
 Each variant's engine is started once (CUDA graphs captured before any timed request), runs the workload --warmup
 times untimed, then once timed: all requests submitted at once, elapsed from the first submit to the last token.
@@ -151,8 +152,19 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="the tiny model on the CPU")
     parser.add_argument("--profile", action="store_true",
                         help="then one more round of each under torch.profiler: where the time goes")
+    parser.add_argument("--spec", help="a spec file (YAML) whose model and workload stand for the reference's: its "
+                                       "first --requests requests, all at once")
+    parser.add_argument("--requests", type=int, default=256)
     args = parser.parse_args()
     base = SMOKE if args.smoke else REFERENCE
+    if args.spec:
+        import yaml
+
+        given = yaml.safe_load(Path(args.spec).read_text())
+        base = {"dtype": "auto", **{k: v for k, v in given.items() if k not in ("matrix", "repeats", "baseline")},
+                "seed": 0}
+        base["workload"] = {**base["workload"], "stop": {"requests": args.requests},
+                            "arrivals": {"profile": "concurrent", "concurrency": args.requests}}
     device = base["device"]
     speed = measure(device)
     loaded = load_model(base["model"], dtype=base["dtype"], device=device, seed=base["seed"])

@@ -29,6 +29,10 @@ def test_run_example_writes_summary_and_requests(tmp_path):
     assert stage["requests"] == 40 and stage["warmup_requests"] == 4 and stage["errors"] == 0
     assert stage["ttft_s"]["count"] == 40 and stage["slo_attainment"] is not None
     assert summary["metadata"]["model"] == "tiny"
+    # the attention continuous batching ran and its kernel's source: the CPU's paged sdpa, in the table and the page
+    assert summary["metadata"]["attn_implementation"] == "paged|sdpa"
+    assert "stack: attention paged|sdpa (torch " in result.stdout
+    assert "attention kernel" in (tmp_path / "report.html").read_text()
     rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
     assert len(rows) == 44
     for row in rows:

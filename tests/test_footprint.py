@@ -10,12 +10,12 @@ import pytest
 from benchd.daemon.local import run_local
 from benchd.engines.batching import cb_config, gpu_plan
 from benchd.models.flops import Shape
-from benchd.models.memory import (
+from benchd.models.memory import _preset_shape
+from benchd.models.plan import (
     CUDA_RESERVE,
     GRAPH_POOL_MARGIN,
     MASK_ELEMENTS,
     PlanError,
-    _preset_shape,
     cache_figures,
     plan_cache,
 )
@@ -156,3 +156,61 @@ def test_admission_refuses_a_gpu_run_whose_step_or_cache_cannot_fit():
     assert "more than the 21.60 GiB" in refused(24, num_blocks=400)["body.transformers.num_blocks"]
     assert "may need 5120" in refused(24, num_blocks=10)["body.transformers.num_blocks"]  # footprint.fit_problems
     assert "body.transformers.max_batch_tokens" in refused(24, max_batch_tokens=65536)
+
+
+def test_a_varlen_kernels_plan_has_no_mask_and_grows_with_the_device():
+    """torch's varlen kernel (and flash-attn's) attend by sequence: no mask, K/V gathered once and not repeated for
+    each query head, and no cap at 2^31 mask elements, so a larger device holds a larger cache; two IO pairs (async
+    batching, its default with such a kernel) double the indices alone."""
+    plan = cache_figures(TINY, 2, 1_000_000, "torch_varlen", graphs=True, io_pairs=2, block_size=256, num_blocks=1000,
+                         batch_tokens=2048, requests=1024)
+    read, m = 256_000 + 2048, 2048
+    assert plan.masks == 2 * 8 * (read + m)  # the read and write indices of each pair
+    per_token = (3 * 64 + (4 + 4) * 16 + 3 * 128) * 2
+    assert plan.step == 2 * 2 * 16 * 2 * read + per_token * m + 1024 * 512 * (2 + 4)
+    preset = PRESETS["llama-3.2-1b"]
+    shape, weights = _preset_shape(preset), parameter_count(preset) * 2
+    small, large = (plan_cache(shape, 2, weights, gib << 30, 5120, "torch_varlen") for gib in (70, 130))
+    assert small.total <= 70 << 30 and large.total <= 130 << 30 and large.num_blocks > small.num_blocks * 1.8
+    assert large.max_batch_tokens * (large.cache_tokens + large.max_batch_tokens) > MASK_ELEMENTS
+
+
+def test_async_batching_is_benchds_default_where_the_attention_has_no_mask():
+    """Two IO pairs on a GPU for torch_varlen and flash, one for the masked kernels (the mask would double), on a
+    CPU and under library_defaults; the spec's own choice wins everywhere."""
+    from benchd.models.plan import io_pairs
+
+    default, spec_off = TransformersOptions(), TransformersOptions(use_async_batching=False)
+    assert io_pairs(default, "torch_varlen", "cuda") == io_pairs(default, "flash_attention_3", "cuda") == 2
+    assert io_pairs(default, "sdpa", "cuda") == io_pairs(default, "torch_varlen", "cpu") == 1
+    assert io_pairs(TransformersOptions(library_defaults=True), "torch_varlen", "cuda") == 1
+    assert io_pairs(spec_off, "torch_varlen", "cuda") == 1
+    assert io_pairs(TransformersOptions(use_async_batching=True), "sdpa", "cuda") == 2
+    assert cb_config(default, "cuda", attention="torch_varlen").use_async_batching is True
+    assert cb_config(default, "cuda", attention="sdpa").use_async_batching is False
+    assert cb_config(spec_off, "cuda", attention="torch_varlen").use_async_batching is False
+
+
+def test_the_cache_is_cut_to_what_transformers_own_accounting_accepts(tiny):
+    """transformers 5.17 checks the cache it is given against its own accounting, which counts a step mask for any
+    attention but flash ones and every K/V head on each tensor-parallel rank: a plan it would refuse ("Memory
+    footprint … is more than available memory") is cut to the most blocks it accepts. 5.18+ sizes otherwise."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    from transformers.generation.continuous_batching import cache as paged
+
+    from benchd.engines.paged_cache import accepted_blocks
+
+    config = ContinuousBatchingConfig(block_size=32, max_batch_tokens=256, max_memory_percent=1.0)
+    config.max_blocks_per_request = 0
+    blocks = 10**9  # far more than this host's memory
+    accepted = accepted_blocks(tiny.model.config, config, tiny.dtype, 256, blocks)
+    if not hasattr(paged, "PagedAttentionMemoryHandler") or "group_size" not in str(
+            paged.PagedAttentionMemoryHandler.__init__.__code__.co_varnames):
+        assert accepted is None
+        return
+    handler = paged.PagedAttentionMemoryHandler(config=tiny.model.config, continuous_batching_config=config,
+                                                dtype=tiny.dtype, group_types=["full_attention"], group_size=2)
+    assert 0 < accepted < blocks
+    assert handler.compute_memory_footprint(256, accepted) <= handler.available_memory
+    assert handler.compute_memory_footprint(256, accepted + 1) > handler.available_memory
+    assert accepted_blocks(tiny.model.config, config, tiny.dtype, 256, 64) == 64  # what it accepts, kept

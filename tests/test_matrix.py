@@ -151,10 +151,36 @@ def test_a_matrix_runs_in_the_interleaved_order_and_records_the_stack_in_effect(
     stacks = {v: r.metadata for _, v, _, r in outcome.runs}
     assert [stacks[v].attn_implementation for v in range(4)] == ["paged|sdpa", "paged|sdpa", "paged|eager",
                                                                  "paged|eager"]
+    assert "scaled_dot_product_attention" in stacks[0].attention_kernel and "eager" in stacks[2].attention_kernel
     assert stacks[0].quantized_layers == 0 and stacks[1].quantized_layers == 14  # 2 layers × 7 linear, lm_head kept
     assert "Int8WeightOnlyConfig" in stacks[1].quantization_method
     assert stacks[1].weight_bytes < 0.7 * stacks[0].weight_bytes
     assert all(r.metadata.model_load_s is not None for *_, r in outcome.runs)  # each run loaded its variant
+
+
+@pytest.mark.engine
+def test_a_matrix_over_continuous_batchings_attention_compares_torchs_varlen_kernel_with_paged_sdpa(tiny, monkeypatch):
+    """attn_implementation is a matrix dimension like any: paged sdpa against torch's varlen kernel, interleaved. The
+    CPU has no FlashAttention: its reference stands in for the kernel (tests/engines/test_attention.py), so the
+    greedy tokens must agree exactly, and each variant records the attention and its kernel's source."""
+    from benchd.engines import attention, varlen
+
+    if not attention.batching_takes_registered():
+        pytest.skip("this transformers' continuous batching runs no registered attention")
+    monkeypatch.setitem(varlen.KERNEL, varlen.VARLEN, varlen.reference)
+    monkeypatch.setattr(attention, "runs_here", lambda base, model, device: None)
+    pool = LocalPool(tiny)
+    lifecycle = Lifecycle(pool, Telemetry())
+    try:
+        result = run_matrix(matrix({"attn_implementation": ["paged|sdpa", "torch_varlen"]}, repeats=1),
+                            lambda run_id, v: lifecycle.execute(run_id, v.spec, v.spec.device, StopSignal()))
+    finally:
+        pool.stop()
+    assert result.status == "succeeded"
+    varlen_run = result.comparison.variants[1]
+    assert varlen_run.stack["attn_implementation"] == "paged|torch_varlen"
+    assert "torch.nn.attention.varlen" in varlen_run.stack["attention_kernel"]
+    assert varlen_run.tokens.ratio == 1.0
 
 
 @pytest.mark.engine

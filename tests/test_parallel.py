@@ -109,8 +109,52 @@ def test_two_gloo_ranks_decode_the_same_tokens_as_one_worker(tmp_path):
             arrangements[tp] = sorted(pool.workers)
             tokens[tp] = {r.index: r.token_ids for stage in result.stages for r in stage.records}
             assert result.metadata.engine_settings["engine"] == "transformers"
+            # the roofline counts a rank's share of each step (its heads, its MLP columns) on its own device
+            assert result.metadata.model_cost["shape"]["heads"] == 4 // tp
     finally:
         pool.stop()
     assert arrangements == {2: ["cpu:0+cpu:1"], 1: ["cpu:0", "cpu:1"]}
     assert len(tokens[2]) == 4 and all(len(ids) == 12 for ids in tokens[2].values())
     assert tokens[2] == tokens[1]
+
+
+def _gate_ranks(rank: int, store: str, results) -> None:
+    """One of two gloo ranks through the gate three times: rank 1 failing, rank 0 failing, neither."""
+    import torch.distributed as dist
+
+    from benchd.worker.parallel import gate
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        for failing in (1, 0, None):
+            try:
+                gate(dist.group.WORLD, SpecError("model: no room for the cache") if rank == failing else None)
+                results.put((failing, rank, None))
+            except RuntimeError as error:
+                results.put((failing, rank, str(error)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_rank_that_cannot_prepare_its_engine_fails_every_rank_with_its_cause(tmp_path):
+    """Before transformers' collective warm-up, the ranks of a group say whether each could prepare its engine (the
+    plan, the attention, transformers' own check): a failure on one rank is raised on the others with its rank and
+    cause, so none goes on alone into a collective the failed one never joins (the run fails with that cause; the
+    failed rank raises its own)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    ranks = [context.Process(target=_gate_ranks, args=(rank, str(tmp_path / "store"), results)) for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    seen = {}
+    for _ in range(6):
+        failing, rank, raised = results.get(timeout=120)
+        seen[failing, rank] = raised
+    for process in ranks:
+        process.join(30)
+    cause = "could not start its engine: SpecError: model: no room for the cache"
+    assert seen == {(1, 0): f"rank 1 of the tensor-parallel group {cause}", (1, 1): None,
+                    (0, 0): None, (0, 1): f"rank 0 of the tensor-parallel group {cause}",
+                    (None, 0): None, (None, 1): None}

@@ -11,7 +11,8 @@ from benchd.daemon.settings import Limits, Settings
 from benchd.hardware.devices import DeviceError, Slot, targets
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.duration import time_problems
-from benchd.models.memory import PlanError, estimate, fit_problems, gib, plan_for, planned
+from benchd.models.memory import estimate, fit_problems, plan_for, planned
+from benchd.models.plan import PlanError, gib
 from benchd.models.presets import PRESETS
 from benchd.models.roots import model_problem, path_problem
 from benchd.spec import (
@@ -93,7 +94,7 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
     for device_type in _device_types(chosen):
-        for field, why in unavailable(spec.quantization, spec.attn_implementation, device_type):
+        for field, why in unavailable(spec.quantization, spec.attn_implementation, device_type, spec.dtype):
             problems.add((field,), why)
     if not problems:  # sizes are only worth estimating for a spec that is otherwise fine
         _size_problems(spec, settings, memory, chosen, slots, speeds, problems)

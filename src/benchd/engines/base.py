@@ -53,6 +53,15 @@ class EngineLoad:
         return self.kv_blocks_used / self.kv_blocks_total
 
 
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The attention an engine runs: transformers' name for it (continuous batching's paged|…) and where its kernel
+    comes from (package and version), as a run's stack records them (engines/attention.py chooses)."""
+
+    implementation: str
+    kernel: str
+
+
 @dataclass(slots=True, frozen=True)
 class EngineFailure:
     """Why a started engine can no longer serve: out of memory (a new engine can), or a fault of another kind."""
@@ -71,6 +80,8 @@ class Engine(Protocol):
     handoff: Handoff | None
     # The forward steps the engine ran, counted by its own loop (benchd.measure.roofline); None: a server's, unseen.
     steps: StepLog | None
+    # The attention it runs and its kernel's source, known once it has started; None: a server's, unseen.
+    attention: Choice | None
 
     def start(self) -> None:
         """Allocate caches, warm up (CUDA graphs), start threads. Not timed as part of any run."""

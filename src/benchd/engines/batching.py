@@ -1,5 +1,5 @@
 """transformers' continuous batching as benchd configures it: the defaults for the device, the cache planned on a
-GPU (models.memory), and torch's CPU threads while the engine runs."""
+GPU (models/plan.py), and torch's CPU threads while the engine runs."""
 
 from __future__ import annotations
 
@@ -11,22 +11,14 @@ from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel
-from benchd.models.memory import (
-    CPU_BATCH_TOKENS,
-    CPU_BLOCK_SIZE,
-    CPU_CACHE_TOKENS,
-    MEMORY_FRACTION,
-    CachePlan,
-    PlanError,
-    chosen,
-    plan_cache,
-)
+from benchd.models.memory import CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS, MEMORY_FRACTION
+from benchd.models.plan import CachePlan, PlanError, chosen, io_pairs, plan_cache
 from benchd.spec import SpecError, TransformersOptions, Workload, traces
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
 # transformers 5.17) library defaults gave 1,967 output tok/s and use_cuda_graph=True 3,080
-# (docs/benchmarks/gpu-engine-and-overhead.md).
+# (docs/benchmarks/gpu-engine-and-overhead.md); and async batching where the attention has no mask (io_pairs).
 CPU_DEFAULTS: dict[str, Any] = {"block_size": CPU_BLOCK_SIZE, "num_blocks": CPU_CACHE_TOKENS // CPU_BLOCK_SIZE,
                                 "max_batch_tokens": CPU_BATCH_TOKENS}
 CUDA_DEFAULTS: dict[str, Any] = {"use_cuda_graph": True}
@@ -44,10 +36,14 @@ CUDA_CPU_THREADS = 6
 SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else "block_size"
 
 
-def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | None = None) -> ContinuousBatchingConfig:
-    """plan: benchd's sizing of the cache and steps on a GPU (footprint.plan_cache); what the spec sets is in it."""
+def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | None = None,
+              attention: str = "sdpa") -> ContinuousBatchingConfig:
+    """plan: benchd's sizing of the cache and steps on a GPU (models/plan.py, plan_cache); what the spec sets is
+    in it. attention: the implementation's base name, which async batching's default follows (models/plan.py,
+    io_pairs)."""
     chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "cpu_threads"})
-    defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else CUDA_DEFAULTS
+    defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else \
+        {**CUDA_DEFAULTS, "use_async_batching": io_pairs(options, attention, device_type) == 2}
     kwargs = {**defaults, **chosen}
     if plan is not None:
         kwargs.update(block_size=plan.block_size, num_blocks=plan.num_blocks, max_batch_tokens=plan.max_batch_tokens)
@@ -76,7 +72,7 @@ def gpu_plan(loaded: LoadedModel, options: TransformersOptions, workload: Worklo
     shape = Shape.of(loaded.model.config).sharded(ranks)
     try:
         return plan_cache(shape, loaded.dtype.itemsize, weights, int((free + held) * fraction),
-                          sum(traces.longest(workload)), attention, **chosen(options))
+                          sum(traces.longest(workload)), attention, **chosen(options, attention))
     except PlanError as error:
         raise SpecError(f"{error.field}: out of GPU memory as planned: {error.reason}") from None
 

@@ -1,7 +1,9 @@
-"""transformers' paged KV cache across versions (5.17's block manager, 5.18+'s sector allocators), read from
-another thread: occupancy, and the prefixes it keeps for sharing."""
+"""transformers' paged KV cache across versions (5.17's block manager, 5.18+'s sector allocators): occupancy and the
+prefixes it keeps for sharing (read from another thread), and the cache its own accounting accepts."""
 
 from __future__ import annotations
+
+import inspect
 
 
 def kv_blocks(cache) -> tuple[int, int]:
@@ -37,3 +39,26 @@ def forget_prefixes(cache) -> None:
         return
     manager = cache._block_manager  # 5.17: asking for every free block uninitializes the initialized ones
     manager.has_enough_free_blocks(manager.num_free_blocks)
+
+
+def accepted_blocks(config, cb_config, dtype, max_batch_tokens: int, num_blocks: int) -> int | None:
+    """The most blocks, up to num_blocks, that transformers' own footprint check takes at this step size (it refuses
+    the cache otherwise), by its own accounting; None where this transformers sizes its cache otherwise (5.18+
+    plans sectors, counting a tensor-parallel rank's share of the heads itself). Called before the cache is made,
+    with the manager's resolved configuration."""
+    from transformers.generation.continuous_batching import cache as paged
+
+    handler_type = getattr(paged, "PagedAttentionMemoryHandler", None)
+    if handler_type is None or "group_size" not in inspect.signature(handler_type).parameters:
+        return None
+    layer_groups, group_types = paged.group_layers_by_attn_type(config)
+    handler = handler_type(config=config, continuous_batching_config=cb_config, dtype=dtype,
+                           group_types=group_types, group_size=len(layer_groups[0]))
+    fits = lambda blocks: handler.compute_memory_footprint(max_batch_tokens, blocks) <= handler.available_memory
+    if fits(num_blocks):
+        return num_blocks
+    low, high = 0, num_blocks  # fits(low) or low == 0; not fits(high): the footprint grows with the blocks
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low

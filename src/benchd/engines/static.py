@@ -11,6 +11,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from benchd.engines.attention import adopted
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.oom import failure_of, is_out_of_memory
 from benchd.measure.roofline import StepLog
@@ -93,6 +94,7 @@ class StaticEngine:
         self._stopping = False
         self._failure: EngineFailure | None = None
         self.steps = StepLog()  # its forward steps since a stage last took them (benchd.measure.roofline)
+        self.attention = adopted(loaded.model.config._attn_implementation)  # generate() runs what the model loaded
 
     def start(self) -> None:
         self._stopping = False

@@ -13,11 +13,12 @@ import torch
 import transformers
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
+from benchd.engines import attention, varlen, warmup
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
-from benchd.engines.batching import SIZE_FIELD, cb_config, cpu_threads, gpu_plan
+from benchd.engines.batching import SIZE_FIELD, cb_config, cpu_threads, device_memory, gpu_plan
 from benchd.engines.handoff import Handoff
 from benchd.engines.oom import failure_of, figures
-from benchd.engines.paged_cache import forget_prefixes, kv_blocks
+from benchd.engines.paged_cache import accepted_blocks, forget_prefixes, kv_blocks
 from benchd.measure.roofline import StepLog, row_work
 from benchd.models.loading import LoadedModel, greedy_config
 from benchd.spec import SpecError, TransformersOptions, Workload, traces
@@ -83,14 +84,21 @@ class TransformersEngine:
     def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload,
                  attn_implementation: str | None = None) -> None:
         self._loaded = loaded
-        # An attention implementation the spec names is run as its paged variant, as named: transformers would
-        # otherwise switch sdpa to flash attention by itself where flash-attn is installed.
-        self._attention = None if attn_implementation is None else "paged|" + base_attention(attn_implementation)
+        # The attention it runs (engines/attention.py): the spec's, as named (transformers would otherwise switch
+        # sdpa to flash attention by itself where flash-attn is installed), else the best the device runs; with
+        # library_defaults and none named, transformers' own choice (read once it has started).
+        named = attn_implementation is not None or not options.library_defaults
+        self.attention = attention.choose(loaded.model, loaded.device, attn_implementation) if named else None
+        self._attention = self.attention.implementation if self.attention is not None else None
+        if self._attention == f"paged|{varlen.VARLEN}":
+            varlen.register()
         self._attention_before: str | None = None
         planned = loaded.device.type == "cuda" and not options.library_defaults
-        self.plan = gpu_plan(loaded, options, workload, base_attention(attn_implementation or "sdpa")) \
+        self._options, self._workload = options, workload
+        self._memory = device_memory(loaded.device) if planned else None
+        self.plan = gpu_plan(loaded, options, workload, base_attention(self._attention), self._memory) \
             if planned else None
-        self._config = cb_config(options, loaded.device.type, self.plan)
+        self._config = cb_config(options, loaded.device.type, self.plan, base_attention(self._attention or "sdpa"))
         self._threads = cpu_threads(options, loaded.device.type)
         self._threads_before: int | None = None
         prompt, output = traces.longest(workload)
@@ -119,8 +127,11 @@ class TransformersEngine:
                 f"but one request may need {need} (prompt + output)"
             )
 
-    def start(self) -> None:
-        self._start_manager()
+    def start(self, gate=None) -> None:
+        """gate: called between preparing and warming up, where a tensor-parallel group's ranks learn whether
+        every rank could prepare (worker/parallel.py): transformers' warm-up is collective, and a rank that failed
+        alone would leave the others waiting in it."""
+        self._start_manager(gate)
         if self.handoff is not None:
             self._hooks = handoff_hooks(self._loaded.model, self.handoff)
         self._stopping.clear()
@@ -135,10 +146,10 @@ class TransformersEngine:
         if self._manager is not None and self._manager.batch_processor is not None:
             forget_prefixes(self._manager.batch_processor.cache)
 
-    def follow(self) -> None:
+    def follow(self, gate=None) -> None:
         """On a tensor-parallel rank other than the driver (rank 0): run the batching loop in step with the
         driver's, which broadcasts the requests it admits and its stop, until it stops."""
-        self._start_manager()
+        self._start_manager(gate)
         try:
             while self._manager.is_running():
                 time.sleep(0.05)
@@ -148,82 +159,71 @@ class TransformersEngine:
             self._manager = None
             self._restore_threads()
 
-    def _start_manager(self) -> None:
+    def _start_manager(self, gate=None) -> None:
+        try:
+            failure = None
+            try:
+                self._prepare()
+            except Exception as error:  # told to the group's other ranks before it is raised
+                failure = error
+            if gate is not None:
+                gate(failure)  # raises any rank's failure on every rank
+            if failure is not None:
+                raise failure
+            self._manager.warmup()  # CUDA graph capture: before any timed request
+            warmup.warm_skipped_pair(self._manager, self._loaded.model)
+            warmup.check_warmup(self._manager, self.plan, self._loaded.device)
+            self._manager.start()
+        except BaseException as error:
+            manager, self._manager = self._manager, None
+            try:
+                warmup.let_go(manager, error, self._loaded.model)
+            finally:
+                self._restore_threads()
+                self._restore_attention()
+            raise
+        if self.attention is None:  # transformers chose (library_defaults)
+            self.attention = attention.adopted(self._loaded.model.config._attn_implementation)
+
+    def _prepare(self) -> None:
+        """The manager, made with the attention and the plan, and the plan fitted to transformers' own check."""
         if self._threads is not None:
             # Process-wide while the engine runs; set before the generation thread starts, which takes the count on
             # its first parallel op.
             self._threads_before = torch.get_num_threads()
             torch.set_num_threads(self._threads)
-        try:
-            model = self._loaded.model
-            if self._attention is not None and model.config._attn_implementation != self._attention:
-                self._attention_before = model.config._attn_implementation
-                model.set_attn_implementation(self._attention)
-            self._manager = self._loaded.model.init_continuous_batching(
-                generation_config=self._generation,
-                continuous_batching_config=self._config,
-                workload_hints=self._hints,
-            )
-            count_steps(self._manager, self.steps)
-            self._manager.warmup()  # CUDA graph capture: before any timed request
-            self._check_warmup()
-            self._manager.start()
-        except BaseException as error:
-            try:
-                self._let_go(error)
-            finally:
-                self._restore_threads()
-                self._restore_attention()
-            raise
+        model = self._loaded.model
+        if self._attention is not None and model.config._attn_implementation != self._attention:
+            self._attention_before = model.config._attn_implementation
+            model.set_attn_implementation(self._attention)
+        self._manager = model.init_continuous_batching(generation_config=self._generation,
+                                                       continuous_batching_config=self._config,
+                                                       workload_hints=self._hints)
+        count_steps(self._manager, self.steps)
+        self._fit_transformers_check()
 
-    def _let_go(self, error: BaseException) -> None:
-        """A start that failed after the warm-up holds the cache and the graph pool: let them go at once, so that
-        the worker can hand the memory back before the next engine plans. The frames the error (and any error it
-        arose from) passed through would keep the batch processor alive as long as the error lives; nothing reads
-        their locals after the failure, so they are cleared. The manager's own references form cycles (count_steps'
-        wrappers), which the worker's collection then frees. An unstarted manager's stop() returns at once, before
-        it switches the model back from the paged attention it chose: done here. A cleanup that fails is logged, so
-        that the start's own error is the one the run reports."""
-        seen: set[int] = set()
-        while error is not None and id(error) not in seen:
-            seen.add(id(error))
-            traceback.clear_frames(error.__traceback__)
-            error = error.__cause__ or error.__context__
-        manager, self._manager = self._manager, None
-        if manager is None:
+    def _fit_transformers_check(self) -> None:
+        """transformers checks the cache it is given against its own accounting (5.17: PagedAttentionMemoryHandler),
+        which counts a step mask for any attention but flash ones and every K/V head on each tensor-parallel rank
+        (it allocates a rank's share): a plan within the device could be refused ("Memory footprint … is more than
+        available memory"). The plan's cache shrinks to what that accounting accepts, and says so."""
+        if self.plan is None:
             return
-        try:
-            manager.destroy()
-            if getattr(manager, "_original_attn_impl", None) is not None:
-                self._loaded.model.set_attn_implementation(manager._original_attn_impl)
-        except Exception:
-            log.warning("the engine that failed to start did not close cleanly", exc_info=True)
-        manager.batch_processor = None
-
-    def _check_warmup(self) -> None:
-        """transformers captures the largest step's graph first, so that the graphs captured later reuse its pool,
-        and says nothing when that capture fails; the pool then grows with every new step shape until a step runs
-        out of memory (docs/memory.md). A planned engine whose warm-up captured nothing does not start."""
-        processor = self._manager.batch_processor
-        if self.plan is None or processor is None or not any(self._manager.continuous_batching_config.cuda_graph_booleans):
+        config = self._manager.continuous_batching_config
+        config.max_memory_percent = 1.0  # the plan keeps the run within its share of the device; transformers' own
+        accepted = accepted_blocks(self._loaded.model.config.get_text_config(), config,  # share is not applied twice
+                                   self._loaded.dtype, self.plan.max_batch_tokens, self.plan.num_blocks)
+        if accepted is None or accepted >= self.plan.num_blocks:
             return
-        io = processor.inputs_and_outputs
-        ios = [pair.device_io for pair in io.io_pairs] if hasattr(io, "io_pairs") else [io]
-        stored = [getattr(getattr(each, "graphs", None), "_storage", None) for each in ios]
-        # A pair the warm-up never prepared a step on was skipped, not out of memory (transformers 5.17 moves to
-        # async batching's second pair only after warming the decode fast path, which paged sdpa lacks)
-        skipped = [not pair.host_io.num_q_tokens for pair in getattr(io, "io_pairs", [])[1:]]
-        if stored[0] and any(skipped):
-            raise SpecError(
-                f"transformers.use_async_batching: transformers {transformers.__version__}'s warm-up never reached "
-                "the second of async batching's two IO pairs (it moves there after warming the decode fast path, "
-                "which paged sdpa lacks); that pair would capture its graphs under load, outside the plan "
-                "(docs/memory.md): set use_async_batching: false or use_cuda_graph: false")
-        if any(graphs is not None and not graphs for graphs in stored):
-            raise torch.OutOfMemoryError(
-                f"the warm-up could not capture the largest step ({self.plan.max_batch_tokens:,} tokens against "
-                f"{self.plan.cache_tokens:,} cached), planned at {self.plan.describe()} "
-                f"({figures(self._loaded.device)})")
+        if accepted * self.plan.block_size < sum(traces.longest(self._workload)):
+            raise SpecError(f"model: transformers {transformers.__version__}'s own memory accounting accepts a cache "
+                            f"of {accepted:,} × {self.plan.block_size} tokens, less than one request of the workload")
+        log.info("the cache planned at %s blocks is cut to %s, what transformers' own accounting accepts",
+                 self.plan.num_blocks, accepted)
+        fitted = self._options.model_copy(update={"num_blocks": accepted, "block_size": self.plan.block_size,
+                                                  "max_batch_tokens": self.plan.max_batch_tokens})
+        self.plan = gpu_plan(self._loaded, fitted, self._workload, base_attention(self._attention), self._memory)
+        config.num_blocks = accepted
 
     def _restore_attention(self) -> None:
         """The model is shared with the next engine (a static one runs the unpaged implementation)."""
@@ -364,6 +364,8 @@ class TransformersEngine:
             resolved["num_blocks"] = load.kv_blocks_total
         return {"engine": self.name, "continuous_batching": resolved,
                 "cpu_threads": self._threads if self._threads is not None else torch.get_num_threads(),
+                **({"attention": {"implementation": self.attention.implementation, "kernel": self.attention.kernel}}
+                   if self.attention is not None else {}),
                 **({"memory_plan": self.plan.as_dict()} if self.plan is not None else {})}
 
     def stop(self) -> None:

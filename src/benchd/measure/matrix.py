@@ -27,7 +27,7 @@ RUN_FIGURES = (("peak_memory_bytes", 2), ("weight_bytes", 1))
 # What a variant's stack is said to be in its comparison and page: the run metadata's (protocol/metadata.py) Python
 # environment and the versions it resolved to, then what the model loaded with.
 STACK = ("environment", "python_version", "torch_version", "transformers_version", "cuda_version", "quantization",
-         "quantization_method", "quantized_layers", "quantize_s", "attn_implementation", "compile")
+         "quantization_method", "quantized_layers", "quantize_s", "attn_implementation", "attention_kernel", "compile")
 
 
 @dataclass(slots=True)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.flops import attention_flops, forward_flops_per_token, matmul_flops, step_flops
-from benchd.models.memory import LOGIT_BYTES, dtype_bytes, fit_problems, model_shape_and_weights
+from benchd.models.memory import dtype_bytes, fit_problems, model_shape_and_weights
+from benchd.models.plan import LOGIT_BYTES
 from benchd.spec import (
     ArrivalProfile,
     Concurrent,

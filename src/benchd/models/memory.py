@@ -1,5 +1,6 @@
 """What a run needs in memory, estimated from the spec before anything loads (no torch): weights, KV cache,
-activations, and a timed run's tensors; admission compares it with the memory of the device it will run on."""
+activations, and a timed run's tensors; admission compares it with the memory of the device it will run on (and on a
+GPU with the plan that models/plan.py makes for transformers' cache)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchd.models.flops import Shape, memory_breakdown
+from benchd.models.plan import (
+    BLOCK_SIZE,
+    CUDA_BATCH_TOKENS,
+    LOGIT_BYTES,
+    REQUESTS_PER_BATCH,
+    CachePlan,
+    cache_figures,
+    chosen,
+    gib,
+    io_pairs,
+    plan_cache,
+)
 from benchd.models.presets import PRESETS, Preset, parameter_count
 from benchd.spec import (
     AttentionKernel,
@@ -25,10 +38,9 @@ from benchd.spec import (
     traces,
 )
 from benchd.spec.documents import parse_json
-from benchd.spec.stack import base_attention
+from benchd.spec.stack import base_attention, batching_attention
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-LOGIT_BYTES = 4  # logits are upcast to float32
 # What benchd gives transformers' continuous batching where the spec sets nothing (engines/transformers.py): on
 # CPU a fixed small cache; on CUDA a planned one (plan_cache below).
 CPU_BLOCK_SIZE, CPU_CACHE_TOKENS = 32, 256 * 32
@@ -57,10 +69,6 @@ class Footprint:
     def describe(self) -> str:
         parts = [(name, getattr(self, name)) for name in ("weights", "kv_cache", "activations", "other")]
         return " + ".join(f"{name} {gib(n)}" for name, n in parts if n) or "nothing"
-
-
-def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 def dtype_bytes(dtype: str, device_type: str) -> int:
@@ -154,8 +162,9 @@ def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
     size = options.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
     blocks = options.num_blocks or (CPU_CACHE_TOKENS // size if cpu else -(-sequence // size))
     batch_tokens = options.max_batch_tokens or (CPU_BATCH_TOKENS if cpu else CUDA_BATCH_TOKENS)
-    figures = cache_figures(shape, element, weights, base_attention(spec.attn_implementation or "sdpa"),
-                            options.use_cuda_graph is True and not cpu, 2 if options.use_async_batching else 1, size,
+    attention = attention_of(spec, device_type)
+    figures = cache_figures(shape, element, weights, attention, options.use_cuda_graph is True and not cpu,
+                            io_pairs(options, attention, device_type) if not options.library_defaults else 1, size,
                             blocks, batch_tokens, options.max_requests_per_batch or REQUESTS_PER_BATCH, device_type)
     return Footprint(weights=weights, kv_cache=figures.kv_cache, activations=figures.masks + figures.graph_pool,
                      other=figures.reserve)
@@ -175,16 +184,18 @@ def plan_for(spec: RunSpec, available: int, ranks: int = 1) -> CachePlan | None:
     shape, weights = model_shape_and_weights(spec.model, element)
     if shape is None:
         return None
+    attention = attention_of(spec, "cuda")
     return plan_cache(shape.sharded(ranks), element, (weights or 0) // ranks, available,
-                      sum(traces.longest(spec.workload)), base_attention(spec.attn_implementation or "sdpa"),
-                      **chosen(spec.transformers))
+                      sum(traces.longest(spec.workload)), attention, **chosen(spec.transformers, attention))
 
 
-def chosen(options: TransformersOptions) -> dict:
-    """What the spec's continuous-batching options fix of the plan."""
-    return {"graphs": options.use_cuda_graph is not False, "io_pairs": 2 if options.use_async_batching else 1,
-            "block_size": options.block_size, "num_blocks": options.num_blocks,
-            "max_batch_tokens": options.max_batch_tokens, "max_requests": options.max_requests_per_batch}
+def attention_of(spec: TransformersSpec, device_type: str) -> str:
+    """The attention continuous batching will run (its base name): the spec's, or what the worker will choose for
+    the device (spec/stack.py's BATCHING_ORDER); transformers' own choice under library_defaults is taken as sdpa,
+    the one that needs the most."""
+    if spec.attn_implementation is not None:
+        return base_attention(spec.attn_implementation)
+    return "sdpa" if spec.transformers.library_defaults else batching_attention(device_type, spec.dtype)
 
 
 def _kernel(spec: KernelSpec, element: int) -> Footprint:
@@ -203,131 +214,6 @@ def _kernel(spec: KernelSpec, element: int) -> Footprint:
             need = qkvo + scores
         largest = max(largest, need)
     return Footprint(other=largest + flush)
-
-
-# ---- transformers' paged cache on a GPU: benchd's plan ------------------------------------------------------
-# Transformers sizes the cache itself from 90 % of the free memory and counts neither CUDA graphs nor what paged
-# sdpa allocates at each step. On an H100 (docs/memory.md) the default cache took 43 GiB and its attention mask
-# 22 GiB; the warm-up of the largest step then failed quietly, and under an open loop the graph pool grew with
-# each new step shape until a step ran out of memory. benchd plans every part instead:
-
-BLOCK_SIZE = 256  # tokens a cache block holds (transformers' default)
-CUDA_BATCH_TOKENS = 2048  # tokens one step may carry, prefill chunks and decodes together (max_batch_tokens)
-# A step's attention mask slice (its tokens × the cache read) stays under 2^31 elements: at 8,192 × 262,144 paged
-# sdpa's step needed 8.0 GiB on an H100, at 2,048 × 524,288 4.6 GiB (the K/V it reads, as the formula below says).
-MASK_ELEMENTS = 2**31 - 1
-BEYOND_MASK_BYTES = 3  # per mask element beyond that limit, as measured: 5.5 GiB more at 2^31
-# The CUDA-graph pool against the worst step: transformers' warm-up runs the largest step eagerly, then captures it,
-# both in the graph pool; later captures of other shapes reuse it. On an H100 the pool peaked at 1.8× the step
-# during the warm-up (llama-3.2-1b: 18.1 GiB, then 10.1 GiB held; docs/memory.md).
-GRAPH_POOL_MARGIN = 2.0
-CUDA_RESERVE = 1 << 30  # outside torch's allocator: the CUDA context and libraries' workspaces (0.68 GiB measured)
-REQUESTS_PER_BATCH = 1024  # transformers' fallback max_requests_per_batch: rows of logits in one step
-MASKED_ATTENTION = ("sdpa", "eager")  # paged attention that builds a mask over the whole step (not flash)
-
-
-class PlanError(ValueError):
-    """The run cannot fit the device: field names what to change."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
-
-
-@dataclass(frozen=True, slots=True)
-class CachePlan:
-    """transformers' continuous-batching settings on a GPU and the peak they are planned to reach (bytes)."""
-
-    block_size: int
-    num_blocks: int
-    max_batch_tokens: int
-    weights: int
-    kv_cache: int
-    masks: int  # the step's attention masks and cache indices, allocated once
-    step: int  # the worst step's own tensors: its tokens against the whole cache
-    graph_pool: int  # what CUDA graphs keep (the worst step with the margin); the step alone without graphs
-    reserve: int  # the CUDA context and libraries, outside torch's allocator
-
-    @property
-    def cache_tokens(self) -> int:
-        return self.num_blocks * self.block_size
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.kv_cache + self.masks + self.graph_pool + self.reserve
-
-    def describe(self) -> str:
-        return (f"weights {gib(self.weights)} + KV cache {gib(self.kv_cache)} ({self.cache_tokens:,} tokens) + masks "
-                f"{gib(self.masks)} + graph pool {gib(self.graph_pool)} (a step of {self.max_batch_tokens:,} tokens "
-                f"against the whole cache: {gib(self.step)}) + CUDA {gib(self.reserve)}")
-
-    def as_dict(self) -> dict[str, int]:
-        return {"block_size": self.block_size, "num_blocks": self.num_blocks, "max_batch_tokens": self.max_batch_tokens,
-                "weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache, "masks_bytes": self.masks,
-                "step_bytes": self.step, "graph_pool_bytes": self.graph_pool, "reserve_bytes": self.reserve,
-                "total_bytes": self.total}
-
-
-def cache_figures(shape: Shape, element: int, weights: int, attention: str, graphs: bool, io_pairs: int,
-                  block_size: int, num_blocks: int, batch_tokens: int, requests: int,
-                  device_type: str = "cuda") -> CachePlan:
-    """What a cache of num_blocks and steps of batch_tokens (M) take, by the parts of a plan."""
-    m, n = batch_tokens, num_blocks * block_size
-    read = n + m  # a step reads the cache and its own tokens
-    head_bytes = shape.head_dim * element
-    kv_cache = (num_blocks + 2) * block_size * 2 * shape.layers * shape.kv_heads * head_bytes  # 2 spare blocks
-    masked = attention in MASKED_ATTENTION
-    masks = io_pairs * ((m * read * element if masked else 0) + 8 * (read + m))  # + read and write indices
-    # Per layer, paged attention gathers K and V of every token it reads, and sdpa and eager repeat them for
-    # each query head (grouped-query attention); eager also holds the scores and their float32 softmax.
-    per_read = 2 * shape.kv_heads * head_bytes
-    if "flash" not in attention and shape.heads != shape.kv_heads:
-        per_read += 2 * shape.heads * head_bytes
-    if attention == "eager":
-        per_read += shape.heads * m * (2 * element + LOGIT_BYTES)
-    elif masked and device_type == "cpu":  # a CPU's sdpa holds float32 scores per KV-head group (tiny: 7.9 B an
-        per_read += shape.kv_heads * m * LOGIT_BYTES  # element of the mask measured, tests/test_models.py)
-    per_token = (3 * shape.hidden + (shape.heads + 2 * shape.kv_heads) * shape.head_dim + 3 * shape.ffn) * element
-    step = per_read * read + per_token * m + min(requests, m) * shape.vocab * (element + LOGIT_BYTES)
-    if masked and m * read > MASK_ELEMENTS:
-        step += m * read * BEYOND_MASK_BYTES
-    pool = int(step * GRAPH_POOL_MARGIN) if graphs else step
-    return CachePlan(block_size, num_blocks, m, weights, kv_cache, masks, step, pool,
-                     CUDA_RESERVE if device_type == "cuda" else 0)
-
-
-def plan_cache(shape: Shape, element: int, weights: int, available: int, longest: int, attention: str = "sdpa",
-               graphs: bool = True, io_pairs: int = 1, block_size: int | None = None, num_blocks: int | None = None,
-               max_batch_tokens: int | None = None, max_requests: int | None = None) -> CachePlan:
-    """The largest cache (and steps) whose planned peak fits `available` bytes, weights included; what the spec
-    sets is kept. longest: one request's prompt + output, which the cache must hold. Raises PlanError."""
-    size = block_size or BLOCK_SIZE
-    requests = max_requests or REQUESTS_PER_BATCH
-    need_blocks = -(-longest // size)
-    m = max_batch_tokens or CUDA_BATCH_TOKENS
-    if max_batch_tokens is None and num_blocks is not None:  # the largest step of at most M within the mask limit
-        m = max(64, min(m, (MASK_ELEMENTS // (num_blocks * size + m)) // 64 * 64))
-    figures = lambda blocks: cache_figures(shape, element, weights, attention, graphs, io_pairs, size,  # noqa
-                                           blocks, m, requests)
-    if num_blocks is None:
-        base, per_block = figures(0).total, figures(1).total - figures(0).total
-        num_blocks = max(0, (available - base) // per_block)
-        if attention in MASKED_ATTENTION:
-            num_blocks = min(num_blocks, (MASK_ELEMENTS // m - m) // size)
-        if num_blocks < need_blocks:
-            plan = figures(need_blocks)
-            field = "transformers.max_batch_tokens" if max_batch_tokens is not None else "model"
-            raise PlanError(field, f"needs about {gib(plan.total)} ({plan.describe()}) to hold one request of "
-                                   f"{longest:,} tokens, more than the {gib(available)} it may use")
-        return figures(num_blocks)
-    plan = figures(num_blocks)
-    if num_blocks < need_blocks:
-        raise PlanError("transformers.num_blocks", f"the cache holds {num_blocks} × {size} tokens, but one request "
-                                                    f"may need {longest:,} (prompt + output)")
-    if plan.total > available:
-        raise PlanError("transformers.num_blocks", f"needs about {gib(plan.total)} ({plan.describe()}), more than "
-                                                    f"the {gib(available)} it may use")
-    return plan
 
 
 # ---- what one request needs of the model and its cache (the worker checks the same as it loads) --------------

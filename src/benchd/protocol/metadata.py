@@ -32,6 +32,7 @@ class RunMetadata(BaseModel):
     quantize_s: float | None = None  # part of model_load_s
     weight_bytes: int | None = None  # parameters and buffers as stored on the device
     attn_implementation: str | None = None  # as the engine runs it (continuous batching's paged| variant)
+    attention_kernel: str | None = None  # where that attention's kernel comes from: package and version
     compile: str | None = None
     # How far from the hardware (benchd.measure.roofline): the device's limits as its worker measured them
     # (hardware/speed.py: DeviceSpeed's fields), and what a step costs by the model's shape (ModelCost's fields).

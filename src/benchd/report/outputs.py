@@ -22,6 +22,7 @@ from benchd.report.tables import (  # noqa: F401
     capacity_line,
     gpu_rows,
     hardware_line,
+    stack_line,
     kernel_rows,
     parse_summaries,
     summary_rows,
@@ -164,6 +165,8 @@ def print_summary(outcome: RunResult, console: Console | None = None) -> None:
         for row in gpu_rows(outcome.parts):
             gpus.add_row(*row)
         console.print(gpus)
+    if outcome.metadata is not None and (line := stack_line(outcome.metadata)):
+        console.print(line, highlight=False)
     if outcome.hardware is not None:
         console.print(hardware_line(outcome.hardware), highlight=False)
     server = (outcome.timeline or {}).get("server")

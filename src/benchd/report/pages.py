@@ -306,6 +306,8 @@ def _stack(run: dict, metadata: dict, hardware: HardwareSummary | None, spec: di
         ("CUDA", m.get("cuda_version")), ("NVIDIA driver", m.get("driver_version")), ("device", m.get("device")),
         ("device name", m.get("device_name")), ("torch threads", m.get("torch_threads")),
         ("host", m.get("host") or run.get("node")), ("pod", run.get("pod")), ("model", m.get("model")),
+        ("attention", m.get("attn_implementation")), ("attention kernel", m.get("attention_kernel")),
+        ("quantization", m.get("quantization") if m.get("quantization") != "none" else None),
         ("model load s", m.get("model_load_s") and f"{m['model_load_s']:.2f}"),
         ("label", m.get("label") or run.get("label")), ("schedule", run.get("schedule")),
         ("commit", " ".join(str(v) for v in (m.get("commit") or {}).values() if v) or None),

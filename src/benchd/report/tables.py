@@ -70,6 +70,17 @@ def capacity_line(found: CapacityResult) -> str:
     return f"capacity under SLO: {rate}{done} after {len(found.probes)} probes: {found.reason}"
 
 
+def stack_line(metadata) -> str | None:
+    """What the engine ran on, in a line: the attention and where its kernel comes from, the quantization."""
+    parts = []
+    if metadata.attn_implementation:
+        kernel = f" ({metadata.attention_kernel})" if metadata.attention_kernel else ""
+        parts.append(f"attention {metadata.attn_implementation}{kernel}")
+    if metadata.quantization and metadata.quantization != "none":
+        parts.append(f"quantization {metadata.quantization}")
+    return "stack: " + ", ".join(parts) if parts else None
+
+
 def hardware_line(hw: HardwareSummary) -> str:
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{x:.0%}"

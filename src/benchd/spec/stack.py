@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 Quantization = Literal["none", "int8_weight_only", "int4_weight_only", "int8_dynamic", "float8", "bnb_8bit",
                        "bnb_4bit"]
-# transformers' names; the paged variants are what continuous batching runs (it turns sdpa into paged|sdpa itself).
-AttnImplementation = Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3", "paged|sdpa", "paged|eager",
-                             "paged|flash_attention_2", "paged|flash_attention_3"]
+# transformers' names, and torch_varlen (torch's own varlen FlashAttention, registered by benchd: engines/varlen.py);
+# the paged variants are what continuous batching runs (it turns sdpa into paged|sdpa itself).
+AttnImplementation = Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3", "torch_varlen", "paged|sdpa",
+                             "paged|eager", "paged|flash_attention_2", "paged|flash_attention_3", "paged|torch_varlen"]
 # torch.compile modes for static generate() (a static cache, transformers' CompileConfig); continuous batching has its
 # own compile levels (transformers.compile_level).
 CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -39,46 +41,94 @@ QUANTIZATIONS: dict[str, Method] = {
     "bnb_4bit": Method("bitsandbytes", ("cuda",), "bitsandbytes (pip install bitsandbytes) and a CUDA GPU"),
 }
 
-ATTENTION: dict[str, Method] = {
-    "sdpa": Method(None, ("cpu", "cuda"), ""),
-    "eager": Method(None, ("cpu", "cuda"), ""),
-    "flash_attention_2": Method("flash_attn", ("cuda",), "flash-attn 2 (pip install flash-attn) and a CUDA GPU"),
-    "flash_attention_3": Method("flash_attn_interface", ("cuda",),
-                                "flash-attn 3 (the flash_attn_interface module, built from flash-attention's hopper/) "
-                                "and a Hopper GPU"),
+@dataclass(frozen=True, slots=True)
+class Attention(Method):
+    """An attention implementation, and what continuous batching's step holds for it (models/plan.py plans it):
+    masked, a mask over the step's tokens × the cache it reads, built on the host each step; repeats_kv, K and V
+    repeated for every query head under grouped-query attention; batching_only, a paged kernel with no unpaged form
+    (the model loads with sdpa, continuous batching switches to it); dtypes, the element types it runs (None: any);
+    kernels, transformers' kernels-hub fallback stands in for the package (the `kernels` package and the hub)."""
+
+    masked: bool = False
+    repeats_kv: bool = False
+    batching_only: bool = False
+    dtypes: tuple[str, ...] | None = None
+    kernels: bool = False
+
+
+HALF = ("bfloat16", "float16", "auto")  # FlashAttention's element types (auto: bf16 on CUDA)
+ATTENTION: dict[str, Attention] = {
+    "sdpa": Attention(None, ("cpu", "cuda"), "", masked=True, repeats_kv=True),
+    "eager": Attention(None, ("cpu", "cuda"), "", masked=True, repeats_kv=True),
+    "flash_attention_2": Attention("flash_attn", ("cuda",), "flash-attn 2 (pip install flash-attn) and a CUDA GPU",
+                                   dtypes=HALF, kernels=True),
+    "flash_attention_3": Attention("flash_attn_interface", ("cuda",),
+                                   "flash-attn 3 (the flash_attn_interface module, built from flash-attention's "
+                                   "hopper/) and a Hopper GPU", dtypes=HALF, kernels=True),
+    "torch_varlen": Attention("torch.nn.attention.varlen", ("cuda",),
+                              "torch's varlen FlashAttention (torch.nn.attention.varlen, torch 2.10 or newer), a CUDA "
+                              "GPU of compute capability 8.0 or newer and bf16 or fp16 weights",
+                              batching_only=True, dtypes=HALF),
 }
+# Continuous batching's attention where the spec names none, best first (engines/attention.py chooses, in the
+# worker, the first its device runs): a FlashAttention package, else torch's own varlen kernel, else paged sdpa.
+# Each but sdpa attends the packed step by sequence (no mask, no repeated K/V): on an H200 the reference workload
+# spent 41 % of each step in paged sdpa's masked attention (docs/benchmarks/roofline.md).
+BATCHING_ORDER = ("flash_attention_3", "flash_attention_2", "torch_varlen", "sdpa")
 
 
 def base_attention(name: str) -> str:
-    """The implementation a model is loaded with: continuous batching adds the paged| prefix at its start."""
+    """The implementation's own name: continuous batching adds the paged| prefix at its start."""
     return name.removeprefix("paged|")
 
 
+def loading_attention(name: str | None) -> str:
+    """The implementation a model is loaded with: a kernel that runs only paged loads the model with sdpa."""
+    base = base_attention(name or "sdpa")
+    return "sdpa" if ATTENTION[base].batching_only else base
+
+
 def installed(package: str) -> bool:
-    """Whether the package can be imported here, without importing it (the daemon and its workers share the
-    environment, so the daemon's answer holds for them)."""
+    """Whether the module can be imported here, without importing it or its parents (the daemon never imports torch;
+    the daemon and its workers share the environment, so the daemon's answer holds for them)."""
+    top, _, rest = package.partition(".")
     try:
-        return importlib.util.find_spec(package) is not None
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return False
+    if spec is None or not rest:
+        return spec is not None
+    path = rest.split(".")
+    return any(Path(root, *path).with_suffix(".py").is_file() or Path(root, *path, "__init__.py").is_file()
+               for root in spec.submodule_search_locations or ())
 
 
-def _missing(name: str, method: Method, device_type: str) -> str | None:
-    if method.package is not None and not installed(method.package):
+def _missing(name: str, method: Method, device_type: str, dtype: str | None = None) -> str | None:
+    kernels = isinstance(method, Attention) and method.kernels and installed("kernels")
+    if method.package is not None and not installed(method.package) and not kernels:
         return f"{name} needs {method.needs}: {method.package} is not installed"
     if device_type not in method.devices:
         return f"{name} needs {method.needs}: it does not run on {device_type}"
+    if dtype is not None and isinstance(method, Attention) and method.dtypes and dtype not in method.dtypes:
+        return f"{name} needs {method.needs}: it does not run in {dtype}"
     return None
 
 
-def unavailable(quantization: str, attn_implementation: str | None, device_type: str) -> list[tuple[str, str]]:
+def batching_attention(device_type: str, dtype: str = "auto") -> str:
+    """The attention the worker will choose for continuous batching where the spec names none, as this host can tell
+    without torch (engines/attention.py checks the device's compute capability too): what admission plans with."""
+    return next(name for name in BATCHING_ORDER if _missing(name, ATTENTION[name], device_type, dtype) is None)
+
+
+def unavailable(quantization: str, attn_implementation: str | None, device_type: str,
+                dtype: str | None = None) -> list[tuple[str, str]]:
     """(field, why) for each stack choice this host cannot run on a device of this type (cpu, cuda)."""
     problems = []
     if (why := _missing(quantization, QUANTIZATIONS[quantization], device_type)) is not None:
         problems.append(("quantization", why))
     if attn_implementation is not None:
         base = base_attention(attn_implementation)
-        if (why := _missing(base, ATTENTION[base], device_type)) is not None:
+        if (why := _missing(base, ATTENTION[base], device_type, dtype)) is not None:
             problems.append(("attn_implementation", why))
     return problems
 
@@ -93,10 +143,15 @@ def stack_problems(quantization: str, attn_implementation: str | None, compile_m
     if not loads:
         what = "a served model" if kind == "generate" else f"a {kind} run"
         return [(field, f"applies to models benchd loads for generation, not {what}") for field, _ in chosen]
-    if attn_implementation is not None and attn_implementation.startswith("paged|") and engine != "transformers":
-        problems.append(("attn_implementation", f"{attn_implementation} is for continuous batching (engine "
-                                                f"transformers); the {engine} engine runs "
-                                                f"{base_attention(attn_implementation)}"))
+    if attn_implementation is not None and engine != "transformers":
+        base = base_attention(attn_implementation)
+        if ATTENTION[base].batching_only:
+            problems.append(("attn_implementation", f"{base} is a paged kernel for continuous batching (engine "
+                                                    f"transformers); the {engine} engine runs sdpa, eager or flash "
+                                                    "attention"))
+        elif attn_implementation.startswith("paged|"):
+            problems.append(("attn_implementation", f"{attn_implementation} is for continuous batching (engine "
+                                                    f"transformers); the {engine} engine runs {base}"))
     if compile_mode != "off" and engine != "static":
         problems.append(("compile", "applies to static generate(); continuous batching compiles by "
                                     "transformers.compile_level (0–3)"))

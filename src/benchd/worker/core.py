@@ -27,7 +27,7 @@ from benchd.protocol.messages import Done, Events, Exiting, Report, Warmed
 from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
 from benchd.spec import RunSpec, traces, validate_spec
-from benchd.spec.stack import base_attention
+from benchd.spec.stack import loading_attention
 from benchd.stopping import StopSignal
 from benchd.timed import run_timed
 from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
@@ -167,7 +167,7 @@ class WorkerCore:
             new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
         else:
             load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
-                                     spec.quantization, base_attention(spec.attn_implementation or "sdpa"), model[1])
+                                     spec.quantization, loading_attention(spec.attn_implementation), model[1])
             check_fits(spec, self._loaded.max_positions)
             loaded = self._loaded
             new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
@@ -184,6 +184,7 @@ class WorkerCore:
         if not server:
             metadata.torch_threads = torch_threads()  # as the engine set it
             record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
+            metadata.attention_kernel = engine.attention.kernel if engine.attention is not None else None
             metadata.device_limits, metadata.model_cost = self._roofline_inputs()
         heap.settle()  # the model and the started engine out of the collector's walks while the run measures
         self._phase(outbox, "run")
@@ -213,10 +214,13 @@ class WorkerCore:
         return speed.as_dict()
 
     def _roofline_inputs(self) -> tuple[dict | None, dict]:
-        """The device's limits and what a step of the loaded model costs (benchd.measure.roofline): the whole
-        model's, in a tensor-parallel group too."""
+        """The device's limits and what a step of the loaded model costs (benchd.measure.roofline): in a
+        tensor-parallel group, each rank's share (its heads, its part of the MLP and of the weights) against one
+        device's limits, as each rank's device runs its share of every step."""
         loaded = self._loaded
-        cost = ModelCost.of(Shape.of(loaded.model.config), streamed_weight_bytes(loaded.model), loaded.dtype.itemsize)
+        ranks = self.group.size if self.group is not None else 1
+        cost = ModelCost.of(Shape.of(loaded.model.config).sharded(ranks), streamed_weight_bytes(loaded.model) // ranks,
+                            loaded.dtype.itemsize)
         return self._limits(loaded.device.type), {**cost.as_dict(), "dtype": str(loaded.dtype)[6:]}
 
     def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
@@ -247,10 +251,12 @@ class WorkerCore:
             return self._engine
         self._close_engine()
         engine = create_engine(self._loaded, spec)
-        if self.group is not None:  # the other ranks start theirs with it: the start is collective
-            self.group.start(spec.model_dump(mode="json"))
         try:
-            engine.start()
+            if self.group is not None:  # the other ranks start theirs with it: the start is collective, and every
+                self.group.start(spec.model_dump(mode="json"))  # rank learns whether all could prepare (gate)
+                engine.start(gate=self.group.gate)
+            else:
+                engine.start()
         except BaseException:
             # What the failed start held (its cache, its graphs) back to the device; on a broken CUDA context this
             # raises too, and the start's own error is the one to report.

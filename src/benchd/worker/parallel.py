@@ -6,6 +6,7 @@ driver, rank 0, broadcasts the requests it admits), so only rank 0 reports recor
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import os
 import shutil
@@ -24,6 +25,7 @@ import torch.distributed as dist
 from benchd.models.loading import LoadedModel, load_model, resolve_dtype
 from benchd.models.presets import PRESETS
 
+log = logging.getLogger("benchd.worker")
 PR_SET_PDEATHSIG = 1
 MATERIALIZED = Path(tempfile.gettempdir()) / "benchd-presets"  # presets saved once, for every rank to load
 
@@ -115,6 +117,11 @@ class Group:
     def exit(self) -> None:
         self._tell(Exit())
 
+    def gate(self, failure: BaseException | None) -> None:
+        """Every rank's start, prepared or failed (rank 0's failure is its own to raise): another rank's failure
+        raised here, so that no rank goes on into transformers' collective warm-up alone."""
+        gate(self.control, failure)
+
     def load(self, ref: str, dtype: str, device: str, seed: int = 0, *, trust_remote_code: bool = False,
              attn_implementation: str = "sdpa", quantization: str = "none") -> LoadedModel:
         """The model, sharded over the group: a preset is saved once with its seeded weights, then every rank
@@ -155,9 +162,23 @@ def load_sharded(ref: str, path: str, dtype: str, trust_remote_code: bool = Fals
     return LoadedModel(ref=ref, model=model, device=device, dtype=torch_dtype, load_s=time.perf_counter() - start)
 
 
+def gate(control: Any, failure: BaseException | None) -> None:
+    """All ranks at once, between preparing an engine and its collective warm-up: each rank's failure, if any,
+    gathered over the control group; the first other rank's raised here (a rank's own is its caller's to raise)."""
+    causes: list[str | None] = [None] * dist.get_world_size(control)
+    dist.all_gather_object(causes, None if failure is None else f"{type(failure).__name__}: {failure}",
+                           group=control)
+    rank = dist.get_rank(control)
+    for other, cause in enumerate(causes):
+        if cause is not None and other != rank and failure is None:
+            raise RuntimeError(f"rank {other} of the tensor-parallel group could not start its engine: {cause}")
+
+
 def follow(control: Any) -> None:
     """Ranks 1…: load what rank 0 loads, start the engines it starts and keep them in step until rank 0 stops
-    its engine (transformers' continuous batching carries the requests and the stop)."""
+    its engine (transformers' continuous batching carries the requests and the stop). A start that fails here is
+    told to rank 0 through the gate (the run fails with this rank's cause) and this rank waits for what comes
+    next."""
     from benchd.engines.transformers import TransformersEngine
     from benchd.spec import validate_spec
 
@@ -172,6 +193,22 @@ def follow(control: Any) -> None:
                                   command.attn_implementation)
         elif isinstance(command, StartEngine):
             spec = validate_spec(command.spec)
-            TransformersEngine(loaded, spec.transformers, spec.workload).follow()
+            try:
+                engine = TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation)
+            except Exception as error:  # the plan, the attention: told to rank 0, which fails the run with it
+                gate(control, error)
+                continue
+            passed: list[bool] = []
+
+            def gated(failure: BaseException | None, passed: list[bool] = passed) -> None:
+                gate(control, failure)
+                passed.append(failure is None)
+
+            try:
+                engine.follow(gated)
+            except Exception:
+                if passed and passed[0]:  # past the gate the ranks are in transformers' collectives: one failing
+                    raise  # alone ends, and the launcher ends the group with it (rank 0's worker: replaced)
+                log.warning("rank %d's engine did not start", dist.get_rank(), exc_info=True)
         elif isinstance(command, Exit):
             return

@@ -68,6 +68,7 @@ class OpenAIEngine:
     dispatch_lead_s = DISPATCH_LEAD_S
     handoff = None
     steps = None  # the server's steps are its own
+    attention = None  # and its attention
 
     def __init__(self, options: OpenAIOptions, workload: Workload, model: str) -> None:
         self.options = options
