@@ -176,3 +176,17 @@ def test_a_stale_threshold_within_one_interval_is_refused_naming_both_settings()
     assert Settings(hardware_interval_s=2.0).hardware_stale_after_s is None  # max(5 s, 3 intervals)
     assert HardwareSampler(reader(), interval_s=2.0).stale_after_s == 6.0
     assert Settings(node_name="").node_name == socket.gethostname()  # BENCHD_NODE_NAME= means the host's name
+
+
+def test_a_run_whose_gpu_waited_on_the_host_says_the_host_bounds_it():
+    """static generate() ran kernels 17 % of an H100's time (docs/benchmarks/roofline.md): under half, the hardware
+    line says the host bounds the run; a busy GPU, or none, gets no such words."""
+    from benchd.hardware.sampler import GPUSummary, HardwareSummary
+    from benchd.report.tables import hardware_line
+
+    gpu = GPUSummary(gpu="0", uuid="GPU-0", name="H100")
+    idle = HardwareSummary(samples=10, window_s=10.0, gpu_utilization_mean=0.17, gpus=[gpu])
+    assert "the GPU ran kernels 17% of the time: the host (Python, kernel launches) bounds this run" in hardware_line(idle)
+    busy = idle.model_copy(update={"gpu_utilization_mean": 0.81})
+    assert "bounds this run" not in hardware_line(busy)
+    assert "bounds this run" not in hardware_line(HardwareSummary(samples=10, window_s=10.0, cpu_utilization_mean=0.1))

@@ -70,6 +70,12 @@ def capacity_line(found: CapacityResult) -> str:
     return f"capacity under SLO: {rate}{done} after {len(found.probes)} probes: {found.reason}"
 
 
+# A GPU busy less than this share of a run's samples (NVML: a kernel running) waited on the host most of the time:
+# static generate() at batches of 64 ran kernels 17 % of the reference workload's time on an H100, continuous
+# batching 81 % (docs/benchmarks/roofline.md).
+HOST_BOUND_UTILIZATION = 0.5
+
+
 def stack_line(metadata) -> str | None:
     """What the engine ran on, in a line: the attention and where its kernel comes from, the quantization."""
     parts = []
@@ -97,7 +103,11 @@ def hardware_line(hw: HardwareSummary) -> str:
                  f"throttled {pct(hw.throttled_fraction)}", *parts]
     else:
         parts.append("no GPU gauges")
-    return f"hardware ({hw.samples} samples over {hw.window_s:.1f} s): " + ", ".join(parts)
+    line = f"hardware ({hw.samples} samples over {hw.window_s:.1f} s): " + ", ".join(parts)
+    if hw.gpus and hw.gpu_utilization_mean is not None and hw.gpu_utilization_mean < HOST_BOUND_UTILIZATION:
+        line += (f"; the GPU ran kernels {hw.gpu_utilization_mean:.0%} of the time: the host (Python, kernel "
+                 "launches) bounds this run, not the device")
+    return line
 
 
 def _gib(value: int | None) -> str:
