@@ -14,6 +14,7 @@ so that what is refused surely could not finish in time. What each counts:
   loop: the requests at their shortest lengths, `concurrency` at a time sharing each step's pass over the weights, or
   its stop.duration_s and the longest request. An openai run's server is another machine: its sending time only; a
   quantized model's weights are smaller than their dtype says: its prompts only.
+And the most a stage can take whatever the engine does (stage_bound_s): its sending to its stop, then its drain.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from benchd.models.flops import attention_flops, forward_flops_per_token, matmul
 from benchd.models.memory import LOGIT_BYTES, dtype_bytes, fit_problems, model_shape_and_weights
 from benchd.spec import (
     ArrivalProfile,
+    Capacity,
     Concurrent,
     Constant,
     FixedLength,
@@ -43,6 +45,7 @@ from benchd.spec import (
     TrainStepSpec,
     traces,
 )
+from benchd.spec.workload import CANCEL_GRACE_S
 
 COMPILE_S = 120.0  # torch.compile with max-autotune, once a shape: allowed on top of a kernel run's deadline
 SCORE_PASSES = 3  # eager attention writes its scores, softmaxes them (a read and a write), reads them for P·V
@@ -64,6 +67,42 @@ def sending_s(profile: ArrivalProfile, spec: GenerateSpec) -> float | None:
         by_requests += warmup.seconds
     candidates = [d for d in (by_duration, by_requests) if d is not None]
     return min(candidates) if candidates else None
+
+
+def stage_bound_s(profile: ArrivalProfile, spec: GenerateSpec) -> float | None:
+    """The most a stage takes from its start whatever the engine does: its sending, which stops at its stop (its
+    warm-up included), its drain (stop.drain_for) and the grace its engines have to end what it cut. None where the
+    engine's pace decides when its sending stops (a closed loop, or an open loop held back by max_concurrency,
+    stopped by requests alone, or a trace unreadable since admission)."""
+    stop, warmup = spec.workload.stop, spec.workload.warmup
+    send = sending_s(profile, spec) if getattr(profile, "max_concurrency", None) is None else None
+    if isinstance(profile, Trace):
+        try:
+            trace = traces.summarize(profile).duration_s
+        except traces.TraceError:  # changed since admission: its worker says so, failing the run
+            trace = stop.duration_s
+        if trace is None:
+            return None
+        send = min(trace, stop.duration_s) if stop.duration_s is not None else trace
+        send = None if profile.max_concurrency is not None and stop.duration_s is None else send + warmup.seconds
+    elif send is None and stop.duration_s is not None:
+        send = stop.duration_s + warmup.seconds
+    if send is None:
+        return None
+    return send + stop.drain_for(send) + CANCEL_GRACE_S
+
+
+def run_bound_s(spec: RunSpec) -> float | None:
+    """The most a generation run's stages take once its requests start, each within its stage_bound_s (a capacity
+    search's max_probes probes, each at the longest); None where one stage has no bound, and for timed runs."""
+    if not isinstance(spec, GenerateSpec):
+        return None
+    arrivals = spec.workload.arrivals
+    if isinstance(arrivals, Capacity):  # its slowest probe sends the longest
+        probe = stage_bound_s(arrivals.probe(arrivals.min_rate), spec)
+        return None if probe is None else probe * arrivals.max_probes
+    bounds = [stage_bound_s(profile, spec) for profile in spec.workload.stages()]
+    return None if not bounds or None in bounds else sum(bounds)
 
 
 def span(seconds: float) -> str:
