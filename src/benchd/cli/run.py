@@ -56,7 +56,7 @@ def here(args: argparse.Namespace, spec, console) -> int:
             if spec.kind == "generate":
                 from benchd.models.duration import run_bound_s
 
-                console.print(ends_within(run_bound_s(spec)), highlight=False)
+                console.print(ends_within(run_bound_s(spec)), highlight=False, soft_wrap=True)
             heap.settle()  # this process ingests every record of the run: its collections walk only what it makes
             outcome = local.lifecycle.execute(uuid.uuid4().hex, spec, spec.device, local.stop, progress.update)
     except Refused as refused:
@@ -128,7 +128,7 @@ class Progress:
             self.draining = False
         if p.draining and not self.draining and not self.console.is_terminal:
             self.console.print(describe(p.stage, p.stage_index, p.stages, p.elapsed_s, p.bound_s, True),
-                               highlight=False)
+                               highlight=False, soft_wrap=True)
         self.draining = p.draining
         self.bar.update(self.tasks[p.stage_index], completed=p.completed,
                         description=describe(p.stage, p.stage_index, p.stages, p.elapsed_s, p.bound_s, p.draining))
@@ -148,7 +148,7 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
         created = client.submit(spec.model_dump(mode="json", exclude_unset=True))
         console.print(f"run {created['id']} queued on {client.server}", highlight=False)
         if "bound_s" in created and spec.kind == "generate":  # a daemon that says it
-            console.print(ends_within(created["bound_s"], created.get("deadline_s")), highlight=False)
+            console.print(ends_within(created["bound_s"], created.get("deadline_s")), highlight=False, soft_wrap=True)
         final: dict = {}
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as bar:

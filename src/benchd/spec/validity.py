@@ -82,9 +82,9 @@ CLOCK_EVENTS = ("gpu_idle", "clocks_setting", "power_cap", "hw_slowdown", "sync_
                 "hw_power_brake", "display_clocks")
 SLOWDOWN_EVENTS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
 CLOCK_EVENT_NAMES = {"gpu_idle": "idle", "clocks_setting": "application clocks setting", "power_cap": "power cap",
-                     "hw_slowdown": "hardware slowdown", "sync_boost": "sync boost", "sw_thermal": "thermal slowdown (SW)",
-                     "hw_thermal": "thermal slowdown (HW)", "hw_power_brake": "power brake",
-                     "display_clocks": "display clocks setting"}
+                     "hw_slowdown": "hardware slowdown", "sync_boost": "sync boost",
+                     "sw_thermal": "thermal slowdown (SW)", "hw_thermal": "thermal slowdown (HW)",
+                     "hw_power_brake": "power brake", "display_clocks": "display clocks setting"}
 # A rate is judged between two requests at least: an open loop that sent fewer is invalid, not on time.
 MIN_REQUESTS_FOR_RATE = 2
 
