@@ -10,10 +10,11 @@ so that what is refused surely could not finish in time. What each counts:
 - a training step: the step's model FLOPs (flops.step_flops) at the matmul rate, and AdamW's passes over the weights.
 - a generation stage: a prompt token costs its forward FLOPs; an output token a pass over the weights at the copy
   bandwidth, when the weights are larger than the probe's copy (smaller ones may run from the caches: nothing is
-  counted). Open loop: its sending time (arrivals, rate, stop) and the longest request after the last is sent. Closed
-  loop: the requests at their shortest lengths, `concurrency` at a time sharing each step's pass over the weights, or
-  its stop.duration_s and the longest request. An openai run's server is another machine: its sending time only; a
-  quantized model's weights are smaller than their dtype says: its prompts only.
+  counted). Open loop: its sending time (arrivals, rate, stop) and the longest request after the last is sent, at
+  most its drain. Closed loop: the requests at their shortest lengths, `concurrency` at a time sharing each step's
+  pass over the weights, or its stop.duration_s and the longest request, at most its drain. An openai run's server
+  is another machine: its sending time only; a quantized model's weights are smaller than their dtype says: its
+  prompts only.
 And the most a stage can take whatever the engine does (stage_bound_s): its sending to its stop, then its drain.
 """
 
@@ -208,17 +209,23 @@ def length_lower_bound(dist) -> int:
 
 def stage_s(profile: ArrivalProfile, spec: GenerateSpec, times: TokenTimes) -> tuple[float, float, str] | None:
     """(the stage's least time, its longest request's, what bounds it: sending, trace, requests or duration) at
-    these token times; None when nothing bounds it."""
+    these token times; None when nothing bounds it. After its sending, a stage waits for its longest request at
+    most its drain: one longer is cut then."""
     workload = spec.workload
     stop, warmup = workload.stop, workload.warmup
     longest = times.request_s(*traces.longest(workload))
+
+    def tail(send: float) -> float:
+        return min(longest, stop.drain_for(send) + CANCEL_GRACE_S)
+
     send = sending_s(profile, spec)
     if send is not None:
-        return send + longest, longest, "sending"
+        return send + tail(send), longest, "sending"
     if isinstance(profile, Trace):
         trace = traces.summarize(profile)
-        send = trace.duration_s if stop.duration_s is None else min(trace.duration_s, stop.duration_s)
-        return send + warmup.seconds + longest, longest, "trace"
+        send = (trace.duration_s if stop.duration_s is None else min(trace.duration_s, stop.duration_s)) \
+            + warmup.seconds
+        return send + tail(send), longest, "trace"
     if not isinstance(profile, Concurrent | Synchronous):
         return None
     concurrency = profile.concurrency if isinstance(profile, Concurrent) else 1
@@ -229,7 +236,8 @@ def stage_s(profile: ArrivalProfile, spec: GenerateSpec, times: TokenTimes) -> t
         bounds.append((warmup.seconds + n * prompt * times.prompt_s
                        + math.ceil(n / concurrency) * output * times.step_s, "requests"))
     if stop.duration_s is not None:
-        bounds.append((stop.duration_s + warmup.seconds + longest, "duration"))
+        send = stop.duration_s + warmup.seconds
+        bounds.append((send + tail(send), "duration"))
     total, bound = min(bounds)
     return total, longest, bound
 
