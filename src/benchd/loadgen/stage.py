@@ -22,8 +22,8 @@ from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
 from benchd.spec import ArrivalProfile, GenerateSpec, Workload, describe_profile
 from benchd.spec.profiles import Capacity, is_open_loop
-from benchd.spec.workload import CANCEL_GRACE_S
 from benchd.spec.validity import Watch
+from benchd.spec.workload import CANCEL_GRACE_S
 from benchd.stopping import Stopped, StopSignal
 
 LOAD_SAMPLE_INTERVAL_S = 0.1  # how often the engine's load (KV-cache occupancy) is read during a stage
