@@ -254,6 +254,7 @@ def test_cancelling_ends_requests_in_flight(server, prompts):
     assert len(stalled) == 2 and all(r.error == "cancelled" and r.output_tokens == 1 for r in stalled)
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("model", ["ok", "chunks-3"])
 def test_a_stage_cut_at_its_drain_keeps_every_chunk_its_requests_had(server, prompts, model):
     """Requests of 2,000 tokens at 5 ms a token cannot finish in a stage of 0.5 s with 0.5 s of drain: each is cut

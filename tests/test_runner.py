@@ -259,6 +259,7 @@ def test_stop_reason_becomes_the_status(tiny):
     assert outcome.status == "interrupted" and outcome.stages[0].status == "interrupted"
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("engine", ["transformers", "static"])
 def test_a_closed_loop_whose_requests_cannot_finish_ends_at_its_drain_with_its_cut_share(tiny, engine):
     """Issue 41's closed loop that ran for minutes past its 20 s: here two requests of 2,000 tokens, 0.5 s of sending
