@@ -13,7 +13,7 @@ completed, failed and cut (their share), how long the stage drained of its bound
 the sampler's reads under each NVML reason) and its mean SM clock of its maximum. And the bound `benchd run` printed
 before the run against the time it took.
 
-    PYTHONPATH=/tmp/site:src python3 bench/gpu_verdicts.py [--cases sweep closed reference] [--duration 30]
+    PYTHONPATH=/tmp/site:src python3 bench/gpu_verdicts.py [--cases sweep closed reference] [--duration 30] [--force]
     python bench/gpu_verdicts.py --smoke     # the tiny model on the CPU, short stages: checks the script
 
 $OUT/verdicts.json (when OUT is set) keeps every case's summary.json and the lines printed here.
@@ -67,14 +67,14 @@ def cases(duration_s: float, smoke: bool) -> dict[str, dict]:
     }
 
 
-def run(name: str, spec: dict, out: Path) -> tuple[dict, float, str]:
+def run(name: str, spec: dict, out: Path, force: bool = False) -> tuple[dict, float, str]:
     """`benchd run` of the spec as a user runs it; (its summary.json, its wall time, the bound it printed)."""
     path = out / f"{name}.json"
     path.write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(out / name)],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(out / name),
+                           *(["--force"] if force else [])], capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - started
     if not (out / name / "summary.json").exists():
         raise SystemExit(f"{name}: benchd run wrote no summary (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -112,6 +112,7 @@ def main() -> None:
                         default=["sweep", "closed", "reference"])
     parser.add_argument("--duration", type=float, default=30.0, help="each sweep stage's stop.duration_s")
     parser.add_argument("--smoke", action="store_true", help="the tiny model on the CPU: checks the script")
+    parser.add_argument("--force", action="store_true", help="run what admission would refuse (benchd run --force)")
     args = parser.parse_args()
     specs = cases(args.duration, args.smoke)
     printed = [environment()]
@@ -119,7 +120,7 @@ def main() -> None:
     kept = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.cases:
-            summary, wall, bound = run(name, specs[name], Path(scratch))
+            summary, wall, bound = run(name, specs[name], Path(scratch), args.force)
             lines = [f"{name}: {summary['status']}, run valid: {summary['valid']}; benchd run said {bound}; "
                      f"took {wall:.0f} s with loading"]
             for stage in summary["stages"]:
