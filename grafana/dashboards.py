@@ -18,7 +18,9 @@ POSTGRES = {"type": "grafana-postgresql-datasource", "uid": "benchd-postgres"}
 NODE = 'hostname=~"$node"'
 SEL = f'{NODE}, model=~"$model", workload=~"$workload"'
 GPU = f'{NODE}, gpu=~"$gpu"'
-THROTTLING = "sw_power_cap|hw_slowdown|sw_thermal_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"
+# Clock events that cut a GPU's clocks whatever its work (spec/validity.py, SLOWDOWN_EVENTS): a stage slowed by them
+# is INVALID: throttled. DCGM exporter's clock_event names.
+SLOWDOWN = "hw_slowdown|sw_thermal|hw_thermal|hw_power_brake"
 
 
 class Layout:
@@ -154,9 +156,20 @@ def live() -> dict:
         (f"benchd_gpu_sm_clock_hertz{{{GPU}}}", "SM {{hostname}} {{gpu}}"),
         (f"benchd_gpu_memory_clock_hertz{{{GPU}}}", "memory {{hostname}} {{gpu}}"),
     ]))
-    layout.add(prom_panel("GPU clock events (throttling)", "none", [
-        (f"max by (hostname, gpu, reason) (benchd_gpu_clock_throttle_reason{{{GPU}}})", "{{hostname}} {{gpu}} {{reason}}"),
-    ]))
+    layout.add(prom_panel("GPU clock events: share of time, and the SM clock of its maximum", "percentunit", [
+        (f"max by (hostname, gpu, clock_event) (avg_over_time(benchd_gpu_clock_event{{{GPU}}}[$__rate_interval]))",
+         "{{hostname}} {{gpu}} {{clock_event}}"),
+        (f"max by (hostname, gpu) (benchd_gpu_sm_clock_hertz{{{GPU}}}) / max by (hostname, gpu) "
+         f"(benchd_gpu_max_sm_clock_hertz{{{GPU}}})", "SM clock of max {{hostname}} {{gpu}}"),
+    ], description="The share of the sampler's reads under each clock event (DCGM exporter's names). hw_slowdown, "
+                   "sw_thermal, hw_thermal and hw_power_brake cut the clocks whatever the work: a stage slowed by "
+                   "them beyond BENCHD_VALIDITY__MAX_SLOWDOWN_SHARE is INVALID: throttled. power_cap is a heavy "
+                   "workload's own state, shown, not judged; gpu_idle is a GPU with nothing to do."))
+    layout.add(prom_panel("GPU clock events: onsets", "none", [
+        (f"sum by (hostname, gpu, clock_event) (increase(benchd_gpu_clock_events_total{{{GPU}}}[$__rate_interval]))",
+         "{{hostname}} {{gpu}} {{clock_event}}"),
+    ], description="Times each clock event began in each interval (DCGM_EXP_CLOCK_EVENTS_TOTAL's count, at the "
+                   "sampler's resolution)."))
     layout.add(prom_panel("Host CPU", "percentunit", [
         (f"benchd_host_cpu_utilization_ratio{{{NODE}}}", "all cores {{hostname}}"),
         (f"benchd_host_process_cpu_utilization_ratio{{{NODE}}}", "benchd {{process}} {{hostname}}"),
@@ -277,8 +290,8 @@ FLEET_HEALTH = [
                                   f"{{{FLEET_NODES}, error_type=\"uncorrectable\"}}[$__range]))"),
     ("row remap pending", "none", f"max by (hostname, gpu) (benchd_gpu_row_remap_pending{{{FLEET_NODES}}})"),
     ("row remap failed", "none", f"max by (hostname, gpu) (benchd_gpu_row_remap_failure{{{FLEET_NODES}}})"),
-    ("throttled", "none", f'max by (hostname, gpu) (benchd_gpu_clock_throttle_reason{{{FLEET_NODES}, '
-                          f'reason=~"{THROTTLING}"}})'),
+    ("throttled", "none", f'max by (hostname, gpu) (benchd_gpu_clock_event{{{FLEET_NODES}, '
+                          f'clock_event=~"{SLOWDOWN}"}})'),
     # The node's sampler, on each of its GPUs' rows.
     ("sampler stalled", "none", f"max by (hostname, gpu) (benchd_gpu_info{{{FLEET_NODES}}}) * on (hostname) "
                                 f"group_left () max by (hostname) (benchd_hardware_sampler_stalled{{{FLEET_NODES}}})"),

@@ -74,6 +74,7 @@ class FakeGPU:
     temperature_c: int = 61
     sm_mhz: int = 1980
     mem_mhz: int = 2619
+    sm_max_mhz: int = 1980  # nvmlDeviceGetMaxClockInfo's (an H100 SXM's boost maximum)
     throttle_mask: int = 0x4  # sw_power_cap
     pcie_tx_kbs: int = 1000
     pcie_rx_kbs: int = 2000
@@ -216,6 +217,10 @@ class FakeNVML:
     def nvmlDeviceGetClockInfo(self, gpu, clock) -> int:  # noqa: N802
         self._check(gpu, "nvmlDeviceGetClockInfo")
         return gpu.sm_mhz if clock == self.NVML_CLOCK_SM else gpu.mem_mhz
+
+    def nvmlDeviceGetMaxClockInfo(self, gpu, clock) -> int:  # noqa: N802
+        self._check(gpu, "nvmlDeviceGetMaxClockInfo")
+        return gpu.sm_max_mhz if clock == self.NVML_CLOCK_SM else gpu.mem_mhz
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, gpu) -> int:  # noqa: N802
         return self._check(gpu, "nvmlDeviceGetCurrentClocksEventReasons").throttle_mask

@@ -114,9 +114,23 @@ def own(spec: dict) -> dict:
 SINCE = {"environment": "current", "requirements": None, "commit": None}
 
 
-def whole(spec: dict) -> dict:
-    """A whole spec dumped by 14d1cbb, as it is dumped now: its own sections and the fields added since."""
-    return {**own(spec), **SINCE}
+# Issue 41: a stage's drain (stop.drain_s), and dispatch lag judged against the latencies (new rules; the 1 ms p99,
+# the default then, is a ceiling a spec sets now, unset by default); a stage's cut share and its GPUs' slowdown.
+VALIDITY_SINCE = {"dispatch_lag_floor_s": 0.001, "max_dispatch_lag_ttft_share": 0.1, "max_dispatch_lag_itl_share": 0.25,
+                  "max_cut_share": 0.01, "max_slowdown_share": 0.05}
+
+
+def whole(spec: dict, document: dict | None = None) -> dict:
+    """A whole spec dumped by 14d1cbb, as it is dumped now: its own sections and the fields added since. document:
+    what it was made from, where it set fields whose default changed since."""
+    out = {**own(spec), **SINCE}
+    if "workload" in out:
+        workload = out["workload"]
+        validity = {**VALIDITY_SINCE, **workload["validity"]}
+        if "max_dispatch_lag_p99_s" not in ((document or {}).get("workload") or {}).get("validity", {}):
+            validity["max_dispatch_lag_p99_s"] = None
+        out["workload"] = {**workload, "stop": {**workload["stop"], "drain_s": None}, "validity": validity}
+    return out
 
 
 # ---- daemons --------------------------------------------------------------------------------------

@@ -69,7 +69,15 @@ def test_what_could_not_finish_or_fit_is_refused_before_it_is_queued(tmp_path):
         assert "BENCHD_LIMITS__MAX_DURATION_S" in problems(post(sweep))["body.workload.arrivals.values.1"]
         bounded = {"workload": {"arrivals": {"profile": "poisson", "rate": 1e-6},
                                 "stop": {"requests": 2, "duration_s": 5}}}
-        assert post(bounded).status_code == 202  # a duration ends it in time
+        created = post(bounded)
+        assert created.status_code == 202  # a duration ends it in time
+        # And the user learns before the run starts how long it can take: its 5 s, its drain (30 s at least), the
+        # 2 s its engine has to end what it cut; and when the daemon would stop it.
+        assert created.json()["bound_s"] == 37.0 and created.json()["deadline_s"] == 1200.0
+        closed = post({"workload": {"arrivals": {"profile": "concurrent", "concurrency": 2}, "stop": {"requests": 2}}})
+        assert closed.json()["bound_s"] is None  # its pace is the engine's
+        drains = {"workload": {"stop": {"duration_s": 5, "drain_s": 601}}}
+        assert "BENCHD_LIMITS__MAX_DURATION_S" in problems(post(drains))["body.workload.stop.drain_s"]
         big = post({"model": "llama-3.1-8b"})
         assert "needs about 3" in problems(big)["body.model"]  # 8B in float32 on a CPU: 32 GB
         assert "BENCHD_LIMITS__MEMORY_BYTES" in problems(big)["body.model"]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,18 @@ import pytest
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_verdicts_script_runs_benchd_run_and_reads_its_verdicts(tmp_path):
+    """Its closed loop, scaled to the tiny model: requests that cannot finish in the stage, cut at its drain."""
+    done = subprocess.run([sys.executable, "bench/gpu_verdicts.py", "--smoke", "--cases", "closed"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)},
+                          check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "benchd run said its stages end within 4.00 s of its first request" in done.stdout
+    assert "concurrent=4: INVALID: cut" in done.stdout and re.search(r"drained \d\.\d s of ≤ 1 s", done.stdout)
+    (stage,) = json.loads((tmp_path / "verdicts.json").read_text())["summaries"]["closed"]["stages"]
+    assert stage["cut"] >= 1 and stage["drain_bound_s"] == 1
 
 
 def test_overhead_script_accounts_for_both_paths(tmp_path):

@@ -120,7 +120,7 @@ def test_a_capacity_search_against_a_server_of_known_capacity(served_dir):
                                         "prompt_tokens": {"dist": "fixed", "value": 8},
                                         "output_tokens": {"dist": "fixed", "value": 4},
                                         "slo": {"e2e_p99_s": 0.25},
-                                        "validity": {"max_dispatch_lag_p99_s": 0.05}}})
+                                        "validity": {"dispatch_lag_floor_s": 0.05}}})
         outcome = run(spec)
     assert outcome.status == "succeeded", outcome.error
     found = outcome.capacity()

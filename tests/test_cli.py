@@ -23,6 +23,10 @@ def test_run_example_writes_summary_and_requests(tmp_path):
     result = benchd("run", "examples/tiny-poisson.yaml", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "TTFT ms" in result.stdout and "poisson@20/s" in result.stdout
+    # Before it starts, how long it can take: 44 requests at 20/s, then its drain (30 s at least) and the cut's 2 s;
+    # and when it drains, how soon it ends.
+    assert "its stages end within 34 s of its first request (each stage's sending and drain)" in result.stderr
+    assert "poisson@20/s (1/1) draining, ends within 3" in result.stderr, result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "succeeded"
     (stage,) = summary["stages"]

@@ -141,6 +141,9 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
                 return None
 
             wait_for(lambda: gauge() == 0.0, 60, "a scheduled run compared with the baseline")
+            # On a CPU no clock states: none differ (the alert would say so; tests/data/promtool has that case).
+            assert (f'benchd_regression_clock_states_differ{{hostname="{NODE}",workload="short"}} 0.0'
+                    in server.http.get("/metrics").text)
             # The schedule's runs from now on are slowed: same workload, labelled for the fault.
             server.http.post("/schedules", json={"name": "watch", "spec": {**WORKLOAD, "label": "slow"},
                                                  "interval_s": 0.2})

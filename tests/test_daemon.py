@@ -41,6 +41,10 @@ def test_full_lifecycle_with_events_in_order(tmp_path):
         assert kinds[-1] == "summary" and set(kinds[2:-1]) == {"progress"}
         completed = [data["completed"] for kind, data in events if kind == "progress"]
         assert completed == sorted(completed) and completed[-1] == 40
+        # Its last 40th request sent, the stage drains: the progress says so, and how long it can take from its start.
+        drains = [data for kind, data in events if kind == "progress" and data["draining"]]
+        assert drains and all(d["bound_s"] >= 30 for d in drains)
+        assert all(d["bound_s"] is None for kind, d in events if kind == "progress" and not d["draining"])
         summary = events[-1][1]
         assert summary["status"] == "succeeded" and summary["stages"][0]["requests"] == 40
 

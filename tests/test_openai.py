@@ -42,8 +42,9 @@ def prompts(tmp_path_factory):
 
 
 def openai_spec(base_url, model="ok", api="completions", requests=4, output=7, prompts=None, tokenizer=None,
-                arrivals=None, **openai):
-    workload = {"arrivals": arrivals or {"profile": "concurrent", "concurrency": 2}, "stop": {"requests": requests},
+                arrivals=None, stop=None, **openai):
+    workload = {"arrivals": arrivals or {"profile": "concurrent", "concurrency": 2},
+                "stop": stop or {"requests": requests},
                 "output_tokens": {"dist": "fixed", "value": output}}
     if prompts is not None:
         workload["dataset"] = {"format": "jsonl", "path": prompts}
@@ -251,6 +252,27 @@ def test_cancelling_ends_requests_in_flight(server, prompts):
     assert outcome.status == "cancelled"
     stalled = records(outcome)
     assert len(stalled) == 2 and all(r.error == "cancelled" and r.output_tokens == 1 for r in stalled)
+
+
+@pytest.mark.quiet
+@pytest.mark.parametrize("model", ["ok", "chunks-3"])
+def test_a_stage_cut_at_its_drain_keeps_every_chunk_its_requests_had(server, prompts, model):
+    """Requests of 2,000 tokens at 5 ms a token cannot finish in a stage of 0.5 s with 0.5 s of drain: each is cut
+    there, its client's chunks up to the cut kept (those counted only by a final usage that never comes, by their
+    text), and the stage ends at its bound."""
+    spec = openai_spec(server.base_url, model=model, prompts=prompts, output=2000,
+                       stop={"duration_s": 0.5, "drain_s": 0.5})
+    started = time.monotonic()
+    outcome = run(spec)
+    assert time.monotonic() - started < 20
+    assert outcome.status == "succeeded", outcome.error
+    stage, summary = outcome.stages[0], outcome.summaries()[0]
+    cut = [r for r in stage.records if r.cut]
+    assert len(cut) == 2 and summary.cut == 2 and summary.errors == 0
+    assert all(r.output_tokens > 10 and stage.end_s - r.arrival_s[-1] < 0.5 for r in cut)
+    assert summary.output_tokens == sum(r.output_tokens for r in stage.records if not r.warmup)
+    assert stage.end_s - stage.drain[0] == pytest.approx(0.5, abs=0.3)
+    assert [i.check for i in summary.invalid] == ["cut"]
 
 
 def test_nothing_listening_fails_the_run_clearly(prompts):

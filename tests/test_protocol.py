@@ -33,6 +33,7 @@ EVENTS = [
     events.Prompt("s0-r3", 31),
     events.Finished("s0-r3", 11.4, "cancelled"),
     events.Load(0, 11.35, 4, 2, 40, 64),
+    events.Drain(0, 11.5, 30.0),
     events.StageEnd(0, "stopped", 12.0, 0.625, "error rate 0.5 over 0.1"),
     events.Steps(0, (12, 0), (0, 2), (0, 12), (78, 26), (2, 2)),
     events.EngineRestart(1, "out_of_memory"),
@@ -122,7 +123,7 @@ def test_the_outbox_counts_progress_but_not_what_the_dispatcher_makes_anyway():
     for event in EVENTS:
         outbox.put(event)
     assert outbox.drain() == EVENTS and outbox.drain() == []
-    assert outbox.progress == len(EVENTS) - 3  # Request, Submitted and Load are not progress
+    assert outbox.progress == len(EVENTS) - 4  # Request, Submitted, Load and Drain are not progress
 
 
 # ---- a worker that speaks another protocol, through a real pipe and the real supervisor ---------------------------

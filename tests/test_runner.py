@@ -257,3 +257,37 @@ def test_stop_reason_becomes_the_status(tiny):
     stop.set("interrupted")
     outcome = run(make_spec(), loaded=tiny, stop=stop)
     assert outcome.status == "interrupted" and outcome.stages[0].status == "interrupted"
+
+
+@pytest.mark.quiet
+@pytest.mark.parametrize("engine", ["transformers", "static"])
+def test_a_closed_loop_whose_requests_cannot_finish_ends_at_its_drain_with_its_cut_share(tiny, engine):
+    """Issue 41's closed loop that ran for minutes past its 20 s: here two requests of 2,000 tokens, 0.5 s of sending
+    and 0.5 s of drain. Each stage ends at its bound, its requests cut (not failed) with every token they had, and
+    the engine serves the next stage."""
+    spec = make_spec(engine=engine, transformers={"block_size": 16, "num_blocks": 128, "max_batch_tokens": 128},
+                     workload={"arrivals": {"profile": "sweep", "over": "concurrent", "values": [2, 2]},
+                               "stop": {"duration_s": 0.5, "drain_s": 0.5},
+                               "output_tokens": {"dist": "fixed", "value": 2000}})
+    started = time.monotonic()
+    outcome = run(spec, loaded=tiny)
+    assert time.monotonic() - started < 30  # 2,000 tokens a request take far longer
+    assert outcome.status == "succeeded"
+    for stage, summary in zip(outcome.stages, outcome.summaries()):
+        assert stage.status == "succeeded" and stage.end_s is not None
+        stopped, bound = stage.drain
+        assert bound == 0.5 and stopped - stage.start_s == pytest.approx(0.5, abs=0.3)
+        assert stage.end_s - stopped == pytest.approx(0.5, abs=0.3)
+        cut = [r for r in stage.records if r.cut]
+        assert len(cut) == 2 and all(r.output_tokens > 0 for r in cut)
+        for r in cut:  # nothing produced before the cut is lost: tokens up to it, each with its id
+            assert len(r.token_ids) == r.output_tokens == len(r.arrival_s)
+            assert stage.end_s - r.arrival_s[-1] < 0.5
+        assert summary.requests == 0 and summary.errors == 0 and summary.cut == 2 and summary.cut_share == 1.0
+        assert summary.output_tokens == sum(r.output_tokens for r in cut)  # the window's tokens, the cut ones' too
+        assert summary.duration_s == pytest.approx(stage.end_s - stage.start_s, abs=0.3)
+        assert summary.drain_bound_s == 0.5 and summary.drain_s == pytest.approx(0.5, abs=0.3)
+        assert summary.valid is False and [i.check for i in summary.invalid] == ["cut"]
+        assert summary.invalid[0].message.startswith(
+            "2 of 2 measured requests (100.0%) were still in flight when the stage's drain of 0.5 s ended and were "
+            "cut, over 1%: the longest requests are those cut, so the completed ones lean short")

@@ -225,7 +225,7 @@ def test_specs_stored_with_every_section_read_back_as_their_own(kind, tmp_path):
         for run in runs:
             assert len(run["spec"]) == 20  # as 14d1cbb wrote it: every section
             spec = validate_spec(run["spec"])
-            assert spec.model_dump(mode="json") == whole(run["spec"]), run["engine"]
+            assert spec.model_dump(mode="json") == whole(run["spec"], run["spec"]), run["engine"]
             assert (spec.runner, spec.subject, spec.name) == (run["engine"], run["model"], run["workload"])
         schedules = store.list_schedules()
         assert [s["name"] for s in schedules] == ["kernels", "nightly"]
@@ -238,9 +238,12 @@ def test_specs_stored_with_every_section_read_back_as_their_own(kind, tmp_path):
         for variant, stored in zip(variants, matrix["variants"], strict=True):  # stored as it ran (on cpu)
             assert "transformers" in stored["spec"] and "static" in stored["spec"]
             spec = validate_spec(stored["spec"])
-            assert spec.model_dump(mode="json") == whole(stored["spec"])
+            assert spec.model_dump(mode="json") == whole(stored["spec"], stored["spec"])
+            # It ran under the 1 ms dispatch-lag p99 that was the default then (a ceiling unset by default since).
+            then = variant.spec.workload.validity.model_copy(update={"max_dispatch_lag_p99_s": 0.001})
             assert (spec.runner, spec.options, spec.workload) == (variant.spec.runner, variant.spec.options,
-                                                                  variant.spec.workload)
+                                                                  variant.spec.workload.model_copy(
+                                                                      update={"validity": then}))
         store.close()
 
 
@@ -281,7 +284,7 @@ def test_a_store_written_before_the_union_runs_its_schedules_runs_and_matrix_aga
                  "the matrix's comparison")
         for run_id, spec in sent.items():
             stored = server.http.get(f"/runs/{run_id}").json()["spec"]
-            assert stored == whole(spec)
+            assert stored == whole(spec, spec)
         for run_id, run in old.items():
             assert server.http.get(f"/runs/{run_id}").json()["spec"] == run["spec"]
 

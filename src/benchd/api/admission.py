@@ -177,6 +177,8 @@ def _workload_limits(spec: GenerateSpec, limits: Limits, over: Callable[..., Non
     over(workload.warmup.requests, limits.max_requests, "workload", "warmup", "requests", setting="max_requests")
     duration = (workload.stop.duration_s or 0) + workload.warmup.seconds
     over(duration, limits.max_duration_s, "workload", "stop", "duration_s", setting="max_duration_s")
+    if workload.stop.drain_s is not None:  # a stage sends within the limit, then drains within it
+        over(workload.stop.drain_s, limits.max_duration_s, "workload", "stop", "drain_s", setting="max_duration_s")
     # A conversation's later turns hold every earlier one: its prompts reach max_prompt_tokens().
     over(workload.max_prompt_tokens(), limits.max_prompt_tokens, "workload", "prompt_tokens",
          setting="max_prompt_tokens")

@@ -16,7 +16,9 @@ from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors, links
 from benchd.daemon.events import RunEvent
+from benchd.daemon.lifecycle import deadline_s
 from benchd.daemon.queue import QueueFull
+from benchd.models.duration import run_bound_s
 from benchd.report.outputs import write_csv
 from benchd.report.pages import run_page
 from benchd.spec import RunSpec
@@ -64,7 +66,8 @@ def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response:
                             headers={"Retry-After": str(RETRY_AFTER_S)}) from None
     url = str(request.url_for("get_run", run_id=run_id))
     response.headers["Location"] = url
-    return RunCreated(id=run_id, url=url, status="queued")
+    return RunCreated(id=run_id, url=url, status="queued", bound_s=run_bound_s(spec),
+                      deadline_s=deadline_s(spec, services.settings.limits.max_duration_s))
 
 
 @router.get("", response_model=RunPage, responses=errors(422, 503))

@@ -33,6 +33,11 @@ class RunCreated(BaseModel):
     id: str
     url: str
     status: str
+    # Once its requests start: the most its stages take by its spec (each one's sending to its stop, then its drain;
+    # null where the engine's pace decides: a closed loop stopped by requests alone), and when the daemon stops it
+    # (BENCHD_LIMITS__MAX_DURATION_S per stage, never under that bound).
+    bound_s: float | None = None
+    deadline_s: float | None = None
 
 
 class RunView(BaseModel):

@@ -53,6 +53,10 @@ def here(args: argparse.Namespace, spec, console) -> int:
     try:
         with Local([spec], args.force) as local, Progress(console) as progress:
             console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
+            if spec.kind == "generate":
+                from benchd.models.duration import run_bound_s
+
+                console.print(ends_within(run_bound_s(spec)), highlight=False, soft_wrap=True)
             heap.settle()  # this process ingests every record of the run: its collections walk only what it makes
             outcome = local.lifecycle.execute(uuid.uuid4().hex, spec, spec.device, local.stop, progress.update)
     except Refused as refused:
@@ -78,6 +82,24 @@ def here(args: argparse.Namespace, spec, console) -> int:
     return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
 
 
+def ends_within(bound_s: float | None, deadline_s: float | None = None) -> str:
+    """How long a run's stages take at most once its first request leaves (models/duration.py, run_bound_s: each
+    stage's sending to its stop, then its drain), and when the daemon stops it."""
+    from benchd.models.duration import span
+
+    text = (f"its stages end within {span(bound_s)} of its first request (each stage's sending and drain)"
+            if bound_s is not None else "its stages end at the engine's pace (a closed loop stopped by requests alone)")
+    return text + (f"; the daemon stops it at {span(deadline_s)}" if deadline_s is not None else "")
+
+
+def describe(stage: str, index: int, stages: int, elapsed_s: float, bound_s: float | None, draining: bool) -> str:
+    """A stage's progress line: its label, its place, and once it stops sending, how soon its drain ends it."""
+    text = f"{stage} ({index + 1}/{stages})"
+    if draining:
+        text += " draining" + (f", ends within {max(0.0, bound_s - elapsed_s):.0f} s" if bound_s is not None else "")
+    return text
+
+
 class Progress:
     """A bar a stage while requests are in flight (a line a stage where the output is no terminal)."""
 
@@ -88,6 +110,7 @@ class Progress:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             console=console, transient=True)
         self.tasks: dict[int, int] = {}
+        self.draining = False  # the current stage has stopped sending
 
     def __enter__(self) -> Progress:
         self.bar.__enter__()
@@ -102,7 +125,13 @@ class Progress:
                 self.console.print(f"measuring {p.stage} ({p.stage_index + 1}/{p.stages})", highlight=False)
             self.tasks[p.stage_index] = self.bar.add_task(f"{p.stage} ({p.stage_index + 1}/{p.stages})",
                                                           total=p.expected)
-        self.bar.update(self.tasks[p.stage_index], completed=p.completed)
+            self.draining = False
+        if p.draining and not self.draining and not self.console.is_terminal:
+            self.console.print(describe(p.stage, p.stage_index, p.stages, p.elapsed_s, p.bound_s, True),
+                               highlight=False, soft_wrap=True)
+        self.draining = p.draining
+        self.bar.update(self.tasks[p.stage_index], completed=p.completed,
+                        description=describe(p.stage, p.stage_index, p.stages, p.elapsed_s, p.bound_s, p.draining))
 
 
 def on_server(args: argparse.Namespace, spec, console) -> int:
@@ -118,6 +147,8 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
     try:
         created = client.submit(spec.model_dump(mode="json", exclude_unset=True))
         console.print(f"run {created['id']} queued on {client.server}", highlight=False)
+        if "bound_s" in created and spec.kind == "generate":  # a daemon that says it
+            console.print(ends_within(created["bound_s"], created.get("deadline_s")), highlight=False, soft_wrap=True)
         final: dict = {}
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -126,7 +157,9 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
                 if kind == "status":
                     bar.update(task, description=data["status"])
                 elif kind == "progress":
-                    bar.update(task, description=f"{data['stage']} ({data['stage_index'] + 1}/{data['stages']})",
+                    bar.update(task, description=describe(data["stage"], data["stage_index"], data["stages"],
+                                                          data.get("elapsed_s", 0.0), data.get("bound_s"),
+                                                          bool(data.get("draining"))),
                                completed=data["completed"], total=data["expected"])
                 elif kind == "summary":
                     final = data

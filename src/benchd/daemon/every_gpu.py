@@ -34,6 +34,9 @@ def merge(spec: RunSpec, parts: Mapping[str, RunResult]) -> RunResult:
         stage.end_s, stage.kv_peak = max(ends) if ends else None, max(peaks) if peaks else None
         stops = [s.stop_reason for s in stages if s.stop_reason is not None]
         stage.stop_reason = stops[0] if stops else None
+        drains = [s.drain for s in stages if s.drain is not None]
+        stage.drain = (min(d[0] for d in drains), max(d[1] for d in drains)) if drains else None
+        stage.clocks = [c for s in stages for c in s.clocks]  # every GPU's, each judged
         whole.stages.append(stage)
     whole.timed = first.timed
     whole.parts = {"gpus": {gpu: {"status": p.status, "error": p.error,
@@ -78,9 +81,11 @@ class ProgressSum:
             self.latest[i] = progress
             known = [p for p in self.latest if p is not None]
             expected = [p.expected for p in known]
+            bounds = [p.bound_s for p in known]
             self.publish(Progress(
                 known[0].stage, known[0].stage_index, known[0].stages, sum(p.completed for p in known),
                 sum(expected) if None not in expected and len(known) == len(self.latest) else None,
-                max(p.elapsed_s for p in known), known[0].duration_s))
+                max(p.elapsed_s for p in known), known[0].duration_s, None if None in bounds else max(bounds),
+                all(p.draining for p in known)))
 
         return report

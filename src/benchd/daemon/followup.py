@@ -57,6 +57,7 @@ class Hooks:
         if before.invalid or latest.invalid:  # figures that are not to be trusted say nothing about a regression
             return
         comparison = compare(before, latest, self.settings.compare_threshold, self.settings.compare_confidence)
+        self.metrics.regression_clocks.labels(job.spec.name).set(float(comparison.clock_states is not None))
         for change in comparison.metrics:
             if change.verdict == "inconclusive":
                 continue

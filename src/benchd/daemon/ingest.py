@@ -16,10 +16,12 @@ from benchd.measure.result import RunResult, StageResult
 from benchd.measure.roofline import StepLog
 from benchd.measure.timeline import LoadSample
 from benchd.measure.timings import Timing
+from benchd.models.duration import stage_bound_s
 from benchd.protocol import events
 from benchd.protocol.events import AnyEvent
 from benchd.protocol.metadata import RunMetadata
-from benchd.spec import RunSpec
+from benchd.spec import ArrivalProfile, Capacity, RunSpec
+from benchd.spec.workload import CANCEL_GRACE_S
 from benchd.telemetry.run import RunTelemetry
 
 PROGRESS_INTERVAL_S = 0.2  # at most five progress reports a second
@@ -34,14 +36,20 @@ class Progress:
     expected: int | None  # requests the stage will submit, when known in advance
     elapsed_s: float
     duration_s: float | None
+    # The most the stage takes from its start (models/duration.py, stage_bound_s: its sending and its drain; once it
+    # drains, exactly); None where the engine's pace decides. draining: it stopped sending, and waits at most its
+    # drain for what is in flight.
+    bound_s: float | None = None
+    draining: bool = False
 
 
 class _Stage:
-    __slots__ = ("result", "book", "load")
+    __slots__ = ("result", "book", "load", "bound")
 
     def __init__(self, result: StageResult) -> None:
         self.result, self.book = result, RecordBook()
         self.load: list[LoadSample] = []
+        self.bound: float | None = None  # Progress.bound_s
 
 
 class RunIngest:
@@ -63,6 +71,7 @@ class RunIngest:
             events.Phase: self._phase, events.StageStart: self._stage, events.Request: self._request,
             events.Submitted: self._submitted, events.Admitted: self._admitted, events.Tokens: self._tokens,
             events.Prompt: self._prompt, events.Finished: self._finished, events.Load: self._load,
+            events.Drain: self._drain,
             events.StageEnd: self._stage_end, events.Steps: self._steps,
             events.EngineRestart: self._engine_restart, events.Timing: self._timing,
             events.TimedStage: self._timed_stage, events.Span: self._span, events.TimedProgress: self._timed_progress,
@@ -104,6 +113,22 @@ class RunIngest:
         stage = _Stage(StageResult.of(self.spec, event.index, event.label, event.t0_s))
         self.stages[event.index] = stage
         self.result.stages.append(stage.result)
+        stage.bound = self._bound(event.index)
+
+    def _bound(self, index: int) -> float | None:
+        """Stage index's most time by its spec (a capacity search's probes: at its slowest rate); None where the
+        engine's pace decides."""
+        arrivals = self.spec.workload.arrivals
+        stages = self.spec.workload.stages()
+        profile: ArrivalProfile | None = (arrivals.probe(arrivals.min_rate) if isinstance(arrivals, Capacity)
+                                          else stages[index] if index < len(stages) else None)
+        return stage_bound_s(profile, self.spec) if profile is not None else None
+
+    def _drain(self, event: events.Drain) -> None:
+        stage = self.stages[event.stage]
+        stage.result.drain = (event.t_s, event.bound_s)
+        stage.bound = event.t_s - stage.result.start_s + event.bound_s + CANCEL_GRACE_S
+        self._progress(stage, force=True)
 
     def _request(self, event: events.Request) -> None:
         stage = self.stages[event.stage]
@@ -175,7 +200,8 @@ class RunIngest:
         done = stage.book.ended
         duration = stop.duration_s + warmup.seconds if stop.duration_s is not None else None
         self.on_progress(Progress(stage.result.label, stage.result.index, self.spec.workload.stage_count(), done,
-                                  expected, now - stage.result.start_s, duration))
+                                  expected, now - stage.result.start_s, duration, stage.bound,
+                                  stage.result.drain is not None))
 
     def load_samples(self) -> list[LoadSample]:
         return [sample for stage in self.stages.values() for sample in stage.load]

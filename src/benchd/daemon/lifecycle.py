@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from benchd.daemon.every_gpu import ProgressSum, merge, verdicts
 from benchd.daemon.ingest import Progress, RunIngest
 from benchd.daemon.server_scrape import ServerGauges, ServerScrape
+from benchd.hardware.clocks import stage_clocks
 from benchd.hardware.sampler import HardwareSampler, Recording
 from benchd.measure import timeline
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.measure.records import RequestRecord
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import StageSpan
-from benchd.models.duration import kernel_deadline
+from benchd.models.duration import kernel_deadline, run_bound_s
 from benchd.spec import GenerateSpec, OpenAISpec, RunSpec
 from benchd.stopping import StopSignal
 from benchd.store import RequestWriter, StageRequests, Store
@@ -102,6 +103,8 @@ class Lifecycle:
             if result.status == "running":  # the worker never answered (the daemon is stopping)
                 result.status, result.error_stage = "interrupted", "worker"
             result.judge()
+        if recording is not None:
+            self._clocks(run_id, recording, parts)
         result = parts[0].ingest.result if single else merge(spec, {p.gpu: p.ingest.result for p in parts})
         if late is not None:
             result.status, result.error_stage = "failed", "run"
@@ -111,6 +114,20 @@ class Lifecycle:
             scrape.stop()
         self._finish(run_id, result, parts, observer, recording, started, writer, scrape)
         return result
+
+    @staticmethod
+    def _clocks(run_id: str, recording: Recording, parts: list[Part]) -> None:
+        """Each stage's GPUs (its part's: NVML indices, a group's joined by +) over its span, by clock event
+        (hardware/clocks.py), before its summary is made and judged; none on a CPU."""
+        try:
+            recording.stop()
+            for part in parts:
+                gpus = [gpu for gpu in part.gpu.split("+") if gpu]
+                for stage in part.ingest.result.stages:
+                    if gpus and (span := stage.span()) is not None:
+                        stage.clocks = stage_clocks(recording.snapshots, *span, gpus)
+        except Exception:  # the hardware's boundary: a failing sampler means fewer figures, never a lost run
+            log.exception("run %s: the stages' clock events failed", run_id)
 
     def _scrape(self, spec: RunSpec, gpu: str) -> ServerScrape | None:
         """An openai run with a metrics_url: its server's page read on a thread of the daemon, which stamps no
@@ -232,9 +249,15 @@ class Lifecycle:
                            "seconds": t.seconds} for t in result.timings])
 
 
+DEADLINE_SLACK_S = 30.0  # beyond a run's bound: its stages' starts and ends, a busy host
+
+
 def deadline_s(spec: RunSpec, max_duration_s: float) -> float:
     """How long a run from HTTP may run its requests (or timed stages) before it is stopped: the limit per stage,
-    and one more for what is in flight when dispatching ends. Admission already refused what could not send its
-    requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
+    and one more for what is in flight when dispatching ends; never under the most its stages take by their spec
+    (models/duration.py, run_bound_s: sending and drain), with DEADLINE_SLACK_S. Admission already refused what could
+    not send its requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
     stages = spec.workload.stage_count() if isinstance(spec, GenerateSpec) else 1
-    return max_duration_s * (stages + 1)
+    bound = run_bound_s(spec)
+    limit = max_duration_s * (stages + 1)
+    return limit if bound is None else max(limit, bound + DEADLINE_SLACK_S)

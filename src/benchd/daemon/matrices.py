@@ -215,7 +215,8 @@ class MatrixRuns:
     def export_regression(self, workload: str, comparison: MatrixComparison) -> None:
         """A scheduled matrix (a candidate against the daemon's environment, say) as a scheduled run against its
         baseline: benchd_regression_detected per metric, 1 when any variant is slower than the matrix's baseline
-        (the rule BenchdRegression fires on it), and the relative change of the first variant that set it."""
+        (the rule BenchdRegression fires on it), the relative change of the first variant that set it, and whether
+        any variant ran under other clock states than the baseline."""
         if self.metrics is None:
             return
         verdicts: dict[str, tuple[float, float | None]] = {}
@@ -230,6 +231,8 @@ class MatrixRuns:
             self.metrics.regression.labels(workload, metric).set(slower)
             if relative_change is not None:
                 self.metrics.regression_change.labels(workload, metric).set(relative_change)
+        differ = any(v.clock_states is not None for v in comparison.variants if not v.baseline)
+        self.metrics.regression_clocks.labels(workload).set(float(differ))
 
 
 def _now() -> str:

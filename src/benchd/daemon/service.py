@@ -172,7 +172,8 @@ class Daemon:
         def publish(p: Progress) -> None:
             self.events.publish(run_id, RunEvent("progress", {
                 "stage": p.stage, "stage_index": p.stage_index, "stages": p.stages, "completed": p.completed,
-                "expected": p.expected, "elapsed_s": p.elapsed_s, "duration_s": p.duration_s}))
+                "expected": p.expected, "elapsed_s": p.elapsed_s, "duration_s": p.duration_s, "bound_s": p.bound_s,
+                "draining": p.draining}))
 
         return publish
 

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from benchd.hardware.nvml_fields import Field, gpu_fields, mig_fields
-from benchd.hardware.readings import THROTTLE_REASONS, GPUInfo, GPUReading, MigInstance
+from benchd.hardware.readings import CLOCK_EVENT_OF, THROTTLE_REASONS, GPUInfo, GPUReading, MigInstance
 from benchd.hardware.xid import XidWatcher
 
 log = logging.getLogger("benchd.hardware.reader")
@@ -41,7 +41,8 @@ def visible_devices(value: str | None) -> list[str] | None:
 class _Device:
     """A GPU, or a MIG instance of one (mig set, the parent's index and UUID kept for its labels)."""
 
-    __slots__ = ("handle", "index", "uuid", "name", "unsupported", "gpm_sample", "failing", "links", "mig", "migs")
+    __slots__ = ("handle", "index", "uuid", "name", "unsupported", "gpm_sample", "failing", "links", "mig", "migs",
+                 "clock_events", "clock_mask")
 
     def __init__(self, handle: Any, index: int, uuid: str, name: str, mig: MigInstance | None = None) -> None:
         self.handle, self.index, self.uuid, self.name, self.mig = handle, index, uuid, name, mig
@@ -50,6 +51,10 @@ class _Device:
         self.failing = False
         self.links: list[int] = []  # active NVLinks
         self.migs: list[_Device] = []
+        # Clock events' onsets since benchd started, by DCGM's name (a reason active in a read and not in the one
+        # before: DCGM_EXP_CLOCK_EVENTS_TOTAL's edge count, at the sampler's resolution); the previous read's mask.
+        self.clock_events: dict[str, int] = dict.fromkeys(CLOCK_EVENT_OF.values(), 0)
+        self.clock_mask = 0
 
 
 class NVMLReader:
@@ -246,7 +251,14 @@ class NVMLReader:
         device.failing = False
         reasons = reading.values.pop("_throttle_mask", None)
         if reasons is not None:
-            reading.throttle = {name: bool(int(reasons) & bit) for name, bit in THROTTLE_REASONS.items()}
+            mask = int(reasons)
+            reading.throttle = {name: bool(mask & bit) for name, bit in THROTTLE_REASONS.items()}
+            reading.values["clocks_event_reasons"] = float(mask)
+            for name, bit in THROTTLE_REASONS.items():
+                if mask & bit and not device.clock_mask & bit:
+                    device.clock_events[CLOCK_EVENT_OF[name]] += 1
+            device.clock_mask = mask
+            reading.labelled["clock_events"] = {event: float(n) for event, n in device.clock_events.items()}
         if device.gpm_sample is not None:
             reading.values.update(self._gpm(device))
         if device.mig is None and self.xids is not None and device.uuid in self.xids.counts:

@@ -64,6 +64,8 @@ def gpu_fields(nvml: Any) -> Fields:
         "clocks": (("nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", "NVML_CLOCK_MEM"), lambda h, _: {  # MHz
             "sm_clock_hertz": nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM) * 1e6,
             "memory_clock_hertz": nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM) * 1e6}),
+        "max_clocks": (("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM"), lambda h, _: {  # MHz: the boost maximum
+            "sm_clock_max_hertz": nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM) * 1e6}),
         "throttle": ((), throttle),
         "pcie": (("nvmlDeviceGetPcieThroughput", "NVML_PCIE_UTIL_TX_BYTES", "NVML_PCIE_UTIL_RX_BYTES"), pcie),
         "encoder": (("nvmlDeviceGetEncoderUtilization",),  # [percent, sampling period in µs]

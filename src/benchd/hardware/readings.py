@@ -19,6 +19,20 @@ THROTTLE_REASONS: dict[str, int] = {
 # The reasons that mean the GPU runs slower than it could for the work it has (idle and settings do not).
 SLOWING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                    "hw_power_brake_slowdown")
+# NVML's reasons (nvidia-smi's names, THROTTLE_REASONS') → DCGM exporter's clock_event label values
+# (DCGM_EXP_CLOCK_EVENTS_*, dcgm-exporter's internal/pkg/collector/clock_events_collector.go), the names benchd's
+# series, summaries and verdicts use (spec/validity.py, CLOCK_EVENTS).
+CLOCK_EVENT_OF: dict[str, str] = {
+    "gpu_idle": "gpu_idle",
+    "applications_clocks_setting": "clocks_setting",
+    "sw_power_cap": "power_cap",
+    "hw_slowdown": "hw_slowdown",
+    "sync_boost": "sync_boost",
+    "sw_thermal_slowdown": "sw_thermal",
+    "hw_thermal_slowdown": "hw_thermal",
+    "hw_power_brake_slowdown": "hw_power_brake",
+    "display_clock_setting": "display_clocks",
+}
 
 
 @dataclass(slots=True, frozen=True)

@@ -106,16 +106,22 @@ def summarize(snapshots: list[Snapshot], start: float, end: float, output_tokens
 
 
 class Recording:
-    """One run's snapshots, from begin() to end()."""
+    """One run's snapshots, from begin() to stop() (or end())."""
 
     def __init__(self, sampler: HardwareSampler) -> None:
         self.sampler = sampler
         self.snapshots: list[Snapshot] = []
+        self.stopped = False
+
+    def stop(self) -> None:
+        """Read once more (waited for at most the sampler's wait_s) and stop recording; once."""
+        if not self.stopped:
+            self.stopped = True
+            self.sampler._finish(self)
 
     def end(self, start: float, end: float, output_tokens: int) -> HardwareSummary:
-        """Read once more (waited for at most the sampler's wait_s), stop recording and summarize the window
-        [start, end] (perf_counter seconds)."""
-        self.sampler._finish(self)
+        """Stop recording and summarize the window [start, end] (perf_counter seconds)."""
+        self.stop()
         return summarize(self.snapshots, start, end, output_tokens)
 
 

@@ -9,70 +9,25 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from benchd.engines import Engine, GenerationRequest
 from benchd.engines.handoff import Handoff
 from benchd.loadgen import arrivals, priority
 from benchd.loadgen.contents import RequestContent
+from benchd.loadgen.recorder import Recorder
 from benchd.measure import capacity
-from benchd.measure.records import RecordBook, RequestRecord, StageSummary, summarize
+from benchd.measure.records import CUT, RequestRecord, StageSummary, summarize
 from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
 from benchd.spec import ArrivalProfile, GenerateSpec, Workload, describe_profile
 from benchd.spec.profiles import Capacity, is_open_loop
 from benchd.spec.validity import Watch
+from benchd.spec.workload import CANCEL_GRACE_S
 from benchd.stopping import Stopped, StopSignal
 
 LOAD_SAMPLE_INTERVAL_S = 0.1  # how often the engine's load (KV-cache occupancy) is read during a stage
 STOP_CHECK_S = 0.1  # how soon a waiting dispatcher notices a stop
-
-
-class Recorder:
-    """The TokenSink of one stage (engine threads: keep it cheap): each engine event changes the stage's records and
-    is passed on as it came."""
-
-    def __init__(self, outbox: Outbox) -> None:
-        self.book = RecordBook()
-        self.outbox = outbox
-        self.completions: queue.SimpleQueue[RequestRecord] = queue.SimpleQueue()
-        self.finished_count = 0  # requests ended so far (written by the engine's one sink thread)
-
-    @property
-    def records(self) -> dict[str, RequestRecord]:
-        return self.book.records
-
-    def admitted(self, request_id: str, t: float) -> None:
-        if self.book.admitted(request_id, t) is not None:
-            self.outbox.put(events.Admitted(request_id, t))
-
-    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None:
-        if self.book.tokens(request_id, (t,), (n,), token_ids) is not None:
-            self.outbox.put(events.Tokens(request_id, arrival_s=(t,), arrival_tokens=(n,),
-                                          token_ids=tuple(token_ids)))
-
-    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int]) -> None:
-        """One token per stamp, passed on in a batch: the per-call costs once, not once per token."""
-        if self.book.tokens(request_id, stamps, None, token_ids) is not None:
-            self.outbox.put(events.Tokens(request_id, arrival_s=tuple(stamps), arrival_tokens=None,
-                                          token_ids=tuple(token_ids)))
-
-    def submitted(self, request_id: str, t: float) -> None:
-        """From engines that send at the scheduled time themselves (the stage handed the request over early)."""
-        self.book.submitted(request_id, t)
-        self.outbox.put(events.Submitted(request_id, t))
-
-    def prompt_tokens(self, request_id: str, n: int) -> None:
-        """The prompt's length as the server counted it (a chat template included)."""
-        self.book.prompt(request_id, n)
-        self.outbox.put(events.Prompt(request_id, n))
-
-    def finished(self, request_id: str, t: float, error: str | None = None) -> None:
-        record = self.book.finished(request_id, t, error)
-        if record is not None:
-            self.outbox.put(events.Finished(request_id, t, error))
-            self.finished_count += 1
-            self.completions.put(record)
 
 
 class StageStopped(Exception):
@@ -102,7 +57,8 @@ class Stage:
         self.in_flight: dict[str, RequestRecord] = {}
         self.kv_peak: float | None = None
         self.status = "pending"
-        self.end_s: float | None = None
+        self.end_s: float | None = None  # where the stage was cut or aborted
+        self.drain: tuple[float, float] | None = None  # (when it stopped sending, its drain's bound)
         self._t0 = 0.0
         self._steps_from: int | None = None  # the engine's steps before this stage
         self._sampled = threading.Event()  # set when the stage ends: load sampling stops
@@ -141,8 +97,7 @@ class Stage:
                 self._closed_loop(slots)
             self._dispatching = False
             self._ready.clear()
-            while self.in_flight:
-                self._wait(None)
+            self._drain()
         except StageStopped as stopped:
             self._sampled.set()
             sampling.join()
@@ -153,12 +108,28 @@ class Stage:
             sampling.join()
         self.status = "succeeded"
         self._send_steps()
-        self.outbox.put(events.StageEnd(self.index, self.status, None, self.kv_peak, None))
+        self.outbox.put(events.StageEnd(self.index, self.status, self.end_s, self.kv_peak, None))
 
     def summary(self) -> StageSummary:
         """The stage's figures and verdict as the daemon derives them (the same function, the same records)."""
         return summarize(self.label, self.status, self.records, self.workload.slo, self.kv_peak, self.end_s,
-                         self.workload.validity, self.open_loop, self.stop_reason)
+                         self.workload.validity, self.open_loop, self.stop_reason, self.drain)
+
+    def _drain(self) -> None:
+        """Wait for the requests in flight at most the stage's drain (stop.drain_for); then cut those still out: the
+        stage ends there, each cut request with the tokens it had (docs/figures.md)."""
+        stopped = self.clock()
+        bound = self.workload.stop.drain_for(stopped - self._t0)
+        self.drain = (stopped, bound)
+        self.outbox.put(events.Drain(self.index, stopped, bound))
+        deadline = stopped + bound
+        while self.in_flight:
+            left = deadline - self.clock()
+            if left <= 0:
+                self.end_s = self.clock()
+                self._cancel_in_flight(CUT)
+                return
+            self._wait(left)
 
     def _open_loop(self) -> None:
         # An engine that sends at t_s itself gets the request this early; not under a cap, which decides at t_s
@@ -184,7 +155,9 @@ class Stage:
             while self.cap is not None and len(self.in_flight) >= self.cap:
                 if handoff is not None:
                     handoff.clear()  # the send waits for a completion, which needs the engine
-                self._wait(None)  # held back: it keeps its scheduled time, the wait is its dispatch lag
+                if (left := self._left_s()) is not None and left <= 0:
+                    return  # its stop came while it was held back: the stage ends when its spec says
+                self._wait(left)  # held back: it keeps its scheduled time, the wait is its dispatch lag
             self._submit(i, t_s)
             if handoff is not None:
                 handoff.clear()
@@ -194,7 +167,9 @@ class Stage:
         starts = deque([self._t0] * slots)
         for i in itertools.count():
             while not starts:
-                finished = self._wait(None)
+                if (left := self._left_s()) is not None and left <= 0:
+                    return  # no slot freed before the stop: the stage stops sending when its spec says
+                finished = self._wait(left)
                 if finished is not None:
                     starts.append(finished.finished_s)
             t_s = starts.popleft()
@@ -223,6 +198,13 @@ class Stage:
         if stop.requests is not None and self._measured_submitted >= stop.requests:
             return True
         return stop.duration_s is not None and t_s >= self._t0 + self.workload.warmup.seconds + stop.duration_s
+
+    def _left_s(self) -> float | None:
+        """Seconds until the stage's stop.duration_s ends its sending; None without one."""
+        stop = self.workload.stop
+        if stop.duration_s is None:
+            return None
+        return self._t0 + self.workload.warmup.seconds + stop.duration_s - self.clock()
 
     def _is_warmup(self, index: int, t_s: float) -> bool:
         warmup = self.workload.warmup
@@ -301,15 +283,22 @@ class Stage:
 
     # ---- ending --------------------------------------------------------------------------------
 
-    def abort(self, status: str, reason: str, grace_s: float = 2.0, stop_reason: str | None = None) -> None:
+    def abort(self, status: str, reason: str, stop_reason: str | None = None) -> None:
         """Cancel what is in flight and keep everything measured so far; stop_reason: why a stop rule ended it."""
         self._sampled.set()
         self.status = status
         self.stop_reason = stop_reason
         self.end_s = self.clock()
+        self._cancel_in_flight(reason)
+        self._send_steps()
+        self.outbox.put(events.StageEnd(self.index, status, self.end_s, self.kv_peak, stop_reason))
+
+    def _cancel_in_flight(self, reason: str) -> None:
+        """Every request in flight cancelled with reason as its error; its engine's end (with its last tokens) waited
+        for CANCEL_GRACE_S, else it ends at end_s (nothing it produced after that is counted)."""
         for request_id in list(self.in_flight):
             self.engine.cancel(request_id, reason)
-        deadline = self.clock() + grace_s
+        deadline = self.clock() + CANCEL_GRACE_S
         while self.in_flight and self.clock() < deadline:
             try:
                 record = self.recorder.completions.get(timeout=0.05)
@@ -319,8 +308,6 @@ class Stage:
         for request_id in list(self.in_flight):
             self.recorder.finished(request_id, self.end_s, reason)
         self.in_flight.clear()
-        self._send_steps()
-        self.outbox.put(events.StageEnd(self.index, status, self.end_s, self.kv_peak, stop_reason))
 
     def _send_steps(self) -> None:
         """The steps the engine counted since the stage began (benchd.measure.roofline), taken from its log."""

@@ -18,12 +18,14 @@ Outcome = Literal["pass", "fail", "unusable"]
 
 def outcome(summary: StageSummary) -> Outcome:
     """pass: a valid stage that meets its stage objectives. fail: one that misses them, or that the load broke (a stop
-    rule ended it: over-saturation, errors; completions fell behind offers; or too many errors): the rate is beyond
-    the capacity even where its SLO held, and even where the client was late too (a max_concurrency cap holds requests
-    back exactly when the engine cannot keep up). unusable: one the client spoiled (late dispatch, too short, not run
-    to its end): it says nothing about the rate."""
-    checks = {i.check for i in summary.invalid}
-    if checks & {"stopped", "oversaturated"}:
+    rule ended it: over-saturation, errors; completions fell behind offers; requests still in flight when its drain
+    ended; or too many errors): the rate is beyond the capacity even where its SLO held, and even where the client was
+    late too (a max_concurrency cap holds requests back exactly when the engine cannot keep up). unusable: one the
+    client spoiled (late dispatch, too short, not run to its end): it says nothing about the rate."""
+    # The GPU's clocks are judged in the daemon after the run (result.RunResult.valid), never here: the worker that
+    # decides the next probe from this outcome cannot see them, and the daemon replays its decisions.
+    checks = {i.check for i in summary.invalid} - {"throttled"}
+    if checks & {"stopped", "oversaturated", "cut"}:
         return "fail"
     if checks & CLIENT_CHECKS or summary.valid is None:
         return "unusable"

@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
+from benchd.hardware.clocks import clock_difference
 from benchd.measure.records import RequestRecord
 from benchd.measure.roofline import moved_toward, utilisation
 from benchd.spec.documents import parse_json
@@ -34,6 +35,7 @@ class Side(BaseModel):
     energy_per_token_j: list[float]  # one per run that has it
     invalid: list[str] = []  # runs whose verdict is invalid: their figures are not to be trusted
     roofline: list[dict] = []  # each run's first stage's (measure/roofline.py), those that have one
+    clocks: list[list[dict]] = []  # each run's first stage's GPUs' clock events (hardware/clocks.py)
 
 
 class MetricChange(BaseModel):
@@ -61,6 +63,9 @@ class Comparison(BaseModel):
     roofline_a: dict[str, float] | None = None
     roofline_b: dict[str, float] | None = None
     moved_toward: str | None = None
+    # Whether the two sides ran under different clock states, and how (hardware/clocks.py): a change between them may
+    # be the GPU's state, not the software's. None: the same states, or either side has no GPU samples.
+    clock_states: str | None = None
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -137,17 +142,18 @@ def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = 
     line_a, line_b = utilisation(a.roofline), utilisation(b.roofline)
     return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics,
                       invalid=[*a.invalid, *b.invalid], roofline_a=line_a, roofline_b=line_b,
-                      moved_toward=moved_toward(line_a, line_b))
+                      moved_toward=moved_toward(line_a, line_b), clock_states=clock_difference(a.clocks, b.clocks))
 
 
-def _side(labels: Sequence[str],
-          runs: Iterable[tuple[list[RequestRecord], float | None, float | None, bool | None, dict | None]]) -> Side:
-    """Each run's first-stage records (load levels are not mixed), output tok/s, energy per token and verdict: the
+def _side(labels: Sequence[str], runs: Iterable[tuple[list[RequestRecord], dict, float | None, bool | None]]) -> Side:
+    """Each run's first-stage records (load levels are not mixed) and summary, energy per token and verdict: the
     measured, successful requests give the samples, ITL exactly as the records define it (each arrival keeps
     how many tokens it carried)."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
-    throughput, energy, invalid, lines = [], [], [], []
-    for label, (records, tokens_per_s, joules, valid, line) in zip(labels, runs):
+    throughput, energy, invalid, lines, clocks = [], [], [], [], []
+    for label, (records, first, joules, valid) in zip(labels, runs):
+        tokens_per_s, line = first.get("output_tokens_per_s"), first.get("roofline")
+        clocks.append(first.get("clocks") or [])
         good = [r for r in records if not r.warmup and r.ok]
         samples["ttft_s"].append([r.ttft_s for r in good])
         samples["e2e_s"].append([r.e2e_s for r in good])
@@ -162,7 +168,7 @@ def _side(labels: Sequence[str],
         if line:
             lines.append(line)
     return Side(run_ids=list(labels), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
-                invalid=invalid, roofline=lines)
+                invalid=invalid, roofline=lines, clocks=clocks)
 
 
 def side_from_store(store, run_ids: Sequence[str]) -> Side:
@@ -174,8 +180,7 @@ def side_from_store(store, run_ids: Sequence[str]) -> Side:
             if row is None:
                 raise KeyError(run_id)
             first = row["summary"][0] if row["summary"] else {}
-            yield (store.records(run_id, stage_index=0), first.get("output_tokens_per_s"),
-                   row.get("energy_per_token_j"), row.get("valid"), first.get("roofline"))
+            yield store.records(run_id, stage_index=0), first, row.get("energy_per_token_j"), row.get("valid")
 
     return _side(run_ids, runs())
 
@@ -195,7 +200,7 @@ def side_from_directories(paths: Sequence[Path]) -> Side:
     return _side([str(p) for p in paths], runs())
 
 
-def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, float | None, bool | None, dict | None]:
+def _read_directory(path: Path) -> tuple[list[RequestRecord], dict, float | None, bool | None]:
     if not path.is_dir():
         raise NotAResult(f"{path}: no such directory; give a directory written by `benchd run --out`")
     if not (path / "summary.json").is_file():
@@ -219,4 +224,4 @@ def _read_directory(path: Path) -> tuple[list[RequestRecord], float | None, floa
     stages = summary.get("stages") or []
     joules = (summary.get("hardware") or {}).get("energy_per_output_token_joules")
     first = stages[0] if stages else {}
-    return records, first.get("output_tokens_per_s"), joules, summary.get("valid"), first.get("roofline")
+    return records, first, joules, summary.get("valid")

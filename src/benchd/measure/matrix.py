@@ -46,6 +46,7 @@ class RunFigures:
     stack: dict[str, Any] = field(default_factory=dict)  # what the worker says was in effect
     invalid: list[str] = field(default_factory=list)  # the first stage's broken validity checks (oversaturated, …)
     roofline: dict | None = None  # the first stage's (measure/roofline.py)
+    clocks: list[dict] = field(default_factory=list)  # the first stage's GPUs' clock events (hardware/clocks.py)
 
 
 def run_figures(run_id: str, status: str, records: Sequence, summary: dict | None, metadata: dict | None,
@@ -65,7 +66,8 @@ def run_figures(run_id: str, status: str, records: Sequence, summary: dict | Non
         weight_bytes=meta.get("weight_bytes"), model_load_s=meta.get("model_load_s"),
         tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
         stack={k: meta.get(k) for k in STACK},
-        invalid=[i["check"] for i in (summary or {}).get("invalid") or []], roofline=(summary or {}).get("roofline"))
+        invalid=[i["check"] for i in (summary or {}).get("invalid") or []], roofline=(summary or {}).get("roofline"),
+        clocks=(summary or {}).get("clocks") or [])
 
 
 def figures_from_result(run_id: str, result) -> RunFigures:
@@ -120,6 +122,9 @@ class VariantComparison(BaseModel):
     # (measure/roofline.py; None: neither utilisation rose, or either lacks them).
     roofline: dict[str, float] | None = None
     moved_toward: str | None = None
+    # Whether it ran under other clock states than the baseline, and how (hardware/clocks.py): a change against it
+    # may be the GPU's state, not the variant's.
+    clock_states: str | None = None
 
 
 class MatrixComparison(BaseModel):
@@ -134,7 +139,7 @@ def _side(runs: list[RunFigures]) -> Side:
                 samples={name: [r.samples.get(name, []) for r in runs] for name in LATENCIES},
                 output_tokens_per_s=[r.output_tokens_per_s for r in runs if r.output_tokens_per_s is not None],
                 energy_per_token_j=[r.energy_per_token_j for r in runs if r.energy_per_token_j is not None],
-                roofline=[r.roofline for r in runs if r.roofline])
+                roofline=[r.roofline for r in runs if r.roofline], clocks=[r.clocks for r in runs])
 
 
 def agreement(baseline: list[RunFigures | None], variant: list[RunFigures | None]) -> TokenAgreement | None:
@@ -181,9 +186,10 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
         index = _get(variant, "index")
         mine, every = good.get(index, []), runs.get(index, [])
         metrics: list[MetricChange] = []
-        tokens = None
+        tokens = clocks = None
         if index != baseline:
-            metrics = compare(_side(base), _side(mine), threshold, confidence, seed=seed).metrics
+            against = compare(_side(base), _side(mine), threshold, confidence, seed=seed)
+            metrics, clocks = against.metrics, against.clock_states
             rng = np.random.default_rng(seed)
             for name, min_runs in RUN_FIGURES:
                 a = [getattr(r, name) for r in base if getattr(r, name) is not None]
@@ -204,7 +210,7 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
             invalid=[r.run_id for r in every if r is not None and r.invalid],
             oversaturated=[r.run_id for r in every if r is not None and "oversaturated" in r.invalid],
             roofline=(line := utilisation(r.roofline for r in mine)),
-            moved_toward=moved_toward(base_line, line) if index != baseline else None))
+            moved_toward=moved_toward(base_line, line) if index != baseline else None, clock_states=clocks))
     return MatrixComparison(baseline=baseline, threshold=threshold, confidence=confidence, variants=out)
 
 

@@ -9,10 +9,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from benchd.hardware.clocks import GPUClocks
 from benchd.measure import latency
 from benchd.spec import slo as objectives
 from benchd.spec.slo import SLO
 from benchd.spec.validity import Figures, Invalidity, ValidityRules, judge, saturation, sent_rate_ratio
+
+# The error of a request still in flight when its stage's drain ended (loadgen/stage.py): cancelled by benchd at the
+# stage's end, counted as cut, apart from the failed ones (docs/figures.md).
+CUT = "cut: still in flight when the stage's drain ended"
 
 
 @dataclass(slots=True)
@@ -42,6 +47,10 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.finished_s is not None and self.error is None and bool(self.arrival_s)
+
+    @property
+    def cut(self) -> bool:
+        return self.error == CUT
 
     @property
     def output_tokens(self) -> int:
@@ -211,7 +220,7 @@ class StageSummary(BaseModel):
     stage: str
     status: str
     requests: int  # measured requests that succeeded
-    errors: int  # measured requests that failed or were cancelled
+    errors: int  # measured requests that failed or were cancelled (those cut at the drain's end apart)
     warmup_requests: int
     duration_s: float  # the measured window: first measured scheduled time → last measured token
     prompt_tokens: int
@@ -241,6 +250,16 @@ class StageSummary(BaseModel):
     valid: bool | None = None
     invalid: list[Invalidity] = []
     stop_reason: str | None = None  # why a stopped stage stopped early
+    # The drain (stop.drain_s): measured requests still in flight when it ended, cut (cancelled at the stage's end,
+    # their tokens kept: the figures over the completed ones lean short), their share of the measured requests
+    # sent, the drain's bound, and how long the stage drained: from its stop to its last request's end or the cut.
+    cut: int = 0
+    cut_share: float | None = None
+    drain_bound_s: float | None = None
+    drain_s: float | None = None
+    # Each GPU the stage ran on, over the hardware sampler's reads during it (hardware/clocks.py): the share of
+    # samples under each clock event and the mean SM clock against its maximum; none on a CPU.
+    clocks: list[GPUClocks] = []
     # How far from the hardware (benchd.measure.roofline.Roofline.as_dict): None where the engine counted no steps
     # or the device's limits are unknown.
     roofline: dict[str, float | int | str] | None = None
@@ -256,13 +275,23 @@ def summarize(
     rules: ValidityRules | None = None,
     open_loop: bool = False,
     stop_reason: str | None = None,
+    drain: tuple[float, float] | None = None,
+    clocks: Sequence[GPUClocks] = (),
 ) -> StageSummary:
-    """Figures over measured (non-warm-up) requests; end_s closes the window of an interrupted stage. With rules, the
-    stage's verdict (open_loop: its requests left at scheduled times, so the client's fidelity is judged)."""
+    """Figures over measured (non-warm-up) requests; end_s closes the window of an interrupted stage, or of one whose
+    drain ended with requests in flight (cut). With rules, the stage's verdict (open_loop: its requests left at
+    scheduled times, so the client's fidelity is judged). drain: (when the stage stopped sending, its drain's bound);
+    clocks: its GPUs' clock events."""
     records = list(records)
     measured = [r for r in records if not r.warmup]
     good = [r for r in measured if r.ok]
-    failed = [r for r in measured if r.done and not r.ok]
+    cut = [r for r in measured if r.cut]
+    failed = [r for r in measured if r.done and not r.ok and not r.cut]
+    sent_count = len(good) + len(failed) + len(cut)
+    drained = None
+    if drain is not None:
+        ended = [r.finished_s for r in records if r.finished_s is not None]
+        drained = max(0.0, max(ended, default=drain[0]) - drain[0])
 
     starts = [r.scheduled_s for r in measured if r.submitted_s is not None]
     ends = [r.arrival_s[-1] for r in measured if r.arrival_s]
@@ -297,7 +326,8 @@ def summarize(
     invalid = None
     if rules is not None:
         invalid = judge(rules, Figures(status, stop_reason, open_loop, duration, len(good), len(failed), lag.p99,
-                                       ratio, pace))
+                                       ratio, pace, stats["ttft_s"].p50, stats["itl_s"].p50, len(cut),
+                                       None if drain is None else drain[1], tuple(c.shares() for c in clocks)))
 
     return StageSummary(
         stage=stage,
@@ -325,4 +355,9 @@ def summarize(
         valid=None if invalid is None else not invalid,
         invalid=invalid or [],
         stop_reason=stop_reason,
+        cut=len(cut),
+        cut_share=len(cut) / sent_count if sent_count else None,
+        drain_bound_s=None if drain is None else drain[1],
+        drain_s=drained,
+        clocks=list(clocks),
     )

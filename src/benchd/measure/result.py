@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchd.hardware.clocks import GPUClocks
 from benchd.hardware.sampler import HardwareSummary
 from benchd.hardware.speed import DeviceSpeed
 from benchd.measure import capacity
@@ -39,6 +40,8 @@ class StageResult:
     open_loop: bool = False
     stop_reason: str | None = None  # why a stop rule ended it early
     steps: StepLog | None = None  # the forward steps its engine counted (None: a server's, or none sent)
+    drain: tuple[float, float] | None = None  # (when it stopped sending, its drain's bound)
+    clocks: list[GPUClocks] = field(default_factory=list)  # its GPUs' clock events (daemon/lifecycle.py)
 
     @classmethod
     def of(cls, spec: GenerateSpec, index: int, label: str, start_s: float) -> StageResult:
@@ -47,6 +50,13 @@ class StageResult:
         stages = workload.stages()
         open_loop = isinstance(workload.arrivals, Capacity) or (index < len(stages) and is_open_loop(stages[index]))
         return cls(index, label, start_s, slo=workload.slo, rules=workload.validity, open_loop=open_loop)
+
+    def span(self) -> tuple[float, float] | None:
+        """Its start to its end: where it was cut or aborted, else its last request's end (its drain included)."""
+        ends = [r.finished_s for r in self.records if r.finished_s is not None]
+        if self.end_s is not None:
+            ends.append(self.end_s)
+        return (self.start_s, max(ends)) if ends else None
 
     def window(self) -> tuple[float, float] | None:
         """First measured scheduled time → last measured token (the end of an aborted stage)."""
@@ -61,7 +71,7 @@ class StageResult:
         """Its figures; with the run's metadata (the device's limits, the model's cost), how far from the hardware
         its steps ran."""
         summary = summarize(self.label, self.status, self.records, self.slo, self.kv_peak, self.end_s, self.rules,
-                            self.open_loop, self.stop_reason)
+                            self.open_loop, self.stop_reason, self.drain, self.clocks)
         summary.roofline = self.roofline(metadata)
         return summary
 
@@ -118,24 +128,26 @@ class RunResult:
 
     def valid(self, summaries: list[StageSummary] | None = None) -> bool | None:
         """The run's verdict: it succeeded and every stage is valid; a capacity search, when its figure rests on
-        valid probes and the search ended by its own rule. None for timed runs, which have no verdict."""
+        valid probes, the search ended by its own rule and no probe ran on a throttled GPU. None for timed runs,
+        which have no verdict."""
         if self.spec.kind != "generate":
             return None
         if self.status != "succeeded":
             return False
         summaries = summaries if summaries is not None else self.summaries()
         found = self.capacity(summaries)
-        if found is not None:
-            return found.complete and found.requests_per_s is not None
+        if found is not None:  # its probes were decided in the worker, which cannot see the clocks: judged here
+            throttled = any(i.check == "throttled" for s in summaries for i in s.invalid)
+            return found.complete and found.requests_per_s is not None and not throttled
         return bool(summaries) and all(s.valid for s in summaries)
 
     def judge(self) -> None:
         """A run that ran to its end but whose measured requests (or timed stages) all failed has failed, with the
-        first error as its reason."""
+        first error as its reason (those cut at a stage's drain are no failure)."""
         if self.status != "succeeded":
             return
-        if self.spec.kind == "generate":
-            measured = [r for s in self.stages for r in s.records if not r.warmup]
+        if self.spec.kind == "generate":  # a request cut at its stage's drain did not fail: it was not let finish
+            measured = [r for s in self.stages for r in s.records if not r.warmup and not r.cut]
             if measured and not any(r.ok for r in measured):
                 first = min(measured, key=lambda r: r.index)
                 self.status, self.error = "failed", f"all {len(measured)} measured requests failed; first: {first.error}"

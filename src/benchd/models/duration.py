@@ -10,10 +10,12 @@ so that what is refused surely could not finish in time. What each counts:
 - a training step: the step's model FLOPs (flops.step_flops) at the matmul rate, and AdamW's passes over the weights.
 - a generation stage: a prompt token costs its forward FLOPs; an output token a pass over the weights at the copy
   bandwidth, when the weights are larger than the probe's copy (smaller ones may run from the caches: nothing is
-  counted). Open loop: its sending time (arrivals, rate, stop) and the longest request after the last is sent. Closed
-  loop: the requests at their shortest lengths, `concurrency` at a time sharing each step's pass over the weights, or
-  its stop.duration_s and the longest request. An openai run's server is another machine: its sending time only; a
-  quantized model's weights are smaller than their dtype says: its prompts only.
+  counted). Open loop: its sending time (arrivals, rate, stop) and the longest request after the last is sent, at
+  most its drain. Closed loop: the requests at their shortest lengths, `concurrency` at a time sharing each step's
+  pass over the weights, or its stop.duration_s and the longest request, at most its drain. An openai run's server
+  is another machine: its sending time only; a quantized model's weights are smaller than their dtype says: its
+  prompts only.
+And the most a stage can take whatever the engine does (stage_bound_s): its sending to its stop, then its drain.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from benchd.models.memory import dtype_bytes, fit_problems, model_shape_and_weig
 from benchd.models.plan import LOGIT_BYTES
 from benchd.spec import (
     ArrivalProfile,
+    Capacity,
     Concurrent,
     Constant,
     FixedLength,
@@ -44,6 +47,7 @@ from benchd.spec import (
     TrainStepSpec,
     traces,
 )
+from benchd.spec.workload import CANCEL_GRACE_S
 
 COMPILE_S = 120.0  # torch.compile with max-autotune, once a shape: allowed on top of a kernel run's deadline
 SCORE_PASSES = 3  # eager attention writes its scores, softmaxes them (a read and a write), reads them for P·V
@@ -65,6 +69,42 @@ def sending_s(profile: ArrivalProfile, spec: GenerateSpec) -> float | None:
         by_requests += warmup.seconds
     candidates = [d for d in (by_duration, by_requests) if d is not None]
     return min(candidates) if candidates else None
+
+
+def stage_bound_s(profile: ArrivalProfile, spec: GenerateSpec) -> float | None:
+    """The most a stage takes from its start whatever the engine does: its sending, which stops at its stop (its
+    warm-up included), its drain (stop.drain_for) and the grace its engines have to end what it cut. None where the
+    engine's pace decides when its sending stops (a closed loop, or an open loop held back by max_concurrency,
+    stopped by requests alone, or a trace unreadable since admission)."""
+    stop, warmup = spec.workload.stop, spec.workload.warmup
+    send = sending_s(profile, spec) if getattr(profile, "max_concurrency", None) is None else None
+    if isinstance(profile, Trace):
+        try:
+            trace = traces.summarize(profile).duration_s
+        except traces.TraceError:  # changed since admission: its worker says so, failing the run
+            trace = stop.duration_s
+        if trace is None:
+            return None
+        send = min(trace, stop.duration_s) if stop.duration_s is not None else trace
+        send = None if profile.max_concurrency is not None and stop.duration_s is None else send + warmup.seconds
+    elif send is None and stop.duration_s is not None:
+        send = stop.duration_s + warmup.seconds
+    if send is None:
+        return None
+    return send + stop.drain_for(send) + CANCEL_GRACE_S
+
+
+def run_bound_s(spec: RunSpec) -> float | None:
+    """The most a generation run's stages take once its requests start, each within its stage_bound_s (a capacity
+    search's max_probes probes, each at the longest); None where one stage has no bound, and for timed runs."""
+    if not isinstance(spec, GenerateSpec):
+        return None
+    arrivals = spec.workload.arrivals
+    if isinstance(arrivals, Capacity):  # its slowest probe sends the longest
+        probe = stage_bound_s(arrivals.probe(arrivals.min_rate), spec)
+        return None if probe is None else probe * arrivals.max_probes
+    bounds = [stage_bound_s(profile, spec) for profile in spec.workload.stages()]
+    return None if not bounds or None in bounds else sum(bounds)
 
 
 def span(seconds: float) -> str:
@@ -170,17 +210,23 @@ def length_lower_bound(dist) -> int:
 
 def stage_s(profile: ArrivalProfile, spec: GenerateSpec, times: TokenTimes) -> tuple[float, float, str] | None:
     """(the stage's least time, its longest request's, what bounds it: sending, trace, requests or duration) at
-    these token times; None when nothing bounds it."""
+    these token times; None when nothing bounds it. After its sending, a stage waits for its longest request at
+    most its drain: one longer is cut then."""
     workload = spec.workload
     stop, warmup = workload.stop, workload.warmup
     longest = times.request_s(*traces.longest(workload))
+
+    def tail(send: float) -> float:
+        return min(longest, stop.drain_for(send) + CANCEL_GRACE_S)
+
     send = sending_s(profile, spec)
     if send is not None:
-        return send + longest, longest, "sending"
+        return send + tail(send), longest, "sending"
     if isinstance(profile, Trace):
         trace = traces.summarize(profile)
-        send = trace.duration_s if stop.duration_s is None else min(trace.duration_s, stop.duration_s)
-        return send + warmup.seconds + longest, longest, "trace"
+        send = (trace.duration_s if stop.duration_s is None else min(trace.duration_s, stop.duration_s)) \
+            + warmup.seconds
+        return send + tail(send), longest, "trace"
     if not isinstance(profile, Concurrent | Synchronous):
         return None
     concurrency = profile.concurrency if isinstance(profile, Concurrent) else 1
@@ -191,7 +237,8 @@ def stage_s(profile: ArrivalProfile, spec: GenerateSpec, times: TokenTimes) -> t
         bounds.append((warmup.seconds + n * prompt * times.prompt_s
                        + math.ceil(n / concurrency) * output * times.step_s, "requests"))
     if stop.duration_s is not None:
-        bounds.append((stop.duration_s + warmup.seconds + longest, "duration"))
+        send = stop.duration_s + warmup.seconds
+        bounds.append((send + tail(send), "duration"))
     total, bound = min(bounds)
     return total, longest, bound
 

@@ -105,9 +105,18 @@ class Load(Event):
     kv_blocks_total: int | None
 
 
+class Drain(Event):
+    """Stage `stage` stopped sending at t_s: it waits for its requests in flight at most bound_s (stop.drain_s), then
+    cuts those still out."""
+
+    stage: int
+    t_s: float
+    bound_s: float
+
+
 class StageEnd(Event):
-    """end_s: where an aborted stage's window closes (None: at its last request); status stopped: a stop rule ended
-    it, stop_reason says why."""
+    """end_s: where an aborted stage's window closes, or a stage cut at its drain's end (None: at its last request);
+    status stopped: a stop rule ended it, stop_reason says why."""
 
     index: int
     status: str
@@ -181,8 +190,8 @@ class TimedProgress(Event):
     duration_s: float | None
 
 
-AnyEvent = (Phase | StageStart | Request | Submitted | Admitted | Tokens | Prompt | Finished | Load | StageEnd
-            | Steps | EngineRestart | Timing | TimedStage | Span | TimedProgress)
+AnyEvent = (Phase | StageStart | Request | Submitted | Admitted | Tokens | Prompt | Finished | Load | Drain
+            | StageEnd | Steps | EngineRestart | Timing | TimedStage | Span | TimedProgress)
 
 # Made whatever the engine does: not progress (a stalled engine still gets requests and has its load sampled).
-DISPATCH = frozenset({Request, Submitted, Load})
+DISPATCH = frozenset({Request, Submitted, Load, Drain})

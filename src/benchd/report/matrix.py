@@ -93,10 +93,12 @@ def roofline_cell(v: VariantComparison) -> str:
 
 
 def verdict(v: VariantComparison) -> str:
-    """Its runs' verdicts: an over-saturated one is named, since its latencies measure a growing queue."""
+    """Its runs' verdicts: an over-saturated one is named, since its latencies measure a growing queue; and whether
+    it ran under other clock states than the baseline (its change may be the GPU's)."""
+    clocks = "; other clock states than the baseline" if v.clock_states else ""
     if v.oversaturated:
-        return f"OVERSATURATED ({len(v.oversaturated)}/{len(v.run_ids)} runs)"
-    return f"INVALID ({len(v.invalid)}/{len(v.run_ids)} runs)" if v.invalid else "valid"
+        return f"OVERSATURATED ({len(v.oversaturated)}/{len(v.run_ids)} runs){clocks}"
+    return (f"INVALID ({len(v.invalid)}/{len(v.run_ids)} runs)" if v.invalid else "valid") + clocks
 
 
 SUMMARY_HEAD = ("variant", "values", "runs ok", "verdict", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "weights",
@@ -127,6 +129,8 @@ def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
                      f'the offers in {len(v.oversaturated)} of its {len(v.run_ids)} runs: its latencies measure a '
                      'growing queue, and their change against the baseline says how long it grew</p>'
                      for v in comparison.variants if v.oversaturated]
+        saturated += [f'<p class="note error">variant {_esc(v.index)} ({_esc(v.label)}): {_esc(v.clock_states)}</p>'
+                      for v in comparison.variants if v.clock_states]
         sections.append(_section("Variants", _table(SUMMARY_HEAD, summary_rows(comparison), 2), *saturated,
                                  anchor="summary", about=about))
         sections.append(_section("Every metric", *[_metrics(v) for v in comparison.variants if not v.baseline],

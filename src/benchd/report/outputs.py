@@ -180,7 +180,8 @@ def print_summary(outcome: RunResult, console: Console | None = None) -> None:
 def comparison_table(result: Comparison) -> Table:
     table = Table(title=f"A: {', '.join(result.a)}  →  B: {', '.join(result.b)}",
                   caption=f"significant at {result.confidence:.0%}, beyond ±{result.threshold:.0%}"
-                  + (f"; INVALID runs: {', '.join(result.invalid)}" if result.invalid else ""))
+                  + (f"; INVALID runs: {', '.join(result.invalid)}" if result.invalid else "")
+                  + (f"; {result.clock_states}" if result.clock_states else ""))
     for column in ("metric", "A", "B", "change", "interval", "verdict"):
         table.add_column(column, justify="left" if column in ("metric", "verdict") else "right")
     for m in result.metrics:

@@ -38,11 +38,35 @@ def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
             "–" if s.goodput_requests_per_s is None else
             f"{s.goodput_requests_per_s:.2f} ({s.slo_attainment or 0:.0%})" for s in summaries
         ]))
+    if any(s.drain_s is not None for s in summaries):
+        rows.append(("drained s (cut at its end)", [drain_cell(s) for s in summaries]))
+    if any(s.clocks for s in summaries):
+        rows.append(("GPU clock events (SM of max)", [clocks_cell(s) for s in summaries]))
     if any(s.roofline for s in summaries):  # how far from the hardware (docs/figures.md)
         rows.append(("MBU / MFU", [roofline_cell(s, "{mbu:.1%} / {mfu:.1%}") for s in summaries]))
         rows.append(("of roofline bound (bound by)", [roofline_cell(s, "{of_bound:.1%} ({bound_by})")
                                                       for s in summaries]))
     return rows
+
+
+def drain_cell(s: StageSummary) -> str:
+    """How long it drained of its bound, and the requests cut when the bound came (the completed ones lean short)."""
+    if s.drain_s is None:
+        return "–"
+    bound = "" if s.drain_bound_s is None else f" of ≤ {s.drain_bound_s:.3g}"
+    cut = f"; {s.cut} cut ({s.cut_share:.1%}): completed lean short" if s.cut else ""
+    return f"{s.drain_s:.1f}{bound}{cut}"
+
+
+def clocks_cell(s: StageSummary) -> str:
+    """Each GPU's clock events in any of its samples (by DCGM's names) and its mean SM clock of its maximum."""
+    cells = []
+    for gpu in s.clocks:
+        events = ", ".join(f"{event} {share:.0%}" for event, share in gpu.events.items() if share)
+        ratio = gpu.sm_clock_ratio
+        sm = "" if ratio is None else f" (SM {ratio:.0%})"
+        cells.append(f"{gpu.gpu}: {events or 'none'}{sm}" if len(s.clocks) > 1 else f"{events or 'none'}{sm}")
+    return "; ".join(cells) or "–"
 
 
 def roofline_cell(s: StageSummary, form: str) -> str:

@@ -34,11 +34,15 @@ STEADY_SHARE = 0.25
 
 class ValidityRules(Strict):
     """A stage breaking any rule gets the verdict invalid, with each reason. The rules are the workload's (stored with
-    its spec), the defaults below where it sets none."""
+    its spec), the daemon's BENCHD_VALIDITY__* where it sets none, the defaults below where neither does
+    (docs/figures.md, verdicts: validity, says why each default is what it is)."""
 
-    # Client fidelity, open loop only (a closed loop's pace is the engine's): the dispatcher's own lateness (p99 of
-    # sent − scheduled), and the rate it sent at against the rate it was scheduled to.
-    max_dispatch_lag_p99_s: PositiveFloat | None = 0.001
+    # Client fidelity, open loop only (a closed loop's pace is the engine's): dispatch lag (sent − scheduled) adds to
+    # every request's TTFT and E2E, so its p99 is judged against TTFT p50 and ITL p50 (docs/figures.md).
+    dispatch_lag_floor_s: PositiveFloat = 0.001  # Dispatch lag p99 at or under this is never judged (timer noise).
+    max_dispatch_lag_ttft_share: Fraction | None = 0.1  # Dispatch lag p99 over TTFT p50, at most.
+    max_dispatch_lag_itl_share: Fraction | None = 0.25  # Dispatch lag p99 over ITL p50, at most.
+    max_dispatch_lag_p99_s: PositiveFloat | None = None  # Dispatch lag p99, at most, whatever the latencies.
     min_sent_rate_ratio: Fraction = 0.95  # requests sent per second over those scheduled per second, at least
     min_duration_s: NonNegativeFloat = 0.0  # the measured window
     min_requests: NonNegativeInt = 0  # measured requests that finished
@@ -52,17 +56,35 @@ class ValidityRules(Strict):
     # And as a stop rule: the requests in flight grew, never draining, for this long: the stage stops early (off when
     # unset; Backlog).
     oversaturation_s: PositiveFloat | None = None
+    # Requests still in flight when the stage's drain ended were cut (stop.drain_s): the longest, so the completed
+    # ones lean short; beyond this share, a percentile as high as p99 may be one a cut request would have moved.
+    max_cut_share: Fraction | None = 0.01  # Measured requests cut over those sent, at most.
+    # A GPU under thermal or hardware slowdown (SLOWDOWN_EVENTS: clocks cut, often by half or more) in more than this
+    # share of the stage's samples gives figures that are its cooling's or board's (at half clock, 0.05 is half the
+    # comparisons' 5 % threshold); the power cap and the rest are shown, not judged.
+    max_slowdown_share: Fraction | None = 0.05  # A GPU's samples under thermal or hardware slowdown, at most.
 
 
 class Invalidity(BaseModel):
     check: str  # unfinished | stopped | dispatch_lag | sent_rate | too_few_requests | min_duration | min_requests |
-    #             max_errors | max_error_rate | oversaturated
+    #             max_errors | max_error_rate | oversaturated | cut | throttled
     message: str
 
 
 # Checks that say the client (or the stage's length), not the load, spoiled a stage: run it again.
 CLIENT_CHECKS = frozenset({"dispatch_lag", "sent_rate", "too_few_requests", "min_duration", "min_requests",
                            "unfinished"})
+# Clock events, by DCGM exporter's names for NVML's reasons (its clock_event label; hardware/readings.py maps NVML's
+# to them), in NVML's bit order. SLOWDOWN_EVENTS cut the clocks for the board's or the cooling's sake whatever the work:
+# they invalidate (max_slowdown_share). The rest are shown: idle, the application clocks and display settings, sync
+# boost, and the power cap, which a heavy workload reaches by itself (its figures are those of this GPU at its cap).
+CLOCK_EVENTS = ("gpu_idle", "clocks_setting", "power_cap", "hw_slowdown", "sync_boost", "sw_thermal", "hw_thermal",
+                "hw_power_brake", "display_clocks")
+SLOWDOWN_EVENTS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+CLOCK_EVENT_NAMES = {"gpu_idle": "idle", "clocks_setting": "application clocks setting", "power_cap": "power cap",
+                     "hw_slowdown": "hardware slowdown", "sync_boost": "sync boost",
+                     "sw_thermal": "thermal slowdown (SW)", "hw_thermal": "thermal slowdown (HW)",
+                     "hw_power_brake": "power brake", "display_clocks": "display clocks setting"}
 # A rate is judged between two requests at least: an open loop that sent fewer is invalid, not on time.
 MIN_REQUESTS_FOR_RATE = 2
 
@@ -80,6 +102,20 @@ class Figures:
     dispatch_lag_p99_s: float | None
     sent_rate_ratio: float | None
     saturation: Saturation | None = None  # an open loop's, where its window is long enough
+    ttft_p50_s: float | None = None  # what dispatch lag distorts
+    itl_p50_s: float | None = None
+    cut: int = 0  # measured requests cut when the stage's drain ended
+    drain_s: float | None = None  # that drain's bound
+    clocks: tuple[ClockShares, ...] = ()  # each GPU the stage ran on, over its samples
+
+
+@dataclass(slots=True, frozen=True)
+class ClockShares:
+    """One GPU over a stage (hardware/clocks.py): the share of its samples under each clock event (CLOCK_EVENTS)."""
+
+    gpu: str
+    samples: int
+    events: dict[str, float]
 
 
 @dataclass(slots=True, frozen=True)
@@ -165,14 +201,13 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
         bad("stopped", f"stopped early: {f.stop_reason or 'a rule was broken'}")
     elif f.status != "succeeded":
         bad("unfinished", f"the stage did not run to its end ({f.status})")
+    if f.open_loop and (reason := dispatch_lag(rules, f)) is not None:
+        bad("dispatch_lag", reason)
     if f.open_loop:
-        lag = f.dispatch_lag_p99_s
-        if rules.max_dispatch_lag_p99_s is not None and lag is not None and lag > rules.max_dispatch_lag_p99_s:
-            bad("dispatch_lag", f"dispatch lag p99 {lag * 1e3:.2f} ms over {rules.max_dispatch_lag_p99_s * 1e3:g} ms: "
-                                "requests left later than scheduled (a busy client, or a concurrency cap)")
         ratio = f.sent_rate_ratio
-        if f.requests + f.errors < MIN_REQUESTS_FOR_RATE:
-            bad("too_few_requests", f"too few requests to judge the rate they were sent at: {f.requests + f.errors} "
+        if f.requests + f.errors + f.cut < MIN_REQUESTS_FOR_RATE:
+            bad("too_few_requests", f"too few requests to judge the rate they were sent at: "
+                                    f"{f.requests + f.errors + f.cut} "
                                     f"measured, {MIN_REQUESTS_FOR_RATE} needed (run the stage longer)")
         elif ratio is not None and ratio < rules.min_sent_rate_ratio:
             bad("sent_rate", f"sent at {ratio:.1%} of the scheduled rate, under {rules.min_sent_rate_ratio:.0%}")
@@ -184,6 +219,14 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
     if f.open_loop and rules.min_completion_ratio and f.saturation is not None:
         if (reason := f.saturation.oversaturated(rules.min_completion_ratio)) is not None:
             bad("oversaturated", reason)
+    sent = finished + f.cut
+    if rules.max_cut_share is not None and f.cut and f.cut / sent > rules.max_cut_share:
+        drain = f" of {f.drain_s:.3g} s" if f.drain_s is not None else ""
+        bad("cut", f"{f.cut} of {sent} measured requests ({f.cut / sent:.1%}) were still in flight when the stage's "
+                   f"drain{drain} ended and were cut, over {rules.max_cut_share:.0%}: the longest requests are those "
+                   "cut, so the completed ones lean short (run the stage longer, or give it a longer stop.drain_s)")
+    if rules.max_slowdown_share is not None and (reason := slowdown(rules.max_slowdown_share, f.clocks)):
+        bad("throttled", reason)
     if f.status == "stopped":  # its reason says which rule stopped it; what it cancelled then counts as failed
         return out
     if rules.max_errors is not None and f.errors > rules.max_errors:
@@ -192,6 +235,51 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
         bad("max_error_rate", f"error rate {f.errors / finished:.1%} ({f.errors} of {finished}) over "
                               f"{rules.max_error_rate:.1%}")
     return out
+
+
+def dispatch_lag(rules: ValidityRules, f: Figures) -> str | None:
+    """Why the dispatch lag spoils the stage's latencies, or None: its p99 over the ceiling, if one is set; else over
+    the floor and a material share of TTFT p50 or ITL p50 (over the floor alone, where no request succeeded)."""
+    lag = f.dispatch_lag_p99_s
+    if lag is None:
+        return None
+    why = ("requests left later than scheduled, which adds to each one's TTFT and E2E (a busy client, or a "
+           "concurrency cap holding them back)")
+    ceiling = rules.max_dispatch_lag_p99_s
+    if ceiling is not None and lag > ceiling:
+        return f"dispatch lag p99 {lag * 1e3:.2f} ms over the ceiling of {ceiling * 1e3:g} ms: {why}"
+    floor = rules.dispatch_lag_floor_s
+    if lag <= floor:
+        return None
+    shares = [(name, p50, share) for name, p50, share in (("TTFT", f.ttft_p50_s, rules.max_dispatch_lag_ttft_share),
+                                                          ("ITL", f.itl_p50_s, rules.max_dispatch_lag_itl_share))
+              if share is not None]
+    if not shares:
+        return None  # neither share is a rule
+    over = [f"{lag / p50:.0%} of {name} p50 ({p50 * 1e3:.3g} ms), over {share:.0%}"
+            for name, p50, share in shares if p50 and lag > share * p50]
+    if over:
+        return f"dispatch lag p99 {lag * 1e3:.2f} ms is {', and '.join(over)}: {why}"
+    if not any(p50 for _, p50, _ in shares):
+        return (f"dispatch lag p99 {lag * 1e3:.2f} ms over the floor of {floor * 1e3:g} ms, with no latency to set "
+                f"it against: {why}")
+    return None
+
+
+def slowdown(max_share: float, clocks: Iterable[ClockShares]) -> str | None:
+    """Each GPU slowed by thermal or hardware slowdown in more than max_share of its samples, naming the events."""
+    found = []
+    for gpu in clocks:
+        if not gpu.samples:
+            continue
+        events = [(e, share) for e in SLOWDOWN_EVENTS if (share := gpu.events.get(e, 0.0)) > max_share]
+        if events:
+            named = ", ".join(f"{CLOCK_EVENT_NAMES[e]} ({e}) in {share:.0%}" for e, share in events)
+            found.append(f"GPU {gpu.gpu}: {named} of {gpu.samples} samples")
+    if not found:
+        return None
+    return (f"throttled: {'; '.join(found)}, over {max_share:.0%}: its clocks were cut for its cooling's or board's "
+            "sake, so the figures are theirs, not the engine's")
 
 
 def sent_rate_ratio(scheduled: list[float], submitted: list[float]) -> float | None:

@@ -83,17 +83,35 @@ def length_upper_bound(dist: FixedLength | UniformLength | NormalLength | ListLe
 # ---- workload ----------------------------------------------------------------------------------
 
 
+# A stage's drain, unless stop.drain_s says: DRAIN_SHARE of its sending time, at least DRAIN_MIN_S. A healthy stage's
+# last requests end within about one request's length, which a stage several requests long dwarfs; the floor is for
+# stages shorter than their longest requests (docs/figures.md, warm-up and the measured window).
+DRAIN_MIN_S = 30.0
+DRAIN_SHARE = 0.5
+# Once a stage cuts (or aborts) its requests, each engine's end of them is waited for this long: it brings the tokens
+# produced up to the cancel (an openai client's last chunks, transformers' since its last poll).
+CANCEL_GRACE_S = 2.0
+
+
 class Stop(_Strict):
-    """When a stage stops: after this many measured requests and/or this many measured seconds."""
+    """When a stage stops sending: after this many measured requests and/or this many measured seconds. It then waits
+    for the requests in flight at most drain_s (unset: DRAIN_SHARE of its sending time, at least DRAIN_MIN_S; 0: not
+    at all); those still in flight then are cut (cancelled, and counted apart from the failed ones)."""
 
     requests: PositiveInt | None = None
     duration_s: PositiveFloat | None = None
+    drain_s: NonNegativeFloat | None = None
 
     @model_validator(mode="after")
     def _bounded(self) -> Stop:
         if self.requests is None and self.duration_s is None:
             raise ValueError("set requests, duration_s or both: a run must end")
         return self
+
+    def drain_for(self, sending_s: float) -> float:
+        """The longest the stage waits for its requests in flight once it has sent for sending_s (its start to its
+        stop, warm-up included)."""
+        return self.drain_s if self.drain_s is not None else max(DRAIN_MIN_S, DRAIN_SHARE * sending_s)
 
 
 class Warmup(_Strict):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from benchd.hardware.readings import GPUInfo, GPUReading, MigInstance, Snapshot
+from benchd.hardware.readings import CLOCK_EVENT_OF, GPUInfo, GPUReading, MigInstance, Snapshot
 from benchd.hardware.sampler import HardwareSampler
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.flops import PRECISIONS, peak_bandwidth, peak_tflops
@@ -31,6 +31,12 @@ GPU_SERIES = {
     "energy_joules": ("benchd_gpu_energy_joules", "counter", "Energy consumed since the driver loaded."),
     "temperature_celsius": ("benchd_gpu_temperature_celsius", "gauge", "GPU core temperature."),
     "sm_clock_hertz": ("benchd_gpu_sm_clock_hertz", "gauge", "SM clock."),
+    "sm_clock_max_hertz": ("benchd_gpu_max_sm_clock_hertz", "gauge",
+                           "The SM clock's maximum (DCGM_FI_DEV_MAX_SM_CLOCK): the SM clock over it is the share "
+                           "the GPU runs at."),
+    "clocks_event_reasons": ("benchd_gpu_clocks_event_reasons", "gauge",
+                             "The clock event reasons now, as NVML's bit mask (DCGM_FI_DEV_CLOCKS_EVENT_REASONS); "
+                             "benchd_gpu_clock_event has one series a reason."),
     "memory_clock_hertz": ("benchd_gpu_memory_clock_hertz", "gauge", "Memory clock."),
     "pcie_transmit_bytes_per_second": ("benchd_gpu_pcie_transmit_bytes_per_second", "gauge",
                                        "PCIe TX throughput (NVML's 20 ms sample)."),
@@ -68,6 +74,10 @@ GPU_LABELLED = {
                              "NVLink data received, per link; its rate is the link's throughput."),
     "xid_errors": ("benchd_gpu_xid_errors", "counter", "xid",
                    "XID error events since benchd started, by code (past 1023: other)."),
+    "clock_events": ("benchd_gpu_clock_events", "counter", "clock_event",
+                     "Clock events since benchd started, by reason (DCGM_EXP_CLOCK_EVENTS_TOTAL's names: power_cap, "
+                     "hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, sync_boost, clocks_setting, gpu_idle, "
+                     "display_clocks): a reason's onsets, read by the hardware sampler (0 from the start)."),
 }
 
 
@@ -105,8 +115,9 @@ def families(snapshot: Snapshot) -> list[Metric]:
                 for label_value, value in per_label.items():
                     out.add(name, kind, doc, {**labels, label: label_value}, value)
         for reason, active in reading.throttle.items():
-            out.add("benchd_gpu_clock_throttle_reason", "gauge", "1 while this clock event (throttle) reason is active.",
-                    {**labels, "reason": reason}, float(active))
+            out.add("benchd_gpu_clock_event", "gauge", "1 while this clock event reason is active (DCGM exporter's "
+                    "clock_event names); its mean over time is the share of time under it.",
+                    {**labels, "clock_event": CLOCK_EVENT_OF[reason]}, float(active))
 
     host = snapshot.host
     for name, doc, value in (

@@ -206,6 +206,11 @@ class Metrics:
                                  "baseline on this metric.", ("workload", "metric"))
         self.regression_change = self._family(HotGauge, "benchd_regression_relative_change",
                                         "(latest − baseline) / baseline for this metric.", ("workload", "metric"))
+        self.regression_clocks = self._family(
+            HotGauge, "benchd_regression_clock_states_differ", "1 when the latest scheduled run (or a scheduled "
+            "matrix's variant) and its baseline ran under different GPU clock states (a clock event's share of "
+            "samples 0.2 apart, or mean SM clocks 5 % of their maximum apart): a change between them may be the "
+            "GPU's.", ("workload",))
         self.gpu_relative_throughput = self._family(
             HotGauge, "benchd_gpu_relative_throughput", "In the latest run of this workload on every GPU: this GPU's "
             "output tok/s ÷ the median of its siblings'.", ("workload", "gpu"))
