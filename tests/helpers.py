@@ -116,8 +116,8 @@ SINCE = {"environment": "current", "requirements": None, "commit": None}
 
 # Issue 41: a stage's drain (stop.drain_s), and dispatch lag judged against the latencies (new rules; the 1 ms p99,
 # the default then, is a ceiling a spec sets now, unset by default); a stage's cut share and its GPUs' slowdown.
-VALIDITY_SINCE = {"dispatch_lag_floor_s": 0.001, "max_dispatch_lag_ttft_share": 0.1, "max_dispatch_lag_itl_share": 0.25,
-                  "max_cut_share": 0.01, "max_slowdown_share": 0.05}
+VALIDITY_SINCE = {"dispatch_lag_floor_s": 0.001, "max_dispatch_lag_ttft_share": 0.1, "max_cut_share": 0.01,
+                  "max_slowdown_share": 0.05}
 
 
 def whole(spec: dict, document: dict | None = None) -> dict:

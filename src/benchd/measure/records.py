@@ -326,7 +326,7 @@ def summarize(
     invalid = None
     if rules is not None:
         invalid = judge(rules, Figures(status, stop_reason, open_loop, duration, len(good), len(failed), lag.p99,
-                                       ratio, pace, stats["ttft_s"].p50, stats["itl_s"].p50, len(cut),
+                                       ratio, pace, ttft_moved(good, stats["ttft_s"]), len(cut),
                                        None if drain is None else drain[1], tuple(c.shares() for c in clocks)))
 
     return StageSummary(
@@ -361,3 +361,12 @@ def summarize(
         drain_s=drained,
         clocks=list(clocks),
     )
+
+
+def ttft_moved(good: list[RequestRecord], ttft: LatencyStats) -> tuple[tuple[str, float, float], ...]:
+    """What dispatch lag does to TTFT (spec/validity.py judges it): at p50, p90 and p99, TTFT from the scheduled time
+    (the figure) beside TTFT from the request's sending (the figure had the client sent it on time). Requests not
+    sent (lag unknown) count as sent on time."""
+    sent = LatencyStats.of([r.ttft_s - (r.dispatch_lag_s or 0.0) for r in good])
+    return tuple((name, late, early) for name in ("p50", "p90", "p99")
+                 if (late := getattr(ttft, name)) is not None and (early := getattr(sent, name)) is not None)
