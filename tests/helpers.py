@@ -112,11 +112,15 @@ def own(spec: dict) -> dict:
 # The fields RunSpec gained since 14d1cbb, at their defaults: what a whole dump of one of its specs holds now beside
 # its own sections.
 SINCE = {"environment": "current", "requirements": None, "commit": None}
+OPENAI_SINCE = {"head_timeout_s": 60.0}  # the openai section's
 
 
 def whole(spec: dict) -> dict:
     """A whole spec dumped by 14d1cbb, as it is dumped now: its own sections and the fields added since."""
-    return {**own(spec), **SINCE}
+    dump = {**own(spec), **SINCE}
+    if "openai" in dump:
+        dump["openai"] = {**dump["openai"], **OPENAI_SINCE}
+    return dump
 
 
 # ---- daemons --------------------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from fastapi.exceptions import RequestValidationError
 
@@ -54,8 +57,37 @@ class Memory:
         return None if free is None else int((free + self.held(slot.key)) * settings.limits.memory_fraction)
 
 
-class Unmeasured(Exception):
+class Later(Exception):
+    """A spec that cannot be judged now (503 with Retry-After): str() says why."""
+
+
+class Unmeasured(Later):
     """A timed run's time cannot be judged yet: its device's worker has not measured the device (it is starting)."""
+
+
+# Trace files are read at admission off the HTTP threads, by TRACE_READERS threads of their own, each within
+# TRACE_READ_S; a submission that finds them all busy gets a 503 rather than a place in a queue.
+TRACE_READERS = 2
+TRACE_READ_S = 10.0
+_readers = ThreadPoolExecutor(TRACE_READERS, thread_name_prefix="benchd-trace")
+_reading = threading.BoundedSemaphore(TRACE_READERS)
+
+
+def read_trace(arrivals: Trace, max_bytes: int) -> traces.TraceSummary:
+    """The trace's summary, read once by a reader thread within TRACE_READ_S (TraceError past it, or for the file);
+    Later while every reader is busy."""
+    if not _reading.acquire(blocking=False):
+        raise Later(f"{TRACE_READERS} traces are being read: try again shortly")
+    try:
+        future = _readers.submit(traces.summarize, arrivals, max_bytes, TRACE_READ_S)
+    except BaseException:
+        _reading.release()
+        raise
+    future.add_done_callback(lambda _: _reading.release())
+    try:
+        return future.result(TRACE_READ_S + 1)  # the reader stops itself at TRACE_READ_S
+    except FutureTimeout:
+        raise traces.TraceTooSlow(f"{traces.WHERE}: {arrivals.path} was not read in time") from None
 
 
 class Problems(list):
@@ -265,7 +297,13 @@ def _arrival_problems(spec: GenerateSpec, settings: Settings, loc: tuple) -> lis
         if reason := path_problem(arrivals.path, settings.model_roots):
             return [*problems, problem((*where, "path"), reason)]
         try:
-            trace = traces.summarize(arrivals)
+            trace = read_trace(arrivals, limits.max_trace_bytes)
+        except traces.TraceTooLarge as error:
+            return [*problems, problem((*where, "path"), f"{str(error).split(': ', 1)[1]} "
+                                                         "(BENCHD_LIMITS__MAX_TRACE_BYTES)")]
+        except traces.TraceTooSlow as error:
+            return [*problems, problem((*where, "path"), f"{str(error).split(': ', 1)[1]}: admission reads a trace "
+                                                         f"within {TRACE_READ_S:g} s")]
         except traces.TraceError as error:
             return [*problems, problem((*where, "path"), str(error).split(": ", 1)[1])]
         if trace.requests > limits.max_requests and spec.workload.stop.requests is None:

@@ -20,6 +20,7 @@ from benchd.daemon.queue import QueueFull
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import matrix_page
 from benchd.spec.matrix import MatrixProblem, parse_matrix
+from benchd.store.pages import run_statuses
 
 router = APIRouter(prefix="/matrices", tags=["matrices"], route_class=GuardedRoute)
 
@@ -66,7 +67,8 @@ def _matrix_or_404(services, matrix_id: str) -> dict:
 
 
 def _view(services, row: dict) -> MatrixView:
-    runs = [MatrixRun(**run, status=(services.store.get_run(run["run_id"]) or {}).get("status")) for run in row["runs"]]
+    statuses = run_statuses(services.store, [run["run_id"] for run in row["runs"]])  # not each run's whole row
+    runs = [MatrixRun(**run, status=statuses.get(run["run_id"])) for run in row["runs"]]
     return MatrixView(**{**row, "runs": runs})
 
 
@@ -146,5 +148,6 @@ def cancel_matrix(matrix_id: str, services: ServicesDep) -> MatrixView:
                                              "description": "The matrix's page: variants side by side."}})
 def matrix_report(matrix_id: str, services: ServicesDep) -> HTMLResponse:
     row = _matrix_or_404(services, matrix_id)
-    runs = {run["run_id"]: services.store.records(run["run_id"], 0) for run in row["runs"]}
-    return HTMLResponse(matrix_page(row, runs))
+    with services.records.taken():
+        runs = {run["run_id"]: services.store.records(run["run_id"], 0) for run in row["runs"]}
+        return HTMLResponse(matrix_page(row, runs))
