@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +32,11 @@ from benchd.spec import (
     Sweep,
     Trace,
     TrainStepSpec,
+    TransformersSpec,
     length_upper_bound,
     traces,
 )
+from benchd.spec.engines import CLIENT_PROCESS_BYTES
 from benchd.spec.requirements import remote_problem
 from benchd.spec.stack import unavailable
 from benchd.supervisor.environments import Environments
@@ -41,6 +44,9 @@ from benchd.supervisor.environments import Environments
 
 def problem(loc: tuple, message: str) -> dict:
     return {"type": "value_error", "loc": ("body", *loc), "msg": message}
+
+
+HOST = Slot("cpu", "cpu", "")  # what host RAM is judged by: a CPU worker's slot
 
 
 class Memory:
@@ -66,9 +72,10 @@ class Unmeasured(Later):
 
 
 # Trace files are read at admission off the HTTP threads, by TRACE_READERS threads of their own, each within
-# TRACE_READ_S; a submission that finds them all busy gets a 503 rather than a place in a queue.
+# TRACE_READ_S; a submission that finds them all busy for READER_WAIT_S gets a 503 rather than a place in a queue.
 TRACE_READERS = 2
 TRACE_READ_S = 10.0
+READER_WAIT_S = 1.0
 _readers = ThreadPoolExecutor(TRACE_READERS, thread_name_prefix="benchd-trace")
 _reading = threading.BoundedSemaphore(TRACE_READERS)
 
@@ -76,7 +83,7 @@ _reading = threading.BoundedSemaphore(TRACE_READERS)
 def read_trace(arrivals: Trace, max_bytes: int) -> traces.TraceSummary:
     """The trace's summary, read once by a reader thread within TRACE_READ_S (TraceError past it, or for the file);
     Later while every reader is busy."""
-    if not _reading.acquire(blocking=False):
+    if not _reading.acquire(timeout=READER_WAIT_S):
         raise Later(f"{TRACE_READERS} traces are being read: try again shortly")
     try:
         future = _readers.submit(traces.summarize, arrivals, max_bytes, TRACE_READ_S)
@@ -118,10 +125,12 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
         problems.add((error.field,), error.reason)
     _source_problems(spec, settings, problems)
     _limit_problems(spec, settings.limits, problems)
+    _thread_problems(spec, chosen, problems)
     if isinstance(spec, GenerateSpec):
         problems.extend(_arrival_problems(spec, settings, loc))
     if isinstance(spec, OpenAISpec):
         problems.extend(_openai_problems(spec, settings, loc))
+        _client_problems(spec, settings, memory, problems)
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
     for device_type in _device_types(chosen):
@@ -162,6 +171,13 @@ def _limit_problems(spec: RunSpec, limits: Limits, problems: Problems) -> None:
     """A generation's workload, a training step's steps, a kernel's repeats and buffers against the limits."""
     if isinstance(spec, GenerateSpec):
         _workload_limits(spec, limits, problems.over)
+        workload = spec.workload
+        stage_s = (workload.stop.duration_s or 0) + workload.warmup.seconds
+        if stage_s * workload.stage_count() > limits.max_run_duration_s:
+            problems.add(("workload", "stop", "duration_s"), (
+                f"{workload.stage_count()} stages of {stage_s:g} s last {stage_s * workload.stage_count():,.0f} s "
+                f"together, beyond the limit of {limits.max_run_duration_s:g} s a run "
+                "(BENCHD_LIMITS__MAX_RUN_DURATION_S)"))
     if isinstance(spec, TrainStepSpec):
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:
@@ -176,6 +192,33 @@ def _limit_problems(spec: RunSpec, limits: Limits, problems: Problems) -> None:
         if kernel.flush_l2:
             problems.over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes",
                           setting="max_flush_bytes")
+
+
+def cores(slot: Slot) -> int:
+    """The cores a slot's worker may run on: a CPU worker's share (devices.resolve), else the daemon's own."""
+    pinned = slot.env.get("BENCHD_WORKER_CPUS")
+    return len(pinned.split(",")) if pinned else len(os.sched_getaffinity(0))
+
+
+def _thread_problems(spec: RunSpec, chosen: Sequence[Slot], problems: Problems) -> None:
+    """torch's CPU threads at most the cores their worker may use (2³¹ of them once made libgomp ask for 463 GB)."""
+    threads = spec.transformers.cpu_threads if isinstance(spec, TransformersSpec) else None
+    for slot in chosen if threads is not None else ():
+        if threads > (n := cores(slot)):
+            problems.add(("transformers", "cpu_threads"), f"{threads} threads, more than the {n} cores the worker "
+                                                           f"of {slot.key} may use")
+
+
+def _client_problems(spec: OpenAISpec, settings: Settings, memory: Memory, problems: Problems) -> None:
+    """An openai run's client processes, each an interpreter of CLIENT_PROCESS_BYTES, against host RAM."""
+    need = spec.openai.client_processes * CLIENT_PROCESS_BYTES
+    limit = memory.limit(settings, HOST)
+    if limit is not None and need > limit:
+        source = ("BENCHD_LIMITS__MEMORY_BYTES" if settings.limits.memory_bytes is not None
+                  else f"{settings.limits.memory_fraction:.0%} of what is available")
+        problems.add(("openai", "client_processes"), f"{spec.openai.client_processes} client processes hold about "
+                                                     f"{gib(need)}, more than the {gib(limit)} of host RAM a run "
+                                                     f"may use ({source})")
 
 
 def _size_problems(spec: RunSpec, settings: Settings, memory: Memory, chosen: Sequence[Slot],

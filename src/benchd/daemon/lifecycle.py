@@ -232,9 +232,11 @@ class Lifecycle:
                            "seconds": t.seconds} for t in result.timings])
 
 
-def deadline_s(spec: RunSpec, max_duration_s: float) -> float:
+def deadline_s(spec: RunSpec, max_duration_s: float, max_run_duration_s: float | None = None) -> float:
     """How long a run from HTTP may run its requests (or timed stages) before it is stopped: the limit per stage,
-    and one more for what is in flight when dispatching ends. Admission already refused what could not send its
-    requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
+    and one more for what is in flight when dispatching ends; and at most the limit of a run's stages together, and
+    that one more. Admission already refused what could not send its requests in time; this bounds what it cannot
+    foresee (a closed loop on a slow engine)."""
     stages = spec.workload.stage_count() if isinstance(spec, GenerateSpec) else 1
-    return max_duration_s * (stages + 1)
+    per_stage = max_duration_s * (stages + 1)
+    return per_stage if max_run_duration_s is None else min(per_stage, max_run_duration_s + max_duration_s)

@@ -40,6 +40,9 @@ class Limits(BaseModel):
     # A stage of a generation run, or a whole timed run: refused when it could not end within it at its device's
     # measured speed (models/duration.py), stopped when it runs past it.
     max_duration_s: Annotated[float, Field(gt=0)] = 3_600.0
+    # A generation run's stages together, as declared (stop.duration_s and warm-up seconds a stage, a trace's length):
+    # refused beyond it; a run still going at this plus max_duration_s is stopped.
+    max_run_duration_s: Annotated[float, Field(gt=0)] = 14_400.0
     max_concurrency: Annotated[int, Field(ge=1)] = 1_024  # a closed loop's concurrency
     max_rate: Annotated[float, Field(gt=0)] = 10_000.0  # an open loop's rate (a ramp's, a capacity search's reach)
     max_stages: Annotated[int, Field(ge=1)] = 32  # load levels, warm-up study levels, kernel shapes × implementations

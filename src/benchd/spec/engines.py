@@ -18,6 +18,9 @@ from benchd.spec.fields import (
 from benchd.spec.fields import Strict as _Strict
 
 THREADS_MAX = 4096  # torch's CPU threads: admission holds a spec to the cores its worker may use
+# What one openai client process holds resident (an interpreter with uvloop, orjson and httptools, and its
+# connections' buffers): 64 of them measured 1.57 GB. Admission counts client_processes of them against host RAM.
+CLIENT_PROCESS_BYTES = 32 << 20
 # A timeout every timer and socket takes (a loop's call_later, a socket's timeval overflow past ~1e9 s): a day.
 TIMEOUT_MAX_S = 86_400.0
 Timeout = Annotated[float, Field(gt=0, le=TIMEOUT_MAX_S)]

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from benchd.spec.fields import FilePath, NonNegativeFloat, PositiveFloat, PositiveInt, Strict
+from benchd.spec.fields import LIST_MAX, FilePath, NonNegativeFloat, PositiveFloat, PositiveInt, Strict
 
 # Gamma's shape: 1 is Poisson, < 1 burstier. Its scale is 1 / (rate · burstiness), which must stay finite.
 Burstiness = Annotated[float, Field(ge=0.001, le=1000)]
@@ -91,7 +91,7 @@ class Sweep(Strict):
 
     profile: Literal["sweep"]
     over: Literal["concurrent", "constant", "poisson", "gamma"]
-    values: Annotated[list[PositiveFloat], Field(min_length=1)]
+    values: Annotated[list[PositiveFloat], Field(min_length=1, max_length=LIST_MAX)]
     burstiness: Burstiness = 1.0
     max_concurrency: Cap = None  # for the open-loop levels
 
