@@ -96,6 +96,18 @@ def test_a_worker_fault_fails_one_run_and_the_next_succeeds(tmp_path, action, ca
         assert f'benchd_worker_restarts_total{{hostname="test-node",reason="{reason}"}} 1.0' in page
 
 
+def test_a_dead_workers_cause_quotes_its_own_log_lines_only(tmp_path):
+    # The log is appended to by every worker of that name: an earlier one's crash was quoted as a later one's cause.
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "workers" / "worker.log").write_text("Traceback (most recent call last):\nMemoryError: an earlier "
+                                                     "worker's crash\n")
+    with daemon(tmp_path, faults={"workload": "crashme", "action": "exit", "after_s": 0.5}) as server:
+        server.wait_ready()
+        run = server.wait_status(submit(server, spec(duration=30, name="crashme")), "failed", "succeeded",
+                                 timeout_s=120)
+    assert "exited with code 3" in run["error"] and "an earlier worker's crash" not in run["error"], run["error"]
+
+
 def test_a_run_past_its_deadline_is_stopped_and_failed(tmp_path):
     from benchd.daemon.settings import Limits
 

@@ -19,6 +19,9 @@ from benchd.spec.documents import parse_json as parse_document
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 ALWAYS_OPEN = frozenset({"/healthz", "/readyz", "/metrics"})  # probes and Prometheus: open with reads.need_token too
+# JSON whatever the route answers (a report's HTML too): named by its schema, as api/runs.py's _as_json does.
+READ_401 = {**{k: v for k, v in ERRORS[401].items() if k != "model"},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
 
 
 def text_problem(text: str) -> str | None:
@@ -58,7 +61,7 @@ def walk(value: Any, loc: tuple, problems: list[dict]) -> None:
 class GuardedRoute(APIRoute):
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         if "GET" in (kwargs.get("methods") or ()) and path not in ALWAYS_OPEN:  # a 401 with BENCHD_READS__NEED_TOKEN
-            kwargs["responses"] = {401: ERRORS[401], **(kwargs.get("responses") or {})}
+            kwargs["responses"] = {401: READ_401, **(kwargs.get("responses") or {})}
         super().__init__(path, endpoint, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:

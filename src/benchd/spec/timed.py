@@ -52,7 +52,8 @@ class _Kernel(_Strict):
     repeats: PositiveInt = 100
     flush_l2: bool = True  # overwrite a buffer larger than the last-level cache before every repeat
     flush_bytes: PositiveInt = 256 * 2**20
-    implementations: Annotated[list[Annotated[str, Field(max_length=NAME_MAX)]], Field(min_length=1, max_length=LIST_MAX)] | None = None
+    implementations: Annotated[list[Annotated[str, Field(max_length=NAME_MAX)]],
+                               Field(min_length=1, max_length=LIST_MAX)] | None = None
     reference: Annotated[str, Field(max_length=NAME_MAX)] | None = None  # the implementation others are compared with; default: the first
 
     IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ()
