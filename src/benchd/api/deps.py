@@ -57,9 +57,8 @@ class Services:
 
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against
-        the limits, the device's memory and speed (422; 503 while a timed run's device is not measured yet, or its
-        trace's readers are busy), and the
-        store's spool (429 while it is full)."""
+        the limits, the device's memory and speed (422; 503 while a timed run's device is not measured yet, or while
+        every trace reader is busy), and the store's spool (429 while it is full)."""
         spec = self.daemon.resolve(spec)
         try:
             admit(spec, self.settings, self.memory, self.daemon.pool.slots, loc, self.daemon.pool.speed)

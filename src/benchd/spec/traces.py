@@ -60,15 +60,16 @@ def _open(profile: Trace) -> tuple[BinaryIO, os.stat_result]:
     return handle, os.fstat(handle.fileno())
 
 
-def read(profile: Trace, max_bytes: int | None = None, deadline: float | None = None) -> Iterator[TraceItem]:
-    """The trace's requests in order; offsets never go back in time. max_bytes: what the file may hold; deadline:
-    time.monotonic() by which it must be read (TraceTooLarge, TraceTooSlow past them)."""
+def read(profile: Trace) -> Iterator[TraceItem]:
+    """The trace's requests in order; offsets never go back in time."""
     handle, _ = _open(profile)
     with handle:
-        yield from _items(profile, handle, max_bytes, deadline)
+        yield from _items(profile, handle, None, None)
 
 
 def _items(profile: Trace, handle: BinaryIO, max_bytes: int | None, deadline: float | None) -> Iterator[TraceItem]:
+    """max_bytes: what the file may hold; deadline: time.monotonic() by which it must be read (TraceTooLarge,
+    TraceTooSlow past them). Every line at most LINE_MAX_BYTES, UTF-8 and a JSON object."""
     path, previous, read_bytes, number = profile.path, None, 0, 0
     while line := handle.readline(LINE_MAX_BYTES + 1):
         number += 1
@@ -108,7 +109,8 @@ _cache_lock = threading.Lock()
 
 def summarize(profile: Trace, max_bytes: int | None = None, deadline_s: float | None = None) -> TraceSummary:
     """What admission and the estimates need of a trace, read once: kept by the file's identity (device, inode, size,
-    modification time), so a file changed since is read again. max_bytes, deadline_s: see read()."""
+    modification time), so a file changed since is read again; its size is checked before anything is read.
+    max_bytes: what it may hold; deadline_s: how long its reading may take."""
     handle, info = _open(profile)
     key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, profile.format)
     with handle:

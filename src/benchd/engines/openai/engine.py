@@ -21,8 +21,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.openai.client import FrameReader, send_frame
@@ -37,8 +37,8 @@ __all__ = ["OpenAIEngine", "apportion", "connections_for"]
 DISPATCH_LEAD_S = 1.0
 OPEN_LOOP_CONNECTIONS = 1024
 WORKER_START_TIMEOUT_S = 60.0
-# Client processes with no request for this long are ended (each an interpreter of about 25 MiB, admission's
-# CLIENT_PROCESS_BYTES); the next run that needs them starts them again at its start, before its first request.
+# Client processes with no request for this long are ended (each an interpreter: spec/engines.py's
+# CLIENT_PROCESS_BYTES); the next run starts them again at its start, before its first request.
 CLIENT_IDLE_S = 60.0
 CLIENT_STOP_S = 5.0  # a client process told to stop exits within this, or is killed
 
@@ -89,7 +89,7 @@ class OpenAIEngine:
         self._lock = threading.Lock()  # the client processes: started, used, ended when idle
         self._last_used = time.monotonic()
         self.idle_s = CLIENT_IDLE_S
-        self._idle = threading.Event()  # set: stop watching for idleness
+        self._stopped = threading.Event()  # the engine stopped: the idle watch ends
         self._watcher: threading.Thread | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -162,14 +162,14 @@ class OpenAIEngine:
     def _watch_idle(self) -> None:
         """Ends the client processes once no request has been out for idle_s (a warm engine may wait long for its
         next run)."""
-        while not self._idle.wait(min(self.idle_s / 4, 5.0)):
+        while not self._stopped.wait(min(self.idle_s / 4, 5.0)):
             with self._lock:
                 if self._clients and not self._sinks and time.monotonic() - self._last_used > self.idle_s:
                     self._end_clients()
 
     def alive(self) -> bool:
         if not self._clients:  # ended while idle (or never started): forget() starts them again
-            return self._target is not None and not self._idle.is_set()
+            return self._target is not None and not self._stopped.is_set()
         return (self._alive and self._receiver is not None and self._receiver.is_alive()
                 and all(c.process.poll() is None for c in self._clients))
 
@@ -180,7 +180,7 @@ class OpenAIEngine:
 
     def stop(self) -> None:
         """Every request still out ends as cancelled; the client processes exit and are waited for."""
-        self._idle.set()
+        self._stopped.set()
         with self._lock:
             self._end_clients()
 
