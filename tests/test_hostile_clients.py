@@ -163,6 +163,7 @@ def stored(tmp_path_factory, tiny):
                          metadata=outcome.metadata.model_dump(mode="json"), hardware=None, timeline=None)
     for i in range(30):
         store.create_run(f"large{i:02d}", LARGE)
+    store.create_matrix("large-matrix", "large", {**LARGE, "matrix": {"seed": [0, 1]}}, [], [], 0)
     assert store.flush()
     store.close()
     process, url = serve(tmp, free_port(), BENCHD_READS__COMPARE_SLOTS="1", BENCHD_READS__COMPARE_MAX_REQUESTS="600",
@@ -249,6 +250,10 @@ def test_listing_runs_with_large_specs_does_not_swell_the_daemon(stored):
     assert all(item["spec"] is None and item["omitted"] == ["spec"] for item in pages[0]["items"])
     whole = httpx.get(f"{url}/runs/large00", timeout=30).json()
     assert len(whole["spec"]["openai"]["extra_body"]["pad"]) == 1 << 20  # the run itself still has it all
+    (matrix,) = httpx.get(f"{url}/matrices").json()  # matrices are listed alike
+    assert matrix["document"] is None and matrix["omitted"] == ["document"] and matrix["runs"] == []
+    whole = httpx.get(f"{url}/matrices/large-matrix").json()
+    assert len(whole["document"]["openai"]["extra_body"]["pad"]) == 1 << 20 and whole["omitted"] == []
 
 
 def test_run_pages_are_bounded_in_bytes_and_page_on(stored):

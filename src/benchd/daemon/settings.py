@@ -72,7 +72,7 @@ class Reads(BaseModel):
     compare_max_requests: Annotated[int, Field(ge=1)] = 200_000
     # reads of a run's every record at once: /runs/{id}/requests, /timings, /report and a matrix's /report
     record_slots: Annotated[int, Field(ge=1)] = 4
-    page_max_bytes: Annotated[int, Field(ge=1 << 16)] = 8 << 20  # a page of GET /runs, as stored
+    page_max_bytes: Annotated[int, Field(ge=1 << 16)] = 8 << 20  # a page of GET /runs or /matrices, as stored
 
 
 class ValidityDefaults(ValidityRules):

@@ -313,7 +313,7 @@ class Store:
         conditions = [column == value for column, value in (
             (runs.c.status, status), (runs.c.model, model), (runs.c.workload, workload), (runs.c.schedule, schedule),
         ) if value is not None]
-        return pages.run_page(self, conditions, limit, offset, page_max=page_max_bytes)
+        return pages.page(self, runs, pages.RUN_FIELDS, conditions, limit, offset, page_max=page_max_bytes)
 
     def request_rows(self, run_id: str) -> list[dict[str, Any]]:
         query = (requests.select().where(requests.c.run_id == run_id)
@@ -351,11 +351,11 @@ class Store:
         rows = self._read(matrices.select().where(matrices.c.id == matrix_id))
         return rows[0] if rows else None
 
-    def list_matrices(self, workload: str | None = None, limit: int = 50, offset: int = 0) -> Page:
-        query = matrices.select().where(*([matrices.c.workload == workload] if workload is not None else []))
-        total = self._read(sa.select(sa.func.count().label("n")).select_from(query.subquery()))[0]["n"]
-        items = self._read(query.order_by(matrices.c.created_at.desc(), matrices.c.id).limit(limit).offset(offset))
-        return Page(items=items, total=total)
+    def list_matrices(self, workload: str | None = None, limit: int = 50, offset: int = 0,
+                      page_max_bytes: int = pages.PAGE_MAX_BYTES) -> Page:
+        """Newest first, within page_max_bytes: large fields left out (store/pages.py)."""
+        conditions = [matrices.c.workload == workload] if workload is not None else []
+        return pages.page(self, matrices, pages.MATRIX_FIELDS, conditions, limit, offset, page_max=page_max_bytes)
 
     def list_schedules(self) -> list[dict[str, Any]]:
         return self._read(schedules.select().order_by(schedules.c.name))

@@ -1,6 +1,6 @@
-"""Pages of runs bounded in bytes as well as rows: a field too large for a listing (a spec with a long list, a
-sweep's summaries) is left out of it, named, and read whole by its run's id; nothing is read that the page leaves
-out (the run's timeline never)."""
+"""Pages of runs and matrices bounded in bytes as well as rows: a field too large for a listing (a spec with a long
+extra_body, a sweep's summaries) is left out of it, named, and read whole by its id; nothing is read that the page
+leaves out (a run's timeline never)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from benchd.store.schema import requests, runs
+from benchd.store.schema import matrices, requests, runs
 
 if TYPE_CHECKING:
     from benchd.store import Store
 
 # The stored JSON fields a listing shows when small enough, by the name the API gives them.
-HEAVY = {"spec": runs.c.spec, "summary": runs.c.summary, "metadata": runs.c.run_metadata,
-         "hardware": runs.c.hardware, "parts": runs.c.parts}
-LIGHT = [c for c in runs.c if c.name not in {"timeline", *(c.name for c in HEAVY.values())}]
+RUN_FIELDS = {"spec": runs.c.spec, "summary": runs.c.summary, "metadata": runs.c.run_metadata,
+              "hardware": runs.c.hardware, "parts": runs.c.parts}
+MATRIX_FIELDS = {"document": matrices.c.document, "variants": matrices.c.variants, "runs": matrices.c.runs,
+                 "comparison": matrices.c.comparison}
+NEVER_LISTED = {runs.c.timeline}  # engine load and hardware samples over a run: its report's
 FIELD_MAX_BYTES = 64 << 10  # a field larger than this is left out of a listing (a spec's usual size: ~2 KiB)
 ROW_BYTES = 1024  # a row's other columns, about
 PAGE_MAX_BYTES = 8 << 20
@@ -27,7 +29,7 @@ PAGE_MAX_BYTES = 8 << 20
 class Page:
     items: list[dict[str, Any]]
     total: int
-    next_offset: int | None = None  # where the next page starts, while runs remain
+    next_offset: int | None = None  # where the next page starts, while rows remain
     omitted: list[list[str]] = field(default_factory=list)  # per item: the fields left out for their size
 
 
@@ -36,37 +38,32 @@ def _bytes(column) -> sa.ColumnElement:
     return sa.func.coalesce(sa.func.length(sa.cast(column, sa.Text)), 0)
 
 
-def run_page(store: Store, conditions: list, limit: int, offset: int, field_max: int = FIELD_MAX_BYTES,
-             page_max: int = PAGE_MAX_BYTES) -> Page:
-    """Newest first. First each run's id and its fields' sizes; then the rows that fit page_max, each field over
-    field_max left out. At least one run a page, whatever its size, so that paging always moves on."""
-    where = runs.select().where(*conditions)
-    total = store._read(sa.select(sa.func.count().label("n")).select_from(where.subquery()))[0]["n"]
-    sizes = store._read(sa.select(runs.c.id, *[_bytes(c).label(name) for name, c in HEAVY.items()],
-                                  _bytes(runs.c.error).label("error")).where(*conditions)
-                        .order_by(runs.c.created_at.desc(), runs.c.id).limit(limit).offset(offset))
+def page(store: Store, table: sa.Table, fields: dict[str, sa.Column], conditions: list, limit: int, offset: int,
+         field_max: int = FIELD_MAX_BYTES, page_max: int = PAGE_MAX_BYTES) -> Page:
+    """Newest first. First each row's id and its fields' sizes; then the rows that fit page_max, each field over
+    field_max left out (null). At least one row a page, whatever its size, so that paging always moves on."""
+    total = store._read(sa.select(sa.func.count().label("n")).select_from(table).where(*conditions))[0]["n"]
+    sizes = store._read(sa.select(table.c.id, *[_bytes(c).label(name) for name, c in fields.items()],
+                                  _bytes(table.c.error).label("error")).where(*conditions)
+                        .order_by(table.c.created_at.desc(), table.c.id).limit(limit).offset(offset))
     chosen, used = [], 0
     for row in sizes:
-        shown = {name for name in HEAVY if row[name] <= field_max}
+        shown = {name for name in fields if row[name] <= field_max}
         cost = ROW_BYTES + row["error"] + sum(row[name] for name in shown)
         if chosen and used + cost > page_max:
             break
         chosen.append((row["id"], shown))
         used += cost
     if not chosen:
-        return Page([], total, None)
-    columns = [*LIGHT, *[sa.type_coerce(sa.case((_bytes(c) <= field_max, c), else_=sa.null()), c.type).label(c.name)
-                         for c in HEAVY.values()]]
-    rows = {row["id"]: row for row in store._read(sa.select(*columns).where(runs.c.id.in_([i for i, _ in chosen])))}
-    items, omitted = [], []
-    for run_id, shown in chosen:
-        row = rows.get(run_id)
-        if row is None:
-            continue  # deleted between the two reads
-        items.append(row)
-        omitted.append(sorted(set(HEAVY) - shown))
+        return Page([], total)
+    heavy = set(fields.values()) | NEVER_LISTED
+    columns = [*(c for c in table.c if c not in heavy),
+               *(sa.type_coerce(sa.case((_bytes(c) <= field_max, c), else_=sa.null()), c.type).label(c.name)
+                 for c in fields.values())]
+    rows = {row["id"]: row for row in store._read(sa.select(*columns).where(table.c.id.in_([i for i, _ in chosen])))}
+    found = [(rows[i], sorted(set(fields) - shown)) for i, shown in chosen if i in rows]  # (deleted meanwhile)
     ended = offset + len(chosen)
-    return Page(items, total, ended if ended < total else None, omitted)
+    return Page([row for row, _ in found], total, ended if ended < total else None, [gone for _, gone in found])
 
 
 def request_counts(store: Store, run_ids: list[str], stage_index: int = 0) -> dict[str, int]:
