@@ -112,6 +112,7 @@ def own(spec: dict) -> dict:
 # The fields RunSpec gained since 14d1cbb, at their defaults: what a whole dump of one of its specs holds now beside
 # its own sections.
 SINCE = {"environment": "current", "requirements": None, "commit": None}
+OPENAI_SINCE = {"head_timeout_s": 60.0}  # the openai section's
 
 
 # Issue 41: a stage's drain (stop.drain_s), and dispatch lag judged against the latencies (new rules; the 1 ms p99,
@@ -130,6 +131,8 @@ def whole(spec: dict, document: dict | None = None) -> dict:
         if "max_dispatch_lag_p99_s" not in ((document or {}).get("workload") or {}).get("validity", {}):
             validity["max_dispatch_lag_p99_s"] = None
         out["workload"] = {**workload, "stop": {**workload["stop"], "drain_s": None}, "validity": validity}
+    if "openai" in out:
+        out["openai"] = {**out["openai"], **OPENAI_SINCE}
     return out
 
 

@@ -75,6 +75,9 @@ FAULTS = [
 def test_a_worker_fault_fails_one_run_and_the_next_succeeds(tmp_path, action, cause):
     faults = {"workload": "crashme", "action": action, "after_s": 1.0}
     workers = {"heartbeat_timeout_s": 3.0, "progress_timeout_s": 3.0}
+    # The log is appended to by every worker of that name: an earlier one's crash was quoted as this one's cause.
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "workers" / "worker.log").write_text("MemoryError: an earlier worker's crash\n")
     with daemon(tmp_path, faults=faults, workers=workers) as server:
         server.wait_ready()
         first_pid = server.http.get("/readyz").json()["workers"][0]["pid"]
@@ -82,6 +85,7 @@ def test_a_worker_fault_fails_one_run_and_the_next_succeeds(tmp_path, action, ca
         run = server.wait_status(submit(server, crash), "failed", "succeeded", timeout_s=120)
         assert run["status"] == "failed" and run["error_stage"] == "worker", run
         assert cause in run["error"] and "the worker's last log lines" in run["error"], run["error"]
+        assert "an earlier worker's crash" not in run["error"], run["error"]
         rows = server.http.get(f"/runs/{run['id']}/requests").json()
         stage = run["summary"][0]
         assert stage["requests"] > 0 and len(rows) == stage["requests"] + stage["errors"] + stage["warmup_requests"]

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 import benchd
 from benchd.api import compare, health, matrices, runs, schedules
 from benchd.api.admission import Memory
-from benchd.api.deps import Services
+from benchd.api.deps import Services, Slots
 from benchd.api.guard import validation_detail
 from benchd.api.schemas import RETRY_AFTER_S
 from benchd.daemon.events import RunEvents
@@ -65,7 +65,11 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         else:
             daemon.schedules.delete("default")
         memory = Memory(lambda slot: _available(sampler, slot), daemon.pool.held_bytes)
-        app.state.services = Services(settings, store, daemon, events, registry, sampler, memory)
+        reads = settings.reads
+        app.state.services = Services(settings, store, daemon, events, registry, sampler, memory,
+                                      Slots(reads.compare_slots, "comparisons", "BENCHD_READS__COMPARE_SLOTS"),
+                                      Slots(reads.record_slots, "reads of a run's records",
+                                            "BENCHD_READS__RECORD_SLOTS"))
         try:
             yield
         finally:

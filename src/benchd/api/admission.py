@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from fastapi.exceptions import RequestValidationError
 
@@ -29,9 +33,11 @@ from benchd.spec import (
     Sweep,
     Trace,
     TrainStepSpec,
+    TransformersSpec,
     length_upper_bound,
     traces,
 )
+from benchd.spec.engines import CLIENT_PROCESS_BYTES
 from benchd.spec.requirements import remote_problem
 from benchd.spec.stack import unavailable
 from benchd.supervisor.environments import Environments
@@ -39,6 +45,9 @@ from benchd.supervisor.environments import Environments
 
 def problem(loc: tuple, message: str) -> dict:
     return {"type": "value_error", "loc": ("body", *loc), "msg": message}
+
+
+HOST = Slot("cpu", "cpu", "")  # what host RAM is judged by: a CPU worker's slot
 
 
 class Memory:
@@ -55,8 +64,38 @@ class Memory:
         return None if free is None else int((free + self.held(slot.key)) * settings.limits.memory_fraction)
 
 
-class Unmeasured(Exception):
+class Later(Exception):
+    """A spec that cannot be judged now (503 with Retry-After): str() says why."""
+
+
+class Unmeasured(Later):
     """A timed run's time cannot be judged yet: its device's worker has not measured the device (it is starting)."""
+
+
+# Trace files are read at admission off the HTTP threads, by TRACE_READERS threads of their own, each within
+# TRACE_READ_S; a submission that finds them all busy for READER_WAIT_S gets a 503 rather than a place in a queue.
+TRACE_READERS = 2
+TRACE_READ_S = 10.0
+READER_WAIT_S = 1.0
+_readers = ThreadPoolExecutor(TRACE_READERS, thread_name_prefix="benchd-trace")
+_reading = threading.BoundedSemaphore(TRACE_READERS)
+
+
+def read_trace(arrivals: Trace, max_bytes: int) -> traces.TraceSummary:
+    """The trace's summary, read once by a reader thread within TRACE_READ_S (TraceError past it, or for the file);
+    Later while every reader is busy."""
+    if not _reading.acquire(timeout=READER_WAIT_S):
+        raise Later(f"{TRACE_READERS} traces are being read: try again shortly")
+    try:
+        future = _readers.submit(traces.summarize, arrivals, max_bytes, TRACE_READ_S)
+    except BaseException:
+        _reading.release()
+        raise
+    future.add_done_callback(lambda _: _reading.release())
+    try:
+        return future.result(TRACE_READ_S + 1)  # the reader stops itself at TRACE_READ_S
+    except FutureTimeout:
+        raise traces.TraceTooSlow(f"{traces.WHERE}: {arrivals.path} was not read in time") from None
 
 
 class Problems(list):
@@ -87,10 +126,12 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
         problems.add((error.field,), error.reason)
     _source_problems(spec, settings, problems)
     _limit_problems(spec, settings.limits, problems)
+    _thread_problems(spec, chosen, problems)
     if isinstance(spec, GenerateSpec):
         problems.extend(_arrival_problems(spec, settings, loc))
     if isinstance(spec, OpenAISpec):
         problems.extend(_openai_problems(spec, settings, loc))
+        _client_problems(spec, settings, memory, problems)
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
     for device_type in _device_types(chosen):
@@ -131,6 +172,17 @@ def _limit_problems(spec: RunSpec, limits: Limits, problems: Problems) -> None:
     """A generation's workload, a training step's steps, a kernel's repeats and buffers against the limits."""
     if isinstance(spec, GenerateSpec):
         _workload_limits(spec, limits, problems.over)
+        workload = spec.workload
+        # Each stage's declared time: its warm-up, its sending to stop.duration_s and its drain (an open loop too
+        # slow to send its requests in time is refused below, with its own reason)
+        send = (workload.stop.duration_s or 0) + workload.warmup.seconds
+        stage_s = send + (workload.stop.drain_for(send) if workload.stop.duration_s is not None else 0.0)
+        total = stage_s * workload.stage_count()
+        if total > limits.max_run_duration_s:
+            problems.add(("workload", "stop", "duration_s"), (
+                f"{workload.stage_count()} stages last up to {total:,.0f} s together (their warm-up, sending and "
+                f"drain), beyond the limit of {limits.max_run_duration_s:g} s a run "
+                "(BENCHD_LIMITS__MAX_RUN_DURATION_S)"))
     if isinstance(spec, TrainStepSpec):
         train = spec.train_step
         for warmup in train.warmup_study or [train.warmup_steps]:
@@ -145,6 +197,33 @@ def _limit_problems(spec: RunSpec, limits: Limits, problems: Problems) -> None:
         if kernel.flush_l2:
             problems.over(kernel.flush_bytes, limits.max_flush_bytes, "kernel", "flush_bytes",
                           setting="max_flush_bytes")
+
+
+def cores(slot: Slot) -> int:
+    """The cores a slot's worker may run on: a CPU worker's share (devices.resolve), else the daemon's own."""
+    pinned = slot.env.get("BENCHD_WORKER_CPUS")
+    return len(pinned.split(",")) if pinned else len(os.sched_getaffinity(0))
+
+
+def _thread_problems(spec: RunSpec, chosen: Sequence[Slot], problems: Problems) -> None:
+    """torch's CPU threads at most the cores their worker may use (2³¹ of them once made libgomp ask for 463 GB)."""
+    threads = spec.transformers.cpu_threads if isinstance(spec, TransformersSpec) else None
+    for slot in chosen if threads is not None else ():
+        if threads > (n := cores(slot)):
+            problems.add(("transformers", "cpu_threads"), f"{threads} threads, more than the {n} cores the worker "
+                                                           f"of {slot.key} may use")
+
+
+def _client_problems(spec: OpenAISpec, settings: Settings, memory: Memory, problems: Problems) -> None:
+    """An openai run's client processes, each an interpreter of CLIENT_PROCESS_BYTES, against host RAM."""
+    need = spec.openai.client_processes * CLIENT_PROCESS_BYTES
+    limit = memory.limit(settings, HOST)
+    if limit is not None and need > limit:
+        source = ("BENCHD_LIMITS__MEMORY_BYTES" if settings.limits.memory_bytes is not None
+                  else f"{settings.limits.memory_fraction:.0%} of what is available")
+        problems.add(("openai", "client_processes"), f"{spec.openai.client_processes} client processes hold about "
+                                                     f"{gib(need)}, more than the {gib(limit)} of host RAM a run "
+                                                     f"may use ({source})")
 
 
 def _size_problems(spec: RunSpec, settings: Settings, memory: Memory, chosen: Sequence[Slot],
@@ -268,7 +347,13 @@ def _arrival_problems(spec: GenerateSpec, settings: Settings, loc: tuple) -> lis
         if reason := path_problem(arrivals.path, settings.model_roots):
             return [*problems, problem((*where, "path"), reason)]
         try:
-            trace = traces.summarize(arrivals)
+            trace = read_trace(arrivals, limits.max_trace_bytes)
+        except traces.TraceTooLarge as error:
+            return [*problems, problem((*where, "path"), f"{str(error).split(': ', 1)[1]} "
+                                                         "(BENCHD_LIMITS__MAX_TRACE_BYTES)")]
+        except traces.TraceTooSlow as error:
+            return [*problems, problem((*where, "path"), f"{str(error).split(': ', 1)[1]}: admission reads a trace "
+                                                         f"within {TRACE_READ_S:g} s")]
         except traces.TraceError as error:
             return [*problems, problem((*where, "path"), str(error).split(": ", 1)[1])]
         if trace.requests > limits.max_requests and spec.workload.stop.requests is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
@@ -11,11 +12,12 @@ from pydantic import BaseModel, Field
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
-from benchd.api.schemas import errors
-from benchd.measure.compare import Comparison, compare, side_from_store
+from benchd.api.schemas import RETRY_AFTER_S, errors
+from benchd.measure.compare import Comparison, OverBudget, compare, side_from_store
 from benchd.report.pages import comparison_page
 from benchd.spec import Name
 from benchd.spec.fields import FLOAT_MAX, Strict
+from benchd.store.pages import request_counts, run_statuses
 
 router = APIRouter(tags=["compare"], route_class=GuardedRoute)
 MAX_RUNS = 100  # run ids on one side
@@ -30,14 +32,23 @@ class BaselineView(BaseModel):
     run_id: str
 
 
+def _refused(name: str, why: str, kind: str = "value_error") -> RequestValidationError:
+    return RequestValidationError([{"type": kind, "loc": ("query", name), "msg": why}])
+
+
 def _side(services, ids: str | None, workload: str | None, label: str | None, last: int, name: str) -> list[str]:
-    if ids:
-        run_ids = [i for i in ids.split(",") if i]
+    if ids is not None:
+        run_ids = ids.split(",")
         if len(run_ids) > MAX_RUNS:
-            raise RequestValidationError([{"type": "too_long", "loc": ("query", name),
-                                           "msg": f"at most {MAX_RUNS} run ids a side"}])
-        missing = [i for i in run_ids if services.store.get_run(i) is None]
-        if missing:
+            raise _refused(name, f"at most {MAX_RUNS} run ids a side", "too_long")
+        if "" in run_ids:
+            raise _refused(name, "an empty run id: give run ids separated by single commas")
+        # A run given twice would count twice: its samples weigh double in the interval, and the same two runs
+        # repeated 100 times a side turned "no significant change" into "slower".
+        if repeated := sorted({i for i in run_ids if run_ids.count(i) > 1}):
+            raise _refused(name, f"run {', '.join(repeated)} given more than once: each run counts once")
+        found = run_statuses(services.store, run_ids)
+        if missing := [i for i in run_ids if i not in found]:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {', '.join(missing)}")
         return run_ids
     if workload is None:
@@ -65,15 +76,33 @@ def compare_runs(
     format: Literal["json", "html"] = "json",
 ):
     """Per metric, B against A: the relative change, its bootstrap interval, and a verdict. Each side is run
-    ids, or the latest `last` succeeded runs of `workload` with that side's label."""
-    settings = services.settings
-    sides = [side_from_store(services.store, _side(services, ids, workload, label, last, name))
-             for ids, label, name in ((a, a_label, "a"), (b, b_label, "b"))]
-    result = compare(*sides, threshold=settings.compare_threshold if threshold is None else threshold,
-                     confidence=settings.compare_confidence if confidence is None else confidence)
-    if format == "html":
-        return HTMLResponse(comparison_page(result, *sides))
-    return result
+    ids (each once, at most 100), or the latest `last` succeeded runs of `workload` with that side's label.
+    Anonymous and costly, so bounded (BENCHD_READS__COMPARE_*): the requests both sides hold (422 past the limit),
+    comparisons at once and the seconds one takes (503 with Retry-After past either)."""
+    settings, reads = services.settings, services.settings.reads
+    ids = {name: _side(services, given, workload, label, last, name)
+           for given, label, name in ((a, a_label, "a"), (b, b_label, "b"))}
+    counts = request_counts(services.store, sorted({*ids["a"], *ids["b"]}))
+    held = sum(counts.get(run_id, 0) for side in ids.values() for run_id in side)
+    if held > reads.compare_max_requests:
+        raise _refused("b" if b is not None else "a", (
+            f"the two sides hold {held:,} requests, more than a comparison loads "
+            f"({reads.compare_max_requests:,}, BENCHD_READS__COMPARE_MAX_REQUESTS): compare fewer runs"))
+    with services.compares.taken():
+        deadline = time.monotonic() + reads.compare_timeout_s
+        try:
+            sides = [side_from_store(services.store, ids[name], deadline) for name in ("a", "b")]
+            result = compare(*sides, threshold=settings.compare_threshold if threshold is None else threshold,
+                             confidence=settings.compare_confidence if confidence is None else confidence,
+                             deadline=deadline)
+        except OverBudget:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, (
+                f"the comparison took more than {reads.compare_timeout_s:g} s (BENCHD_READS__COMPARE_TIMEOUT_S): "
+                "try again when the daemon is less busy, or compare fewer runs"),
+                headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        if format == "html":
+            return HTMLResponse(comparison_page(result, *sides))
+        return result
 
 
 @router.get("/baselines", response_model=list[BaselineView], responses=errors(503))

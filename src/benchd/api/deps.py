@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from benchd.api.admission import Memory, Unmeasured, admit
+from benchd.api.admission import Later, Memory, admit
 from benchd.api.schemas import RETRY_AFTER_S
 from benchd.daemon.events import RunEvents
 from benchd.daemon.service import Daemon
@@ -18,6 +21,26 @@ from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import RunSpec
 from benchd.store import Store
 from benchd.telemetry.exposition import NodeRegistry
+
+
+class Slots:
+    """Reads that cost seconds or a run's every record, done a few at a time: one past them waits for none, it gets a
+    503 with Retry-After (a queue would hold HTTP threads, and a flood would hold them all)."""
+
+    def __init__(self, count: int, what: str, setting: str) -> None:
+        self._free = threading.BoundedSemaphore(count)
+        self.count, self.what, self.setting = count, what, setting
+
+    @contextmanager
+    def taken(self) -> Iterator[None]:
+        if not self._free.acquire(blocking=False):
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                f"{self.count} {self.what} are being made ({self.setting}): try again shortly",
+                                headers={"Retry-After": str(RETRY_AFTER_S)})
+        try:
+            yield
+        finally:
+            self._free.release()
 
 
 @dataclass(slots=True)
@@ -29,15 +52,17 @@ class Services:
     registry: NodeRegistry
     hardware: HardwareSampler
     memory: Memory
+    compares: Slots  # GET /compare
+    records: Slots  # reads of a run's every record
 
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against
-        the limits, the device's memory and speed (422; 503 while a timed run's device is not measured yet), and the
-        store's spool (429 while it is full)."""
+        the limits, the device's memory and speed (422; 503 while a timed run's device is not measured yet, or while
+        every trace reader is busy), and the store's spool (429 while it is full)."""
         spec = self.daemon.resolve(spec)
         try:
             admit(spec, self.settings, self.memory, self.daemon.pool.slots, loc, self.daemon.pool.speed)
-        except Unmeasured as error:
+        except Later as error:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error),
                                 headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         if self.store.spool.full():
@@ -57,7 +82,7 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 def token_accepted(settings: Settings, authorization: str | None) -> bool:
-    """Mutating endpoints need the bearer token when one is configured."""
+    """Whether the request carries the configured bearer token (or none is configured)."""
     token = settings.api_token
     if token is None:
         return True

@@ -1,7 +1,7 @@
-"""What every request passes before FastAPI parses it: the bearer token first on mutating methods, then a bounded,
-strictly parsed JSON body (UTF-8, no NaN or Infinity, no NUL or lone surrogate in any string, nested at most
-documents.DEPTH_MAX levels) and clean path and query values; whatever fails is a 401, 413 or 422 naming the place,
-never a 400 or a 500."""
+"""What every request passes before FastAPI parses it: the bearer token first on mutating methods (and on reads with
+BENCHD_READS__NEED_TOKEN), then a bounded, strictly parsed JSON body (UTF-8, no NaN or Infinity, no NUL or lone
+surrogate in any string, nested at most documents.DEPTH_MAX levels) and clean path and query values; whatever fails
+is a 401, 413 or 422 naming the place, never a 400 or a 500."""
 
 from __future__ import annotations
 
@@ -13,10 +13,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from benchd.api.deps import token_accepted
+from benchd.api.schemas import ERRORS
 from benchd.spec.documents import DocumentError
 from benchd.spec.documents import parse_json as parse_document
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+ALWAYS_OPEN = frozenset({"/healthz", "/readyz", "/metrics"})  # probes and Prometheus: open with reads.need_token too
+# JSON whatever the route answers (a report's HTML too): named by its schema, as api/runs.py's _as_json does.
+READ_401 = {**{k: v for k, v in ERRORS[401].items() if k != "model"},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
 
 
 def text_problem(text: str) -> str | None:
@@ -54,6 +59,11 @@ def walk(value: Any, loc: tuple, problems: list[dict]) -> None:
 
 
 class GuardedRoute(APIRoute):
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        if "GET" in (kwargs.get("methods") or ()) and path not in ALWAYS_OPEN:  # a 401 with BENCHD_READS__NEED_TOKEN
+            kwargs["responses"] = {401: READ_401, **(kwargs.get("responses") or {})}
+        super().__init__(path, endpoint, **kwargs)
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
@@ -64,7 +74,8 @@ class GuardedRoute(APIRoute):
                 for name, value in items:
                     if isinstance(value, str) and (reason := text_problem(value)):
                         problems.append({"type": "string_type", "loc": (kind, name), "msg": reason})
-            if request.method in MUTATING and not token_accepted(settings, request.headers.get("authorization")):
+            needed = request.method in MUTATING or (settings.reads.need_token and request.url.path not in ALWAYS_OPEN)
+            if needed and not token_accepted(settings, request.headers.get("authorization")):
                 raise HTTPException(status.HTTP_401_UNAUTHORIZED, "a valid bearer token is required",
                                     headers={"WWW-Authenticate": "Bearer"})
             if problems:

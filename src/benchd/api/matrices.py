@@ -20,6 +20,7 @@ from benchd.daemon.queue import QueueFull
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import matrix_page
 from benchd.spec.matrix import MatrixProblem, parse_matrix
+from benchd.store.pages import run_statuses
 
 router = APIRouter(prefix="/matrices", tags=["matrices"], route_class=GuardedRoute)
 
@@ -43,19 +44,23 @@ class MatrixRun(BaseModel):
 
 
 class MatrixView(BaseModel):
+    """In a listing, a field stored larger than 64 KiB is null and named in `omitted` (GET /matrices/{id} gives it
+    whole)."""
+
     id: str
     status: str  # queued | running | succeeded | failed | cancelled | interrupted
     workload: str
-    document: dict[str, Any]  # as submitted: the spec's fields, matrix, repeats, baseline
-    variants: list[dict[str, Any]]  # index, label, values, spec (as it runs)
+    document: dict[str, Any] | None  # as submitted: the spec's fields, matrix, repeats, baseline
+    variants: list[dict[str, Any]] | None  # index, label, values, spec (as it runs)
     baseline: int
-    runs: list[MatrixRun]
+    runs: list[MatrixRun] | None
     comparison: MatrixComparison | None  # once every run has ended
     error: str | None
     node: str | None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    omitted: list[str] = []  # document, variants, runs, comparison
 
 
 def _matrix_or_404(services, matrix_id: str) -> dict:
@@ -65,9 +70,13 @@ def _matrix_or_404(services, matrix_id: str) -> dict:
     return row
 
 
-def _view(services, row: dict) -> MatrixView:
-    runs = [MatrixRun(**run, status=(services.store.get_run(run["run_id"]) or {}).get("status")) for run in row["runs"]]
-    return MatrixView(**{**row, "runs": runs})
+def _view(services, row: dict, omitted: list[str] | None = None) -> MatrixView:
+    omitted = omitted or []
+    if row["runs"] is None:
+        return MatrixView(**row, omitted=omitted)
+    statuses = run_statuses(services.store, [run["run_id"] for run in row["runs"]])  # not each run's whole row
+    runs = [MatrixRun(**run, status=statuses.get(run["run_id"])) for run in row["runs"]]
+    return MatrixView(**{**row, "runs": runs}, omitted=omitted)
 
 
 MATRIX_ID = {"matrix_id": "$response.body#/id"}
@@ -122,8 +131,10 @@ def submit_matrix(body: Annotated[dict[str, Any], Body(examples=[EXAMPLE])], ser
 def list_matrices(services: ServicesDep, workload: str | None = None,
                   limit: Annotated[int, Query(ge=1, le=100)] = 20,
                   offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> list[MatrixView]:
-    """Newest first."""
-    return [_view(services, row) for row in services.store.list_matrices(workload, limit, offset).items]
+    """Newest first: up to `limit` matrices within BENCHD_READS__PAGE_MAX_BYTES (fewer once they fill it: the next
+    page starts at offset + their number); a field stored larger than 64 KiB is null and named in `omitted`."""
+    page = services.store.list_matrices(workload, limit, offset, services.settings.reads.page_max_bytes)
+    return [_view(services, row, omitted) for row, omitted in zip(page.items, page.omitted)]
 
 
 @router.get("/{matrix_id}", response_model=MatrixView, responses=errors(404, 422, 503))
@@ -146,5 +157,6 @@ def cancel_matrix(matrix_id: str, services: ServicesDep) -> MatrixView:
                                              "description": "The matrix's page: variants side by side."}})
 def matrix_report(matrix_id: str, services: ServicesDep) -> HTMLResponse:
     row = _matrix_or_404(services, matrix_id)
-    runs = {run["run_id"]: services.store.records(run["run_id"], 0) for run in row["runs"]}
-    return HTMLResponse(matrix_page(row, runs))
+    with services.records.taken():
+        runs = {run["run_id"]: services.store.records(run["run_id"], 0) for run in row["runs"]}
+        return HTMLResponse(matrix_page(row, runs))

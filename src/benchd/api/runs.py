@@ -14,7 +14,16 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
-from benchd.api.schemas import RETRY_AFTER_S, CancelResult, RunCreated, RunPage, RunView, errors, links
+from benchd.api.schemas import (
+    RETRY_AFTER_S,
+    CancelResult,
+    RunCreated,
+    RunItem,
+    RunPage,
+    RunView,
+    errors,
+    links,
+)
 from benchd.daemon.events import RunEvent
 from benchd.daemon.lifecycle import deadline_s
 from benchd.daemon.queue import QueueFull
@@ -67,7 +76,8 @@ def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response:
     url = str(request.url_for("get_run", run_id=run_id))
     response.headers["Location"] = url
     return RunCreated(id=run_id, url=url, status="queued", bound_s=run_bound_s(spec),
-                      deadline_s=deadline_s(spec, services.settings.limits.max_duration_s))
+                      deadline_s=deadline_s(spec, services.settings.limits.max_duration_s,
+                                            services.settings.limits.max_run_duration_s))
 
 
 @router.get("", response_model=RunPage, responses=errors(422, 503))
@@ -80,9 +90,14 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=OFFSET_MAX)] = 0,
 ) -> RunPage:
-    """Newest first."""
-    page = services.store.list_runs(status_, model, workload, schedule, limit, offset)
-    return RunPage(items=[RunView.of(r) for r in page.items], total=page.total, limit=limit, offset=offset)
+    """Newest first: up to `limit` runs within BENCHD_READS__PAGE_MAX_BYTES (`next_offset` says where the next page
+    starts); a field stored larger than 64 KiB is left out of its item and named in its `omitted`."""
+    page = services.store.list_runs(status_, model, workload, schedule, limit, offset,
+                                    services.settings.reads.page_max_bytes)
+    return RunPage(items=[RunItem(metadata=r["run_metadata"], omitted=omitted,
+                                  **{k: v for k, v in r.items() if k != "run_metadata"})
+                          for r, omitted in zip(page.items, page.omitted)],
+                   total=page.total, limit=limit, offset=offset, next_offset=page.next_offset)
 
 
 @router.get("/{run_id}", response_model=RunView, responses=errors(404, 422, 503))
@@ -144,13 +159,14 @@ def _summary_of(row: dict) -> RunEvent:
 def run_requests(run_id: str, services: ServicesDep,
                  format: Literal["json", "csv"] = "json") -> Response:
     _run_or_404(services, run_id)
-    rows = services.store.request_rows(run_id)
-    if format == "csv":
-        buffer = io.StringIO()
-        write_csv(rows, buffer)
-        return Response(buffer.getvalue(), media_type="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="{run_id}-requests.csv"'})
-    return JSONResponse(rows)
+    with services.records.taken():
+        rows = services.store.request_rows(run_id)
+        if format == "csv":
+            buffer = io.StringIO()
+            write_csv(rows, buffer)
+            return Response(buffer.getvalue(), media_type="text/csv",
+                            headers={"Content-Disposition": f'attachment; filename="{run_id}-requests.csv"'})
+        return JSONResponse(rows)
 
 
 @router.get("/{run_id}/timings", responses={**errors(404, 422, 503), 200: {
@@ -158,15 +174,16 @@ def run_requests(run_id: str, services: ServicesDep,
     "description": "Training-step and kernel runs: every timed repetition (warm-up flagged), in seconds."}})
 def run_timings(run_id: str, services: ServicesDep, format: Literal["json", "csv"] = "json") -> Response:
     _run_or_404(services, run_id)
-    rows = services.store.timing_rows(run_id)
-    if format == "csv":
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=["stage_index", "series", "index", "warmup", "seconds"])
-        writer.writeheader()
-        writer.writerows(rows)
-        return Response(buffer.getvalue(), media_type="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="{run_id}-timings.csv"'})
-    return JSONResponse(rows)
+    with services.records.taken():
+        rows = services.store.timing_rows(run_id)
+        if format == "csv":
+            buffer = io.StringIO()
+            writer = csv.DictWriter(buffer, fieldnames=["stage_index", "series", "index", "warmup", "seconds"])
+            writer.writeheader()
+            writer.writerows(rows)
+            return Response(buffer.getvalue(), media_type="text/csv",
+                            headers={"Content-Disposition": f'attachment; filename="{run_id}-timings.csv"'})
+        return JSONResponse(rows)
 
 
 def _as_json(responses: dict) -> dict:
@@ -185,5 +202,6 @@ def run_report(run_id: str, services: ServicesDep) -> HTMLResponse:
     """A page for people: what GET /runs/{id}, /requests and /timings return, drawn."""
     row = _run_or_404(services, run_id)
     kind = (row["spec"] or {}).get("kind", "generate")
-    rows = services.store.request_rows(run_id) if kind == "generate" else services.store.timing_rows(run_id)
-    return HTMLResponse(run_page(row, rows))
+    with services.records.taken():
+        rows = services.store.request_rows(run_id) if kind == "generate" else services.store.timing_rows(run_id)
+        return HTMLResponse(run_page(row, rows))

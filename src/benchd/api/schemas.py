@@ -71,11 +71,20 @@ class RunView(BaseModel):
                    **{k: v for k, v in row.items() if k not in ("run_metadata", "timeline")})
 
 
+class RunItem(RunView):
+    """A run in a listing: a field too large for it (over 64 KiB stored) is null here and named in `omitted`; GET
+    /runs/{id} gives it whole."""
+
+    spec: dict[str, Any] | None
+    omitted: list[str] = []  # spec, summary, metadata, hardware, parts
+
+
 class RunPage(BaseModel):
-    items: list[RunView]
+    items: list[RunItem]  # as many as limit, or fewer once they fill BENCHD_READS__PAGE_MAX_BYTES
     total: int
     limit: int
     offset: int
+    next_offset: int | None = None  # where the next page starts (offset + items), while runs remain
 
 
 class CancelResult(BaseModel):
@@ -142,7 +151,8 @@ class ScheduleView(BaseModel):
 
 _RETRY = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}
 ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": Problem, "description": "A bearer token is configured and this request lacks it.",
+    401: {"model": Problem, "description": "A bearer token is configured and this request lacks it (reads need it "
+                                          "with BENCHD_READS__NEED_TOKEN).",
           "headers": {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}}},
     404: {"model": Problem, "description": "No such run or schedule."},
     409: {"model": Problem, "description": "The run has already ended."},
@@ -150,8 +160,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationProblem, "description": "A field is invalid or over a limit: loc names it."},
     429: {"model": Problem, "description": "The run queue is full, or writes waiting for the database fill the "
                                           "spool.", "headers": _RETRY},
-    503: {"model": Problem, "description": "The database is unreachable (runs go on; their writes wait), or a timed "
-                                          "run's device is not measured yet (its worker is starting).",
+    503: {"model": Problem, "description": "The database is unreachable or all its connections are in use (runs go "
+                                          "on; their writes wait), a timed run's device is not measured yet (its "
+                                          "worker is starting), or a costly read's slots are taken or its time ran "
+                                          "out (BENCHD_READS__*).",
           "headers": _RETRY},
 }
 

@@ -252,12 +252,15 @@ class Lifecycle:
 DEADLINE_SLACK_S = 30.0  # beyond a run's bound: its stages' starts and ends, a busy host
 
 
-def deadline_s(spec: RunSpec, max_duration_s: float) -> float:
+def deadline_s(spec: RunSpec, max_duration_s: float, max_run_duration_s: float | None = None) -> float:
     """How long a run from HTTP may run its requests (or timed stages) before it is stopped: the limit per stage,
-    and one more for what is in flight when dispatching ends; never under the most its stages take by their spec
-    (models/duration.py, run_bound_s: sending and drain), with DEADLINE_SLACK_S. Admission already refused what could
-    not send its requests in time; this bounds what it cannot foresee (a closed loop on a slow engine)."""
+    and one more for what is in flight when dispatching ends, and at most the limit of a run's stages together and
+    that one more; never under the most its stages take by their spec (models/duration.py, run_bound_s: sending and
+    drain), with DEADLINE_SLACK_S. Admission already refused what could not send its requests in time; this bounds
+    what it cannot foresee (a closed loop on a slow engine)."""
     stages = spec.workload.stage_count() if isinstance(spec, GenerateSpec) else 1
-    bound = run_bound_s(spec)
     limit = max_duration_s * (stages + 1)
+    if max_run_duration_s is not None:
+        limit = min(limit, max_run_duration_s + max_duration_s)
+    bound = run_bound_s(spec)
     return limit if bound is None else max(limit, bound + DEADLINE_SLACK_S)

@@ -113,15 +113,15 @@ class MatrixRuns:
         workload = specs[0].name
         with self._lock:
             self._open[matrix_id] = _Open(workload, [job.run_id for job in jobs], schedule=schedule)
-        self.store.create_matrix(matrix_id, workload, matrix.document(), stored_variants(variants, specs), rows,
-                                 matrix.baseline_index(variants))
-        try:
+        try:  # the matrix is stored once its runs have room: a full queue stores nothing (a schedule's tick skips)
             self.queue.put_many(jobs, lambda job: self.store.create_run(
-                job.run_id, job.spec.model_dump(mode="json"), schedule, matrix_id=matrix_id))
-        except Exception:  # the queue is full: nothing of the matrix was queued
+                job.run_id, job.spec.model_dump(mode="json"), schedule, matrix_id=matrix_id),
+                placed=lambda: self.store.create_matrix(matrix_id, workload, matrix.document(),
+                                                        stored_variants(variants, specs), rows,
+                                                        matrix.baseline_index(variants)))
+        except Exception:  # the queue is full: nothing of the matrix was queued, nor stored
             with self._lock:
                 self._open.pop(matrix_id, None)
-            self.store.update_matrix(matrix_id, status="cancelled", error="the run queue had no room for its runs")
             raise
         return matrix_id, [job.run_id for job in jobs]
 

@@ -51,8 +51,10 @@ class RunQueue:
             self._cond.notify_all()
             return job
 
-    def put_many(self, jobs: list[Job], admitted: Callable[[Job], None] = lambda job: None) -> None:
-        """Queue runs together, back to back and in order, or none of them (a matrix's interleaved runs)."""
+    def put_many(self, jobs: list[Job], admitted: Callable[[Job], None] = lambda job: None,
+                 placed: Callable[[], None] = lambda: None) -> None:
+        """Queue runs together, back to back and in order, or none of them (a matrix's interleaved runs); placed()
+        runs once there is room for all, before the first admitted(job): what they belong to is stored only then."""
         with self._cond:
             if self._closing:
                 raise QueueFull("the daemon is shutting down")
@@ -60,6 +62,7 @@ class RunQueue:
             if len(jobs) > free:
                 raise QueueFull(f"the run queue has {free} free places of {self.limit}, {len(jobs)} are needed "
                                 "(BENCHD_QUEUE_MAX)")
+            placed()
             for job in jobs:
                 admitted(job)
                 self._jobs.append(job)

@@ -42,15 +42,16 @@ class Schedule:
     enabled: bool = True
     next_due: float = 0.0  # time.monotonic()
     last_run_id: str | None = None
-    skipped: int = 0  # ticks skipped because the previous run of this schedule had not finished
+    skipped: int = 0  # ticks skipped: the previous run of this schedule had not finished, or the queue had no room
     matrix: MatrixSpec | None = None  # a matrix each interval instead of one run (declared schedules only)
 
 
 class Schedules:
     def __init__(self, store: Store, submit: Callable[[RunSpec, str], str], busy: Callable[[str], bool],
                  on_error: Callable[[str], None] = lambda component: None,
-                 submit_matrix: Callable[[MatrixSpec, str], object] | None = None) -> None:
-        self.store, self.submit, self.busy, self.on_error = store, submit, busy, on_error
+                 submit_matrix: Callable[[MatrixSpec, str], object] | None = None,
+                 on_skip: Callable[[str], None] = lambda reason: None) -> None:
+        self.store, self.submit, self.busy, self.on_error, self.on_skip = store, submit, busy, on_error, on_skip
         self.submit_matrix = submit_matrix
         self._schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
@@ -138,11 +139,13 @@ class Schedules:
             schedule.next_due = now + schedule.interval_s
         if self.busy(schedule.name):  # never pile up behind itself
             schedule.skipped += 1
+            self.on_skip("busy")
             return
         try:
             if schedule.matrix is not None and self.submit_matrix is not None:
                 self.submit_matrix(schedule.matrix, schedule.name)
             else:
                 self.submit(schedule.spec, schedule.name)
-        except QueueFull:
+        except QueueFull:  # nothing was queued or stored: counted, and tried again at the next tick
             schedule.skipped += 1
+            self.on_skip("queue_full")

@@ -47,7 +47,7 @@ class Daemon:
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
                                    settings.compare_confidence)
         self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error,
-                                   self.submit_scheduled_matrix)
+                                   self.submit_scheduled_matrix, self.skipped)
         self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,
                                    settings.compare_confidence, self.internal_error)
         self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices)
@@ -65,6 +65,11 @@ class Daemon:
         """Runs execute, and every worker answers and has tried the daemon's model (a failed load leaves the daemon
         unready: /readyz says why)."""
         return self.alive and self.pool.ready and self.pool.load_error() is None
+
+    def skipped(self, reason: str) -> None:
+        """A schedule's tick that queued nothing (busy, queue_full)."""
+        if self.metrics is not None:
+            self.metrics.schedule_skips.labels(reason).inc()
 
     def internal_error(self, component: str) -> None:
         if self.metrics is not None:
@@ -165,7 +170,8 @@ class Daemon:
                                                                  self.settings.model_roots)
         result = self.lifecycle.execute(job.run_id, job.spec, job.spec.device, job.stop,
                                         self._progress(job.run_id),
-                                        deadline_s(job.spec, self.settings.limits.max_duration_s), confine)
+                                        deadline_s(job.spec, self.settings.limits.max_duration_s,
+                                                   self.settings.limits.max_run_duration_s), confine)
         self.hooks.after(job, result, [s.model_dump(mode="json") for s in result.summaries()])
 
     def _progress(self, run_id: str):

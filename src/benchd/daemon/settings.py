@@ -40,17 +40,39 @@ class Limits(BaseModel):
     # A stage of a generation run, or a whole timed run: refused when it could not end within it at its device's
     # measured speed (models/duration.py), stopped when it runs past it.
     max_duration_s: Annotated[float, Field(gt=0)] = 3_600.0
+    # A generation run's stages together, as declared (each stage's stop.duration_s and warm-up seconds): refused
+    # beyond it; a run still going at this plus max_duration_s is stopped.
+    max_run_duration_s: Annotated[float, Field(gt=0)] = 14_400.0
     max_concurrency: Annotated[int, Field(ge=1)] = 1_024  # a closed loop's concurrency
     max_rate: Annotated[float, Field(gt=0)] = 10_000.0  # an open loop's rate (a ramp's, a capacity search's reach)
     max_stages: Annotated[int, Field(ge=1)] = 32  # load levels, warm-up study levels, kernel shapes × implementations
     max_steps: Annotated[int, Field(ge=1)] = 10_000  # a training step's warm-up + measured steps
     max_repeats: Annotated[int, Field(ge=1)] = 100_000  # a kernel's warm-up + measured calls
     max_flush_bytes: Annotated[int, Field(ge=0)] = 2**30  # a kernel's cache-flush buffer
+    # A trace file's size (a million requests are about 63 MB): read once at admission, by a thread of its own within
+    # 10 s; 64 KiB a line at most.
+    max_trace_bytes: Annotated[int, Field(ge=1)] = 64 << 20
     # What one run may need in memory (weights, KV cache, activations, a timed run's tensors; estimated from the
     # spec): this many bytes, or unset: memory_fraction of the device's available memory (host RAM for a CPU, free
     # GPU memory for CUDA, counting what benchd itself holds and would release).
     memory_bytes: Annotated[int, Field(ge=1)] | None = None
     memory_fraction: Annotated[float, Field(gt=0, le=1)] = MEMORY_FRACTION  # workers plan GPU caches within it
+
+
+class Reads(BaseModel):
+    """What reading may cost the daemon, whoever asks: reads are anonymous unless need_token (docs/guides/daemon.md,
+    "What a read may cost"); the costly ones wait for no one: past their slots they get a 503 with Retry-After."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    need_token: bool = False  # GETs need BENCHD_API_TOKEN's bearer token too, all but /healthz, /readyz and /metrics
+    compare_slots: Annotated[int, Field(ge=1)] = 2  # comparisons computed at once (GET /compare)
+    compare_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # a comparison's reads and statistics; past it, a 503
+    # request records one comparison may load, both sides together (each about 1 KiB and its stamps): else a 422
+    compare_max_requests: Annotated[int, Field(ge=1)] = 200_000
+    # reads of a run's every record at once: /runs/{id}/requests, /timings, /report and a matrix's /report
+    record_slots: Annotated[int, Field(ge=1)] = 4
+    page_max_bytes: Annotated[int, Field(ge=1 << 16)] = 8 << 20  # a page of GET /runs or /matrices, as stored
 
 
 class ValidityDefaults(ValidityRules):
@@ -185,7 +207,9 @@ class Settings(BaseSettings):
     spool_dir: Path = Path("benchd-spool")
     spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20  # journaled writes waiting, at most
     store_start_timeout_s: Annotated[float, Field(ge=0)] = 10.0  # waited at start for migrations and recovery
-    api_token: SecretStr | None = None  # when set, POST, PUT and DELETE need Authorization: Bearer <token>
+    # When set, POST, PUT and DELETE need Authorization: Bearer <token> (and, with reads.need_token, every GET but
+    # /healthz, /readyz and /metrics).
+    api_token: SecretStr | None = None
     label: str | None = None  # a commit or label stored with every run a spec gives none
     default_schedule: bool = True  # run a small workload on the daemon's model every interval
     default_schedule_interval_s: Annotated[float, Field(gt=0)] = 60.0  # the built-in schedule's interval
@@ -193,6 +217,7 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1 << 20  # a request body larger than this gets 413
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
+    reads: Reads = Reads()
     # The validity rules a workload leaves unset (BENCHD_VALIDITY__MIN_COMPLETION_RATIO=0.8, …): those set here
     # replace the defaults for every run this daemon takes; a workload's own `validity` still wins.
     validity: ValidityDefaults = ValidityDefaults()
@@ -246,6 +271,12 @@ class Settings(BaseSettings):
         if self.default_schedule and "default" in names:
             raise ValueError("schedules: 'default' is the built-in schedule's name; set default_schedule to false to "
                              "declare one of that name")
+        return self
+
+    @model_validator(mode="after")
+    def _a_token_for_reads(self) -> Settings:
+        if self.reads.need_token and self.api_token is None:
+            raise ValueError("reads.need_token: set api_token, the token reads would need")
         return self
 
     @field_validator("environments")

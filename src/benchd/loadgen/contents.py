@@ -24,7 +24,7 @@ from benchd.spec import (
     length_upper_bound,
     traces,
 )
-from benchd.spec.documents import DocumentError, parse_json
+from benchd.spec.documents import DocumentError, open_file, parse_json
 
 SHARED_CACHE = 8192  # shared pieces (prefix groups, trace blocks) kept made; one not kept is made again, the same
 
@@ -191,9 +191,12 @@ def read_dataset(dataset: TextDataset) -> list[str]:
     conversations; the prompt is each conversation's first human turn)."""
     path = Path(dataset.path)
     try:
-        text = path.read_text()
+        with open_file(path) as handle:  # a regular file only: a FIFO would hold the worker
+            text = handle.read().decode()
     except OSError as error:
         raise SpecError(f"workload.dataset.path: {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(f"workload.dataset.path: {path} is not UTF-8 ({error.reason} at byte {error.start})") from None
     prompts: list[str] = []
     if dataset.format == "jsonl":
         for number, line in enumerate(text.splitlines(), 1):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -24,6 +25,15 @@ COMPARED = (50, 90, 99)  # of each latency's summary percentiles (records.PERCEN
 THRESHOLD = 0.05  # a relative change smaller than this is no regression, nor an outlier
 CONFIDENCE = 0.95  # of the bootstrap intervals
 REQUESTS_FILE = "requests.jsonl"  # `benchd run --out`: one stored request row (RequestRecord.to_row) a line
+
+
+class OverBudget(Exception):
+    """A comparison that did not end by its deadline (the daemon's: BENCHD_READS__COMPARE_TIMEOUT_S)."""
+
+
+def _in_time(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise OverBudget("the comparison was not done by its deadline")
 
 
 class Side(BaseModel):
@@ -81,19 +91,37 @@ def _verdict(low: float, high: float, threshold: float, higher_is_worse: bool) -
     return "no significant change"
 
 
+def _resampler(runs: list[np.ndarray], rng: np.random.Generator):
+    """Draws of a side in two stages: its runs with replacement, then samples within each chosen run. Several runs'
+    draws are made at once from one array (a few numpy calls a draw, whatever the number of runs: a loop over 100
+    runs cost 28 s a comparison)."""
+    if len(runs) == 1:
+        only = runs[0]
+        return lambda: only[rng.integers(0, len(only), size=len(only))]
+    flat = np.concatenate(runs)
+    sizes = np.array([len(run) for run in runs])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    def draw() -> np.ndarray:
+        chosen = rng.integers(0, len(runs), size=len(runs))
+        counts = sizes[chosen]
+        within = (rng.random(counts.sum()) * np.repeat(counts, counts)).astype(np.int64)
+        return flat[np.repeat(starts[chosen], counts) + within]
+
+    return draw
+
+
 def _bootstrap(a: list[np.ndarray], b: list[np.ndarray], statistic, confidence: float, resamples: int,
-               rng: np.random.Generator) -> tuple[float, float]:
+               rng: np.random.Generator, deadline: float | None = None) -> tuple[float, float]:
     """Percentile interval of (stat(b) − stat(a)) / stat(a). Each side is resampled in two stages, runs with
     replacement and then samples within each chosen run, so that run-to-run variation widens the interval
     (with one run a side, only the variation within it is covered)."""
-
-    def resample(runs: list[np.ndarray]) -> np.ndarray:
-        chosen = rng.integers(0, len(runs), size=len(runs)) if len(runs) > 1 else [0]
-        return np.concatenate([runs[c][rng.integers(0, len(runs[c]), size=len(runs[c]))] for c in chosen])
-
+    draw_a, draw_b = _resampler(a, rng), _resampler(b, rng)
     ratios = np.empty(resamples)
     for i in range(resamples):
-        sa, sb = statistic(resample(a)), statistic(resample(b))
+        if i % 64 == 0:
+            _in_time(deadline)
+        sa, sb = statistic(draw_a()), statistic(draw_b())
         ratios[i] = (sb - sa) / sa if sa else np.nan
     ratios = ratios[np.isfinite(ratios)]
     tail = (1 - confidence) / 2
@@ -102,7 +130,7 @@ def _bootstrap(a: list[np.ndarray], b: list[np.ndarray], statistic, confidence: 
 
 def metric_change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], statistic, threshold: float,
             confidence: float, min_samples: int, higher_is_worse: bool, rng: np.random.Generator,
-            resamples: int) -> MetricChange:
+            resamples: int, deadline: float | None = None) -> MetricChange:
     """a, b: each side's samples, one list per run."""
     ra = [np.asarray(run, dtype=np.float64) for run in a if len(run)]
     rb = [np.asarray(run, dtype=np.float64) for run in b if len(run)]
@@ -116,14 +144,14 @@ def metric_change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[
                             reason=f"too few samples: {na} and {nb}, at least {min_samples} per side needed")
     # Time grows with resamples × samples: per-token ITL samples get fewer resamples.
     resamples = max(200, min(resamples, int(2e7 // max(na, nb))))
-    low, high = _bootstrap(ra, rb, statistic, confidence, resamples, rng)
+    low, high = _bootstrap(ra, rb, statistic, confidence, resamples, rng, deadline)
     return MetricChange(**base, ci_low=low, ci_high=high, verdict=_verdict(low, high, threshold, higher_is_worse))
 
 
 def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = CONFIDENCE, min_samples: int = 20,
-            min_runs: int = 2, resamples: int = 2000, seed: int = 0) -> Comparison:
+            min_runs: int = 2, resamples: int = 2000, seed: int = 0, deadline: float | None = None) -> Comparison:
     """Latency percentiles from per-request samples; throughput and energy from per-run figures (so they need
-    min_runs runs on each side to say anything)."""
+    min_runs runs on each side to say anything). deadline: time.monotonic() past which OverBudget is raised."""
     rng = np.random.default_rng(seed)
     metrics = []
     for name in LATENCIES:
@@ -134,11 +162,11 @@ def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = 
             metrics.append(metric_change(
                 f"{name}.p{p}", a.samples.get(name, []), b.samples.get(name, []),
                 lambda x, p=p: np.percentile(x, p), threshold, confidence, needed,
-                higher_is_worse=True, rng=rng, resamples=resamples))
+                higher_is_worse=True, rng=rng, resamples=resamples, deadline=deadline))
     # Run-level figures: the runs are the samples.
     for name, worse in (("output_tokens_per_s", False), ("energy_per_token_j", True)):
         metrics.append(metric_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
-                               min_runs, higher_is_worse=worse, rng=rng, resamples=resamples))
+                               min_runs, higher_is_worse=worse, rng=rng, resamples=resamples, deadline=deadline))
     line_a, line_b = utilisation(a.roofline), utilisation(b.roofline)
     return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics,
                       invalid=[*a.invalid, *b.invalid], roofline_a=line_a, roofline_b=line_b,
@@ -171,11 +199,12 @@ def _side(labels: Sequence[str], runs: Iterable[tuple[list[RequestRecord], dict,
                 invalid=invalid, roofline=lines, clocks=clocks)
 
 
-def side_from_store(store, run_ids: Sequence[str]) -> Side:
-    """Runs a daemon stored."""
+def side_from_store(store, run_ids: Sequence[str], deadline: float | None = None) -> Side:
+    """Runs a daemon stored (OverBudget once deadline, a time.monotonic(), has passed)."""
 
     def runs():
         for run_id in run_ids:
+            _in_time(deadline)
             row = store.get_run(run_id)
             if row is None:
                 raise KeyError(run_id)

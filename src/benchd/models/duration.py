@@ -277,9 +277,11 @@ def time_problems(spec: RunSpec, speed: DeviceSpeed | None, limit_s: float) -> l
     prompt, output = traces.longest(spec.workload)
     for index, profile in enumerate(spec.workload.stages()):
         found = stage_s(profile, spec, times)
-        if found is None or found[0] <= limit_s:
+        if found is None:
             continue
         total, longest, bound = found
+        if total <= limit_s and longest <= limit_s:  # a request longer than the limit would always be cut: refused
+            continue
         arrivals = ("workload", "arrivals", "values", index) if sweep else ("workload", "arrivals")
         send = sending_s(profile, spec)
         if bound == "sending" and send > limit_s:

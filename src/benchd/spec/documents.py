@@ -5,11 +5,15 @@ naming the place."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
+import os
 import re
-from typing import Any
+import stat
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -158,3 +162,24 @@ def load_yaml(text: str) -> Any:
     if (problem := nesting_problem(value)) is not None:
         raise problem
     return value
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def open_file(path: str | Path) -> BinaryIO:
+    """A file a spec names (a trace, a dataset), opened for reading without ever blocking: O_NONBLOCK, so that a FIFO
+    with no writer opens at once, and refused unless the opened descriptor is a regular file (a FIFO, device or socket
+    could hold a reader forever or feed it without end). OSError whose strerror says why."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+            raise OSError(errno.EINVAL, f"not a regular file ({kind})")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -13,10 +13,20 @@ from benchd.spec.fields import (
     NAME_MAX,
     PATH_MAX,
     FreeFormMapping,
-    PositiveFloat,
     PositiveInt,
 )
 from benchd.spec.fields import Strict as _Strict
+
+THREADS_MAX = 4096  # torch's CPU threads: admission holds a spec to the cores its worker may use
+# What one openai client process holds resident (an interpreter with uvloop, orjson and httptools, and its
+# connections' buffers): 64 of them measured 1.57 GB. Admission counts client_processes of them against host RAM.
+CLIENT_PROCESS_BYTES = 32 << 20
+# A timeout every timer and socket takes (a loop's call_later, a socket's timeval overflow past ~1e9 s): a day.
+TIMEOUT_MAX_S = 86_400.0
+Timeout = Annotated[float, Field(gt=0, le=TIMEOUT_MAX_S)]
+# What a URL may hold (RFC 3986's unreserved and reserved characters, and %-escapes): no space, control character,
+# backslash or other character that a request line or a client's parser would read differently.
+URL = Annotated[str, Field(max_length=2048, pattern=r"^https?://[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$")]
 
 
 class TransformersOptions(_Strict):
@@ -31,7 +41,7 @@ class TransformersOptions(_Strict):
     compile_level: Annotated[int, Field(ge=0, le=3)] | None = None
     # torch's intra-op CPU threads while the engine runs (the paged sdpa path builds each step's attention mask with
     # CPU tensor ops on the generation thread); not a transformers setting
-    cpu_threads: PositiveInt | None = None
+    cpu_threads: Annotated[int, Field(ge=1, le=THREADS_MAX)] | None = None
     library_defaults: bool = False  # pass nothing benchd would choose: transformers' own defaults
 
 
@@ -42,7 +52,7 @@ class StaticOptions(_Strict):
 class OpenAIOptions(_Strict):
     """An OpenAI-compatible server (vLLM, TGI, SGLang, `transformers serve`, …), driven with streaming requests."""
 
-    base_url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] = "http://127.0.0.1:8000/v1"
+    base_url: URL = "http://127.0.0.1:8000/v1"
     model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] | None = None  # the served model's name; default: RunSpec.model
     api: Literal["completions", "chat"] = "completions"
     # The output limit's field: max_tokens is read by vLLM, TGI, SGLang and transformers serve on both APIs;
@@ -57,13 +67,15 @@ class OpenAIOptions(_Strict):
     max_connections: PositiveInt | None = None
     # Client processes sharing the arrival schedule (round robin), each an event loop on a core of its own:
     # one holds about 800 requests/s on time (docs/benchmarks/load-generators.md); more for higher rates on more cores.
+    # Each is an interpreter of about 25 MiB (counted by admission against host RAM), ended after a minute idle.
     client_processes: Annotated[int, Field(ge=1, le=64)] = 1
-    connect_timeout_s: PositiveFloat = 10.0
-    stall_timeout_s: PositiveFloat = 60.0  # no byte for this long: the request fails as a timeout
-    request_timeout_s: PositiveFloat | None = None  # whole request, first byte to last
+    connect_timeout_s: Timeout = 10.0  # a connection; and the whole check that the server answers, before the run
+    stall_timeout_s: Timeout = 60.0  # no byte for this long (the first byte too): the request fails as a timeout
+    head_timeout_s: Timeout = 60.0  # the response's head, from the request's write: bytes that never make one fail
+    request_timeout_s: Timeout | None = None  # whole request, first byte to last (else the run's end bounds it)
     # The server's Prometheus page (vLLM, SGLang, TGI): read by the daemon every metrics_interval_s during the run
     # into the run's server timeline and benchd_server_* gauges (benchd.measure.server_metrics). None: not read.
-    metrics_url: Annotated[str, Field(max_length=2048, pattern=r"^https?://")] | None = None
+    metrics_url: URL | None = None
     metrics_interval_s: Annotated[float, Field(ge=0.1, le=60.0)] = 1.0
 
     @field_validator("api_key_env")

@@ -16,6 +16,9 @@ NAME_MAX = 100  # workload and schedule names
 LABEL_MAX = 200
 MODEL_MAX = 500
 PATH_MAX = 4096
+# Items a list of a spec may hold (lengths to draw from, a sweep's levels, shapes): every run's spec is stored and
+# listed, so a spec stays small (4,096 lengths are about 24 KiB); admission holds levels and shapes to far fewer.
+LIST_MAX = 4096
 
 PositiveInt = Annotated[int, Field(ge=1, le=INT_MAX)]
 PositiveFloat = Annotated[float, Field(gt=0, le=FLOAT_MAX)]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 from pathlib import PurePath
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from benchd.spec.fields import FilePath, NonNegativeFloat, PositiveFloat, PositiveInt, Strict
+from benchd.spec.fields import LIST_MAX, FilePath, NonNegativeFloat, PositiveFloat, PositiveInt, Strict
 
 # Gamma's shape: 1 is Poisson, < 1 burstier. Its scale is 1 / (rate · burstiness), which must stay finite.
 Burstiness = Annotated[float, Field(ge=0.001, le=1000)]
@@ -88,7 +91,7 @@ class Sweep(Strict):
 
     profile: Literal["sweep"]
     over: Literal["concurrent", "constant", "poisson", "gamma"]
-    values: Annotated[list[PositiveFloat], Field(min_length=1)]
+    values: Annotated[list[PositiveFloat], Field(min_length=1, max_length=LIST_MAX)]
     burstiness: Burstiness = 1.0
     max_concurrency: Cap = None  # for the open-loop levels
 
@@ -154,6 +157,15 @@ def is_open_loop(profile: ArrivalProfile) -> bool:
     return not isinstance(profile, Synchronous | Concurrent)
 
 
+def file_name(path: str) -> str:
+    """A file's name as people gave it: the worker reads a confined path through its opened descriptor
+    (/proc/self/fd/N, models/roots.py), whose own name is a number; the name is then the file's it leads to."""
+    if re.fullmatch(r"/proc/self/fd/\d+", path):
+        with contextlib.suppress(OSError):
+            return PurePath(os.readlink(path)).name
+    return PurePath(path).name
+
+
 def describe_profile(profile: ArrivalProfile) -> str:
     match profile:
         case Synchronous():
@@ -165,7 +177,7 @@ def describe_profile(profile: ArrivalProfile) -> str:
         case Ramp():
             text = f"ramp@{profile.start_rate:g}→{profile.rate:g}/s({profile.ramp_s:g}s)"
         case Trace():
-            text = f"trace:{PurePath(profile.path).name}" + (f"×{profile.speedup:g}" if profile.speedup != 1 else "")
+            text = f"trace:{file_name(profile.path)}" + (f"×{profile.speedup:g}" if profile.speedup != 1 else "")
         case _:
             text = f"{profile.profile}@{profile.rate:g}/s"
     cap = getattr(profile, "max_concurrency", None)

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from benchd.spec.fields import NAME_MAX, NonNegativeInt, PositiveFloat, PositiveInt
+from benchd.spec.fields import LIST_MAX, NAME_MAX, NonNegativeInt, PositiveFloat, PositiveInt
 from benchd.spec.fields import Strict as _Strict
 
 
@@ -23,7 +23,7 @@ class TrainStepOptions(_Strict):
     warmup_steps: NonNegativeInt = 5
     steps: PositiveInt = 10
     # Repeat the run once per warm-up count (a fresh model each time) to show what warm-up does to the figures.
-    warmup_study: Annotated[list[NonNegativeInt], Field(min_length=1)] | None = None
+    warmup_study: Annotated[list[NonNegativeInt], Field(min_length=1, max_length=LIST_MAX)] | None = None
     peak_tflops: PositiveFloat | None = None  # the device's peak for MFU; default: benchd's table by device name
 
 
@@ -52,7 +52,8 @@ class _Kernel(_Strict):
     repeats: PositiveInt = 100
     flush_l2: bool = True  # overwrite a buffer larger than the last-level cache before every repeat
     flush_bytes: PositiveInt = 256 * 2**20
-    implementations: Annotated[list[Annotated[str, Field(max_length=NAME_MAX)]], Field(min_length=1)] | None = None
+    implementations: Annotated[list[Annotated[str, Field(max_length=NAME_MAX)]],
+                               Field(min_length=1, max_length=LIST_MAX)] | None = None
     reference: Annotated[str, Field(max_length=NAME_MAX)] | None = None  # the implementation others are compared with; default: the first
 
     IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ()
@@ -80,7 +81,7 @@ class MatmulKernel(_Kernel):
     """C = A @ B with A (m, k) and B (k, n): 2·m·n·k FLOPs."""
 
     op: Literal["matmul"]
-    shapes: Annotated[list[MatmulShape], Field(min_length=1)]
+    shapes: Annotated[list[MatmulShape], Field(min_length=1, max_length=LIST_MAX)]
     # torch: torch.matmul at full float32 precision; tf32: float32 on TF32 tensor cores (CUDA);
     # compiled: torch.compile with max-autotune.
     IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("torch", "tf32", "compiled")
@@ -91,7 +92,7 @@ class AttentionKernel(_Kernel):
     """softmax(Q Kᵀ / √d) V, forward: 4·b·h·s²·d FLOPs, half that when causal (FlashAttention's convention)."""
 
     op: Literal["attention"]
-    shapes: Annotated[list[AttentionShape], Field(min_length=1)]
+    shapes: Annotated[list[AttentionShape], Field(min_length=1, max_length=LIST_MAX)]
     # sdpa: PyTorch's dispatcher picks; flash / efficient / cudnn / math: that SDPA backend forced;
     # eager: the textbook composition of matmul, mask and softmax.
     IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ("sdpa", "flash", "efficient", "cudnn", "math", "eager")

@@ -3,19 +3,37 @@ Mooncake trace (kvcache-ai/Mooncake, FAST'25: timestamp in ms, input_length, out
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import BinaryIO
+
+import orjson
 
 from benchd.spec import SpecError, Workload, length_upper_bound
-from benchd.spec.documents import DocumentError, parse_json
+from benchd.spec.documents import open_file
 from benchd.spec.profiles import Trace
 
 MAX_TOKENS = 2**31 - 1
+LINE_MAX_BYTES = 64 << 10  # a line: Mooncake's longest (a 128k-token prompt's hash ids) is about 2 KiB
+WHERE = "workload.arrivals.path"
+CHECK_EVERY = 4096  # lines between looks at the deadline
+CACHED = 16  # summaries kept, by file identity: admission, the memory plan and the time estimate read a trace once
 
 
 class TraceError(SpecError):
     """A trace file that cannot be replayed; the message names the field, the file and the line."""
+
+
+class TraceTooLarge(TraceError):
+    """A trace over the bytes it may hold."""
+
+
+class TraceTooSlow(TraceError):
+    """A trace not read within its deadline."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -34,45 +52,91 @@ class TraceSummary:
     max_output_tokens: int
 
 
+def _open(profile: Trace) -> tuple[BinaryIO, os.stat_result]:
+    try:
+        handle = open_file(profile.path)  # a regular file, opened without blocking (a FIFO is refused, never read)
+    except OSError as error:
+        raise TraceError(f"{WHERE}: {profile.path}: {error.strerror}") from None
+    return handle, os.fstat(handle.fileno())
+
+
 def read(profile: Trace) -> Iterator[TraceItem]:
     """The trace's requests in order; offsets never go back in time."""
-    path = Path(profile.path)
-    where = "workload.arrivals.path"
-    try:
-        handle = path.open()
-    except OSError as error:
-        raise TraceError(f"{where}: {path}: {error.strerror}") from None
-    previous = None
+    handle, _ = _open(profile)
     with handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                data = parse_json(line)
-            except DocumentError as error:
-                raise TraceError(f"{where}: {path} line {number} is not JSON ({error})") from None
-            if not isinstance(data, dict):
-                raise TraceError(f"{where}: {path} line {number} is not a JSON object")
-            item = _mooncake(data) if profile.format == "mooncake" else _jsonl(data)
-            if isinstance(item, str):
-                raise TraceError(f"{where}: {path} line {number}: {item}")
-            if previous is not None and item.offset_s < previous:
-                raise TraceError(f"{where}: {path} line {number}: the offset goes back in time "
-                                 f"({item.offset_s:g} s after {previous:g} s)")
-            previous = item.offset_s
-            yield item
+        yield from _items(profile, handle, None, None)
 
 
-def summarize(profile: Trace) -> TraceSummary:
-    requests, first, last, prompt, output = 0, None, 0.0, 0, 0
-    for item in read(profile):
-        requests += 1
-        first = item.offset_s if first is None else first
-        last = item.offset_s
-        prompt, output = max(prompt, item.prompt_tokens), max(output, item.output_tokens)
-    if not requests:
-        raise TraceError(f"workload.arrivals.path: {profile.path} holds no requests")
-    return TraceSummary(requests, (last - first) / profile.speedup, prompt, output)
+def _items(profile: Trace, handle: BinaryIO, max_bytes: int | None, deadline: float | None) -> Iterator[TraceItem]:
+    """max_bytes: what the file may hold; deadline: time.monotonic() by which it must be read (TraceTooLarge,
+    TraceTooSlow past them). Every line at most LINE_MAX_BYTES, UTF-8 and a JSON object."""
+    path, previous, read_bytes, number = profile.path, None, 0, 0
+    while line := handle.readline(LINE_MAX_BYTES + 1):
+        number += 1
+        read_bytes += len(line)
+        if max_bytes is not None and read_bytes > max_bytes:
+            raise TraceTooLarge(f"{WHERE}: {path} holds more than {max_bytes:,} bytes")
+        if deadline is not None and number % CHECK_EVERY == 0 and time.monotonic() > deadline:
+            raise TraceTooSlow(f"{WHERE}: {path} was not read in time ({number:,} lines read)")
+        if len(line) > LINE_MAX_BYTES:
+            raise TraceError(f"{WHERE}: {path} line {number} is longer than {LINE_MAX_BYTES >> 10} KiB")
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise TraceError(f"{WHERE}: {path} line {number} is not UTF-8 ({error.reason} at byte {error.start + 1} "
+                             "of the line)") from None
+        if not text.strip():
+            continue
+        try:  # orjson: strict (no NaN), at most 1,024 levels deep, and the line bounds how many values it holds
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as error:
+            raise TraceError(f"{WHERE}: {path} line {number} is not JSON ({error})") from None
+        if not isinstance(data, dict):
+            raise TraceError(f"{WHERE}: {path} line {number} is not a JSON object")
+        item = _mooncake(data) if profile.format == "mooncake" else _jsonl(data)
+        if isinstance(item, str):
+            raise TraceError(f"{WHERE}: {path} line {number}: {item}")
+        if previous is not None and item.offset_s < previous:
+            raise TraceError(f"{WHERE}: {path} line {number}: the offset goes back in time "
+                             f"({item.offset_s:g} s after {previous:g} s)")
+        previous = item.offset_s
+        yield item
+
+
+_cache: OrderedDict[tuple, tuple[int, float, int, int]] = OrderedDict()  # requests, span, longest prompt, output
+_cache_lock = threading.Lock()
+
+
+def summarize(profile: Trace, max_bytes: int | None = None, deadline_s: float | None = None) -> TraceSummary:
+    """What admission and the estimates need of a trace, read once: kept by the file's identity (device, inode, size,
+    modification time), so a file changed since is read again; its size is checked before anything is read.
+    max_bytes: what it may hold; deadline_s: how long its reading may take."""
+    handle, info = _open(profile)
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, profile.format)
+    with handle:
+        with _cache_lock:
+            found = _cache.get(key)
+            if found is not None:
+                _cache.move_to_end(key)
+        if found is None:
+            if max_bytes is not None and info.st_size > max_bytes:
+                raise TraceTooLarge(f"{WHERE}: {profile.path} holds {info.st_size:,} bytes, more than {max_bytes:,}")
+            deadline = None if deadline_s is None else time.monotonic() + deadline_s
+            requests, first, last, prompt, output = 0, None, 0.0, 0, 0
+            for item in _items(profile, handle, max_bytes, deadline):
+                requests += 1
+                first = item.offset_s if first is None else first
+                last = item.offset_s
+                prompt, output = max(prompt, item.prompt_tokens), max(output, item.output_tokens)
+            if not requests:
+                raise TraceError(f"{WHERE}: {profile.path} holds no requests")
+            found = (requests, last - first, prompt, output)
+            with _cache_lock:
+                _cache[key] = found
+                while len(_cache) > CACHED:
+                    _cache.popitem(last=False)
+    requests, span, prompt, output = found
+    return TraceSummary(requests, span / profile.speedup, prompt, output)
 
 
 def longest(workload: Workload) -> tuple[int, int]:

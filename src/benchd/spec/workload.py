@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from benchd.spec.fields import (
+    LIST_MAX,
     NAME_MAX,
     PATH_MAX,
     NonNegativeFloat,
@@ -62,7 +63,7 @@ class ListLength(_Strict):
     """Lengths drawn uniformly at random from a list."""
 
     dist: Literal["list"]
-    values: Annotated[list[PositiveInt], Field(min_length=1)]
+    values: Annotated[list[PositiveInt], Field(min_length=1, max_length=LIST_MAX)]
 
 
 LengthDist = Annotated[

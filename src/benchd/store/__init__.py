@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from benchd.measure.records import RequestRecord, summarize
 from benchd.measure.result import StageResult
 from benchd.spec import GenerateSpec, validate_spec
-from benchd.store import migrate
+from benchd.store import migrate, pages
+from benchd.store.pages import Page
 from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings
 from benchd.store.spool import Spool, SpoolState, dumps, unreachable
 
@@ -40,12 +41,6 @@ def _iso(value: datetime | None) -> str | None:
 def _aware(value: datetime | None) -> datetime | None:
     """SQLite gives back naive datetimes; everything benchd stores is UTC."""
     return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
-
-
-@dataclass(slots=True)
-class Page:
-    items: list[dict[str, Any]]
-    total: int
 
 
 @dataclass(slots=True)
@@ -301,6 +296,8 @@ class Store:
             with self.engine.connect() as db:
                 return [_row(r) for r in db.execute(query).mappings()]
         except sa.exc.SQLAlchemyError as error:
+            if isinstance(error, sa.exc.TimeoutError):  # the pool's connections all in use: a 503, never a 500
+                raise StoreUnavailable(f"the database is busy: {str(error).splitlines()[0]}") from None
             if unreachable(error):
                 raise StoreUnavailable(f"the database is unreachable: {str(error).splitlines()[0]}") from None
             raise
@@ -310,14 +307,13 @@ class Store:
         return rows[0] if rows else None
 
     def list_runs(self, status: str | None = None, model: str | None = None, workload: str | None = None,
-                  schedule: str | None = None, limit: int = 50, offset: int = 0) -> Page:
+                  schedule: str | None = None, limit: int = 50, offset: int = 0,
+                  page_max_bytes: int = pages.PAGE_MAX_BYTES) -> Page:
+        """Newest first, within page_max_bytes: large fields left out (store/pages.py)."""
         conditions = [column == value for column, value in (
             (runs.c.status, status), (runs.c.model, model), (runs.c.workload, workload), (runs.c.schedule, schedule),
         ) if value is not None]
-        query = runs.select().where(*conditions)
-        total = self._read(sa.select(sa.func.count().label("n")).select_from(query.subquery()))[0]["n"]
-        items = self._read(query.order_by(runs.c.created_at.desc(), runs.c.id).limit(limit).offset(offset))
-        return Page(items=items, total=total)
+        return pages.page(self, runs, pages.RUN_FIELDS, conditions, limit, offset, page_max=page_max_bytes)
 
     def request_rows(self, run_id: str) -> list[dict[str, Any]]:
         query = (requests.select().where(requests.c.run_id == run_id)
@@ -355,11 +351,11 @@ class Store:
         rows = self._read(matrices.select().where(matrices.c.id == matrix_id))
         return rows[0] if rows else None
 
-    def list_matrices(self, workload: str | None = None, limit: int = 50, offset: int = 0) -> Page:
-        query = matrices.select().where(*([matrices.c.workload == workload] if workload is not None else []))
-        total = self._read(sa.select(sa.func.count().label("n")).select_from(query.subquery()))[0]["n"]
-        items = self._read(query.order_by(matrices.c.created_at.desc(), matrices.c.id).limit(limit).offset(offset))
-        return Page(items=items, total=total)
+    def list_matrices(self, workload: str | None = None, limit: int = 50, offset: int = 0,
+                      page_max_bytes: int = pages.PAGE_MAX_BYTES) -> Page:
+        """Newest first, within page_max_bytes: large fields left out (store/pages.py)."""
+        conditions = [matrices.c.workload == workload] if workload is not None else []
+        return pages.page(self, matrices, pages.MATRIX_FIELDS, conditions, limit, offset, page_max=page_max_bytes)
 
     def list_schedules(self) -> list[dict[str, Any]]:
         return self._read(schedules.select().order_by(schedules.c.name))

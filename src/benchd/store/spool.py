@@ -26,8 +26,10 @@ READY = "ready"  # not journaled: the point after the earlier process's operatio
 
 
 def unreachable(error: BaseException) -> bool:
-    """The database could not be reached or is restarting: retry later. Anything else is about the data."""
-    if isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError)):
+    """The database could not be reached, is restarting, or every connection of the pool stayed in use (a flood of
+    reads): retry later. Anything else is about the data."""
+    if isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
+                          sa_exc.TimeoutError)):
         return True
     return isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated
 

@@ -148,6 +148,7 @@ class WorkerHandle:
         self._stop_watching = False  # killed from outside: the watch thread leaves the end to kill()
         self._end_lock = threading.Lock()
         self._pid_file: Path | None = None
+        self._log_from = 0  # where this process's lines start in its log
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -160,6 +161,7 @@ class WorkerHandle:
         with self.log_path.open("a") as f:
             f.write(f"---- {self.name} starting on {self.slot.key} in environment {self.environment} at "
                     f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+            self._log_from = f.tell()  # this process's lines start here: an earlier worker's are not its cause
         env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
                "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority),
                "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction),
@@ -382,7 +384,9 @@ class WorkerHandle:
 
     def _log_tail(self) -> str:
         try:
-            lines = deque(self.log_path.open(errors="replace"), maxlen=LOG_TAIL_LINES)
+            with self.log_path.open(errors="replace") as f:
+                f.seek(self._log_from)
+                lines = deque(f, maxlen=LOG_TAIL_LINES)
         except OSError:
             return ""
         tail = "".join(lines).rstrip()

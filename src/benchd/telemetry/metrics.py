@@ -248,13 +248,17 @@ class Metrics:
                                          KERNEL_BUCKETS, ("workload", "kernel", "implementation", "shape", "dtype"))
 
     def _daemon(self) -> None:
-        """The daemon's own survival: errors it lived through, workers it replaced, spans it dropped."""
+        """The daemon's own survival: errors it lived through, workers it replaced, ticks it skipped, spans it
+        dropped."""
         self.internal_errors = Counter("benchd_internal_errors", "Errors a long-lived part of the daemon survived "
                                        "(a schedule tick, a hook, a store write, …), by component.", ("component",),
                                        registry=self.registry)
         self.worker_restarts = Counter("benchd_worker_restarts", "Worker processes started again after one died or "
                                        "hung, by reason (exit, signal, oom, no_heartbeat, no_progress, start).",
                                        ("reason",), registry=self.registry)
+        self.schedule_skips = Counter("benchd_schedule_ticks_skipped", "Schedule ticks that queued nothing: its "
+                                      "previous run still queued or running (busy), or no room in the run queue for "
+                                      "its run or matrix (queue_full).", ("reason",), registry=self.registry)
         self.spans_dropped = Counter("benchd_spans_dropped",
                                      "Spans not delivered to the collector (queue full, export failed).",
                                      ("reason",), registry=self.registry)

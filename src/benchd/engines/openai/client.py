@@ -18,8 +18,9 @@ import uvloop
 from benchd import heap
 from benchd.engines.openai.dispatch import Dispatcher
 from benchd.engines.openai.http import Connection, Target
-from benchd.engines.openai.stream import Stream
+from benchd.engines.openai.stream import Stream, cut
 
+ERROR_CHARS = 600  # a failed request's error as stored: its type, and the server's words cut (stream.DETAIL_CHARS)
 LIVE_FLUSH_S = 0.02  # token stamps wait at most this long to be handed over
 OPEN_LOOP_END_FLUSH_S = 0.005  # a request's end, in open loop: batched, fewer wake-ups of the engine's process
 FRAME = struct.Struct("<I")
@@ -60,6 +61,8 @@ class Request:
     stream: Stream
     connection: Connection | None = None
     sent_t: float = 0.0
+    started_t: float = 0.0  # written on a connection
+    head_t: float = 0.0  # the response's head was read
     last_t: float = 0.0  # the latest read
     finished: bool = False
     retried: bool = False
@@ -77,6 +80,7 @@ class Worker:
         self.chat = config["chat"]
         self.max_connections = config["max_connections"]
         self.connect_timeout_s = config["connect_timeout_s"]
+        self.head_timeout_s = config["head_timeout_s"]
         self.stall_timeout_s = config["stall_timeout_s"]
         self.request_timeout_s = config["request_timeout_s"]
         self.ssl = ssl.create_default_context() if self.target.tls else None
@@ -203,6 +207,8 @@ class Worker:
     def _finish(self, request: Request, t: float, error: str | None) -> None:
         request.finished = True
         self.requests.pop(request.request_id, None)
+        if error is not None:
+            error = cut(error, ERROR_CHARS)
         s = request.stream
         if s.live:
             self.live(request)
@@ -210,19 +216,25 @@ class Worker:
                    s.prompt_tokens, s.completion_tokens, s.delivered), self.end_flush_s)
 
     def check_timeouts(self) -> None:
-        """Stalls and overlong requests, found by a scan every few ms rather than a timer reset on every read."""
+        """Stalls, heads that do not come and overlong requests, found by a scan every few ms rather than a timer
+        reset on every read."""
         now = time.perf_counter()
         for request in list(self.requests.values()):
             if request.sent_t == 0.0 or request.finished:
                 continue
             if self.request_timeout_s is not None and now - request.sent_t > self.request_timeout_s:
                 error = f"timeout: the request took over {self.request_timeout_s:g} s"
-            elif request.connection is not None and now - request.last_t > self.stall_timeout_s:
+            elif request.connection is None:
+                continue  # waiting for a connection: each attempt has connect_timeout_s
+            elif now - request.last_t > self.stall_timeout_s:
                 error = f"timeout: no data for {self.stall_timeout_s:g} s"
+            elif not request.head_t and now - request.started_t > self.head_timeout_s:
+                # bytes may keep coming (a head that never ends, interim answers): no stall, and still no answer
+                error = f"timeout: no response head within {self.head_timeout_s:g} s"
             else:
                 continue
             self.cancel(request.request_id, error)
-        limits = [x for x in (self.stall_timeout_s, self.request_timeout_s) if x is not None]
+        limits = [x for x in (self.stall_timeout_s, self.request_timeout_s, self.head_timeout_s) if x is not None]
         self.loop.call_later(min(max(min(limits) / 8, 0.005), 0.5), self.check_timeouts)
 
     # ---- events out ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ characters) scaled so that the request's total equals the final usage count."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -19,10 +20,9 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.openai.client import FrameReader, send_frame
@@ -37,6 +37,10 @@ __all__ = ["OpenAIEngine", "apportion", "connections_for"]
 DISPATCH_LEAD_S = 1.0
 OPEN_LOOP_CONNECTIONS = 1024
 WORKER_START_TIMEOUT_S = 60.0
+# Client processes with no request for this long are ended (each an interpreter: spec/engines.py's
+# CLIENT_PROCESS_BYTES); the next run starts them again at its start, before its first request.
+CLIENT_IDLE_S = 60.0
+CLIENT_STOP_S = 5.0  # a client process told to stop exits within this, or is killed
 
 
 def connections_for(workload: Workload) -> int:
@@ -45,11 +49,6 @@ def connections_for(workload: Workload) -> int:
     if all(isinstance(s, Concurrent | Synchronous) for s in stages):
         return max(s.concurrency if isinstance(s, Concurrent) else 1 for s in stages)
     return OPEN_LOOP_CONNECTIONS
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any) -> None:
-        return None  # urllib then raises the 3xx as an HTTPError
 
 
 @dataclass(slots=True)
@@ -87,6 +86,12 @@ class OpenAIEngine:
         self._next = 0
         self._receiver: threading.Thread | None = None
         self._alive = False
+        self._headers: dict[str, str] = {}
+        self._lock = threading.Lock()  # the client processes: started, used, ended when idle
+        self._last_used = time.monotonic()
+        self.idle_s = CLIENT_IDLE_S
+        self._stopped = threading.Event()  # the engine stopped: the idle watch ends
+        self._watcher: threading.Thread | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -98,30 +103,26 @@ class OpenAIEngine:
         headers = {}
         if self.options.api_key_env is not None and (key := os.environ.get(self.options.api_key_env)):
             headers["Authorization"] = f"Bearer {key}"
+        self._headers = headers
         self._target = Target(self.options.base_url, self.path, headers)
-        self._check_server(headers)
+        with self._lock:
+            self._start_clients()
+        self._watcher = threading.Thread(target=self._watch_idle, name="benchd-openai-idle", daemon=True)
+        self._watcher.start()
+
+    def _start_clients(self) -> None:
+        """The server check, then the client processes and the thread that reads them (under the lock)."""
+        check_server(self.options.base_url, self._headers, self.options.connect_timeout_s)
         try:
             for _ in range(self.processes):
                 self._clients.append(self._spawn())
         except BaseException:
-            self.stop()
+            self._end_clients()
             raise
         self._receiver = threading.Thread(target=self._receive, name="benchd-openai-records", daemon=True)
         self._receiver.start()
         self._alive = True
-
-    def _check_server(self, headers: dict[str, str]) -> None:
-        """Fail the run before any request if nothing answers at base_url (any HTTP answer will do)."""
-        url = self.options.base_url.rstrip("/") + "/models"
-        try:  # a redirect is an answer, never followed: the key goes to base_url's host only
-            urllib.request.build_opener(_NoRedirect).open(urllib.request.Request(url, headers=headers),
-                                                          timeout=self.options.connect_timeout_s).close()
-        except urllib.error.HTTPError:
-            pass
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise ConnectionError(f"openai.base_url: nothing answers at {self.options.base_url}: "
-                                  f"{type(reason).__name__}: {reason}") from None
+        self._last_used = time.monotonic()
 
     def _spawn(self) -> _Client:
         """A fresh interpreter (nothing forked from this process) running openai_worker on one end of a socket
@@ -131,6 +132,7 @@ class OpenAIEngine:
                   "closed_loop": self.closed_loop,
                   "max_connections": math.ceil(self.max_connections / self.processes),
                   "connect_timeout_s": self.options.connect_timeout_s,
+                  "head_timeout_s": self.options.head_timeout_s,
                   "stall_timeout_s": self.options.stall_timeout_s,
                   "request_timeout_s": self.options.request_timeout_s}
         src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -152,9 +154,23 @@ class OpenAIEngine:
 
     def forget(self) -> None:
         """What the server caches is its own (vLLM's prefix cache lasts across runs: reset it there, or vary the
-        workload's seed, when that matters)."""
+        workload's seed, when that matters). A run starts here: client processes ended while idle start again."""
+        with self._lock:
+            self._last_used = time.monotonic()
+            if not self._clients:
+                self._start_clients()
+
+    def _watch_idle(self) -> None:
+        """Ends the client processes once no request has been out for idle_s (a warm engine may wait long for its
+        next run)."""
+        while not self._stopped.wait(min(self.idle_s / 4, 5.0)):
+            with self._lock:
+                if self._clients and not self._sinks and time.monotonic() - self._last_used > self.idle_s:
+                    self._end_clients()
 
     def alive(self) -> bool:
+        if not self._clients:  # ended while idle (or never started): forget() starts them again
+            return self._target is not None and not self._stopped.is_set()
         return (self._alive and self._receiver is not None and self._receiver.is_alive()
                 and all(c.process.poll() is None for c in self._clients))
 
@@ -165,6 +181,13 @@ class OpenAIEngine:
 
     def stop(self) -> None:
         """Every request still out ends as cancelled; the client processes exit and are waited for."""
+        self._stopped.set()
+        with self._lock:
+            self._end_clients()
+
+    def _end_clients(self) -> None:
+        """Each client process cancels what it has out, reports it and exits; one that has not within
+        CLIENT_STOP_S is killed (its requests end as the client's error)."""
         self._alive = False
         for client in self._clients:
             try:
@@ -172,16 +195,19 @@ class OpenAIEngine:
                     send_frame(client.sock, [("x",)])
             except OSError:
                 pass
-        if self._receiver is not None:
-            self._receiver.join(30)
+        deadline = time.monotonic() + CLIENT_STOP_S
         for client in self._clients:
             try:
-                client.process.wait(10)
+                client.process.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 client.process.kill()
                 client.process.wait(10)
+        if self._receiver is not None:
+            self._receiver.join(30)  # each client's socket is at its end now: what they said is read
+        for client in self._clients:
             client.sock.close()
         self._clients = []
+        self._receiver = None
 
     def settings(self) -> dict[str, Any]:
         o = self.options
@@ -189,7 +215,8 @@ class OpenAIEngine:
                 "client_processes": self.processes,
                 "stream_options": o.stream_options, "extra_body": o.extra_body, "tokenizer": o.tokenizer,
                 "max_tokens_field": o.max_tokens_field,
-                "stall_timeout_s": o.stall_timeout_s, "request_timeout_s": o.request_timeout_s,
+                "head_timeout_s": o.head_timeout_s, "stall_timeout_s": o.stall_timeout_s,
+                "request_timeout_s": o.request_timeout_s,
                 "dispatch_lead_s": self.dispatch_lead_s}
 
     def load(self) -> EngineLoad:
@@ -200,14 +227,18 @@ class OpenAIEngine:
     # ---- requests ------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest, sink: TokenSink, at: float | None = None) -> None:
-        client = self._clients[self._next % len(self._clients)]  # round robin: the clients share the schedule
-        self._next += 1
-        request_id = request.request_id
-        self._sinks[request_id] = (sink, client)
-        at = time.perf_counter() if at is None else at
-        self._unsent[request_id] = at
-        client.requests.add(request_id)
         data = self._target.request(self._body(request), request.traceparent)
+        request_id = request.request_id
+        at = time.perf_counter() if at is None else at
+        with self._lock:  # never handed to a client process the idle watch is ending
+            if not self._clients:  # ended during a pause of this run longer than idle_s
+                self._start_clients()
+            client = self._clients[self._next % len(self._clients)]  # round robin: the clients share the schedule
+            self._next += 1
+            self._last_used = time.monotonic()
+            self._sinks[request_id] = (sink, client)
+            self._unsent[request_id] = at
+            client.requests.add(request_id)
         with client.lock:
             send_frame(client.sock, [("r", request_id, at, data)])
 
@@ -293,3 +324,35 @@ class OpenAIEngine:
                 self._unsent.pop(request_id, None)
                 entry[0].finished(request_id, time.perf_counter(), "client_error: the client process exited")
         client.requests.clear()
+
+
+def check_server(base_url: str, headers: dict[str, str], deadline_s: float) -> None:
+    """ConnectionError unless something at base_url answers GET /models within deadline_s, the whole exchange (any
+    status will do; a redirect is an answer, never followed: the key goes to base_url's host only). Each read of
+    http.client has the socket's timeout, but a server may keep answering 100 Continue: a timer shuts the socket at
+    the deadline, which ends any read in progress."""
+    url = urlsplit(base_url.rstrip("/") + "/models")
+    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    connection = kind(url.hostname, url.port, timeout=deadline_s)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        if connection.sock is not None:
+            try:
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(deadline_s, expire)
+    timer.start()
+    try:
+        connection.request("GET", url.path + (f"?{url.query}" if url.query else ""), headers=headers)
+        connection.getresponse()  # its status line and head: http.client bounds both (64 KiB a line, 100 fields)
+    except (OSError, http.client.HTTPException) as error:
+        why = (f"no answer within {deadline_s:g} s (openai.connect_timeout_s)" if expired.is_set()
+               else f"{type(error).__name__}: {error}")
+        raise ConnectionError(f"openai.base_url: nothing answers at {base_url}: {why}") from None
+    finally:
+        timer.cancel()
+        connection.close()

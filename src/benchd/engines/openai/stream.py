@@ -6,6 +6,13 @@ from dataclasses import dataclass, field
 
 import orjson
 
+LINE_MAX_BYTES = 1 << 20  # an SSE line: a chunk with 20 logprobs is under 2 KiB; one without an end fails the request
+DETAIL_CHARS = 300  # of a server's words kept with a failed request: an error event's message, an error body
+
+
+def cut(text: str, limit: int = DETAIL_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
 
 class RequestFailed(Exception):
     """A request that ended badly: str() is "<error type>: <detail>"."""
@@ -35,6 +42,9 @@ class Stream:
             data = self.partial + data
         lines = data.split(b"\n")
         self.partial = lines.pop()
+        if len(self.partial) > LINE_MAX_BYTES:
+            raise RequestFailed(f"malformed_chunk: a line over {LINE_MAX_BYTES >> 20} MiB with no end: "
+                                f"{self.partial[:100].decode(errors='replace')!r}")
         for line in lines:
             if line[:5] != b"data:":
                 continue  # blank separators, comments, event: lines
@@ -53,8 +63,8 @@ class Stream:
             raise RequestFailed(f"malformed_chunk: {payload[:100].decode(errors='replace')!r}")
         if "error" in chunk:
             detail = chunk["error"]
-            message = detail.get("message", detail) if isinstance(detail, dict) else detail
-            raise RequestFailed(f"server_error: {message}")
+            message = str(detail.get("message", detail) if isinstance(detail, dict) else detail)
+            raise RequestFailed(f"server_error: {cut(message)}")
         text, exact = "", None
         choices = chunk.get("choices")
         if choices and type(choices[0]) is dict:
