@@ -149,11 +149,14 @@ def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_si
 
 # ---- end to end --------------------------------------------------------------------------------------------
 
-# An environment whose interpreter holds the GIL for 3 ms of every 4 in a thread of its own (a PyDLL call keeps it
-# while it sleeps, so it burns no core): its worker generates several times slower, a real change of the stack.
-HOLDER = """import ctypes, threading, time
+# An environment whose interpreter holds the GIL for 3 ms of every 4 in a thread of its own once its worker has an
+# engine (a PyDLL call keeps the GIL while it sleeps, so it burns no core; the worker starts at its usual pace): its
+# worker generates several times slower, a real change of the stack.
+HOLDER = """import ctypes, sys, threading, time
 _libc = ctypes.PyDLL(None)
 def _hold():
+    while "benchd.engines.transformers" not in sys.modules:
+        time.sleep(0.05)
     while True:
         _libc.usleep(3000)
         time.sleep(0.001)
@@ -184,17 +187,33 @@ def succeeded(server) -> int:
     return server.http.get("/runs", params={"workload": WORKLOAD, "status": "succeeded", "limit": 1}).json()["total"]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def history_of_two_environments(request, tmp_path):
-    """Five runs in the daemon's environment, then the schedule's spec names `held` until the change points are
-    found; with PostgreSQL, confirmations are automatic (BENCHD_HISTORY__CONFIRM)."""
+def fresh_postgres(server_url: str, name: str) -> str:
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(f"{server_url}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as db:
+        db.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        db.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return f"{server_url}/{name}"
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def switched(request, tmp_path_factory):
+    """Five runs of a schedule in the daemon's environment and one invalid run, then the schedule's spec names
+    `held` until change points in ITL p50 and output tok/s are found."""
+    where = tmp_path_factory.mktemp(f"history-{request.param}")
     postgres = request.param == "postgresql"
-    url = request.getfixturevalue("postgres_url") if postgres else f"sqlite:///{tmp_path}/benchd.db"
-    with daemon(tmp_path, database_url=url, environments={"held": str(held_python(tmp_path))},
-                history={"confirm": postgres, "confirm_repeats": 2}) as server:
+    url = (fresh_postgres(request.getfixturevalue("postgres_server"), "t_history") if postgres
+           else f"sqlite:///{where}/benchd.db")
+    with daemon(where, database_url=url, environments={"held": str(held_python(where))},
+                history={"confirm_repeats": 2}) as server:
         server.wait_ready()
         scheduled(server, "current")
-        wait_for(lambda: succeeded(server) >= 5, 120, "five runs in the current environment")
+        wait_for(lambda: succeeded(server) >= 4, 120, "four runs in the current environment")
+        invalid = submit(server, {**spec(requests=12, output=8, concurrency=4, name=WORKLOAD),
+                                  "workload": {**spec(requests=12)["workload"], "validity": {"min_requests": 1000}}})
+        wait_for(lambda: succeeded(server) >= 6, 120, "five runs in the current environment and the invalid one")
         scheduled(server, "held")
         found: list = []
 
@@ -204,18 +223,101 @@ def history_of_two_environments(request, tmp_path):
 
         wait_for(changed, 240, "change points in ITL p50 and output tok/s")
         assert server.http.delete("/schedules/hist").status_code == 204
-        server.postgres = postgres
-        yield server, found
+        server.postgres, server.invalid, server.found = postgres, invalid, found
+        yield server
 
 
 @pytest.mark.engine
-def test_a_switch_of_environment_is_found_named_and_confirmed(history_of_two_environments):
-    server, found = history_of_two_environments
-    itl = next(c for c in found if c["figure"] == "itl_s.p50")
+def test_a_switch_of_environment_is_found_where_it_happened_and_named(switched):
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
     assert itl["direction"] == "worse" and itl["relative_change"] > 0.5 and itl["p_value"] < changes.ALPHA
-    assert {"field": "environment", "before": "current", "after": "held", "mixed": False} in itl["stack"]
+    assert itl["ci_low"] > 0.3 and itl["active"]
+    # (mixed: a change point found with its first few runs may sit a run off; later runs move it)
+    assert {(c["field"], c["before"], c["after"]) for c in itl["stack"]} == {("environment", "current", "held")}
     assert itl["before"]["runs"] >= 5 and itl["after"]["runs"] >= changes.MIN_RUNS
-    run_ids = [r["id"] for r in server.http.get("/runs", params={"workload": WORKLOAD, "limit": 100}).json()["items"]]
-    assert itl["run_id"] in run_ids
-    first_held = server.http.get(f"/runs/{itl['run_id']}").json()
+    first_held = switched.http.get(f"/runs/{itl['run_id']}").json()
     assert first_held["metadata"]["environment"] == "held"
+    before = switched.http.get(f"/runs/{itl['before']['last_run']}").json()
+    assert before["metadata"]["environment"] == "current" and before["finished_at"] <= first_held["created_at"]
+    tokens = next(c for c in switched.found if c["figure"] == "output_tokens_per_s")
+    assert tokens["direction"] == "worse" and tokens["relative_change"] < -0.3 and tokens["run_id"] == itl["run_id"]
+    assert "environment current → held" in ChangePoint.model_validate(itl).sentence()
+
+
+@pytest.mark.engine
+def test_the_history_holds_the_series_its_segments_and_what_it_left_out(switched):
+    history = switched.http.get(f"/history/{WORKLOAD}").json()
+    (series,) = history["series"]
+    assert series["clock"] == "unknown"  # a CPU: no GPU clock read
+    assert [(e["run_id"], e["reason"]) for e in series["excluded"]] == [(switched.invalid, "invalid")]
+    itl = next(f for f in series["figures"] if f["figure"] == "itl_s.p50")
+    assert len(itl["points"]) == series["runs"] and switched.invalid not in [p["run_id"] for p in itl["points"]]
+    first, second = itl["segments"]
+    assert second["first_run"] == itl["change_points"][0]["run_id"] and second["mean"] > 1.5 * first["mean"]
+    assert first["runs"] + second["runs"] == len(itl["points"])
+    assert switched.http.get("/history/nothing-ran").status_code == 404
+    assert switched.http.get(f"/history/{WORKLOAD}", params={"limit": 10_001}).status_code == 422
+    page = switched.http.get("/changes", params={"workload": WORKLOAD, "figure": "ttft_s.p50", "limit": 1}).json()
+    assert page["limit"] == 1 and all(c["figure"] == "ttft_s.p50" for c in page["items"])
+    assert switched.http.get("/changes", params={"figure": "nonsense"}).status_code == 422
+    metrics = switched.http.get("/metrics").text
+    labels = f'device="{series["device"]}",figure="itl_s.p50",hostname="test-node",workload="{WORKLOAD}"'
+    for line in (f"benchd_change_point_direction{{{labels}}} 1.0",
+                 f'benchd_change_points_total{{direction="worse",figure="itl_s.p50",hostname="test-node",'
+                 f'workload="{WORKLOAD}"}}'):
+        assert line in metrics, line
+    relative = next(x for x in metrics.splitlines() if x.startswith(f"benchd_change_point_relative_change{{{labels}"))
+    assert float(relative.split()[-1]) == pytest.approx(itl["change_points"][0]["relative_change"])
+
+
+def verdict(server, change_id: str) -> dict:
+    found = server.http.get(f"/changes/{change_id}").json()["confirmation"]
+    return found if found and found["status"] != "scheduled" else {}
+
+
+@pytest.mark.engine
+def test_an_interleaved_matrix_between_the_two_environments_confirms_it(switched):
+    if switched.postgres:
+        pytest.skip("with SQLite: asked for, run and judged (with PostgreSQL: cancelled)")
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+    assert itl["confirmation"] is None  # BENCHD_HISTORY__CONFIRM is off by default
+    assert switched.http.post("/changes/nope/confirm").status_code == 404
+    asked = switched.http.post(f"/changes/{itl['id']}/confirm")
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["confirmation"]["status"] == "scheduled"
+    assert asked.json()["confirmation"]["environments"] == ["current", "held"]
+    wait_for(lambda: verdict(switched, itl["id"]), 240, "the confirmation's verdict")
+    confirmation = verdict(switched, itl["id"])
+    assert confirmation["status"] == "confirmed", confirmation
+    assert confirmation["ci_low"] > 0 and confirmation["relative_change"] > 0.5
+    matrix = switched.http.get(f"/matrices/{confirmation['matrix_id']}").json()
+    assert matrix["status"] == "succeeded" and [v["values"] for v in matrix["variants"]] == [
+        {"environment": "current"}, {"environment": "held"}]
+    assert [(r["round"], r["variant"]) for r in matrix["runs"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    tokens = next(c for c in switched.found if c["figure"] == "output_tokens_per_s")
+    sibling = switched.http.get(f"/changes/{tokens['id']}").json()["confirmation"]
+    assert sibling["matrix_id"] == confirmation["matrix_id"] and sibling["status"] == "confirmed"
+    p99 = next((c for c in switched.found if c["figure"] == "ttft_s.p99"), None)
+    if p99 is not None:  # 24 requests a side: too few for a p99's interval
+        found = switched.http.get(f"/changes/{p99['id']}").json()["confirmation"]
+        assert found["status"] == "inconclusive" and "too few samples" in found["reason"]
+    # The matrix's runs are its experiment: the history holds none of them.
+    points = {p["run_id"] for s in switched.http.get(f"/history/{WORKLOAD}").json()["series"]
+              for f in s["figures"] for p in f["points"]}
+    assert not points & {r["run_id"] for r in matrix["runs"]}
+
+
+@pytest.mark.engine
+def test_a_cancelled_confirmation_fails_with_the_reason(switched):
+    if not switched.postgres:
+        pytest.skip("with PostgreSQL (with SQLite the matrix runs to its verdict)")
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+    asked = switched.http.post(f"/changes/{itl['id']}/confirm")
+    assert asked.status_code == 202, asked.text
+    matrix_id = asked.json()["confirmation"]["matrix_id"]
+    others = [switched.http.get(f"/changes/{c['id']}").json()["confirmation"] for c in switched.found]
+    assert {o["matrix_id"] for o in others} == {matrix_id}  # one matrix for the switch's figures
+    assert switched.http.delete(f"/matrices/{matrix_id}").status_code == 200
+    wait_for(lambda: verdict(switched, itl["id"]), 120, "the confirmation's verdict")
+    found = verdict(switched, itl["id"])
+    assert found["status"] == "failed" and "the matrix cancelled" in found["reason"], found

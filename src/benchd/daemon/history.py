@@ -231,6 +231,24 @@ class History:
         if undeclared:
             raise NotConfirmable(f"environment {', '.join(map(repr, undeclared))} is not declared on this daemon "
                                  "(BENCHD_ENVIRONMENTS): its side cannot be run again")
+        series = [c for c in history.list_change_points(self.store, change.workload, node=self.node, active=True,
+                                                        limit=STORED_MAX).items
+                  if c.device == change.device and _environments(c) == pair]
+        shared = next((c.confirmation for c in series if c.confirmation is not None
+                       and c.confirmation.matrix_id is not None and c.confirmation.status != "failed"), None)
+        if automatic and shared is not None:  # another figure of the same switch has its matrix: that one judges
+            self._attach(change, shared)
+        else:
+            confirmation = Confirmation(status="scheduled", matrix_id=self._matrix(change, pair),
+                                        environments=list(pair), requested_at=_now())
+            for c in series:
+                if c.id == change.id or c.confirmation is None or c.confirmation.status == "failed":
+                    history.confirm(self.store, c.id, confirmation.model_dump(mode="json"), confirmation.matrix_id)
+        self.store.flush(10)
+        return history.get_change_point(self.store, change_id) or change
+
+    def _matrix(self, change: ChangePoint, pair: tuple[str, str]) -> str:
+        """The series' spec (its new segment's first run's) over the two environments, on the device it ran on."""
         first = history.stacks(self.store, [change.after.first_run])[change.after.first_run]
         spec, metadata = dict(first["spec"]), first["run_metadata"] or {}
         if str(metadata.get("device", "")).startswith("cuda"):
@@ -239,17 +257,19 @@ class History:
         spec.pop("requirements", None)
         matrix = parse_matrix({**spec, "matrix": {"environment": list(pair)},
                                "repeats": self.settings.confirm_repeats})
-        matrix_id, _ = self.submit_matrix(matrix)
-        confirmation = Confirmation(status="scheduled", matrix_id=matrix_id, environments=list(pair),
-                                    requested_at=_now())
-        siblings = [c for c in history.list_change_points(self.store, change.workload, node=self.node, active=True,
-                                                          limit=STORED_MAX).items
-                    if c.device == change.device and _environments(c) == pair
-                    and (c.id == change.id or c.confirmation is None or c.confirmation.status == "failed")]
-        for c in siblings:
-            history.confirm(self.store, c.id, confirmation.model_dump(mode="json"), matrix_id)
-        self.store.flush(10)
-        return history.get_change_point(self.store, change_id) or change
+        return self.submit_matrix(matrix)[0]
+
+    def _attach(self, change: ChangePoint, shared: Confirmation) -> None:
+        """A matrix that already checks the same switch: still running, the change point waits for it; ended, its
+        verdict on this change point's figure."""
+        if shared.status == "scheduled":
+            history.confirm(self.store, change.id, shared.model_dump(mode="json"), shared.matrix_id)
+            return
+        row = self.store.get_matrix(shared.matrix_id) or {}
+        comparison = MatrixComparison.model_validate(row["comparison"]) if row.get("comparison") else None
+        waiting = change.model_copy(update={"confirmation": shared})
+        found = judge(waiting, row.get("status"), row.get("error"), comparison)
+        history.confirm(self.store, change.id, found.model_dump(mode="json"), shared.matrix_id)
 
     def concluded(self, matrix_id: str) -> None:
         """A matrix ended: if it confirms change points, each gets the matrix's verdict on its figure."""
