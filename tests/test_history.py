@@ -149,7 +149,7 @@ def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_si
 
 # ---- end to end --------------------------------------------------------------------------------------------
 
-# An environment whose interpreter holds the GIL for 3 ms of every 4 in a thread of its own once its worker has an
+# An environment whose interpreter holds the GIL for 20 ms of every 21 in a thread of its own once its worker has an
 # engine (a PyDLL call keeps the GIL while it sleeps, so it burns no core; the worker starts at its usual pace): its
 # worker generates several times slower, a real change of the stack.
 HOLDER = """import ctypes, sys, threading, time
@@ -158,7 +158,7 @@ def _hold():
     while "benchd.engines.transformers" not in sys.modules:
         time.sleep(0.05)
     while True:
-        _libc.usleep(3000)
+        _libc.usleep(20000)
         time.sleep(0.001)
 threading.Thread(target=_hold, name="gil-holder", daemon=True).start()
 """
@@ -217,11 +217,20 @@ def switched(request, tmp_path_factory):
         scheduled(server, "held")
         found: list = []
 
-        def changed() -> bool:
-            found[:] = server.http.get("/changes", params={"workload": WORKLOAD}).json()["items"]
-            return {c["figure"] for c in found} >= {"itl_s.p50", "output_tokens_per_s"}
+        def environment(run_id: str) -> str:
+            return server.http.get(f"/runs/{run_id}").json()["metadata"]["environment"]
 
-        wait_for(changed, 240, "change points in ITL p50 and output tok/s")
+        def placed(change: dict) -> bool:
+            return environment(change["before"]["last_run"]) == "current" and environment(change["run_id"]) == "held"
+
+        def changed() -> bool:
+            # Found with its first few runs, a change point may sit a run or two off where this loaded machine's
+            # noise makes a run slow; more runs move it to the switch.
+            found[:] = server.http.get("/changes", params={"workload": WORKLOAD}).json()["items"]
+            figures = {c["figure"]: c for c in found}
+            return all(f in figures and placed(figures[f]) for f in ("itl_s.p50", "output_tokens_per_s"))
+
+        wait_for(changed, 240, "change points in ITL p50 and output tok/s, at the switch")
         assert server.http.delete("/schedules/hist").status_code == 204
         server.postgres, server.invalid, server.found = postgres, invalid, found
         yield server
@@ -232,8 +241,7 @@ def test_a_switch_of_environment_is_found_where_it_happened_and_named(switched):
     itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
     assert itl["direction"] == "worse" and itl["relative_change"] > 0.5 and itl["p_value"] < changes.ALPHA
     assert itl["ci_low"] > 0.3 and itl["active"]
-    # (mixed: a change point found with its first few runs may sit a run off; later runs move it)
-    assert {(c["field"], c["before"], c["after"]) for c in itl["stack"]} == {("environment", "current", "held")}
+    assert {"field": "environment", "before": "current", "after": "held", "mixed": False} in itl["stack"]
     assert itl["before"]["runs"] >= 5 and itl["after"]["runs"] >= changes.MIN_RUNS
     first_held = switched.http.get(f"/runs/{itl['run_id']}").json()
     assert first_held["metadata"]["environment"] == "held"
@@ -295,11 +303,13 @@ def test_an_interleaved_matrix_between_the_two_environments_confirms_it(switched
         {"environment": "current"}, {"environment": "held"}]
     assert [(r["round"], r["variant"]) for r in matrix["runs"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     tokens = next(c for c in switched.found if c["figure"] == "output_tokens_per_s")
-    sibling = switched.http.get(f"/changes/{tokens['id']}").json()["confirmation"]
+    wait_for(lambda: verdict(switched, tokens["id"]), 30, "the sibling's verdict")
+    sibling = verdict(switched, tokens["id"])
     assert sibling["matrix_id"] == confirmation["matrix_id"] and sibling["status"] == "confirmed"
     p99 = next((c for c in switched.found if c["figure"] == "ttft_s.p99"), None)
     if p99 is not None:  # 24 requests a side: too few for a p99's interval
-        found = switched.http.get(f"/changes/{p99['id']}").json()["confirmation"]
+        wait_for(lambda: verdict(switched, p99["id"]), 30, "the p99's verdict")
+        found = verdict(switched, p99["id"])
         assert found["status"] == "inconclusive" and "too few samples" in found["reason"]
     # The matrix's runs are its experiment: the history holds none of them.
     points = {p["run_id"] for s in switched.http.get(f"/history/{WORKLOAD}").json()["series"]
@@ -321,3 +331,98 @@ def test_a_cancelled_confirmation_fails_with_the_reason(switched):
     wait_for(lambda: verdict(switched, itl["id"]), 120, "the confirmation's verdict")
     found = verdict(switched, itl["id"])
     assert found["status"] == "failed" and "the matrix cancelled" in found["reason"], found
+
+
+@pytest.mark.engine
+def test_the_pages_in_a_real_browser_and_the_command_line(switched):
+    if switched.postgres:
+        pytest.skip("once, with SQLite")
+    from tests.browser import Chromium
+    from tests.test_pages import clean, well_formed
+
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+    history = switched.http.get(f"/history/{WORKLOAD}", params={"format": "html"})
+    assert history.status_code == 200 and history.headers["content-type"].startswith("text/html")
+    well_formed(history.text)
+    report = switched.http.get(f"/runs/{itl['run_id']}/report").text
+    def style(text: str) -> str:
+        return text[text.index("<style>"):text.index("</style>")]
+
+    assert style(history.text) == style(report)  # the report's look
+    with Chromium() as chromium:
+        loaded = chromium.load(f"{switched.url}/history/{WORKLOAD}?format=html", "history.png")
+        clean(loaded)
+        (device,) = {s["device"] for s in switched.http.get(f"/history/{WORKLOAD}").json()["series"]}
+        name = f"{device}-test-node-itl_s.p50".replace(".", "-").replace(" ", "-")
+        chart = loaded.charts[name]
+        assert not chart["empty"] and chart["marks"] >= 3 and chart["width"] > 300, chart
+        assert "change points: " in chart["note"] and "(worse)" in chart["note"]
+        assert "environment current → held" in loaded.text and "left out of the series" in loaded.text
+        changes_page = chromium.load(f"{switched.url}/changes?format=html&workload={WORKLOAD}", "changes.png")
+        clean(changes_page)
+        assert "environment current → held" in changes_page.text and "ITL p50" in changes_page.text
+    cli = subprocess.run([sys.executable, "-m", "benchd.cli", "history", WORKLOAD, "--server", switched.url],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    now = ChangePoint.model_validate(switched.http.get(f"/changes/{itl['id']}").json())  # as more runs moved it
+    assert now.sentence().split(" at ")[0] in cli.stdout
+    assert "environment current → held" in cli.stdout and "left out" in cli.stdout and itl["id"] in cli.stdout
+    refused = subprocess.run([sys.executable, "-m", "benchd.cli", "history", WORKLOAD, "--server", switched.url,
+                              "--limit", "20000"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert refused.returncode == 1 and "limit" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.engine
+def test_prometheus_fires_benchd_change_point_and_the_dashboard_marks_it(switched, tmp_path):
+    if switched.postgres:
+        pytest.skip("once, with SQLite")
+    import json
+    import shutil
+
+    import httpx
+    import yaml
+
+    from tests.helpers import free_port
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(ROOT / "prometheus-rules" / "benchd-changes.yml", rules)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [f"{rules}/*.yml"],
+        "scrape_configs": [{"job_name": "benchd", "static_configs": [
+            {"targets": [f"127.0.0.1:{switched.port}"]}]}]}))
+    port = free_port()
+    prometheus = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'db'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{port}/api/v1"
+
+    def query(expr: str) -> list:
+        try:
+            response = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
+        except httpx.TransportError:
+            return []
+        if response.status_code == 503:
+            return []
+        body = response.json()
+        assert body["status"] == "success", (expr, body)
+        return body["data"]["result"]
+
+    try:
+        wait_for(lambda: query(f'ALERTS{{alertname="BenchdChangePoint", workload="{WORKLOAD}", '
+                               f'figure="itl_s.p50", alertstate="firing"}}'), 90, "BenchdChangePoint to fire")
+        live = json.loads((ROOT / "grafana" / "dashboards" / "benchd-live.json").read_text())
+        panel = next(p for p in live["panels"] if p["title"].startswith("Change points"))
+        (annotation,) = [a for a in live["annotations"]["list"] if a["name"] == "change points"]
+        for expr in [t["expr"] for t in panel["targets"]] + [annotation["expr"]]:
+            found = query(expr.replace('"$node"', '".*"').replace('"$workload"', '".*"'))
+            assert found, expr
+        marks = query(annotation["expr"].replace('"$node"', '".*"').replace('"$workload"', '".*"'))
+        itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+        at = datetime.fromisoformat(itl["at"]).timestamp() * 1000
+        assert any(float(m["value"][1]) == pytest.approx(at, abs=1) for m in marks
+                   if m["metric"]["figure"] == "itl_s.p50")  # the mark is at the change's time
+    finally:
+        prometheus.terminate()
+        prometheus.wait(30)

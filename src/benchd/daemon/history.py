@@ -281,6 +281,7 @@ class History:
         for change in waiting:
             verdict = judge(change, row.get("status"), row.get("error"), comparison)
             history.confirm(self.store, change.id, verdict.model_dump(mode="json"), matrix_id)
+        self.store.flush(10)
 
 
 def _environments(change: ChangePoint) -> tuple[str, str] | None:

@@ -85,7 +85,7 @@ def history_page(history: HistoryView) -> str:
     """GET /history/{workload}?format=html."""
     meta = _esc(f"the newest {history.limit:,} runs at most, first stage; geometric means of each segment, change "
                 "points by ruptures' PELT and Student's t-test (docs/guides/history.md)")
-    meta += ' · <a href="/changes?format=html&workload=' + _esc(history.workload) + '">its change points</a>'
+    meta += '<nav><a href="/changes?format=html&workload=' + _esc(history.workload) + '">its change points</a></nav>'
     sections = [_series(s) for s in history.series] or [_section("No runs", '<p class="note">no series</p>')]
     return _shell(f"benchd · history of {history.workload}", f"benchd · history of {_esc(history.workload)}", meta,
                   sections)
