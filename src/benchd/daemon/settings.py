@@ -204,7 +204,7 @@ class Settings(BaseSettings):
     faults: Faults = Faults()  # fault injection for tests and bench scripts: settings only, never HTTP
     compare_threshold: Annotated[float, Field(ge=0)] = THRESHOLD  # a change smaller than this is no regression
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE  # of the comparisons' bootstrap intervals
-    history: HistorySettings = HistorySettings()  # change points in each workload's series (daemon/history.py)
+    history: HistorySettings = HistorySettings()
     # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
     # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))
     # means a hung driver call: the hardware series leave /metrics until a read completes.

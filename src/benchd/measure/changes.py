@@ -14,6 +14,7 @@ ALPHA = 0.001  # a split is kept when its t-test's p-value is below this
 MIN_RUNS = 4  # runs in a segment at least: a change is named once this many runs show it
 PENALTY = 4.0  # PELT's penalty per change point, in units of the noise's variance × ln(runs)
 CONFIDENCE = 0.95  # of the intervals of each segment's mean and of the relative change
+WINDOW = 500  # runs PELT sees at once (a longer series: in windows half over each other)
 # The noise's scale (of ln(figure)) is never taken below this: a series of identical values (a figure measured at a
 # coarse resolution) would otherwise make every difference a change.
 NOISE_FLOOR = 1e-4
@@ -95,16 +96,32 @@ def _split(y: np.ndarray, start: int, index: int, end: int, confidence: float) -
 
 def candidates(y: np.ndarray, min_runs: int = MIN_RUNS, penalty: float = PENALTY) -> list[int]:
     """Where PELT over a linear kernel (a change of mean, ruptures' KernelCPD in C) splits ln(figure), its penalty
-    scaled by the noise so that it means the same on any figure and at any noise."""
+    scaled by the noise so that it means the same on any figure and at any noise. PELT's time grows with the square
+    of the runs it sees when changes are few, so a long series is seen in windows of WINDOW runs, each half over
+    the next (as Otava and Hunter analyse long series in windows): of the candidates a change yields in two
+    windows, the one found nearer its window's middle is kept."""
     import ruptures
 
     n = len(y)
     if n < 2 * min_runs:
         return []
     sigma = noise_scale(y)
-    found = ruptures.KernelCPD(kernel="linear", min_size=min_runs, jump=1).fit(y.reshape(-1, 1)) \
-        .predict(pen=penalty * sigma ** 2 * math.log(n))
-    return [int(i) for i in found[:-1]]  # the last is the series' end
+    found: list[tuple[int, float]] = []  # (index, distance from its window's middle)
+    for start in range(0, max(n - WINDOW, 0) + WINDOW // 2, WINDOW // 2):
+        part = y[start:start + WINDOW]
+        if len(part) < 2 * min_runs or (start > 0 and start + WINDOW // 2 >= n):
+            continue
+        split = ruptures.KernelCPD(kernel="linear", min_size=min_runs, jump=1).fit(part.reshape(-1, 1)) \
+            .predict(pen=penalty * sigma ** 2 * math.log(len(part)))
+        found.extend((start + int(i), abs(int(i) - len(part) / 2)) for i in split[:-1])  # the last: its end
+    kept: list[tuple[int, float]] = []
+    for index, distance in sorted(found):
+        if kept and index - kept[-1][0] < min_runs:
+            if distance < kept[-1][1]:
+                kept[-1] = (index, distance)
+            continue
+        kept.append((index, distance))
+    return [index for index, _ in kept]
 
 
 def detect(values: np.ndarray | list[float], alpha: float = ALPHA, min_runs: int = MIN_RUNS,

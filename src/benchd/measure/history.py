@@ -113,8 +113,9 @@ MAX_WINDOW = 10_000  # runs of a series one analysis reads at most
 
 
 class HistorySettings(BaseModel):
-    """BENCHD_HISTORY__*: each workload's series analysed for change points after every run (measure/changes.py;
-    the defaults are what bench/change_points.py measured on synthetic series with benchd's noise)."""
+    """Each workload's series analysed for change points after every run, on the daemon's history thread
+    (daemon/history.py, measure/changes.py; docs/guides/history.md); the defaults are what bench/change_points.py
+    measured on synthetic series with benchd's noise."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -128,7 +129,7 @@ class HistorySettings(BaseModel):
     # matrix between them on the device (repeats rounds) and attach its verdict: off by default, since it takes
     # the device for 2 × repeats runs; POST /changes/{id}/confirm and `benchd history --confirm` always can.
     confirm: bool = False
-    confirm_repeats: Annotated[int, Field(ge=2, le=20)] = 3
+    confirm_repeats: Annotated[int, Field(ge=2, le=20)] = 3  # rounds of a confirmation's matrix (2 runs each)
 
 
 # ---- what a change point says --------------------------------------------------------------------------------
