@@ -33,7 +33,7 @@ class Hooks:
         for name, hook in (("schedules", lambda: self.schedules.ran(job.schedule, job.run_id)),
                            ("regression", lambda: self._regression(job, result)),
                            ("matrix", lambda: self._matrix(job, result)),
-                           ("history", lambda: self.history is not None and self.history.ran(job, result))):
+                           ("history", lambda: self._history(job, result))):
             try:
                 hook()
             except Exception:  # a hook's boundary: the run is stored already, the daemon goes on
@@ -41,6 +41,11 @@ class Hooks:
                 self.on_error(f"hook_{name}")
         self.events.publish(job.run_id, RunEvent("summary", {"status": result.status, "error": result.error,
                                                              "stages": summaries}, final=True))
+
+    def _history(self, job: Job, result: RunResult) -> None:
+        """The run's workload analysed for change points, on the history's thread (daemon/history.py)."""
+        if self.history is not None:
+            self.history.ran(job, result)
 
     def _matrix(self, job: Job, result: RunResult) -> None:
         """A matrix's run ended: the last one has its matrix compared."""

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from benchd.daemon.queue import Job
+from benchd.daemon.queue import Job, QueueFull
 from benchd.measure.history import (
     FIGURES,
     ChangePoint,
@@ -124,8 +124,10 @@ class History:
                 for change in new:
                     try:
                         self.confirm(change.id, automatic=True)
-                    except NotConfirmable:
+                    except NotConfirmable:  # not two declared environments: explained, not confirmable here
                         pass
+                    except QueueFull as error:  # by hand later (POST /changes/{id}/confirm)
+                        log.warning("change point %s not confirmed: %s", change.id, error)
             return out
 
     def _reconcile(self, series: Series, found: list[Found],

@@ -36,8 +36,9 @@ FIGURES: dict[str, Figure] = {
 }
 
 # A run's clock state, from the share of its hardware samples in which a GPU was slowed (hardware/sampler.py:
-# throttled_fraction: power cap, thermal or hardware slowdown). This is the hook issue 41's per-stage clock-event
-# shares replace: key on the first stage's slowdown share by reason there once stage summaries carry it.
+# throttled_fraction: power cap, thermal or hardware slowdown), which store/history.py reads for every run. This is
+# the hook for per-stage clock-event shares by reason (issue 41): once stage summaries carry them, key here (and in
+# that query) on the first stage's thermal and hardware slowdown shares.
 SLOWED_SHARE = 0.5  # slowed in at least this share of its samples: the run ran "slowed"
 CLOCK_STATES = ("nominal", "slowed", "unknown")
 

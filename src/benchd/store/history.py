@@ -41,6 +41,7 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
     history), oldest first; JSON fields are read by the database (device_name, throttled_fraction), so a run costs
     a row of numbers whatever its metadata holds."""
     device_name = runs.c.run_metadata["device_name"].as_string()
+    # throttled_fraction: the input of the clock-state hook (measure/history.py, clock_state)
     query = (sa.select(runs.c.id, runs.c.created_at, runs.c.node, runs.c.valid, device_name.label("device"),
                        runs.c.hardware["throttled_fraction"].as_float().label("throttled_fraction"),
                        *(column.label(name) for name, column in _COLUMNS.items()))
