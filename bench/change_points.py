@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchd.measure import changes  # noqa: E402
-from benchd.measure.history import FIGURES, Series, SeriesRun, find  # noqa: E402
+from benchd.measure import changes
+from benchd.measure.history import FIGURES, Series, SeriesRun, find
 
 SHIFTS = (0.02, 0.05, 0.10)
 DRIFTS = ((0.05, 50), (0.10, 50))  # total change, over so many runs
@@ -219,7 +219,7 @@ def main() -> None:
                     else "–")
             print(f"| {label} | {what} | {row['detected']:.0%} | {row['within_10']:.0%} | {runs} |", flush=True)
     report["detection"] = rows
-    print(f"\nfalse change points in pure noise, analysed after every run (series of 1,000):")
+    print("\nfalse change points in pure noise, analysed after every run (series of 1,000):")
     print("| noise | runs | false change points | per 1,000 runs |")
     print("| --- | --- | --- | --- |")
     report["false"] = []

@@ -59,12 +59,12 @@ def list_changes(services: ServicesDep,
                  workload: Annotated[str | None, Query(max_length=100)] = None,
                  figure: FigureName | None = None,
                  node: Annotated[str | None, Query(max_length=253)] = None,
-                 active: bool | None = True,
+                 active: bool = True,
                  limit: Annotated[int, Query(ge=1, le=500)] = 50,
                  offset: Annotated[int, Query(ge=0, le=OFFSET_MAX)] = 0,
                  format: Literal["json", "html"] = "json"):
     """Change points, newest first: those the latest analysis of their series still finds (active=false: those
-    withdrawn since, as more runs made them noise; unset: both)."""
+    withdrawn since, as more runs made them noise)."""
     page = history.list_change_points(services.store, workload, figure, node, active, limit, offset)
     if format == "html":
         return HTMLResponse(changes_page(page.items, page.total, workload))

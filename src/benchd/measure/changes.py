@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -146,4 +147,4 @@ def segments(values: np.ndarray | list[float], bounds: list[int], confidence: fl
     """The series cut at bounds (each the first run of a segment), each segment's geometric mean and interval."""
     y = np.log(np.asarray(values, dtype=np.float64))
     edges = [0, *sorted(b for b in bounds if 0 < b < len(y)), len(y)]
-    return [_segment(y, a, b, confidence) for a, b in zip(edges, edges[1:]) if b > a]
+    return [_segment(y, a, b, confidence) for a, b in pairwise(edges) if b > a]
