@@ -3,8 +3,9 @@
 # nvidia-ml-py, pyyaml, rich, requests, grpcio, httpx, anyio, h11, click, jinja2/markupsafe come from the host),
 # enough to run the daemon there (FastAPI, uvicorn, SQLAlchemy with Alembic). Python 3.12, manylinux x86_64.
 # orjson and uvloop: the openai engine's client (bench/loadgen_peers.py --processes needs nothing else); msgspec:
-# the daemon↔worker messages (benchd/protocol).
-#   bash bench/wheelhouse.sh [DIR]        (default .whl; about 6 MB)
+# the daemon↔worker messages (benchd/protocol); ruptures and scipy: change points in the history
+# (benchd/measure/changes.py, bench/change_points.py).
+#   bash bench/wheelhouse.sh [DIR]        (default .whl; about 45 MB, scipy most of it)
 # On the GPU host, from the repository root:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site:src
@@ -22,5 +23,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   opentelemetry-exporter-otlp-common==0.66b2 \
   fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.54.0 httptools==0.9.0 sqlalchemy==2.1.9 greenlet \
   alembic==1.20.1 mako==1.4.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
-  orjson==3.13.0 uvloop==0.23.0 msgspec==0.22.0
+  orjson==3.13.0 uvloop==0.23.0 msgspec==0.22.0 ruptures==1.1.10 scipy==1.17.1
 ls "$dir"

@@ -70,6 +70,23 @@ def variable(name: str, query: str, datasource: dict, label: str, every: bool = 
 NODE_VARIABLE = variable("node", "label_values(benchd_hardware_sampler_stalled, hostname)", PROMETHEUS, "node")
 
 
+CHANGE = f'{NODE}, workload=~"$workload"'
+CHANGE_POINTS = [
+    (f"max by (hostname, workload, figure, device) (benchd_change_point_relative_change{{{CHANGE}}})",
+     "{{workload}} {{figure}} {{device}} {{hostname}}"),
+    (f"max by (hostname, workload, figure, device) (benchd_change_point_direction{{{CHANGE}}})",
+     "direction {{workload}} {{figure}} {{device}} {{hostname}}"),
+]
+# A mark at each latest change point's time: the series' value is the time (Grafana's "series value as
+# timestamp"), the first run of its new segment.
+CHANGE_POINT_ANNOTATION = {
+    "name": "change points", "datasource": PROMETHEUS, "enable": True, "iconColor": "rgba(242, 73, 92, 1)",
+    "expr": f"max by (hostname, workload, figure, device) (benchd_change_point_timestamp_seconds{{{CHANGE}}}) * 1000",
+    "useValueForTime": True, "step": "1m", "titleFormat": "change point",
+    "textFormat": "{{workload}}: {{figure}} on {{device}} ({{hostname}})",
+}
+
+
 def live() -> dict:
     layout = Layout()
     latency = "Per request from its scheduled time; exemplars link each tail bucket to the request's trace."
@@ -185,6 +202,12 @@ def live() -> dict:
     ]))
     for panel in gpu_health():
         layout.add(panel)
+    layout.add(prom_panel("Change points: the latest of each figure (history)", "percentunit", CHANGE_POINTS,
+                          description="Each workload's series is analysed after every run (GET /changes, "
+                                      "docs/guides/history.md): the latest change point of each figure on each GPU "
+                                      "model, (after − before) / before of its two segments, and its direction (1: "
+                                      "for the worse, alert BenchdChangePoint; -1: for the better). The annotations "
+                                      "mark each at the time of the first run of its new segment."))
     return {
         "uid": "benchd-live", "title": "benchd — live", "tags": ["benchd"], "editable": False,
         "schemaVersion": 39, "version": 1, "refresh": "10s", "time": {"from": "now-1h", "to": "now"},
@@ -200,7 +223,7 @@ def live() -> dict:
             "name": "runs", "datasource": PROMETHEUS, "enable": True, "iconColor": "rgba(0, 211, 255, 1)",
             "expr": f"changes(benchd_runs_total{{{SEL}}}[1m]) > 0", "titleFormat": "run ended",
             "textFormat": "{{workload}}: {{status}}",
-        }]},
+        }, CHANGE_POINT_ANNOTATION]},
         "links": [{"title": "fleet", "type": "link", "url": "/d/benchd-fleet"},
                   {"title": "history", "type": "link", "url": "/d/benchd-history"}],
         "panels": layout.panels,

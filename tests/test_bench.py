@@ -308,3 +308,18 @@ def test_roofline_script_prints_the_limits_and_each_variant_on_the_roofline(tmp_
     for run in (continuous, static):  # the engine's thread's operators, seen by the profiler
         names = [k["name"] for k in run["where"]["top"]]
         assert "aten::mm" in names and 0 < run["where"]["busy_s"] and run["where"]["wall_s"] > 0
+
+
+def test_change_points_script_reports_detection_false_change_points_speed_and_measured_noise(tmp_path):
+    """bench/change_points.py on a few series, with the tiny model's noise measured over three runs."""
+    done = subprocess.run([sys.executable, "bench/change_points.py", "--trials", "3", "--horizon", "12",
+                           "--noise-runs", "300", "--speed-runs", "2000", "--measure", "3", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "| 2.0% given | 5% step |" in done.stdout and "| output tok/s, measured | 10% step |" in done.stdout
+    report = json.loads((tmp_path / "change-points-cpu-tiny.json").read_text())
+    assert report["measured"]["figures"]["itl_s.p50"]["runs"] == 3 and report["false"][0]["runs"] == 1_000
+    ten = next(r for r in report["detection"] if r["shape"] == "step" and r["size"] == 0.10
+               and r["noise_label"] == "2.0% given")
+    assert ten["detected"] == 1.0  # a 10 % step in 2 % noise, every time
+    assert report["speed"]["runs"] == 2000 and report["speed"]["seven_figures_s"] > 0

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import benchd
-from benchd.api import compare, health, matrices, runs, schedules
+from benchd.api import compare, health, history, matrices, runs, schedules
 from benchd.api.admission import Memory
 from benchd.api.deps import Services, Slots
 from benchd.api.guard import validation_detail
@@ -84,7 +84,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         summary="Continuous, exact measurement of LLM generation speed.",
         lifespan=lifespan,
     )
-    for module in (runs, matrices, schedules, compare, health):
+    for module in (runs, matrices, schedules, compare, history, health):
         app.include_router(module.router)
 
     @app.exception_handler(StoreUnavailable)

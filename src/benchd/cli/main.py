@@ -228,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("run_id")
     baseline.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
     baseline.set_defaults(handler=results.cmd_baseline)
+
+    from benchd.cli import history
+
+    history.add_parser(commands, [debug])
     return parser
 
 

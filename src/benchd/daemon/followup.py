@@ -1,5 +1,6 @@
 """What follows a run's end in the daemon: the schedule's bookkeeping, the comparison with its workload's
-baseline (the regression gauges the alert rules watch), and the final event its followers wait for."""
+baseline (the regression gauges the alert rules watch), its workload's history analysed for change points (on the
+history's thread), and the final event its followers wait for."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from benchd.daemon.events import RunEvent, RunEvents
+from benchd.daemon.history import History
 from benchd.daemon.matrices import MatrixRuns
 from benchd.daemon.queue import Job
 from benchd.daemon.schedules import Schedules
@@ -22,15 +24,16 @@ log = logging.getLogger("benchd.daemon.followup")
 class Hooks:
     def __init__(self, settings: Settings, store: Store, events: RunEvents, schedules: Schedules,
                  metrics: Metrics | None, on_error: Callable[[str], None] = lambda component: None,
-                 matrices: MatrixRuns | None = None) -> None:
+                 matrices: MatrixRuns | None = None, history: History | None = None) -> None:
         self.settings, self.store, self.events, self.schedules = settings, store, events, schedules
-        self.metrics, self.on_error, self.matrices = metrics, on_error, matrices
+        self.metrics, self.on_error, self.matrices, self.history = metrics, on_error, matrices, history
 
     def after(self, job: Job, result: RunResult, summaries: list[dict]) -> None:
         """Each hook on its own: one that fails is logged and counted, and the others still run."""
         for name, hook in (("schedules", lambda: self.schedules.ran(job.schedule, job.run_id)),
                            ("regression", lambda: self._regression(job, result)),
-                           ("matrix", lambda: self._matrix(job, result))):
+                           ("matrix", lambda: self._matrix(job, result)),
+                           ("history", lambda: self._history(job, result))):
             try:
                 hook()
             except Exception:  # a hook's boundary: the run is stored already, the daemon goes on
@@ -38,6 +41,11 @@ class Hooks:
                 self.on_error(f"hook_{name}")
         self.events.publish(job.run_id, RunEvent("summary", {"status": result.status, "error": result.error,
                                                              "stages": summaries}, final=True))
+
+    def _history(self, job: Job, result: RunResult) -> None:
+        """The run's workload analysed for change points, on the history's thread (daemon/history.py)."""
+        if self.history is not None:
+            self.history.ran(job, result)
 
     def _matrix(self, job: Job, result: RunResult) -> None:
         """A matrix's run ended: the last one has its matrix compared."""

@@ -101,6 +101,8 @@ class MatrixRuns:
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()
         self.concluded = threading.Event()  # set each time a matrix is compared (tests wait on it)
+        # Called with a matrix's id once it is compared (or failed to be): a change point it confirms reads it.
+        self.listeners: list[Callable[[str], None]] = []
 
     def submit(self, matrix: MatrixSpec, specs: list[RunSpec], schedule: str | None = None) -> tuple[str, list[str]]:
         """specs: each variant's spec as it will run; schedule: the schedule whose matrix it is (its runs are the
@@ -164,6 +166,12 @@ class MatrixRuns:
             self.on_error("matrix")
             self.store.update_matrix(matrix_id, status="failed", error=f"{type(error).__name__}: {error}")
         finally:
+            for listener in self.listeners:
+                try:
+                    listener(matrix_id)
+                except Exception:  # a listener's boundary: the matrix is stored, the others still hear of it
+                    log.exception("a listener of matrix %s failed", matrix_id)
+                    self.on_error("matrix")
             self.concluded.set()
 
     def conclude(self, matrix_id: str, scheduled: bool = False) -> MatrixComparison:

@@ -10,6 +10,7 @@ import threading
 
 from benchd.daemon.events import RunEvent, RunEvents
 from benchd.daemon.followup import Hooks
+from benchd.daemon.history import History
 from benchd.daemon.ingest import Progress
 from benchd.daemon.lifecycle import Lifecycle, deadline_s
 from benchd.daemon.matrices import MatrixRuns
@@ -50,7 +51,11 @@ class Daemon:
                                    self.submit_scheduled_matrix, self.skipped)
         self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,
                                    settings.compare_confidence, self.internal_error)
-        self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices)
+        self.history = History(settings.history, store, self.metrics, settings.node_name, set(settings.environments),
+                               self.submit_internal_matrix, settings.compare_confidence, self.internal_error)
+        self.matrices.listeners.append(self.history.concluded)
+        self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices,
+                           self.history)
         self._thread = threading.Thread(target=self._loop, name="benchd-runs", daemon=True)
         self._closing = threading.Event()
 
@@ -85,6 +90,7 @@ class Daemon:
         self.pool.start()
         self._thread.start()
         self.schedules.start()
+        self.history.start()
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """The current run ends as interrupted with what it measured; queued runs are cancelled."""
@@ -93,6 +99,7 @@ class Daemon:
             self._end(job, "cancelled", "the daemon stopped before the run started", "queue")
         self._thread.join(timeout_s)
         self.schedules.stop()
+        self.history.stop()
         self.pool.stop()
 
     # ---- runs --------------------------------------------------------------------------------------
@@ -130,6 +137,14 @@ class Daemon:
         gauges' (daemon/matrices.py)."""
         matrix_id, run_ids = self.matrices.submit(matrix, [self.resolve(v.spec) for v in matrix.variants()],
                                                   schedule)
+        for run_id in run_ids:
+            self.events.publish(run_id, RunEvent("status", {"status": "queued"}))
+        return matrix_id, run_ids
+
+    def submit_internal_matrix(self, matrix: MatrixSpec) -> tuple[str, list[str]]:
+        """A matrix the daemon itself runs (a change point's confirmation, daemon/history.py): its variants are the
+        stored spec of a run it took, resolved as runs are, not admitted again."""
+        matrix_id, run_ids = self.matrices.submit(matrix, [self.resolve(v.spec) for v in matrix.variants()])
         for run_id in run_ids:
             self.events.publish(run_id, RunEvent("status", {"status": "queued"}))
         return matrix_id, run_ids

@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
+from benchd.measure.history import HistorySettings
 from benchd.models.memory import MEMORY_FRACTION
 from benchd.spec import NAME_MAX, Name, RunSpec
 from benchd.spec.matrix import MatrixProblem, MatrixSpec, parse_matrix
@@ -228,6 +229,7 @@ class Settings(BaseSettings):
     faults: Faults = Faults()  # fault injection for tests and bench scripts: settings only, never HTTP
     compare_threshold: Annotated[float, Field(ge=0)] = THRESHOLD  # a change smaller than this is no regression
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE  # of the comparisons' bootstrap intervals
+    history: HistorySettings = HistorySettings()
     # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
     # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))
     # means a hung driver call: the hardware series leave /metrics until a read completes.

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from benchd.measure.records import RequestRecord, summarize
 from benchd.measure.result import StageResult
 from benchd.spec import GenerateSpec, validate_spec
-from benchd.store import migrate, pages
+from benchd.store import history, migrate, pages
 from benchd.store.pages import Page
 from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings
 from benchd.store.spool import Spool, SpoolState, dumps, unreachable
@@ -243,6 +243,8 @@ class Store:
                 db.execute(baselines.delete().where(baselines.c.workload == row["workload"]))
                 if db.execute(sa.select(runs.c.id).where(runs.c.id == row["run_id"])).first() is not None:
                     db.execute(baselines.insert().values(**row))
+            elif kind in history.OPS:  # change points (store/history.py)
+                history.apply(db, op)
             else:
                 raise ValueError(f"unknown store operation {kind!r}")
 

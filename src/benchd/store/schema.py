@@ -139,3 +139,28 @@ matrices = sa.Table(
     sa.Column("started_at", TIMESTAMP),
     sa.Column("finished_at", TIMESTAMP),
 )
+
+# Change points found in a workload's series (measure/history.py): one row each, kept when a later analysis no longer
+# finds it (active false, withdrawn_at), so that what was reported stays explained; details hold its segments,
+# interval and the stack between them, confirmation the interleaved matrix that checked it.
+change_points = sa.Table(
+    "change_points", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("workload", sa.String(NAME_MAX), nullable=False, index=True),
+    sa.Column("device", sa.String(253), nullable=False),  # the GPU's model (the run metadata's device_name)
+    sa.Column("node", sa.String(253), nullable=False),
+    sa.Column("figure", sa.String(32), nullable=False),
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("at", TIMESTAMP, nullable=False, index=True),  # the first run of the new segment's creation
+    sa.Column("direction", sa.String(8), nullable=False),  # worse | better
+    sa.Column("relative_change", sa.Float, nullable=False),
+    sa.Column("p_value", sa.Float, nullable=False),
+    sa.Column("active", sa.Boolean, nullable=False, index=True),
+    sa.Column("details", JSON, nullable=False),
+    sa.Column("confirmation", JSON),
+    sa.Column("matrix_id", sa.String(32), index=True),  # the confirmation's matrix
+    sa.Column("detected_at", TIMESTAMP, nullable=False),
+    sa.Column("withdrawn_at", TIMESTAMP),
+)
+# A workload's history is read by workload and time: every run of the window, newest first.
+sa.Index("ix_runs_workload_created_at", runs.c.workload, runs.c.created_at)

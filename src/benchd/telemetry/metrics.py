@@ -102,6 +102,7 @@ class Metrics:
         self._runs()
         self._server()
         self._comparisons()
+        self._changes()
         self._timed()
         self._daemon()
 
@@ -237,6 +238,25 @@ class Metrics:
                                          (*variant, "baseline", "metric"))
         self.matrix_families = [self.variant_throughput, self.variant_weight_bytes, self.variant_token_agreement,
                                 self.variant_change, self.variant_regression]
+
+    def _changes(self) -> None:
+        """Change points in each workload's series of runs (measure/history.py): the latest one still found per
+        figure and GPU model (device: the run metadata's device_name), and how many were found."""
+        series = ("workload", "figure", "device")
+        self.change_relative = self._family(HotGauge, "benchd_change_point_relative_change",
+                                            "The latest change point of this figure in the workload's series: "
+                                            "(after − before) / before, of the two segments' geometric means.",
+                                            series)
+        self.change_direction = self._family(HotGauge, "benchd_change_point_direction",
+                                             "The latest change point's direction: 1 for the worse (slower, more "
+                                             "energy), -1 for the better.", series)
+        self.change_time = self._family(HotGauge, "benchd_change_point_timestamp_seconds",
+                                        "When the latest change point's first run of the new segment was created "
+                                        "(Unix time).", series)
+        self.change_points = self._family(HotCounter, "benchd_change_points",
+                                          "Change points found in the workload's series (after each run's "
+                                          "analysis), by figure and direction.", ("workload", "figure", "direction"))
+        self.change_families = [self.change_relative, self.change_direction, self.change_time]
 
     def _timed(self) -> None:
         """Training steps and kernels, timed on the device."""

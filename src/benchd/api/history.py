@@ -1,0 +1,100 @@
+"""/history and /changes: each workload's series of runs, the change points found in them with what explains
+each, and the interleaved matrix that confirms one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel
+
+from benchd.api.deps import AuthDep, ServicesDep
+from benchd.api.guard import GuardedRoute
+from benchd.api.runs import _as_json
+from benchd.api.schemas import RETRY_AFTER_S, errors
+from benchd.daemon.history import NotConfirmable
+from benchd.daemon.queue import QueueFull
+from benchd.measure.history import ChangePoint, FigureName, HistoryView, view
+from benchd.report.history import changes_page, history_page
+from benchd.spec import Name
+from benchd.store import history
+
+router = APIRouter(tags=["history"], route_class=GuardedRoute)
+OFFSET_MAX = 10**9
+HTML = {"content": {"application/json": {}, "text/html": {}}}
+
+
+class ChangePage(BaseModel):
+    items: list[ChangePoint]
+    total: int
+    limit: int
+    offset: int
+
+
+# Reads only: the analysis runs after each run on the daemon's history thread (daemon/history.py), never in a
+# request; a history is what the store holds, at most `limit` runs (the newest), drawn between the change points
+# stored for it. Handlers are plain functions: FastAPI runs them on its thread pool, off the event loop.
+@router.get("/history/{workload}", response_model=HistoryView, responses={**errors(404, 422, 503), 200: HTML})
+def get_history(workload: Annotated[Name, Path()], services: ServicesDep,
+                limit: Annotated[int, Query(ge=1, le=history.MAX_RUNS)] = 500,
+                node: Annotated[str | None, Query(max_length=253)] = None,
+                format: Literal["json", "html"] = "json"):
+    """The workload's series (one a GPU model and node): each headline figure's points, oldest first, its segments
+    between change points, the change points with the stack between their segments, and the runs left out
+    (invalid, or under another clock state)."""
+    runs = history.series_runs(services.store, workload, limit, node=node)
+    if not runs:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no succeeded run of {workload}"
+                            + (f" on node {node}" if node else ""))
+    stored = history.list_change_points(services.store, workload, node=node, active=True, limit=1_000).items
+    found = view(workload, runs, stored, limit, services.settings.compare_confidence)
+    if format == "html":
+        return HTMLResponse(history_page(found))
+    return found
+
+
+@router.get("/changes", response_model=ChangePage, responses={**errors(422, 503), 200: HTML})
+def list_changes(services: ServicesDep,
+                 workload: Annotated[str | None, Query(max_length=100)] = None,
+                 figure: FigureName | None = None,
+                 node: Annotated[str | None, Query(max_length=253)] = None,
+                 active: bool = True,
+                 limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                 offset: Annotated[int, Query(ge=0, le=OFFSET_MAX)] = 0,
+                 format: Literal["json", "html"] = "json"):
+    """Change points, newest first: those the latest analysis of their series still finds (active=false: those
+    withdrawn since, as more runs made them noise)."""
+    page = history.list_change_points(services.store, workload, figure, node, active, limit, offset)
+    if format == "html":
+        return HTMLResponse(changes_page(page.items, page.total, workload))
+    return ChangePage(items=page.items, total=page.total, limit=limit, offset=offset)
+
+
+def _change_or_404(services, change_id: str) -> ChangePoint:
+    found = history.get_change_point(services.store, change_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no change point {change_id}")
+    return found
+
+
+@router.get("/changes/{change_id}", response_model=ChangePoint, responses=errors(404, 422, 503))
+def get_change(change_id: Annotated[str, Path(max_length=32)], services: ServicesDep) -> ChangePoint:
+    return _change_or_404(services, change_id)
+
+
+@router.post("/changes/{change_id}/confirm", status_code=status.HTTP_202_ACCEPTED, response_model=ChangePoint,
+             responses={**_as_json(errors(401, 404, 409, 422, 429, 503))}, dependencies=[AuthDep])
+def confirm_change(change_id: Annotated[str, Path(max_length=32)], services: ServicesDep) -> ChangePoint:
+    """Run the two sides' environments against each other, interleaved on the device the series ran on
+    (BENCHD_HISTORY__CONFIRM_REPEATS rounds), and attach the verdict on the change point's figure when the matrix
+    ends: confirmed, or not reproduced (the series changed with the node, not the stack). 409 when the two sides
+    ran in one environment, in one this daemon does not declare, or on another node."""
+    _change_or_404(services, change_id)
+    try:
+        return services.daemon.history.confirm(change_id)
+    except NotConfirmable as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from None
+    except QueueFull as error:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(error),
+                            headers={"Retry-After": str(RETRY_AFTER_S)}) from None

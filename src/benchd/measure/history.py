@@ -1,0 +1,356 @@
+"""A workload's history: its runs as series (one a GPU model and node), which runs each holds and which it leaves
+out, each headline figure's change points, and what differs in the stack between the two sides of each."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchd.measure import changes
+
+
+@dataclass(slots=True, frozen=True)
+class Figure:
+    label: str
+    unit: str  # s, tok/s or J
+    higher_is_worse: bool
+
+
+FigureName = Literal["output_tokens_per_s", "ttft_s.p50", "ttft_s.p99", "itl_s.p50", "itl_s.p99", "tpot_s.p50",
+                     "energy_per_token_j"]
+# The headline figures, named as the comparisons name them (measure/compare.py: a matrix's verdict on a figure is
+# found by this name): each run's first stage, as a comparison reads it, and the run's energy per output token.
+FIGURES: dict[str, Figure] = {
+    "output_tokens_per_s": Figure("output tok/s", "tok/s", False),
+    "ttft_s.p50": Figure("TTFT p50", "s", True),
+    "ttft_s.p99": Figure("TTFT p99", "s", True),
+    "itl_s.p50": Figure("ITL p50", "s", True),
+    "itl_s.p99": Figure("ITL p99", "s", True),
+    "tpot_s.p50": Figure("TPOT p50", "s", True),
+    "energy_per_token_j": Figure("energy per token", "J", True),
+}
+
+# A run's clock state, from the share of its hardware samples in which a GPU was slowed (hardware/sampler.py:
+# throttled_fraction: power cap, thermal or hardware slowdown), which store/history.py reads for every run. This is
+# the hook for per-stage clock-event shares by reason (issue 41): once stage summaries carry them, key here (and in
+# that query) on the first stage's thermal and hardware slowdown shares.
+SLOWED_SHARE = 0.5  # slowed in at least this share of its samples: the run ran "slowed"
+CLOCK_STATES = ("nominal", "slowed", "unknown")
+
+
+def clock_state(throttled_fraction: float | None) -> str:
+    """nominal, slowed, or unknown (no GPU read: a CPU run, a server's)."""
+    if throttled_fraction is None:
+        return "unknown"
+    return "slowed" if throttled_fraction >= SLOWED_SHARE else "nominal"
+
+
+@dataclass(slots=True)
+class SeriesRun:
+    """One run as a series holds it: the light columns the store reads for every run of the window."""
+
+    run_id: str
+    at: datetime  # when it was created
+    node: str
+    device: str  # the GPU's model (the run metadata's device_name; a CPU's processor)
+    valid: bool | None
+    throttled_fraction: float | None
+    figures: dict[str, float | None] = field(default_factory=dict)
+
+
+class Excluded(BaseModel):
+    run_id: str
+    at: datetime
+    reason: str  # invalid, or the clock state it ran in against the series'
+
+
+@dataclass(slots=True)
+class Series:
+    workload: str
+    device: str
+    node: str
+    runs: list[SeriesRun]  # oldest first: those the series holds
+    excluded: list[Excluded]
+    clock: str  # the series' clock state: that of most of its valid runs
+
+    def values(self, figure: str) -> tuple[list[SeriesRun], np.ndarray]:
+        """The runs that have this figure (positive), and their values."""
+        held = [r for r in self.runs if (v := r.figures.get(figure)) is not None and v > 0]
+        return held, np.asarray([r.figures[figure] for r in held], dtype=np.float64)
+
+
+def series_of(workload: str, runs: list[SeriesRun]) -> list[Series]:
+    """Runs (oldest first) as series, one per GPU model and node; an invalid run and a run whose clock state is not
+    the series' are left out, and listed with the reason."""
+    groups: dict[tuple[str, str], list[SeriesRun]] = {}
+    for run in runs:
+        groups.setdefault((run.device, run.node), []).append(run)
+    out = []
+    for (device, node), members in sorted(groups.items()):
+        states = Counter(clock_state(r.throttled_fraction) for r in members if r.valid is not False)
+        usual = max(CLOCK_STATES, key=lambda s: (states[s], s == "nominal")) if states else "unknown"
+        held, excluded = [], []
+        for run in members:
+            state = clock_state(run.throttled_fraction)
+            if run.valid is False:
+                excluded.append(Excluded(run_id=run.run_id, at=run.at, reason="invalid"))
+            elif state != usual:
+                share = f" (a GPU slowed in {run.throttled_fraction:.0%} of its samples)" \
+                    if run.throttled_fraction is not None else ""
+                excluded.append(Excluded(run_id=run.run_id, at=run.at,
+                                         reason=f"clock state {state}{share}, the series' is {usual}"))
+            else:
+                held.append(run)
+        out.append(Series(workload, device, node, held, excluded, usual))
+    return out
+
+
+MAX_WINDOW = 10_000  # runs of a series one analysis reads at most
+
+
+class HistorySettings(BaseModel):
+    """Each workload's series analysed for change points after every run, on the daemon's history thread
+    (daemon/history.py, measure/changes.py; docs/guides/history.md); the defaults are what bench/change_points.py
+    measured on synthetic series with benchd's noise."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True  # analyse after every run
+    window: Annotated[int, Field(ge=8, le=MAX_WINDOW)] = 2_000  # the newest runs of a series an analysis reads
+    alpha: Annotated[float, Field(gt=0, lt=1)] = changes.ALPHA  # a split is kept when its t-test's p is below
+    min_runs: Annotated[int, Field(ge=2, le=100)] = changes.MIN_RUNS  # runs a segment holds at least
+    penalty: Annotated[float, Field(gt=0)] = changes.PENALTY  # PELT's, × the noise's variance × ln(runs)
+    min_relative_change: Annotated[float, Field(ge=0)] = 0.0  # smaller change points are not kept
+    # When the two sides of a new change point ran in two environments the daemon declares, run an interleaved
+    # matrix between them on the device (repeats rounds) and attach its verdict: off by default, since it takes
+    # the device for 2 × repeats runs; POST /changes/{id}/confirm and `benchd history --confirm` always can.
+    confirm: bool = False
+    confirm_repeats: Annotated[int, Field(ge=2, le=20)] = 3  # rounds of a confirmation's matrix (2 runs each)
+
+
+# ---- what a change point says --------------------------------------------------------------------------------
+
+
+class SegmentView(BaseModel):
+    runs: int
+    first_run: str
+    last_run: str
+    start: datetime
+    end: datetime
+    mean: float  # geometric mean of the figure over its runs
+    ci_low: float
+    ci_high: float
+
+
+class StackChange(BaseModel):
+    field: str  # transformers_version, environment, engine_settings.continuous_batching.max_batch_tokens, …
+    before: str | None  # the value most runs of the segment before had
+    after: str | None
+    mixed: bool = False  # some runs of either side had another value
+
+    def says(self) -> str:
+        """transformers 5.17.0 → 5.18.0"""
+        name = {"python_version": "Python", "cuda_version": "CUDA", "driver_version": "driver"}.get(
+            self.field, self.field.removesuffix("_version"))
+        return f"{name} {self.before or '–'} → {self.after or '–'}" + (" (mixed)" if self.mixed else "")
+
+
+Verdict = Literal["scheduled", "confirmed", "not reproduced", "inconclusive", "failed"]
+
+
+class Confirmation(BaseModel):
+    """An interleaved matrix between the two sides' environments on the same device, and what it found."""
+
+    status: Verdict
+    matrix_id: str | None = None
+    environments: list[str]  # [before, after]
+    requested_at: datetime
+    relative_change: float | None = None  # the matrix's, after's environment against before's
+    ci_low: float | None = None
+    ci_high: float | None = None
+    reason: str | None = None
+
+
+class ChangePoint(BaseModel):
+    id: str
+    workload: str
+    device: str
+    node: str
+    figure: str
+    run_id: str  # the first run of the new segment
+    at: datetime  # its time
+    direction: Literal["worse", "better"]
+    relative_change: float  # after / before − 1 (geometric means)
+    ci_low: float
+    ci_high: float
+    p_value: float
+    confidence: float
+    before: SegmentView
+    after: SegmentView
+    stack: list[StackChange] = []  # what differs between the two segments' runs
+    active: bool = True  # the latest analysis still finds it (else withdrawn: more runs made it noise)
+    detected_at: datetime
+    withdrawn_at: datetime | None = None
+    confirmation: Confirmation | None = None
+
+    def sentence(self) -> str:
+        """ITL p50 +8.1 % [+6.0, +10.2] at 2026-11-20 14:00 (p < 0.001); between the segments: transformers
+        5.17.0 → 5.18.0."""
+        figure = FIGURES[self.figure].label if self.figure in FIGURES else self.figure
+        p = "p < 0.001" if self.p_value < 0.001 else f"p = {self.p_value:.3f}"
+        text = (f"{figure} {self.relative_change * 100:+.1f} % [{self.ci_low * 100:+.1f}, {self.ci_high * 100:+.1f}] "
+                f"at {self.at:%Y-%m-%d %H:%M} ({p})")
+        if self.stack:
+            text += "; between the segments: " + ", ".join(c.says() for c in self.stack)
+        return text
+
+
+def segment_view(runs: list[SeriesRun], segment: changes.Segment) -> SegmentView:
+    part = runs[segment.start:segment.end]
+    return SegmentView(runs=len(part), first_run=part[0].run_id, last_run=part[-1].run_id, start=part[0].at,
+                       end=part[-1].at, mean=segment.mean, ci_low=segment.ci_low, ci_high=segment.ci_high)
+
+
+@dataclass(slots=True)
+class Found:
+    """A change point as one analysis finds it, before it is matched with those stored."""
+
+    figure: str
+    runs: list[SeriesRun]  # the figure's runs
+    split: changes.Split
+
+    @property
+    def run_id(self) -> str:
+        return self.runs[self.split.index].run_id
+
+    def direction(self) -> Literal["worse", "better"]:
+        worse = (self.split.relative_change > 0) == FIGURES[self.figure].higher_is_worse
+        return "worse" if worse else "better"
+
+
+def find(series: Series, alpha: float = changes.ALPHA, min_runs: int = changes.MIN_RUNS,
+         penalty: float = changes.PENALTY, confidence: float = changes.CONFIDENCE,
+         min_relative_change: float = 0.0) -> list[Found]:
+    """Every headline figure's change points in the series; those smaller than min_relative_change are not kept."""
+    out = []
+    for figure in FIGURES:
+        runs, values = series.values(figure)
+        for split in changes.detect(values, alpha, min_runs, penalty, confidence):
+            if abs(split.relative_change) >= min_relative_change:
+                out.append(Found(figure, runs, split))
+    return out
+
+
+# ---- the stack between two segments ---------------------------------------------------------------------------
+
+# What identifies a run's stack (protocol/metadata.py's RunMetadata), in the order a difference is told.
+STACK_FIELDS = ("benchd_version", "python_version", "torch_version", "transformers_version", "cuda_version",
+                "driver_version", "device_name", "gpus", "engine", "attn_implementation", "quantization", "compile",
+                "torch_threads", "environment", "commit", "label", "model", "host")
+
+
+def stack_of(metadata: dict | None, hardware: dict | None, engine: str | None) -> dict[str, str]:
+    """A stored run's stack as flat strings: the metadata's versions and settings, its GPUs (by UUID: another card
+    of the same model is another GPU), its commit, and its engine's settings (engine_settings.*; the memory plan's
+    figures are derived, not set, and left out)."""
+    meta = metadata or {}
+    out: dict[str, str] = {}
+    for name in STACK_FIELDS:
+        value = meta.get(name)
+        if name == "gpus":
+            value = ",".join(g.get("uuid", "") for g in (hardware or {}).get("gpus") or []) or None
+        elif name == "engine":
+            value = engine
+        elif name == "commit" and isinstance(value, dict):
+            value = value.get("commit") or value.get("branch")
+        if value is not None:
+            out[name] = str(value)
+    for key, value in _flat("engine_settings", meta.get("engine_settings") or {}):
+        if not key.startswith("engine_settings.memory_plan"):
+            out[key] = value
+    return out
+
+
+def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
+    if isinstance(value, dict):
+        return [item for k, v in value.items() for item in _flat(f"{prefix}.{k}", v)]
+    return [(prefix, str(value))]
+
+
+def stack_difference(before: list[dict[str, str]], after: list[dict[str, str]]) -> list[StackChange]:
+    """Each field whose most common value differs between the two sides (a field only one side has, too)."""
+    out = []
+    keys = list(STACK_FIELDS) + sorted({k for s in (*before, *after) for k in s} - set(STACK_FIELDS))
+    for key in keys:
+        a = Counter(s.get(key) for s in before)
+        b = Counter(s.get(key) for s in after)
+        if not a or not b:
+            continue
+        (value_a, count_a), (value_b, count_b) = a.most_common(1)[0], b.most_common(1)[0]
+        if value_a != value_b:
+            out.append(StackChange(field=key, before=value_a, after=value_b,
+                                   mixed=count_a < len(before) or count_b < len(after)))
+    return out
+
+
+# ---- a workload's history as the API shows it ------------------------------------------------------------------
+
+
+class Point(BaseModel):
+    run_id: str
+    at: datetime
+    value: float
+
+
+class FigureSeries(BaseModel):
+    figure: str
+    label: str
+    unit: str
+    higher_is_worse: bool
+    points: list[Point]  # oldest first
+    segments: list[SegmentView]  # the series cut at its change points
+    change_points: list[ChangePoint]  # those the latest analysis found, oldest first
+
+
+class SeriesView(BaseModel):
+    workload: str
+    device: str
+    node: str
+    clock: str  # the clock state of the runs it holds
+    runs: int
+    figures: list[FigureSeries]
+    excluded: list[Excluded]  # left out: invalid, or under another clock state
+
+
+class HistoryView(BaseModel):
+    workload: str
+    limit: int  # the newest runs of the workload read
+    series: list[SeriesView]
+
+
+def view(workload: str, runs: list[SeriesRun], stored: list[ChangePoint], limit: int,
+         confidence: float = changes.CONFIDENCE) -> HistoryView:
+    """Each series' points, its segments between the active change points stored for it, and those change points."""
+    out = []
+    for series in series_of(workload, runs):
+        figures = []
+        for name, figure in FIGURES.items():
+            held, values = series.values(name)
+            if not held:
+                continue
+            position = {run.run_id: i for i, run in enumerate(held)}
+            found = sorted((c for c in stored if c.active and c.figure == name and c.device == series.device
+                            and c.node == series.node and c.run_id in position), key=lambda c: position[c.run_id])
+            cuts = changes.segments(values, [position[c.run_id] for c in found], confidence)
+            figures.append(FigureSeries(
+                figure=name, label=figure.label, unit=figure.unit, higher_is_worse=figure.higher_is_worse,
+                points=[Point(run_id=r.run_id, at=r.at, value=float(v)) for r, v in zip(held, values)],
+                segments=[segment_view(held, s) for s in cuts], change_points=found))
+        out.append(SeriesView(workload=workload, device=series.device, node=series.node, clock=series.clock,
+                              runs=len(series.runs), figures=figures, excluded=series.excluded))
+    return HistoryView(workload=workload, limit=limit, series=out)

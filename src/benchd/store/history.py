@@ -1,0 +1,156 @@
+"""A workload's history from the store: the light columns of its runs for its series, the stacks of a few runs,
+and the change points found in them (written through the spool like every write)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from benchd.measure.history import ChangePoint, SeriesRun
+from benchd.store.schema import change_points, run_stages, runs
+
+
+class Store(Protocol):
+    """What of benchd.store.Store this module uses (that module hands this one its journaled operations)."""
+
+    spool: Any
+
+    def _read(self, query) -> list[dict[str, Any]]: ...
+
+
+@dataclass(slots=True)
+class Changes:
+    items: list[ChangePoint]
+    total: int
+
+# The history's figures: the first stage's columns (run_stages, the whole run's row), and the run's energy.
+_COLUMNS = {"output_tokens_per_s": run_stages.c.output_tokens_per_s, "ttft_s.p50": run_stages.c.ttft_p50_s,
+            "ttft_s.p99": run_stages.c.ttft_p99_s, "itl_s.p50": run_stages.c.itl_p50_s,
+            "itl_s.p99": run_stages.c.itl_p99_s, "tpot_s.p50": run_stages.c.tpot_p50_s,
+            "energy_per_token_j": runs.c.energy_per_token_j}
+MAX_RUNS = 10_000  # runs of one workload a history reads at most (the newest)
+MAX_STACKS = 200  # runs whose stack one read returns at most
+
+
+def series_runs(store: Store, workload: str, limit: int, node: str | None = None,
+                device: str | None = None) -> list[SeriesRun]:
+    """The newest `limit` succeeded generation runs of the workload (those of a matrix are its experiment, not the
+    history), oldest first; JSON fields are read by the database (device_name, throttled_fraction), so a run costs
+    a row of numbers whatever its metadata holds."""
+    device_name = runs.c.run_metadata["device_name"].as_string()
+    # throttled_fraction: the input of the clock-state hook (measure/history.py, clock_state)
+    query = (sa.select(runs.c.id, runs.c.created_at, runs.c.node, runs.c.valid, device_name.label("device"),
+                       runs.c.hardware["throttled_fraction"].as_float().label("throttled_fraction"),
+                       *(column.label(name) for name, column in _COLUMNS.items()))
+             .join(run_stages, sa.and_(run_stages.c.run_id == runs.c.id, run_stages.c.stage_index == 0,
+                                       run_stages.c.gpu == ""))
+             .where(runs.c.workload == workload, runs.c.status == "succeeded", runs.c.matrix_id.is_(None)))
+    if node is not None:
+        query = query.where(runs.c.node == node)
+    if device is not None:
+        query = query.where(device_name == device)
+    rows = store._read(query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(min(limit, MAX_RUNS)))
+    return [SeriesRun(run_id=r["id"], at=r["created_at"], node=r["node"] or "", device=r["device"] or "",
+                      valid=r["valid"], throttled_fraction=r["throttled_fraction"],
+                      figures={name: r[name] for name in _COLUMNS}) for r in reversed(rows)]
+
+
+def stacks(store: Store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each run's metadata, hardware summary and engine, for the stack between two segments."""
+    out: dict[str, dict[str, Any]] = {}
+    ids = list(dict.fromkeys(run_ids))[:MAX_STACKS]
+    if ids:
+        query = sa.select(runs.c.id, runs.c.run_metadata, runs.c.hardware, runs.c.engine, runs.c.spec) \
+            .where(runs.c.id.in_(ids))
+        for row in store._read(query):
+            out[row["id"]] = row
+    return out
+
+
+def workloads(store: Store) -> list[str]:
+    return [r["workload"] for r in store._read(sa.select(change_points.c.workload).distinct()
+                                               .order_by(change_points.c.workload))]
+
+
+def list_change_points(store: Store, workload: str | None = None, figure: str | None = None,
+                       node: str | None = None, active: bool | None = None, limit: int = 50,
+                       offset: int = 0) -> Changes:
+    """Newest first (by the change's time)."""
+    conditions = [column == value for column, value in (
+        (change_points.c.workload, workload), (change_points.c.figure, figure), (change_points.c.node, node),
+        (change_points.c.active, active)) if value is not None]
+    query = change_points.select().where(*conditions)
+    total = store._read(sa.select(sa.func.count().label("n")).select_from(query.subquery()))[0]["n"]
+    rows = store._read(query.order_by(change_points.c.at.desc(), change_points.c.figure, change_points.c.id)
+                       .limit(limit).offset(offset))
+    return Changes(items=[_view(r) for r in rows], total=total)
+
+
+def get_change_point(store: Store, change_id: str) -> ChangePoint | None:
+    rows = store._read(change_points.select().where(change_points.c.id == change_id))
+    return _view(rows[0]) if rows else None
+
+
+def by_matrix(store: Store, matrix_id: str) -> list[ChangePoint]:
+    return [_view(r) for r in store._read(change_points.select().where(change_points.c.matrix_id == matrix_id))]
+
+
+def _view(row: dict[str, Any]) -> ChangePoint:
+    return ChangePoint(**row["details"], id=row["id"], workload=row["workload"], device=row["device"],
+                       node=row["node"], figure=row["figure"], run_id=row["run_id"], at=row["at"],
+                       direction=row["direction"], relative_change=row["relative_change"], p_value=row["p_value"],
+                       active=row["active"], detected_at=row["detected_at"], withdrawn_at=row["withdrawn_at"],
+                       confirmation=row["confirmation"])
+
+
+# ---- writes ------------------------------------------------------------------------------------------------
+
+# The columns of a change point; what else its view holds goes in details.
+_OWN = ("id", "workload", "device", "node", "figure", "run_id", "at", "direction", "relative_change", "p_value",
+        "active", "detected_at", "withdrawn_at", "confirmation")
+
+
+def row_of(change: ChangePoint) -> dict[str, Any]:
+    """A change point as a journaled row (ISO times); its confirmation is written apart (confirm())."""
+    data = change.model_dump(mode="json")
+    return {**{k: data[k] for k in _OWN if k != "confirmation"},
+            "details": {k: v for k, v in data.items() if k not in _OWN}}
+
+
+def save(store: Store, rows: list[dict[str, Any]], withdrawn: list[str], at: datetime) -> None:
+    """One analysis' outcome for a series: its change points as found now (new ones inserted, known ones updated:
+    their confirmation kept), and those it no longer finds withdrawn."""
+    store.spool.submit({"op": "change_points", "rows": rows, "withdrawn": withdrawn, "at": at.isoformat()})
+
+
+def confirm(store: Store, change_id: str, confirmation: dict[str, Any], matrix_id: str | None) -> None:
+    store.spool.submit({"op": "change_point_confirmation", "id": change_id, "confirmation": confirmation,
+                        "matrix_id": matrix_id})
+
+
+OPS = ("change_points", "change_point_confirmation")
+
+
+def apply(db: sa.Connection, op: dict[str, Any]) -> None:
+    """A journaled operation of this module (Store._apply hands them here), idempotent like the others."""
+    if op["op"] == "change_point_confirmation":
+        db.execute(change_points.update().where(change_points.c.id == op["id"]).values(
+            confirmation=op["confirmation"], matrix_id=op["matrix_id"]))
+        return
+    for row in op["rows"]:
+        values = {**row, **{k: datetime.fromisoformat(row[k]) for k in ("at", "detected_at", "withdrawn_at")
+                            if row.get(k) is not None}}
+        known = db.execute(sa.select(change_points.c.detected_at).where(change_points.c.id == row["id"])).first()
+        if known is None:
+            if db.execute(sa.select(runs.c.id).where(runs.c.id == row["run_id"])).first() is not None:
+                db.execute(change_points.insert().values(**values))
+        else:
+            values.pop("detected_at", None)
+            db.execute(change_points.update().where(change_points.c.id == row["id"]).values(**values))
+    if op["withdrawn"]:
+        db.execute(change_points.update().where(change_points.c.id.in_(op["withdrawn"]),
+                                                change_points.c.active.is_(True))
+                   .values(active=False, withdrawn_at=datetime.fromisoformat(op["at"])))
