@@ -58,7 +58,7 @@ class Hooks:
             return
         comparison = compare(before, latest, self.settings.compare_threshold, self.settings.compare_confidence)
         for change in comparison.metrics:
-            if change.verdict == "inconclusive":
+            if not change.decided:  # inconclusive, or n/a (no data on a side)
                 continue
             self.metrics.regression.labels(job.spec.name, change.metric).set(float(change.verdict == "slower"))
             if change.relative_change is not None:
