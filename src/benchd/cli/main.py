@@ -78,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Here (no --server), what the spec leaves unset comes from the BENCHD_* settings as the daemon fills in a spec
     it is given, and a model that is not to be had is refused before anything loads."""
     from rich.console import Console
+    from rich.markup import escape
 
     from benchd.cli.local import SettingsError, daemon_settings
 
@@ -102,7 +103,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if loads_model(spec) and (problem := source_problem(spec.model)):
                 raise SpecError(f"model: {problem}")
     except (SpecError, SettingsError) as error:
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
+        what = "invalid settings" if isinstance(error, SettingsError) else "invalid spec"
+        console.print(f"[red]{what}[/red]\n{escape(str(error))}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
     # No spec file: what the flags make is said, where a daemon queues it or before it runs here.
     args.quick = f"quick workload: {_described(spec)}" if args.spec is None else None
@@ -221,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="train_step specs: repeat the run with 0, 1, 2 and 5 warm-up steps")
     run.add_argument("--fail-on-invalid", action="store_true",
                      help="exit 3 when the run succeeded but a stage's verdict is INVALID (a matrix: any run's)")
-    quick = run.add_argument_group("quick workload (without a spec file; one of these is needed)")
+    quick = run.add_argument_group("quick workload (without a spec file)")
     quick.add_argument("--requests", type=int, help=f"measured requests (default {QUICK_REQUESTS} when no "
                                                     "--duration is given)")
     quick.add_argument("--duration", type=float, help="seconds of sending")
@@ -291,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Every failure ends in one line on stderr and exit status 1; --debug shows the traceback as well."""
     args = build_parser().parse_args(argv)
-    if not args.debug:
+    if not args.debug and args.command != "serve":
         import logging
 
         # The daemon's log lines (NVML absent on a CPU host, …) are for a daemon's log, not a command's output.

@@ -12,6 +12,8 @@ from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_OK
 from benchd.cli.client import Client, CommandError, DaemonError
 from benchd.cli.terminal import echo, out
 
+LISTED = ("id", "status", "workload", "created", "out tok/s", "TTFT p99", "model", "engine", "label")  # runs list
+
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from rich.markup import escape
@@ -31,20 +33,29 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         echo(json.dumps(page, indent=2))
         return EXIT_OK
-    table = Table(title=escape(f"runs on {client.server} ({page['total']} in all, newest first)"))
-    for column in ("id", "status", "workload", "model", "engine", "label", "created", "out tok/s", "TTFT p99"):
-        table.add_column(column, justify="right" if column in ("out tok/s", "TTFT p99") else "left",
-                         overflow="fold", no_wrap=column in ("id", "created"))
+    rows = []
     for run in page["items"]:
         stage = (run["summary"] or [{}])[0]
         ttft = (stage.get("ttft_s") or {}).get("p99")
         throughput = stage.get("output_tokens_per_s")  # generation runs only
-        status = run["status"] + (" INVALID" if run.get("valid") is False else "")
-        table.add_row(*map(escape, (run["id"], status, run["workload"], run["model"], run["engine"],
-                                    run.get("label") or "–", run["created_at"][:16].replace("T", " "),
-                                    f"{throughput:,.1f}" if throughput is not None else "–",
-                                    f"{ttft * 1e3:.1f} ms" if ttft is not None else "–")))
-    out().print(table)
+        rows.append({"id": run["id"], "status": run["status"] + (" INVALID" if run.get("valid") is False else ""),
+                     "workload": run["workload"], "created": run["created_at"][:16].replace("T", " "),
+                     "out tok/s": f"{throughput:,.1f}" if throughput is not None else "–",
+                     "TTFT p99": f"{ttft * 1e3:.1f} ms" if ttft is not None else "–", "model": run["model"],
+                     "engine": run["engine"], "label": run.get("label") or "–"})
+    # The columns by what a reader needs first: those that do not fit the terminal are left out (--json has all).
+    columns = list(LISTED)
+    console = out()
+    while len(columns) > 4 and sum(max([len(c), *(len(r[c]) for r in rows)]) + 3 for c in columns) + 1 > console.width:
+        columns.pop()
+    table = Table(title=escape(f"runs on {client.server} ({page['total']} in all, newest first)"),
+                  caption=None if len(columns) == len(LISTED) else "more columns: --json, or a wider terminal")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("out tok/s", "TTFT p99") else "left",
+                         overflow="fold", no_wrap=column in ("id", "created"))
+    for row in rows:
+        table.add_row(*(escape(row[c]) for c in columns))
+    console.print(table)
     return EXIT_OK
 
 

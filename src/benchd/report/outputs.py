@@ -166,12 +166,18 @@ def train_step_tables(title: str, status: str, error: str | None, summaries: lis
 
 
 def kernel_table(title: str, status: str, error: str | None, results: list[KernelResult]) -> Table:
+    """A row per implementation and shape; the kernel's column only where the rows name more than one (the title
+    names it), so that the table fits 120 columns."""
+    rows = kernel_rows(results)
+    keep = [i for i, column in enumerate(KERNEL_COLUMNS)
+            if column != "kernel" or len({row[0] for row in rows}) > 1]
     table = Table(title=escape(title), caption=escape(_caption(status, error)) + "; TFLOP/s at the median time")
-    for column in KERNEL_COLUMNS:
-        table.add_column(column, justify="left" if column in ("kernel", "shape", "dtype", "implementation")
-                         else "right", overflow="fold")
-    for row in kernel_rows(results):
-        table.add_row(*map(escape, row))
+    for i in keep:
+        column = KERNEL_COLUMNS[i]
+        text = column in ("kernel", "shape", "dtype", "implementation")
+        table.add_column(column, justify="left" if text else "right", overflow="fold", no_wrap=column == "shape")
+    for row in rows:
+        table.add_row(*(escape(row[i]) for i in keep))
     return table
 
 
