@@ -277,12 +277,13 @@ def test_a_matrix_through_the_daemon_is_stored_linked_compared_exported_and_draw
     # Drawn: the matrix page in a real browser
     html = live.http.get(f"/matrices/{matrix_id}/report")
     assert html.status_code == 200 and "same tokens" in html.text and 'data-chart="tradeoff-ttft"' in html.text
-    # The command line's table: `--server` after the command (as docs/guides/matrices.md writes it), within a
-    # 120-column terminal, each figure's change and verdict mark in its cell; the whole comparison in --json.
+    # The command line's table: `--server` after the command (as docs/guides/matrices.md writes it), within an
+    # 80-column terminal, each figure's change and verdict mark in its cell; the whole comparison in --json.
     shown = subprocess.run([sys.executable, "-m", "benchd.cli", "matrices", "show", matrix_id, "--server", live.url],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "120"})
+                           cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "80"})
     assert shown.returncode == 0, shown.stderr
-    assert max(map(len, shown.stdout.splitlines())) <= 120 and "0 (baseline)" in shown.stdout
+    assert max(map(len, shown.stdout.splitlines())) <= 80
+    assert "attn_implementation=sdpa, quantization=none (baseline)" in shown.stdout
     assert re.search(r"[+-]\d+\.\d% [✓✗≈?]", shown.stdout) and "what each variant ran with" in shown.stdout
     whole = subprocess.run([sys.executable, "-m", "benchd.cli", "matrices", "show", matrix_id, "--json", "--server",
                             live.url], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -342,8 +343,8 @@ def test_benchd_run_of_a_matrix_file_runs_it_on_a_worker_process_and_writes_the_
     done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "2 variants × 2 rounds" in done.stdout and "0 (baseline)" in done.stdout
-    assert "1: attn_implementation=eager" in done.stdout
+    assert "2 variants × 2 rounds" in done.stdout and "attn_implementation=sdpa (baseline)" in done.stdout
+    assert "attn_implementation=eager" in done.stdout
     row = json.loads((tmp_path / "out" / "matrix.json").read_text())
     assert row["status"] == "succeeded" and [(r["round"], r["variant"]) for r in row["runs"]] == interleaved(2, 2)
     eager = row["comparison"]["variants"][1]

@@ -24,23 +24,31 @@ STYLES = {"slower": "red", "larger": "red", "faster": "green", "smaller": "green
 
 
 def comparison_table(title: str, comparison: MatrixComparison, status: str, error: str | None = None) -> Group:
-    """The variants' figures, each with its change against the baseline and a verdict mark (coloured), then what
-    each variant ran with; the intervals are in --json and on the page."""
-    table = Table(title=escape(title), caption=escape(f"status: {status}" + (f" — {error}" if error else "")),
-                  title_justify="left", caption_justify="left")
-    for column in SUMMARY_HEAD:
-        table.add_column(column, justify="left" if column in ("variant", "runs") else "right", overflow="fold",
-                         max_width=24 if column == "variant" else None)
-    for row in summary_rows(comparison):
-        table.add_row(*(escape(c) if isinstance(c, str) else Text(c.terminal(), style=STYLES.get(c.verdict, ""))
-                        for c in row))
+    """The variants (their values and runs), then their figures by index, each with its change against the baseline
+    and a verdict mark (coloured), then what each ran with: narrow columns, so that 80 fit; the intervals are in
+    --json and on the page."""
+    rows = summary_rows(comparison)
+    key = Table(title=escape(title), title_justify="left", caption_justify="left",
+                caption=escape(f"status: {status}" + (f" — {error}" if error else "")))
+    key.add_column("#", justify="right", no_wrap=True)
+    key.add_column("variant", overflow="fold")
+    key.add_column("runs", overflow="fold")
+    figures = Table(title="each against the baseline", title_justify="left")
+    figures.add_column("#", justify="right", no_wrap=True)
+    for column in SUMMARY_HEAD[2:]:
+        figures.add_column(column, justify="right", overflow="fold")
+    for v, row in zip(comparison.variants, rows):
+        name, runs, *cells = row
+        key.add_row(str(v.index), escape(name.split(": ", 1)[-1] + (" (baseline)" if v.baseline else "")),
+                    escape(runs))
+        figures.add_row(str(v.index), *(escape(c) if isinstance(c, str) else
+                                        Text(c.terminal(), style=STYLES.get(c.verdict, "")) for c in cells))
     stack = Table(title="what each variant ran with", title_justify="left")
-    for column in STACK_HEAD:
-        stack.add_column(column, justify="left" if column == "variant" else "right", overflow="fold",
-                         max_width=24 if column == "variant" else None)
-    for row in stack_rows(comparison):
-        stack.add_row(*map(escape, row))
-    return Group(table, Text(legend(comparison)), stack)
+    for column in ("#", *STACK_HEAD[1:]):
+        stack.add_column(column, justify="right", overflow="fold", no_wrap=column == "#")
+    for v, row in zip(comparison.variants, stack_rows(comparison)):
+        stack.add_row(str(v.index), *map(escape, row[1:]))
+    return Group(key, figures, Text(legend(comparison)), stack)
 
 
 def run(data: dict[str, Any], args, console: Console, settings=None) -> int:
