@@ -180,7 +180,7 @@ def test_identical_runs_and_an_injected_delay_through_the_daemon(tmp_path):
         same = server.http.get("/compare", params={"a": ",".join(side_a), "b": ",".join(side_b),
                                                   "threshold": 0.5}).json()
         for metric in same["metrics"]:
-            assert metric["verdict"] in ("no significant change", "inconclusive"), metric
+            assert metric["verdict"] in ("no significant change", "inconclusive", "n/a"), metric
 
         slow = server.wait_status(submit(server, {**WORKLOAD, "label": "slow"}), "succeeded")["id"]
         result = server.http.get("/compare", params={"a": f"{first},{second}", "b": slow}).json()
