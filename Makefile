@@ -22,6 +22,7 @@ endef
 
 $(VENV)/.installed: pyproject.toml
 	$(call make_venv,$(VENV),$(TRANSFORMERS_OLDEST))
+	@echo "benchd is in $(VENV)/bin: source $(VENV)/bin/activate puts it on your PATH"
 
 $(VENV_NEWEST)/.installed: pyproject.toml
 	$(call make_venv,$(VENV_NEWEST),$(TRANSFORMERS_NEWEST))

@@ -57,12 +57,13 @@ def quantiles(metric: str) -> list[tuple[str, str]]:
             for q, p in (("0.5", 50), ("0.95", 95), ("0.99", 99))]
 
 
-def variable(name: str, query: str, datasource: dict, label: str, every: bool = True) -> dict:
+def variable(name: str, query: str, datasource: dict, label: str, every: bool = True, description: str = "") -> dict:
     """every: several values or All (the default); else exactly one."""
     choice = {"includeAll": True, "multi": True, "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
               **({"allValue": ".*"} if datasource is PROMETHEUS else {})} if every else \
         {"includeAll": False, "multi": False, "current": {}}
     return {"name": name, "label": label, "type": "query", "datasource": datasource,
+            **({"description": description} if description else {}),
             "query": query if datasource is POSTGRES else {"query": query, "refId": name},
             "definition": query, "refresh": 2, "sort": 1, **choice}
 
@@ -96,8 +97,9 @@ def live() -> dict:
     layout.add(prom_panel("Time per output token", "s", quantiles("benchd_time_per_output_token_seconds"), True))
     layout.add(prom_panel("End-to-end latency", "s", quantiles("benchd_request_duration_seconds"), True, latency))
     layout.add(prom_panel("Output throughput", "none", [
-        (f"sum by (hostname, gpu, model, workload) (benchd_run_output_tokens_per_second{{{SEL}}})",
-         "run {{workload}} {{hostname}} {{gpu}} tok/s"),
+        # The run's series goes when it ends: each point is its latest value within the interval.
+        (f"sum by (hostname, gpu, model, workload) (last_over_time(benchd_run_output_tokens_per_second{{{SEL}}}"
+         f"[$__rate_interval]))", "run {{workload}} {{hostname}} {{gpu}} tok/s"),
         (f"sum by (hostname, gpu, model, workload) (rate(benchd_generation_tokens_total{{{SEL}}}[$__rate_interval]))",
          "generated {{workload}} {{hostname}} {{gpu}} tok/s"),
     ]))
@@ -126,10 +128,15 @@ def live() -> dict:
                    "hardware): the bytes and FLOPs its steps must move and do, per second, over the device's "
                    "measured bandwidth (MBU) and matmul rate (MFU); and the fastest those steps could run, each at "
                    "its binding ceiling, over the time they took."))
-    layout.add(prom_panel("Device limits: measured and datasheet", "Bps", [
-        (f"benchd_gpu_peak_memory_bandwidth_bytes_per_second{{{NODE}}}", "{{hostname}} {{gpu}} {{source}}"),
+    layout.add(prom_panel("Device limits: memory bandwidth", "Bps", [
+        (f"benchd_gpu_peak_memory_bandwidth_bytes_per_second{{{NODE}}}", "{{hostname}} {{gpu}} {{name}} {{source}}"),
     ], description="Each device's memory bandwidth as its worker measured it once (a copy larger than the caches), "
-                   "and the datasheet's where the model is known; benchd_gpu_peak_flops has the matmul rates."))
+                   "and the datasheet's where the model is known. gpu: NVML's index; empty for the CPU."))
+    layout.add(prom_panel("Device limits: dense matmul rate", "flops", [
+        (f"benchd_gpu_peak_flops_per_second{{{NODE}}}", "{{hostname}} {{gpu}} {{dtype}} {{source}}"),
+    ], description="Each device's matmul rate by dtype as its worker measured it once (a large GEMM), and the "
+                   "datasheet's where the model is known (benchd_gpu_peak_flops_per_second; the deprecated "
+                   "benchd_gpu_peak_flops is the same series)."))
     layout.add(prom_panel("Capacity under SLO and validity (latest run)", "reqps", [
         (f"benchd_capacity_requests_per_second{{{SEL}}}", "capacity {{workload}}"),
         (f"benchd_run_valid{{{SEL}}}", "{{workload}} valid (1) or not (0)"),
@@ -360,7 +367,10 @@ def fleet() -> dict:
         "uid": "benchd-fleet", "title": "benchd — fleet", "tags": ["benchd"], "editable": False,
         "schemaVersion": 39, "version": 1, "refresh": "1m", "time": {"from": "now-6h", "to": "now"},
         "templating": {"list": [
-            variable("cluster", "label_values(benchd_hardware_sampler_stalled, cluster)", PROMETHEUS, "cluster"),
+            variable("cluster", "label_values(benchd_hardware_sampler_stalled, cluster)", PROMETHEUS, "cluster",
+                     description="The cluster label your Prometheus adds to benchd's series (benchd sets none: the "
+                                 "chart's serviceMonitor.relabelings, or a scrape config's relabel_configs; see "
+                                 "docs/guides/telemetry.md, labels). Empty when none does: every node shows."),
             variable("node", 'label_values(benchd_hardware_sampler_stalled{cluster=~"$cluster"}, hostname)',
                      PROMETHEUS, "node"),
             variable("workload", 'label_values(benchd_time_to_first_token_seconds_count{cluster=~"$cluster", '

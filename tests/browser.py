@@ -38,6 +38,22 @@ CHARTS_JS = """JSON.stringify([...document.querySelectorAll('figure.chart')].map
 }))"""
 
 
+# How the page is laid out at its width: how wide the document is against the window; each table against the box
+# it sits in (a table wider than its box scrolls inside it); each section's id in order; and each chart's tick text
+# as drawn, in CSS pixels (an SVG scaled up draws its 11-unit text larger than the page's).
+LAYOUT_JS = """JSON.stringify({
+  page: document.documentElement.scrollWidth, window: window.innerWidth,
+  tables: [...document.querySelectorAll('table')].map(t => ({
+    width: t.getBoundingClientRect().width, box: t.parentElement.clientWidth,
+    head: [...t.querySelectorAll('th')].map(h => h.textContent).join(' | ')})),
+  sections: [...document.querySelectorAll('main > section')].map(s => s.id || s.querySelector('h2').textContent),
+  ticks: [...document.querySelectorAll('figure.chart svg')].map(svg => ({
+    name: svg.closest('figure').dataset.chart,
+    px: parseFloat(getComputedStyle(svg.querySelector('.tick') || svg).fontSize) *
+        svg.getBoundingClientRect().width / svg.viewBox.baseVal.width})),
+  text_px: parseFloat(getComputedStyle(document.body).fontSize)})"""
+
+
 @dataclass
 class Loaded:
     url: str
@@ -46,6 +62,7 @@ class Loaded:
     fetched: list[str] = field(default_factory=list)  # every URL the page requested, itself included
     screenshot: Path | None = None
     text: str = ""  # the page's innerText
+    layout: dict = field(default_factory=dict)  # LAYOUT_JS's
 
 
 class Chromium:
@@ -141,7 +158,8 @@ class _Session:
             await self.loaded.wait()
             await self.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             loaded = Loaded(url, {c["name"]: c for c in json.loads(await self.evaluate(CHARTS_JS))},
-                            text=await self.evaluate("document.body.innerText"))
+                            text=await self.evaluate("document.body.innerText"),
+                            layout=json.loads(await self.evaluate(LAYOUT_JS)))
             if screenshot is not None:
                 size = (await self.call("Page.getLayoutMetrics"))["cssContentSize"]
                 shot = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,

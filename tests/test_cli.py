@@ -134,7 +134,14 @@ def test_compare_reads_result_directories_with_no_daemon(tmp_path):
     assert ttft["a"] == summary["ttft_s"]["p50"]  # the same records the summary came from
     assert page.read_text().startswith("<!doctype html>")
     table = benchd("compare", f"{a},{b}", str(b), "--threshold", "0.5", env=env)
-    assert table.returncode == 0 and "ttft ms p50" in table.stdout, table.stderr
+    assert table.returncode == 0 and "TTFT p50" in table.stdout, table.stderr
+    assert "A and B share 1 of their runs" in table.stdout  # b is on both sides: no verdict
+    # The daemon's settings hold for the command line too: its threshold, where no flag gives one.
+    settled = benchd("compare", str(a), str(b), env={**env, "BENCHD_COMPARE_THRESHOLD": "0.5"})
+    assert settled.returncode == 0 and "beyond ±50%" in settled.stdout, settled.stdout
+    assert "beyond ±5%" in benchd("compare", str(a), str(b), env=env).stdout
+    bad = benchd("compare", str(a), str(b), env={**env, "BENCHD_COMPARE_THRESHOLD": "-1"})
+    assert bad.returncode == 2 and "compare_threshold: Input should be greater than or equal to 0" in bad.stderr
 
 
 def test_compare_says_what_a_directory_lacks(tmp_path):
@@ -172,18 +179,78 @@ def test_client_commands_without_a_daemon_end_in_one_line(command):
 
 
 def test_a_model_that_cannot_be_loaded_ends_in_one_line(tmp_path):
-    """A hub id with no network (the hub offline, an empty cache): transformers' OSError, said in one line with
-    what to give instead; nothing measured, so no table."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    result = benchd("run", "--model", "gpt2", "--device", "cpu", "--requests", "2", env=env)
+    """A directory that holds no loadable model (a config.json transformers cannot read): its error, said in one
+    line with what to give instead; nothing measured, so no table."""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    result = benchd("run", "--model", str(broken), "--device", "cpu", "--requests", "2")
     assert result.returncode == 1 and result.stdout == "", result.stdout
     assert "Traceback" not in result.stderr
     last = result.stderr.splitlines()[-1]
-    assert last.startswith("benchd: could not load model 'gpt2': OSError: "), result.stderr
-    assert "give a preset (tiny, " in last and "Hugging Face cache" in last
-    debug = benchd("--debug", "run", "--model", "gpt2", "--device", "cpu", "--requests", "2", env=env)
+    assert last.startswith(f"benchd: could not load model '{broken}': "), result.stderr
+    assert "the directory must hold a transformers model" in last
+    debug = benchd("--debug", "run", "--model", str(broken), "--device", "cpu", "--requests", "2")
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
-    assert "offline mode" in debug.stderr  # the full error, past its first line
+    assert "no-such-architecture" in debug.stderr  # the full error, past its first line
+
+
+def test_a_model_or_field_that_does_not_exist_is_refused_before_anything_loads(tmp_path):
+    """`model: tinyy` waited 52 s for the hub's lookups to give up; a misspelt field got no suggestion."""
+    started = time.monotonic()
+    typo = benchd("run", "--model", "tinyy", "--requests", "2")
+    assert typo.returncode == 2 and "loading" not in typo.stderr, typo.stderr
+    assert "model: 'tinyy' is neither a preset (tiny, " in typo.stderr and "did you mean 'tiny'?" in typo.stderr
+    offline = benchd("run", "--model", "nobody/no-such-model", "--requests", "2",
+                     env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert offline.returncode == 2 and "not in the Hugging Face cache, and the hub is offline" in offline.stderr
+    unreachable = benchd("run", "--model", "nobody/no-such-model", "--requests", "2",
+                         env={**os.environ, "HF_ENDPOINT": nobody_listening(), "HF_HOME": str(tmp_path / "hf")})
+    assert unreachable.returncode == 2 and "did not answer in 5 s (Connection refused)" in unreachable.stderr
+    assert time.monotonic() - started < 60  # four interpreters' start, no model loaded, no hub waited for
+    spec = tmp_path / "typo.yaml"
+    spec.write_text("modle: tiny\nworkload: {arrivals: {profile: poisson, rat: 3}}\n")
+    fields = benchd("run", str(spec))
+    assert fields.returncode == 2
+    assert "modle: Extra inputs are not permitted; did you mean 'model'?" in fields.stderr
+    assert "workload.arrivals.poisson.rat: Extra inputs are not permitted; did you mean 'rate'?" in fields.stderr
+
+
+def test_run_alone_is_refused_and_a_quick_workload_says_what_it_runs():
+    alone = benchd("run")
+    assert alone.returncode == 2 and alone.stderr.startswith("benchd: run: nothing to run: give a spec file")
+    assert alone.stderr.count("\n") == 1
+
+
+def test_every_option_is_described_and_global_options_go_anywhere():
+    import argparse
+
+    from benchd.cli.main import build_parser
+
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    yield from parsers(child)
+
+    for parser in parsers(build_parser()):
+        for action in parser._actions:
+            assert action.help, (parser.prog, action.option_strings or action.dest)
+    version = benchd("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"benchd {benchd_version()}"
+    # --server after the command (docs/guides/matrices.md puts it there): parsed, and the daemon is asked
+    server = nobody_listening()
+    for command in (("runs", "list", "--server", server), ("matrices", "show", "abc", "--server", server),
+                    ("--server", server, "runs", "list"), ("baseline", "--server", server)):
+        result = benchd(*command)
+        assert result.returncode == 1 and f"cannot reach the benchd daemon at {server}" in result.stderr, command
+
+
+def benchd_version() -> str:
+    import benchd as package
+
+    return package.__version__
 
 
 # ---- issue 32: what the daemon refuses, the command line refuses too (unless --force), and says what failed ------
@@ -240,3 +307,87 @@ def test_an_openai_run_that_no_server_answers_says_so(tmp_path):
     last = result.stderr.splitlines()[-1]
     assert last.startswith(f"benchd: the server at {server}/v1 (openai.base_url) did not answer: "), last
     assert "Connection refused" in last and "tokenizer" not in last
+
+
+# ---- issue 43: scripts and terminals ---------------------------------------------------------------------------
+
+
+def test_an_invalid_stage_exits_3_with_fail_on_invalid_and_the_settings_hold_here(tmp_path):
+    """BENCHD_VALIDITY__MIN_REQUESTS applies to `benchd run` as it does to the daemon's runs: 4 requests are under
+    it, so the run is INVALID; --fail-on-invalid makes that exit 3. A CPU run says nothing of NVML."""
+    env = {**os.environ, "BENCHD_VALIDITY__MIN_REQUESTS": "1000"}
+    args = ("run", "--model", "tiny", "--device", "cpu", "--requests", "4", "--prompt-tokens", "8",
+            "--output-tokens", "4", "--out", str(tmp_path))
+    failing = benchd(*args, "--fail-on-invalid", env=env)
+    assert failing.returncode == 3, failing.stderr
+    assert "INVALID: min_requests" in failing.stdout and "under the minimum of 1000" in failing.stdout
+    assert "quick workload: synchronous, stop at requests 4; 8 prompt and 4 output tokens" in failing.stderr
+    assert "NVML" not in failing.stderr and "nvidia" not in failing.stderr.lower()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["valid"] is False and summary["spec"]["workload"]["validity"]["min_requests"] == 1000
+    passing = benchd(*args, env=env)
+    assert passing.returncode == 0 and "INVALID" in passing.stdout
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A daemon holding five runs of one workload: a run's history beside it, as a scheduled workload's."""
+    from tests.helpers import daemon, spec, submit
+
+    with daemon(tmp_path_factory.mktemp("cli-daemon")) as server:
+        server.wait_ready()
+        ids = [server.wait_status(submit(server, spec(requests=24, output=8, name="nightly")), "succeeded")["id"]
+               for _ in range(5)]
+        yield server, ids
+
+
+def test_runs_show_is_the_table_benchd_run_prints_within_the_terminals_width(stored):
+    server, ids = stored
+    env = {**os.environ, "COLUMNS": "80"}
+    shown = benchd("runs", "show", ids[0], "--server", server.url, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert f"benchd · nightly · tiny · transformers · run {ids[0]}" in " ".join(shown.stdout.split())
+    assert " · test-node · created " in " ".join(shown.stdout.split()) and "cpu (" in shown.stdout
+    assert "TTFT ms p50 / p90 / p99" in shown.stdout and "valid" in shown.stdout and '"summary"' not in shown.stdout
+    assert max(map(len, shown.stdout.splitlines())) <= 80
+    whole = json.loads(benchd("runs", "show", ids[0], "--json", "--server", server.url).stdout)
+    assert whole["id"] == ids[0] and whole["summary"][0]["ttft_s"]["count"] == 24
+    listed = benchd("runs", "list", "--workload", "nightly", "--server", server.url, env=env)
+    assert listed.returncode == 0 and all(i in listed.stdout for i in ids) and "(5 in all" in listed.stdout
+    assert max(map(len, listed.stdout.splitlines())) <= 80
+
+
+def test_compare_through_a_daemon_gives_its_context_and_the_workloads_spread(stored):
+    server, ids = stored
+    result = benchd("compare", ids[0], ids[1], "--server", server.url, env={**os.environ, "COLUMNS": "120"})
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "what was compared" in text and "nightly" in text and max(map(len, text.splitlines())) <= 120
+    # one run a side: its interval widened by the spread of the workload's three other runs
+    assert "the interval is widened by the workload's run-to-run spread" in text and "over 3 stored runs" in text
+    compared = json.loads(benchd("compare", ids[0], ids[1], "--json", "--server", server.url).stdout)
+    ttft = next(m for m in compared["metrics"] if m["metric"] == "ttft_s.p50")
+    assert ttft["name"] == "TTFT p50" and ttft["unit"] == "s" and 0 < ttft["spread"] < 1
+    # a reader that stops early: the command ends quietly, as it would have
+    process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "compare", ids[0], ids[1], "--json", "--server",
+                                server.url], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.read(10).startswith(b"{")
+    process.stdout.close()
+    assert process.wait(60) == 0 and process.stderr.read() == b""
+
+
+def test_a_baseline_is_shown_set_and_cleared_from_the_command_line_and_over_http(stored):
+    server, ids = stored
+    url = ("--server", server.url)
+    assert benchd("baseline", "nightly", ids[2], *url).stdout.strip() == f"run {ids[2]} is the baseline of nightly"
+    shown = benchd("baseline", "nightly", "--json", *url)
+    assert json.loads(shown.stdout) == {"workload": "nightly", "run_id": ids[2]}
+    assert ids[2] in benchd("baseline", *url).stdout
+    assert server.http.get("/baselines/nightly").json() == {"workload": "nightly", "run_id": ids[2]}
+    cleared = benchd("baseline", "nightly", "--clear", *url)
+    assert cleared.returncode == 0 and cleared.stdout.strip() == "nightly has no baseline now"
+    gone = benchd("baseline", "nightly", *url)
+    assert gone.returncode == 1 and gone.stderr.strip() == "benchd: 404: nightly has no baseline"
+    assert server.http.delete("/baselines/nightly").status_code == 404
+    server.http.put("/baselines/nightly", json={"run_id": ids[3]})
+    assert server.http.delete("/baselines/nightly").status_code == 204 and server.http.get("/baselines").json() == []

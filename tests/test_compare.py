@@ -1,5 +1,6 @@
 """Regressions: the statistics on known samples, real runs through the daemon, and the alert in Prometheus."""
 
+import itertools
 import subprocess
 import sys
 
@@ -9,13 +10,17 @@ import pytest
 import yaml
 
 from benchd.measure.compare import Side, compare
-from benchd.report.pages import comparison_page
+from benchd.report.comparison import comparison_page
 from tests.helpers import NODE, ROOT, daemon, free_port, spec, submit, wait_for
 
 
-def side(values, name="ttft_s", runs=(), run_id="x"):
-    return Side(run_ids=[run_id], samples={name: [list(values)]}, output_tokens_per_s=list(runs),
-                energy_per_token_j=[])
+RUN_IDS = itertools.count()
+
+
+def side(values, name="ttft_s", runs=(), run_id=None):
+    """One run (its own id, unless given: sides that share a run get no verdict)."""
+    return Side(run_ids=[run_id or f"r{next(RUN_IDS)}"], samples={name: [list(values)]},
+                output_tokens_per_s=list(runs), energy_per_token_j=[])
 
 
 def verdicts(result, prefix):
@@ -55,18 +60,104 @@ def test_too_few_samples_is_inconclusive():
     tail = verdicts(compare(side([0.1] * 500), side([0.2] * 500)), "ttft_s")
     assert tail["ttft_s.p50"].verdict == tail["ttft_s.p90"].verdict == "slower"
     assert tail["ttft_s.p99"].verdict == "inconclusive"  # 500 samples hold 5 beyond p99: not enough
-    throughput = verdicts(result, "output_tokens_per_s")["output_tokens_per_s"]
+    throughput = verdicts(compare(side([0.1] * 5, runs=[100]), side([0.2] * 5, runs=[90])),
+                          "output_tokens_per_s")["output_tokens_per_s"]
     assert throughput.verdict == "inconclusive"  # one run a side says nothing about run-to-run spread
+    assert "too few samples: 1 and 1" in throughput.reason and "run-to-run spread" in throughput.reason
     runs = compare(side([], runs=[100, 101, 99]), side([], runs=[60, 61, 59]), min_runs=3)
     assert verdicts(runs, "output_tokens_per_s")["output_tokens_per_s"].verdict == "slower"
+
+
+def test_no_data_is_na_and_every_verdict_that_is_not_decided_says_why():
+    rng = np.random.default_rng(5)
+    result = compare(side(rng.lognormal(-3, 0.3, 200), runs=[100]), side([], runs=[90]))
+    by_metric = {m.metric: m for m in result.metrics}
+    assert by_metric["ttft_s.p50"].verdict == "n/a" and by_metric["ttft_s.p50"].reason == "no data on B"
+    assert by_metric["itl_s.p50"].verdict == "n/a" and by_metric["itl_s.p50"].reason == "no data on either side"
+    assert by_metric["energy_per_token_j"].verdict == "n/a"  # no GPU energy counter: nothing to compare
+    assert all(m.reason for m in result.metrics if not m.decided)
+    # One name a figure, with its unit, in the JSON as on the page and in the terminal.
+    dumped = {m["metric"]: m for m in result.model_dump(mode="json")["metrics"]}
+    assert (dumped["ttft_s.p99"]["name"], dumped["ttft_s.p99"]["unit"]) == ("TTFT p99", "s")
+    assert (dumped["output_tokens_per_s"]["name"], dumped["output_tokens_per_s"]["unit"]) == ("output throughput",
+                                                                                              "tok/s")
+
+
+def test_a_figure_that_is_zero_on_a_is_inconclusive_not_an_error():
+    """An energy counter that never moved (a stand-in GPU) gave 0 J a token on every run: the bootstrap's ratios
+    were all NaN and /compare answered 500."""
+    zero = compare(Side(run_ids=["a1", "a2"], samples={}, output_tokens_per_s=[1.0, 1.0], energy_per_token_j=[0, 0]),
+                   Side(run_ids=["b1", "b2"], samples={}, output_tokens_per_s=[1.0, 1.0], energy_per_token_j=[0, 0]))
+    energy = verdicts(zero, "energy")["energy_per_token_j"]
+    assert energy.verdict == "inconclusive" and energy.reason == "A's value is 0: no relative change"
+
+
+def test_sides_that_share_runs_get_a_warning_and_no_verdict():
+    rng = np.random.default_rng(6)
+    both = side(rng.lognormal(-3, 0.3, 2000), runs=[100], run_id="same")
+    result = compare(both, both.model_copy(update={"run_ids": ["same"]}))
+    assert {m.verdict for m in result.metrics} == {"n/a"} and not result.regressions
+    assert all(m.ci_low is None and m.reason == "A and B share runs" for m in result.metrics)
+    assert result.warnings[0].startswith("A and B share 1 of their runs (same): a run compared with itself says "
+                                         "nothing, so no verdict is given")
+    apart = compare(side(rng.lognormal(-3, 0.3, 2000)), side(rng.lognormal(-3, 0.3, 2000)))
+    assert not any("share" in w for w in apart.warnings)
+
+
+def test_one_run_a_side_says_what_its_interval_covers_and_takes_the_workloads_spread():
+    """A single run's percentile moves from run to run more than the bootstrap within it can see: without a
+    stored spread the verdict says so; with one (here 10 % a run) the interval widens by z·√2·spread and a 10 %
+    change is no longer called slower."""
+    rng = np.random.default_rng(7)
+    values = rng.lognormal(-3, 0.3, 4000)
+    a, b = side(values, runs=[100]), side(values * 1.10, runs=[85])
+    plain = verdicts(compare(a, b), "ttft_s")["ttft_s.p50"]
+    assert plain.verdict == "slower" and plain.spread is None
+    assert plain.reason.startswith("one run on each side: the interval covers the variation within the run, not "
+                                   "from run to run")
+    # Eight stored runs besides these two, whose TTFT p50 and throughput vary by 10 % and 2 % (sample standard
+    # deviation over mean); the runs compared are left out of it.
+    tenth, fiftieth = np.array([-1, 1] * 4), np.array([-1, 1] * 4)
+    scale = 0.10 / tenth.std(ddof=1)
+    history = {f"h{i}": {"ttft_s.p50": 0.05 * (1 + scale * tenth[i]),
+                         "output_tokens_per_s": 100 * (1 + 0.02 / fiftieth.std(ddof=1) * fiftieth[i])}
+               for i in range(8)}
+    history[b.run_ids[0]] = {"ttft_s.p50": 1.0, "output_tokens_per_s": 1.0}  # B itself: never part of the spread
+    widened = compare(a.model_copy(update={"history": history}), b)
+    ttft = verdicts(widened, "ttft_s")["ttft_s.p50"]
+    extra = 1.959964 * 0.10 * 2 ** 0.5
+    assert ttft.ci_low == pytest.approx(ttft.relative_change - np.hypot(plain.relative_change - plain.ci_low, extra))
+    assert ttft.verdict == "no significant change" and ttft.spread == pytest.approx(0.10)
+    assert "widened by the workload's run-to-run spread (±10.0% a run, over 8 stored runs)" in ttft.reason
+    assert any("widened" in w for w in widened.warnings)
+    # A run-level figure with one run a side: the spread gives its interval, (85 − 100) / 100 ± z·2 %·√2.
+    throughput = verdicts(widened, "output_tokens_per_s")["output_tokens_per_s"]
+    assert throughput.verdict == "slower" and throughput.ci_high == pytest.approx(-0.15 + 1.959964 * 0.02 * 2 ** 0.5)
+    assert "1 and 1 runs: the interval is the workload's run-to-run spread" in throughput.reason
+
+
+def test_the_terminal_table_names_each_figure_with_its_unit_and_says_why_a_verdict_is_weak():
+    from rich.console import Console
+
+    from benchd.report.outputs import comparison_table
+
+    rng = np.random.default_rng(8)
+    result = compare(side(rng.lognormal(-3, 0.3, 60)), side(rng.lognormal(-2.5, 0.3, 60)))
+    console = Console(width=100, record=True)
+    console.print(comparison_table(result))
+    text = console.export_text()
+    assert "TTFT p50" in text and " ms " in text and "ttft_s" not in text and "output throughput" in text
+    assert max(map(len, text.splitlines())) <= 100
+    assert "inconclusive [" in text and "too few samples: 60 and 60, at least 1000 per side needed" in text
+    assert "n/a [" in text and "no data on either side" in text
 
 
 def test_html_report_has_the_table_and_the_distributions():
     rng = np.random.default_rng(4)
     a, b = side(rng.lognormal(-3, 0.3, 100)), side(rng.lognormal(-2.5, 0.3, 100))
     page = comparison_page(compare(a, b), a, b)
-    assert page.startswith("<!doctype html>") and "ttft_s.p99" in page and page.count("<svg") == 1
-    assert 'class="text slower"' in page and 'data-chart="ttft"' in page
+    assert page.startswith("<!doctype html>") and "<td>TTFT p99</td>" in page and page.count("<svg") == 1
+    assert '<span class="verdict slower">slower</span>' in page and 'data-chart="ttft"' in page
 
 
 # ---- real runs -----------------------------------------------------------------------------------
@@ -89,7 +180,7 @@ def test_identical_runs_and_an_injected_delay_through_the_daemon(tmp_path):
         same = server.http.get("/compare", params={"a": ",".join(side_a), "b": ",".join(side_b),
                                                   "threshold": 0.5}).json()
         for metric in same["metrics"]:
-            assert metric["verdict"] in ("no significant change", "inconclusive"), metric
+            assert metric["verdict"] in ("no significant change", "inconclusive", "n/a"), metric
 
         slow = server.wait_status(submit(server, {**WORKLOAD, "label": "slow"}), "succeeded")["id"]
         result = server.http.get("/compare", params={"a": f"{first},{second}", "b": slow}).json()

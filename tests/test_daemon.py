@@ -144,6 +144,7 @@ def test_bad_specs_and_limits_are_422_naming_the_field(tmp_path, tiny_dir):
             assert "neither a preset nor a directory under BENCHD_MODEL_ROOTS" in problems(post({"model": ref}))[
                 "body.model"], ref
         assert "no config.json" in problems(post({"model": str(tiny_dir.parent)}))["body.model"]
+        assert problems(post({"model": "tinyy"}))["body.model"].endswith("; did you mean 'tiny'?")  # a preset misspelt
 
 
 def test_models_are_loaded_once_and_kept(tmp_path, tiny_dir):
@@ -174,6 +175,8 @@ def test_auth_guards_mutating_endpoints(tmp_path):
         assert server.http.delete("/schedules/x").status_code == 401
         assert server.http.post("/schedules", json=schedule, headers=good).status_code == 201
         assert server.http.delete("/schedules/x", headers=good).status_code == 204
+        assert server.http.delete("/baselines/short").status_code == 401  # clearing a baseline, as setting one
+        assert server.http.delete("/baselines/short", headers=good).status_code == 404  # none was set
 
 
 def test_without_a_token_nothing_is_required(tmp_path):

@@ -308,7 +308,7 @@ def test_benchd_run_here_takes_the_environments_the_settings_declare(tmp_path):
 
     import transformers
 
-    values = [r[1] for r in summary_rows(MatrixComparison.model_validate(row["comparison"]))]  # the CLI's, the page's
+    values = [r[0] for r in summary_rows(MatrixComparison.model_validate(row["comparison"]))]  # the CLI's, the page's
     assert f"transformers {transformers.__version__}" in values[0] and f"transformers {newest_version}" in values[1]
 
 

@@ -24,7 +24,7 @@ from benchd.measure.history import (
     FigureName,
     SegmentView,
     SeriesRun,
-    StackChange,
+    StackShift,
     series_of,
     stack_difference,
     stack_of,
@@ -106,8 +106,8 @@ def test_the_stack_between_two_segments_names_what_most_runs_of_each_side_ran():
     assert before[0]["gpus"] == "GPU-1" and before[0]["commit"] == "abc" and before[0]["engine"] == "transformers"
     assert "engine_settings.memory_plan.total" not in before[0]
     assert stack_difference(before, after) == [
-        StackChange(field="transformers_version", before="5.17.0", after="5.18.0"),
-        StackChange(field="environment", before="current", after="next")]
+        StackShift(field="transformers_version", before="5.17.0", after="5.18.0"),
+        StackShift(field="environment", before="current", after="next")]
 
 
 def change_point(figure: FigureName = "itl_s.p50", relative_change: float = 0.081) -> ChangePoint:
@@ -116,7 +116,7 @@ def change_point(figure: FigureName = "itl_s.p50", relative_change: float = 0.08
     return ChangePoint(id="c1", workload="w", device="H100", node="n1", figure=figure, run_id="r10", at=T0,
                        direction="worse", relative_change=relative_change, ci_low=0.06, ci_high=0.102,
                        p_value=0.00001, confidence=0.95, before=segment, after=segment, detected_at=T0,
-                       stack=[StackChange(field="transformers_version", before="5.17.0", after="5.18.0")],
+                       stack=[StackShift(field="transformers_version", before="5.17.0", after="5.18.0")],
                        confirmation=Confirmation(status="scheduled", matrix_id="m1", environments=["a", "b"],
                                                  requested_at=T0))
 

@@ -2,6 +2,8 @@
 cannot run, and a matrix through a live daemon (stored, linked, exported, drawn), on the tiny model."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -192,18 +194,19 @@ def test_the_comparison_puts_each_variant_against_the_baseline(outcome):
         names = [m.metric for m in variant.metrics]
         assert {"output_tokens_per_s", "ttft_s.p50", "itl_s.p99", "tpot_s.p90", "energy_per_token_j",
                 "peak_memory_bytes", "weight_bytes"} <= set(names)
-        assert all(m.verdict in ("faster", "slower", "no significant change", "inconclusive") for m in variant.metrics)
+        assert all(m.verdict in ("faster", "slower", "no significant change", "inconclusive", "n/a")
+                   for m in variant.metrics)
         assert len(variant.run_ids) == 2 and variant.statuses == ["succeeded"] * 2
     weights = next(m for m in int8.metrics if m.metric == "weight_bytes")
     assert weights.relative_change < -0.3 and weights.verdict == "faster"  # smaller (the page says so)
     energy = next(m for m in int8.metrics if m.metric == "energy_per_token_j")
-    assert energy.verdict == "inconclusive"  # no GPU energy counter on a CPU
+    assert energy.verdict == "n/a" and energy.reason == "no data on either side"  # no GPU energy counter on a CPU
     # Eager and sdpa compute the same function: in float32 on the tiny model their greedy tokens agree
     assert eager.tokens.requests == 2 * 12 and eager.tokens.ratio >= 0.99
     assert 0 < int8.tokens.ratio <= 1 and int8.tokens.tokens == eager.tokens.tokens
     # How far from the hardware: each variant's MBU and MFU, and which ceiling a variant moved toward (by noise on a
     # shared CPU: only that it is named when either rose)
-    from benchd.report.matrix import SUMMARY_HEAD, summary_rows
+    from benchd.report.matrix import STACK_HEAD, stack_rows
 
     assert all(v.roofline is not None and 0 < v.roofline["mbu"] < 1 and 0 < v.roofline["mfu"] < 1
                for v in comparison.variants)
@@ -211,7 +214,7 @@ def test_the_comparison_puts_each_variant_against_the_baseline(outcome):
     for variant in (int8, eager, eager_int8):
         rose = max(variant.roofline["mbu"] - baseline.roofline["mbu"], variant.roofline["mfu"] - baseline.roofline["mfu"])
         assert (variant.moved_toward in ("bandwidth", "compute")) == (rose > 0)
-    cells = [row[SUMMARY_HEAD.index("MBU / MFU (of bound)")] for row in summary_rows(comparison)]
+    cells = [row[STACK_HEAD.index("MBU / MFU (of bound)")] for row in stack_rows(comparison)]
     assert all("%" in cell for cell in cells)
 
 
@@ -238,8 +241,8 @@ def test_a_variant_whose_runs_were_oversaturated_is_marked_in_the_comparison_and
     comparison = compare_matrix(variants, runs, baseline=0)
     base, eager = comparison.variants
     assert (base.invalid, base.oversaturated) == ([], []) and (eager.invalid, eager.oversaturated) == (["b1"], ["b1"])
-    verdicts = [row[SUMMARY_HEAD.index("verdict")] for row in summary_rows(comparison)]
-    assert verdicts == ["valid", "OVERSATURATED (1/2 runs)"]
+    verdicts = [row[SUMMARY_HEAD.index("runs")] for row in summary_rows(comparison)]
+    assert verdicts == ["2/2 valid", "2/2 OVERSATURATED (1/2 runs)"]
     page = matrix_page({"id": "m", "baseline": 0, "variants": [{**v, "spec": {"name": "ab"}} for v in variants],
                         "runs": [], "comparison": comparison.model_dump(mode="json")}, {})
     assert "variant 1 (eager): completions fell behind the offers in 1 of its 2 runs" in page
@@ -299,7 +302,18 @@ def test_a_matrix_through_the_daemon_is_stored_linked_compared_exported_and_draw
            f'variant="{variants[1]["label"]}",workload="ab"}}' in page
     # Drawn: the matrix page in a real browser
     html = live.http.get(f"/matrices/{matrix_id}/report")
-    assert html.status_code == 200 and "greedy tokens = baseline" in html.text
+    assert html.status_code == 200 and "same tokens" in html.text and 'data-chart="tradeoff-ttft"' in html.text
+    # The command line's table: `--server` after the command (as docs/guides/matrices.md writes it), within an
+    # 80-column terminal, each figure's change and verdict mark in its cell; the whole comparison in --json.
+    shown = subprocess.run([sys.executable, "-m", "benchd.cli", "matrices", "show", matrix_id, "--server", live.url],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stderr
+    assert max(map(len, shown.stdout.splitlines())) <= 80
+    assert "attn_implementation=sdpa, quantization=none (baseline)" in shown.stdout
+    assert re.search(r"[+-]\d+\.\d% [✓✗≈?]", shown.stdout) and "what each variant ran with" in shown.stdout
+    whole = subprocess.run([sys.executable, "-m", "benchd.cli", "matrices", "show", matrix_id, "--json", "--server",
+                            live.url], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert json.loads(whole.stdout)["comparison"]["variants"][1]["metrics"][0]["name"] == "TTFT p50"
     with Chromium() as chromium:
         loaded = chromium.load(f"{live.url}/matrices/{matrix_id}/report", "matrix-report.png")
     assert loaded.console == [] and [u for u in loaded.fetched if not u.startswith("data:")] == [loaded.url]
@@ -355,9 +369,10 @@ def test_benchd_run_of_a_matrix_file_runs_it_on_a_worker_process_and_writes_the_
     done = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--out", str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "2 variants × 2 rounds" in done.stdout and "0 (baseline)" in done.stdout and "│ eager " in done.stdout
+    assert "2 variants × 2 rounds" in done.stdout and "attn_implementation=sdpa (baseline)" in done.stdout
+    assert "attn_implementation=eager" in done.stdout
     row = json.loads((tmp_path / "out" / "matrix.json").read_text())
     assert row["status"] == "succeeded" and [(r["round"], r["variant"]) for r in row["runs"]] == interleaved(2, 2)
     eager = row["comparison"]["variants"][1]
     assert eager["stack"]["attn_implementation"] == "eager" and eager["tokens"]["ratio"] >= 0.99
-    assert "greedy tokens = baseline" in (tmp_path / "out" / "matrix.html").read_text()
+    assert "same tokens" in (tmp_path / "out" / "matrix.html").read_text()

@@ -2,6 +2,7 @@
 --out`; every chart drew its marks, the console stayed silent, nothing was fetched, and a screenshot is kept."""
 
 import json
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -15,6 +16,7 @@ from benchd.daemon.settings import Settings
 from benchd.measure.records import RequestRecord, summarize
 from benchd.report import charts
 from benchd.report.pages import run_page
+from benchd.report.tables import rounded
 from tests.browser import Chromium
 from tests.fake_nvml import FakeGPU
 from tests.helpers import CPU_CACHE, NODE, ROOT, LiveServer, spec, submit
@@ -29,6 +31,7 @@ TIMELINE_PANELS = ["in-flight", "kv-cache", "gpu-utilization", "gpu-power", "gpu
 # (every 0.2 s), warm-up requests in each level.
 SWEEP = {
     "name": "report",
+    "label": "v1.2",
     "transformers": CPU_CACHE,
     "workload": {
         "arrivals": {"profile": "sweep", "over": "concurrent", "values": [1, 4]},
@@ -119,11 +122,117 @@ def test_a_runs_report_from_the_live_daemon(live, chromium):
     for stage in run["summary"]:  # the distributions hold exactly what the summaries count
         for chart, figure in (("ttft", "ttft_s"), ("itl", "itl_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
             assert f"{stage['stage']} (n={stage[figure]['count']:,})" in loaded.charts[chart]["caption"]
-        assert f"{stage['output_tokens_per_s']:.1f}" in loaded.text
+        assert rounded(stage["output_tokens_per_s"]) in loaded.text
     assert "GPU 0" in loaded.charts["gpu-power"]["caption"]
     for fact in ("NVIDIA H100 80GB HBM3", run["metadata"]["torch_version"], run["metadata"]["transformers_version"],
                  "warm-up", "generating"):
         assert fact in loaded.text
+
+
+WIDTHS = (1400, 800)  # a laptop's window, and half a wide screen's
+
+
+def fits(loaded, width: int) -> None:
+    """Nothing widens the page, every table fits the box it sits in, and no chart draws its text larger than the
+    page's type (an SVG scaled up past its drawn width does) nor below 9 px."""
+    layout = loaded.layout
+    assert layout["window"] == width and layout["page"] <= width, (width, layout["page"])
+    assert [t["head"] for t in layout["tables"] if t["width"] > t["box"] + 1] == [], width
+    for tick in layout["ticks"]:
+        assert 9 <= tick["px"] <= layout["text_px"], (width, tick)
+
+
+def test_a_runs_report_reads_at_1400_and_800_px(live, chromium):
+    """The sweep's report at two widths: latency and throughput first (the throughput-latency chart a sweep
+    exists for), the roofline after them at the page's type size; the header names workload, label and device;
+    numbers rounded, engine settings a table, the hardware from the run's start."""
+    server, run_id = live
+    page = server.http.get(f"/runs/{run_id}/report").text
+    for width in WIDTHS:
+        loaded = chromium.load(f"{server.url}/runs/{run_id}/report", f"run-report-{width}.png", width)
+        clean(loaded)
+        fits(loaded, width)
+        sections = loaded.layout["sections"]
+        assert sections[:4] == ["summary", "tradeoff", "latency", "load"], sections
+        assert sections.index("roofline") > sections.index("requests")
+        drawn(loaded, ["tradeoff-ttft", "tradeoff-itl", "roofline"])
+    header = loaded.text.split("\n")[:2]
+    assert header[0] == "benchd · report · v1.2", header
+    assert "label v1.2 · tiny · transformers · cpu (" in header[1] and "x86_64" not in header[0], header
+    assert re.search(r"\d\.\d{5,}", loaded.text) is None  # no figure printed to full float precision
+    assert "continuous batching" in loaded.text and "block size" in loaded.text and '"block_size"' not in loaded.text
+    tradeoff = page.split('data-chart="tradeoff-ttft"')[1].split("</figure>")[0]
+    assert tradeoff.count("<circle") == 2 and ">concurrent=1</text>" in tradeoff and "Pareto front" in tradeoff
+    roofline = page.split('data-chart="roofline"')[1].split("</figure>")[0]
+    assert "FLOP/s</text>" in roofline and "e+" not in roofline and ">compute " in roofline
+    utilization = page.split('data-chart="gpu-utilization"')[1].split("</figure>")[0]
+    assert re.search(r'class="tick"[^>]*>-', utilization) is None  # its axis starts with the run, not before
+
+
+def test_a_matrix_page_fits_1400_and_800_px_with_throughput_against_latency(chromium, tmp_path):
+    from benchd.measure.matrix import compare_matrix, run_figures
+    from benchd.report.matrix import matrix_page
+
+    rng = np.random.default_rng(3)
+
+    def records(scale: float) -> list[RequestRecord]:
+        out = []
+        for i in range(40):
+            stamps = i * 0.05 + 0.02 * scale + np.cumsum(rng.exponential(0.004 * scale, 16))
+            out.append(RequestRecord(i, f"r{i}", False, 32, 16, i * 0.05, i * 0.05, i * 0.05, stamps.tolist(),
+                                     [1] * 16, finished_s=float(stamps[-1])))
+        return out
+
+    labels = ["quantization=none,attn_implementation=sdpa", "quantization=int8_weight_only,attn_implementation=sdpa",
+              "quantization=none,attn_implementation=eager"]
+    variants = [{"index": i, "label": label, "values": dict(kv.split("=") for kv in label.split(",")),
+                 "spec": {"name": "quant"}} for i, label in enumerate(labels)]
+    runs, by_run, order = {}, {}, []
+    for round_ in range(2):
+        for variant, scale in zip(variants, (1.0, 1.6, 0.8)):
+            run_id = f"run{variant['index']}{round_}"
+            by_run[run_id] = records(scale)
+            summary = summarize("concurrent=4", "succeeded", by_run[run_id]).model_dump(mode="json")
+            metadata = {"weight_bytes": 2_000_000_000, "quantize_s": 0.0807498489985793, "model_load_s": 1.234}
+            runs.setdefault(variant["index"], []).append(
+                run_figures(run_id, "succeeded", by_run[run_id], summary, metadata, None))
+            order.append({"run_id": run_id, "round": round_, "variant": variant["index"]})
+    comparison = compare_matrix(variants, runs, baseline=0)
+    row = {"id": "m1", "status": "succeeded", "baseline": 0, "variants": variants, "runs": order,
+           "comparison": comparison.model_dump(mode="json"),
+           "document": {"name": "quant", "workload": {"slo": {"ttft_p99_s": 0.05}}, "repeats": 2}}
+    page = matrix_page(row, by_run)
+    well_formed(page)
+    assert "0.0807498489985793" not in page and "quantize_s: 0.0807" in page  # rounded in the stack
+    tradeoff = page.split('data-chart="tradeoff-ttft"')[1].split("</figure>")[0]
+    assert tradeoff.count("<circle") == 3 and 'class="slo"' in tradeoff and "SLO: TTFT p99 ≤ 50 ms" in tradeoff
+    assert "missed the SLO (1 of 3)" in tradeoff  # the slow variant's p99 lies above the objective
+    (tmp_path / "matrix.html").write_text(page)
+    for width in WIDTHS:
+        loaded = chromium.load((tmp_path / "matrix.html").as_uri(), f"matrix-{width}.png", width)
+        clean(loaded)
+        fits(loaded, width)  # the variants' table included: a cell is a figure, its change and a verdict's mark
+        drawn(loaded, ["tradeoff-ttft", "tradeoff-itl", "ttft", "itl", "runs"])
+    assert "✗" in loaded.text and 'title="slower"' in page  # a verdict's mark, its word on hover
+
+
+def test_a_capacity_search_marks_its_slo_and_the_stages_that_missed_it():
+    from benchd.spec import SLO
+    from tests.test_validity import served_records
+
+    slo = SLO(ttft_p99_s=0.2)
+    stages = [(f"poisson@{rate}/s", served_records([i / rate for i in range(rate * 10)], None, servers=2,
+                                                   service_s=lambda i: 0.15)) for rate in (4, 8, 16)]
+    summaries = [summarize(label, "succeeded", records, slo=slo).model_dump(mode="json") for label, records in stages]
+    rows = [{**r.to_row(label, 0.0), "stage_index": i} for i, (label, records) in enumerate(stages) for r in records]
+    spec = {"name": "search", "workload": {"arrivals": {"profile": "capacity"}, "slo": {"ttft_p99_s": 0.2}}}
+    page = run_page({"id": "c", "status": "succeeded", "spec": spec, "summary": summaries}, rows)
+    well_formed(page)
+    tradeoff = page.split('data-chart="tradeoff-ttft"')[1].split("</figure>")[0]
+    assert 'class="slo"' in tradeoff and "SLO: TTFT p99 ≤ 200 ms" in tradeoff
+    met = [s["slo_met"] for s in summaries]
+    assert met[0] and not met[-1] and f"missed the SLO ({met.count(False)} of 3)" in tradeoff
+    assert tradeoff.count('fill="#fff"') == met.count(False)  # hollow: missed
 
 
 def test_an_unknown_run_has_no_report_and_the_route_is_documented(live):
@@ -147,11 +256,27 @@ def test_the_comparison_page_has_the_same_look(live, chromium):
         return text[text.index("<style>"):text.index("</style>")]
 
     assert style(page) == style(report)
-    loaded = chromium.load(url, "comparison.png")
-    clean(loaded)
-    drawn(loaded, DISTRIBUTIONS)
+    for width in WIDTHS:
+        loaded = chromium.load(url, f"comparison-{width}.png", width)
+        clean(loaded)
+        fits(loaded, width)
+        drawn(loaded, DISTRIBUTIONS)
     assert "A (n=24)" in loaded.charts["ttft"]["caption"] and "B (n=24)" in loaded.charts["ttft"]["caption"]
-    assert "ttft_s.p50" in loaded.text
+    assert "TTFT p50" in loaded.text and "ttft_s" not in loaded.text
+    # What was compared: each side's workload, its runs linked to their reports, when; the verdicts coloured, and
+    # why each weak one is weak (one run a side), where the JSON says it too.
+    assert loaded.layout["sections"] == ["warnings", "context", "changes", "distributions"]
+    assert "benchd · comparison · short" in loaded.text and f'<a href="runs/{a}/report">{a}</a>' in page
+    assert re.search(r'<span class="verdict (no-significant-change|faster|slower|inconclusive)">', page)
+    compared = server.http.get("/compare", params={"a": a, "b": b}).json()
+    assert compared["context_a"]["workloads"] == ["short"] and compared["context_b"]["runs"] == 1
+    assert compared["warnings"][0].startswith("one run on each side") and "one run on each side" in loaded.text
+    # The latest two runs of the workload on both sides: the same runs, so a warning and no verdict.
+    same = server.http.get("/compare", params={"workload": "short", "last": 2}).json()
+    assert sorted(same["a"]) == sorted(same["b"]) == sorted([a, b])
+    assert {m["verdict"] for m in same["metrics"]} == {"n/a"} and "share 2 of their runs" in same["warnings"][0]
+    shared = chromium.load(f"{server.url}/compare?workload=short&last=2&format=html", "comparison-shared.png", 1400)
+    assert "Read this first" in shared.text and "no verdict is given" in shared.text
 
 
 def test_a_run_stored_without_a_timeline_says_so_in_those_panels(live, chromium):
@@ -196,7 +321,7 @@ def test_benchd_run_out_writes_a_report_that_renders(tmp_path, chromium):
         chart = loaded.charts[name]
         assert chart["marks"] > 0 or "no GPU samples" in chart["note"]
     (stage,) = json.loads((tmp_path / "summary.json").read_text())["stages"]
-    assert f"{stage['output_tokens_per_s']:.1f}" in loaded.text
+    assert rounded(stage["output_tokens_per_s"]) in loaded.text
     assert f"(n={stage['ttft_s']['count']})" in loaded.charts["ttft"]["caption"]
 
 
@@ -267,7 +392,7 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
 
     from benchd.measure.compare import Side, compare
     from benchd.report.outputs import comparison_table
-    from benchd.report.pages import comparison_page
+    from benchd.report.comparison import comparison_page
 
     a = Side(run_ids=["a1", "a2"], samples={"ttft_s": [[0.010] * 30, [0.011] * 30]},
              output_tokens_per_s=[100.0, 102.0], energy_per_token_j=[])
@@ -275,12 +400,12 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
              energy_per_token_j=[])
     result = compare(a, b)
     page = comparison_page(result, a, b)
-    assert "<td>ttft_s.p50</td><td>10.5 ms</td><td>20 ms</td>" in page
-    assert "<td>output_tokens_per_s</td><td>101</td><td>61</td>" in page
+    assert "<td>TTFT p50</td><td>10.5 ms</td><td>20 ms</td>" in page
+    assert "<td>output throughput</td><td>101.0 tok/s</td><td>61.0 tok/s</td>" in page
     console = Console(width=200, record=True)
     console.print(comparison_table(result))
     text = console.export_text()
-    assert "ttft ms p50" in text and "10.500" in text and "101.000" in text and "101000" not in text
+    assert "TTFT p50" in text and "10.5 ms" in text and "101.0 tok/s" in text and "101000" not in text
 
 
 # ---- the drawing itself -------------------------------------------------------------------------------

@@ -126,20 +126,26 @@ def test_each_devices_limits_are_gauges_with_the_datasheet_beside_them(tmp_path)
         page = server.http.get("/metrics").text
     measured = [line for line in page.splitlines()
                 if line.startswith("benchd_gpu_peak_memory_bandwidth_bytes_per_second{") and 'source="measured"' in line]
-    assert len(measured) == 1 and 'gpu="cpu"' in measured[0] and float(measured[0].rsplit(" ", 1)[1]) > 1e8
-    assert 'benchd_gpu_peak_flops{' in page and 'dtype="float32"' in page
+    # The CPU's limits carry the gpu label its runs' series carry: empty.
+    assert len(measured) == 1 and 'gpu=""' in measured[0] and float(measured[0].rsplit(" ", 1)[1]) > 1e8
+    rates = [line for line in page.splitlines() if line.startswith("benchd_gpu_peak_flops_per_second{")]
+    assert any('dtype="float32"' in line and 'gpu=""' in line for line in rates)
+    # the name before the _per_second convention, kept for a release: the same series
+    assert sorted(line.replace("_per_second{", "{", 1) for line in rates) == sorted(
+        line for line in page.splitlines() if line.startswith("benchd_gpu_peak_flops{"))
+    assert "# HELP benchd_gpu_peak_flops Deprecated: benchd_gpu_peak_flops_per_second" in page
 
     h100 = DeviceSpeed("cuda", {"bfloat16": 7.8e14, "tf32": 3.9e14}, 3.0e12, 512 << 20, 1.0,
                        "NVIDIA H100 80GB HBM3", "580.159.04")
     registry = CollectorRegistry()
-    registry.register(LimitsCollector(lambda: {"cuda:0": h100}))
+    registry.register(LimitsCollector(lambda: {"0": h100}))
     for name, labels, value in (
             ("benchd_gpu_peak_memory_bandwidth_bytes_per_second", {"source": "measured"}, 3.0e12),
             ("benchd_gpu_peak_memory_bandwidth_bytes_per_second", {"source": "datasheet"}, 3.35e12),
-            ("benchd_gpu_peak_flops", {"dtype": "bfloat16", "source": "measured"}, 7.8e14),
-            ("benchd_gpu_peak_flops", {"dtype": "bfloat16", "source": "datasheet"}, 989.4e12),
-            ("benchd_gpu_peak_flops", {"dtype": "tf32", "source": "datasheet"}, 494.7e12)):
-        found = registry.get_sample_value(name, {"gpu": "cuda:0", "name": h100.name, **labels})
+            ("benchd_gpu_peak_flops_per_second", {"dtype": "bfloat16", "source": "measured"}, 7.8e14),
+            ("benchd_gpu_peak_flops_per_second", {"dtype": "bfloat16", "source": "datasheet"}, 989.4e12),
+            ("benchd_gpu_peak_flops_per_second", {"dtype": "tf32", "source": "datasheet"}, 494.7e12)):
+        found = registry.get_sample_value(name, {"gpu": "0", "name": h100.name, **labels})
         assert found == pytest.approx(value), (name, labels, generate_latest(registry).decode())
 
 
@@ -199,14 +205,14 @@ def test_a_comparison_says_which_ceiling_b_moved_toward():
     console = Console(width=160, record=True)
     console.print(comparison_table(result))
     text = console.export_text()
-    assert "mbu" in text and "31.0%" in text and "60.0%" in text and "toward the bandwidth ceiling" in text
+    assert "MBU" in text and "31.0%" in text and "60.0%" in text and "toward the bandwidth ceiling" in text
 
 
 def test_the_report_draws_each_stage_under_the_two_ceilings():
     """Two stages of a run, each a point at its (intensity, achieved FLOP/s), under the bandwidth slope and the
     compute ceiling with its ridge at 1e12 / 1e11 = 10 FLOP/byte; a run without steps says why it draws none."""
     from benchd.measure.records import summarize
-    from benchd.report import charts
+    from benchd.report import scatter
     from benchd.report.pages import run_page
     from tests.test_pages import well_formed
 
@@ -224,4 +230,6 @@ def test_the_report_draws_each_stage_under_the_two_ceilings():
     assert chart.count("<circle") == 2 and "ridge at 10 FLOP/byte" in chart
     assert "concurrency 1: 0.278 FLOP/byte" in chart  # 840 FLOPs over 3,020 bytes
     assert "<td>MBU / MFU</td>" in page
-    assert "no stage with steps" in charts.roofline("roofline", "t", [], 1e11, 1e12)
+    assert "compute 1 TFLOP/s" in chart and "bandwidth 100 GB/s, ridge 10 FLOP/B" in chart  # each ceiling's value
+    assert ">100 GFLOP/s</text>" in chart and "e+" not in chart  # ticks in readable units
+    assert "no stage with steps" in scatter.roofline("roofline", "t", [], 1e11, 1e12)

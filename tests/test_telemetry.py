@@ -1,5 +1,6 @@
 """Prometheus instruments and OpenTelemetry spans on real runs of the tiny model."""
 
+import platform
 import subprocess
 import threading
 import time
@@ -161,6 +162,11 @@ def test_gauges_are_live_during_a_run(tiny, registry):
     assert seen["in_progress"] == 1 and seen["running"] >= 2 and 0 < seen["kv"] <= 1
     assert seen["kv_total"] == 64 and seen["throughput"] > 0
     assert value(registry, "benchd_run_in_progress") == 0 and value(registry, "benchd_requests_running") == 0
+    # After the run: the engine holds no request (its load reads 0, not the last sample's), and the run's throughput
+    # so far has no run to describe: its series is gone, so Prometheus marks it stale.
+    assert value(registry, "benchd_kv_cache_usage_ratio") == 0 and value(registry, "benchd_kv_cache_used_blocks") == 0
+    assert value(registry, "benchd_run_output_tokens_per_second") is None
+    assert value(registry, "benchd_kv_cache_capacity_blocks") == 64  # the warm engine's cache, as of its last run
 
 
 def test_exposition_formats_and_exemplars(tiny, registry):
@@ -592,6 +598,11 @@ def test_live_daemon_metrics_in_both_formats(tmp_path):
         check = subprocess.run(["promtool", "check", "metrics"], input=text_response.text, capture_output=True,
                                text=True)
         assert check.returncode == 0, check.stderr
+        import benchd
+
+        build = [line for line in text_response.text.splitlines() if line.startswith("benchd_build_info{")]
+        assert build == [f'benchd_build_info{{hostname="{NODE}",python_version="{platform.python_version()}",'
+                         f'version="{benchd.__version__}"}} 1.0'], build
 
 
 def test_daemon_exports_spans_configured_by_otel_variables(tmp_path):

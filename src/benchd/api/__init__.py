@@ -54,7 +54,9 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         sampler.start()
         events = RunEvents()
         daemon = Daemon(settings, store, telemetry, sampler, events, daemon_slots(settings, sampler))
-        registry.register(LimitsCollector(lambda: daemon.pool.speeds))
+        # by the gpu label its runs' and hardware series carry (NVML's index; "" for the CPU), not the slot's key
+        registry.register(LimitsCollector(lambda: {slot.gpu: daemon.pool.speeds[slot.key] for slot in daemon.pool.slots
+                                                   if slot.key in daemon.pool.speeds}))
         for declared in settings.schedules:  # before the schedules' thread first reads the stored ones
             daemon.schedules.declare(declared.name, declared.spec, declared.interval_s, declared.enabled,
                                      declared.matrix_spec())

@@ -7,14 +7,15 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, Field
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, errors
-from benchd.measure.compare import Comparison, OverBudget, compare, side_from_store
-from benchd.report.pages import comparison_page
+from benchd.measure.bootstrap import OverBudget
+from benchd.measure.compare import Comparison, compare, side_from_store
+from benchd.report.comparison import comparison_page
 from benchd.spec import Name
 from benchd.spec.fields import FLOAT_MAX, Strict
 from benchd.store.pages import request_counts, run_statuses
@@ -125,3 +126,21 @@ def set_baseline(workload: Annotated[Name, Path()], body: BaselineIn, services: 
             f"run {body.run_id} is invalid (see its stages' verdicts): an invalid run is never a baseline")}])
     services.store.set_baseline(workload, body.run_id)
     return BaselineView(workload=workload, run_id=body.run_id)
+
+
+@router.get("/baselines/{workload}", response_model=BaselineView, responses=errors(404, 422, 503))
+def get_baseline(workload: Annotated[Name, Path()], services: ServicesDep) -> BaselineView:
+    run_id = services.store.baseline(workload)
+    if run_id is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"{workload} has no baseline")
+    return BaselineView(workload=workload, run_id=run_id)
+
+
+@router.delete("/baselines/{workload}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+               responses=errors(401, 404, 422, 503), dependencies=[AuthDep])
+def clear_baseline(workload: Annotated[Name, Path()], services: ServicesDep) -> Response:
+    """Its scheduled runs are no longer compared (benchd_regression_detected keeps its last values)."""
+    if services.store.baseline(workload) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"{workload} has no baseline")
+    services.store.set_baseline(workload, None)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

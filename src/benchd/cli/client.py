@@ -16,9 +16,10 @@ class CommandError(Exception):
     """A command of the command line that cannot go on: str() is one line naming what failed and what to do;
     detail (the full error) is for --debug."""
 
-    def __init__(self, message: str, detail: str | None = None) -> None:
+    def __init__(self, message: str, detail: str | None = None, exit_code: int = 1) -> None:
         super().__init__(message)
         self.detail = detail
+        self.exit_code = exit_code  # benchd.cli's EXIT_*: 1 failed, 2 bad arguments or settings
 
 
 class DaemonError(CommandError):
@@ -100,6 +101,9 @@ class Client:
 
     def put(self, path: str, body: dict[str, Any]) -> Any:
         return self._check(self.http.put(path, json=body))
+
+    def delete(self, path: str) -> Any:
+        return self._check(self.http.delete(path))
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         return self._check(self.http.delete(f"/runs/{run_id}"))

@@ -12,11 +12,11 @@ from benchd.cli import EXIT_OK
 from benchd.cli.client import Client
 
 
-def add_parser(commands, parents: list) -> None:
-    history = commands.add_parser("history", parents=parents, help="a workload's series of runs and the change points found in "
-                                                  "them, each with the stack between its two sides")
-    history.add_argument("workload")
-    history.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
+def add_parser(commands, command) -> None:
+    """command: the CLI's maker of a command (its global options before or after the name: --server, --debug)."""
+    history = command(commands, "history", help="a workload's series of runs and the change points found in them, "
+                                                "each with the stack between its two sides")
+    history.add_argument("workload", help="the workload (a spec's name)")
     history.add_argument("--limit", type=int, default=500, help="the newest runs read (default 500, at most 10,000)")
     history.add_argument("--withdrawn", action="store_true",
                          help="also the change points later runs made noise (withdrawn)")

@@ -7,12 +7,32 @@ from __future__ import annotations
 import signal
 import tempfile
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
-from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.spec import RunSpec
 
 WORKER_LOG = Path(tempfile.gettempdir()) / "benchd-workers"  # the workers' logs (a failed load's message names it)
+
+
+class SettingsError(Exception):
+    """BENCHD_* settings (or BENCHD_CONFIG's file) that do not validate: str() names each and why."""
+
+
+@cache
+def daemon_settings():
+    """The daemon's settings (BENCHD_*, BENCHD_CONFIG), which the command line honours as the daemon does: what a
+    spec leaves unset (model, device, dtype, label, validity rules), the limits admission checks, the declared
+    environments, and the verdicts' threshold and confidence."""
+    from pydantic import ValidationError
+
+    from benchd.daemon.settings import Settings
+    from benchd.spec import format_validation_error
+
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise SettingsError("settings (BENCHD_*): " + format_validation_error(error).replace("\n", "; ")) from None
 
 
 class Refused(Exception):
@@ -46,9 +66,7 @@ class Local:
         from benchd.telemetry.run import Telemetry
         from benchd.telemetry.tracing import build_tracer_provider
 
-        settings = _settings()
-        threshold, confidence = ((settings.compare_threshold, settings.compare_confidence) if settings is not None
-                                 else (THRESHOLD, CONFIDENCE))
+        settings = daemon_settings()
         # OTEL_* variables are read first: a bad one stops the command before anything starts.
         self.telemetry = Telemetry(tracer_provider=build_tracer_provider(on_drop=self._dropped),
                                    genai=build_genai_metrics())
@@ -64,16 +82,15 @@ class Local:
             raise Refused([str(error)]) from None
         slots = [s for s in slots if any(s.key in c.devices for c in chosen)]
         # the environments the daemon's settings declare (BENCHD_ENVIRONMENTS), built where the daemon builds them
-        environments = (Environments(settings.environments, settings.environments_dir) if settings is not None
-                        else Environments())
+        environments = Environments(settings.environments, settings.environments_dir)
         self.pool = WorkerPool(slots, WorkerSettings(log_dir=WORKER_LOG), environments=environments)
         if not self.force and (found := self._refused()):
             self.__exit__()
             raise Refused([*found, "(--force runs it anyway)"])
         self.stop = StopSignal()
         signal.signal(signal.SIGINT, lambda *_: self.stop.set("interrupted"))  # the worker ignores Ctrl-C: it is told
-        self.lifecycle = Lifecycle(self.pool, self.telemetry, self.sampler, threshold=threshold,
-                                   confidence=confidence)
+        self.lifecycle = Lifecycle(self.pool, self.telemetry, self.sampler, threshold=settings.compare_threshold,
+                                   confidence=settings.compare_confidence)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -90,16 +107,9 @@ class Local:
     def _refused(self) -> list[str]:
         """What the daemon's admission refuses of each run's requests and time (benchd.models.duration.run_problems),
         judged at the speed of the devices its workers measured and against BENCHD_LIMITS__MAX_DURATION_S."""
-        from pydantic import ValidationError
-
-        from benchd.daemon.settings import Settings
         from benchd.models.duration import run_problems
-        from benchd.spec import format_validation_error
 
-        try:
-            limit_s = Settings().limits.max_duration_s
-        except ValidationError as error:
-            return [f"settings (BENCHD_*): {format_validation_error(error)}"]
+        limit_s = daemon_settings().limits.max_duration_s
         found: list[str] = []
         for index, spec in enumerate(self.specs):
             prefix = f"variant {self.labels[index]}: " if self.labels else ""
@@ -109,15 +119,3 @@ class Local:
                         found.append(line)
         return found
 
-
-def _settings():
-    """The daemon's settings (BENCHD_*): the verdicts' threshold and confidence, the declared environments; None when
-    they do not validate (admission's check says why, or --force runs without them)."""
-    from pydantic import ValidationError
-
-    from benchd.daemon.settings import Settings
-
-    try:
-        return Settings()
-    except ValidationError:
-        return None

@@ -6,95 +6,125 @@ import argparse
 import sys
 from typing import Any
 
+import benchd
 from benchd import heap
 from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from benchd.cli.client import CommandError
+from benchd.cli.client import DEFAULT_SERVER, CommandError
 from benchd.spec import SpecError, parse_spec, read_document
 
 WARMUP_STUDY = (0, 1, 2, 5)  # --warmup-study: the train_step run repeated with these warm-up step counts
+# A quick workload's flags and their defaults. Given no spec file and no flag at all, `benchd run` refuses (it ran a
+# default workload, unasked); given flags but no spec, it says what it runs.
+QUICK = {"requests": None, "duration": None, "rate": None, "concurrency": None, "prompt_tokens": 128,
+         "output_tokens": 128, "warmup_requests": 0}
+QUICK_REQUESTS = 16  # a quick workload's requests when neither --requests nor --duration is given
+OVERRIDES = ("model", "engine", "device", "dtype", "seed", "label")  # flags that replace a spec's fields
 
 
 def _quick_spec(args: argparse.Namespace) -> dict[str, Any]:
     """A spec from flags: synchronous unless a rate or a concurrency is given."""
-    if args.rate is not None:
-        arrivals: dict[str, Any] = {"profile": "poisson", "rate": args.rate}
-    elif args.concurrency is not None:
-        arrivals = {"profile": "concurrent", "concurrency": args.concurrency}
+    quick = {key: default if (given := getattr(args, key)) is None else given for key, default in QUICK.items()}
+    if quick["rate"] is not None:
+        arrivals: dict[str, Any] = {"profile": "poisson", "rate": quick["rate"]}
+    elif quick["concurrency"] is not None:
+        arrivals = {"profile": "concurrent", "concurrency": quick["concurrency"]}
     else:
         arrivals = {"profile": "synchronous"}
     stop: dict[str, Any] = {}
-    if args.requests is not None:
-        stop["requests"] = args.requests
-    if args.duration is not None:
-        stop["duration_s"] = args.duration
+    if quick["requests"] is not None:
+        stop["requests"] = quick["requests"]
+    if quick["duration"] is not None:
+        stop["duration_s"] = quick["duration"]
     return {
         "name": "quick",
         "workload": {
             "arrivals": arrivals,
-            "stop": stop or {"requests": 16},
-            "warmup": {"requests": args.warmup_requests},
-            "prompt_tokens": {"dist": "fixed", "value": args.prompt_tokens},
-            "output_tokens": {"dist": "fixed", "value": args.output_tokens},
+            "stop": stop or {"requests": QUICK_REQUESTS},
+            "warmup": {"requests": quick["warmup_requests"]},
+            "prompt_tokens": {"dist": "fixed", "value": quick["prompt_tokens"]},
+            "output_tokens": {"dist": "fixed", "value": quick["output_tokens"]},
         },
     }
 
 
-def _spec(args: argparse.Namespace):
+def _document(args: argparse.Namespace) -> Any:
+    """The spec file's document (checked as it stands first: its errors name its fields), or the quick workload's,
+    with the flags applied."""
     if args.spec is not None:
         document = read_document(args.spec)
-        parse_spec(document)  # the file as it stands first: its errors name its fields
+        if not (isinstance(document, dict) and "matrix" in document):
+            parse_spec(document)
         # flags apply to the document, not to its spec: the section of an engine --engine chooses is the file's own,
         # where the file's spec (of another engine) holds none
         data = dict(document or {})
     else:
         data = _quick_spec(args)
-    for key in ("model", "engine", "device", "dtype", "seed", "label"):
-        value = getattr(args, key)
-        if value is not None:
+    for key in OVERRIDES:
+        if (value := getattr(args, key)) is not None:
             data[key] = value
     if args.warmup_study:
         if data.get("kind") != "train_step":
             raise SpecError("--warmup-study: applies to train_step specs (kind: train_step)")
         data.setdefault("train_step", {})["warmup_study"] = list(WARMUP_STUDY)
-    return parse_spec(data)
-
-
-def _matrix_document(args: argparse.Namespace, console) -> dict[str, Any] | int | None:
-    """A spec file with `matrix:` (benchd.spec.matrix), flags applied to its spec; None for a plain spec; an exit code
-    when the file cannot be read."""
-    try:
-        data = read_document(args.spec)
-    except SpecError as error:
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
-        return EXIT_BAD_SPEC
-    if not isinstance(data, dict) or "matrix" not in data:
-        return None
-    for key in ("model", "engine", "device", "dtype", "seed", "label"):
-        if getattr(args, key) is not None:
-            data[key] = getattr(args, key)
     return data
 
 
+def _spec(args: argparse.Namespace):
+    """The RunSpec the file and the flags make, before the settings fill in what it leaves unset."""
+    return parse_spec(_document(args))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    """Here (no --server), what the spec leaves unset comes from the BENCHD_* settings as the daemon fills in a spec
+    it is given, and a model that is not to be had is refused before anything loads."""
     from rich.console import Console
+    from rich.markup import escape
+
+    from benchd.cli.local import SettingsError, daemon_settings
 
     console = Console(stderr=True)
-    if args.spec is not None and (matrix := _matrix_document(args, console)) is not None:
-        if isinstance(matrix, int):
-            return matrix
-        from benchd.cli import matrix as matrix_cli
-
-        return matrix_cli.run(matrix, args, console)
+    if args.spec is None and not args.warmup_study and all(getattr(args, k) is None for k in (*QUICK, *OVERRIDES)):
+        raise CommandError("run: nothing to run: give a spec file (benchd run examples/tiny-poisson.yaml) or a "
+                           "quick workload's flags (--requests, --duration, --rate, --concurrency, --prompt-tokens, "
+                           "--output-tokens; benchd run --help lists them)", exit_code=EXIT_BAD_SPEC)
     try:
-        spec = _spec(args)
-    except SpecError as error:
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
+        data = _document(args)
+        settings = None if args.server is not None else daemon_settings()
+        if "matrix" in data:
+            from benchd.cli import matrix as matrix_cli
+
+            return matrix_cli.run(data, args, console, settings)
+        spec = parse_spec(data)
+        if settings is not None:
+            from benchd.daemon.settings import resolve
+            from benchd.models.sources import loads_model, source_problem
+
+            spec = resolve(spec, settings)
+            if loads_model(spec) and (problem := source_problem(spec.model)):
+                raise SpecError(f"model: {problem}")
+    except (SpecError, SettingsError) as error:
+        what = "invalid settings" if isinstance(error, SettingsError) else "invalid spec"
+        console.print(f"[red]{what}[/red]\n{escape(str(error))}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
+    # No spec file: what the flags make is said, where a daemon queues it or before it runs here.
+    args.quick = f"quick workload: {_described(spec)}" if args.spec is None else None
+    if args.quick and args.server is None:
+        console.print(args.quick, highlight=False, soft_wrap=True)
     from benchd.cli import run as run_cli
 
     if args.server is not None:
         return run_cli.on_server(args, spec, console)
     return run_cli.here(args, spec, console)
+
+
+def _described(spec) -> str:
+    from benchd.spec import describe_profile
+
+    workload = spec.workload
+    stop = ", ".join(f"{k} {v:g}" for k, v in workload.stop.model_dump(exclude_none=True).items())
+    return (f"{describe_profile(workload.arrivals)}, stop at {stop}; {workload.prompt_tokens.value} prompt and "
+            f"{workload.output_tokens.value} output tokens a request, {workload.warmup.requests} warm-up requests; "
+            f"{spec.model} on {spec.device}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -146,98 +176,132 @@ def cmd_matrices(args: argparse.Namespace) -> int:
     return matrix_cli.show(args)
 
 
+def _options(top: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before or after its name (benchd runs list --server URL); below the top
+    they are SUPPRESSed, so that a command's parser never resets what was given before it."""
+    options = argparse.ArgumentParser(add_help=False)
+    unset = {} if top else {"default": argparse.SUPPRESS}
+    options.add_argument("--server", metavar="URL", help=f"the daemon's URL (default: BENCHD_SERVER, else "
+                         f"{DEFAULT_SERVER}); `benchd run` submits to it instead of running here", **unset)
+    options.add_argument("--debug", action="store_true", help="show the traceback of a failure", **unset)
+    return options
+
+
+def _command(commands, name: str, **kwargs) -> argparse.ArgumentParser:
+    return commands.add_parser(name, parents=[_options(top=False)], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from benchd.cli import results
 
-    parser = argparse.ArgumentParser(prog="benchd", description="Measure LLM generation speed exactly.")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure")
-    # Also after the command (benchd runs list --debug); SUPPRESS keeps a subcommand from resetting it.
-    debug = argparse.ArgumentParser(add_help=False)
-    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="benchd", parents=[_options(top=True)],
+                                     description="Measure LLM generation speed exactly.",
+                                     epilog="exit codes: 0 done; 1 failed (or, with --fail-on-regression, slower); 2 "
+                                            "bad spec, settings or arguments; 3 a stage INVALID (with "
+                                            "--fail-on-invalid); 130 interrupted")
+    parser.add_argument("--version", action="version", version=f"benchd {benchd.__version__}",
+                        help="print benchd's version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
-    run = commands.add_parser("run", parents=[debug],
-                              help="run a workload, training step or kernel spec and print its summary")
+    run = _command(commands, "run", help="run a workload, training step or kernel spec and print its summary")
     run.add_argument("spec", nargs="?", help="a RunSpec file (YAML or JSON); flags below override it. With `matrix:` "
                                              "its variants run interleaved and are compared with the baseline")
-    run.add_argument("--out", help="write summary.json, requests.csv (timed runs: timings.csv, kernels.csv) and "
-                                   "report.html into this directory (a matrix: matrix.json and matrix.html)")
-    run.add_argument("--model", help="preset name, local directory or hub id")
-    run.add_argument("--engine", help="transformers (continuous batching) or static")
+    run.add_argument("--out", metavar="DIR",
+                     help="write summary.json, requests.csv (timed runs: timings.csv, kernels.csv) and "
+                          "report.html into this directory (a matrix: matrix.json and matrix.html)")
+    run.add_argument("--model", help="preset name, local directory or hub id (org/name)")
+    run.add_argument("--engine", help="transformers (continuous batching), static or openai")
     run.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--dtype", help="auto, float32, bfloat16 or float16")
-    run.add_argument("--seed", type=int)
+    run.add_argument("--seed", type=int, help="seeds the prompts' and arrivals' random draws (and the weights of a "
+                                              "preset): the same seed gives the same requests")
     run.add_argument("--label", help="a commit or label stored with the run")
-    run.add_argument("--server", help="submit to the daemon at this URL and follow its events")
     run.add_argument("--force", action="store_true", help="run even what the daemon would refuse: a run that cannot "
                      "end within BENCHD_LIMITS__MAX_DURATION_S at this device's speed, or whose requests the model or "
                      "its cache cannot hold")
     run.add_argument("--warmup-study", action="store_true",
                      help="train_step specs: repeat the run with 0, 1, 2 and 5 warm-up steps")
+    run.add_argument("--fail-on-invalid", action="store_true",
+                     help="exit 3 when the run succeeded but a stage's verdict is INVALID (a matrix: any run's)")
     quick = run.add_argument_group("quick workload (without a spec file)")
-    quick.add_argument("--requests", type=int)
-    quick.add_argument("--duration", type=float, help="seconds")
+    quick.add_argument("--requests", type=int, help=f"measured requests (default {QUICK_REQUESTS} when no "
+                                                    "--duration is given)")
+    quick.add_argument("--duration", type=float, help="seconds of sending")
     quick.add_argument("--rate", type=float, help="Poisson arrivals, requests per second")
     quick.add_argument("--concurrency", type=int, help="closed loop with this many requests in flight")
-    quick.add_argument("--prompt-tokens", type=int, default=128)
-    quick.add_argument("--output-tokens", type=int, default=128)
-    quick.add_argument("--warmup-requests", type=int, default=0)
+    quick.add_argument("--prompt-tokens", type=int, help=f"tokens a prompt (default {QUICK['prompt_tokens']})")
+    quick.add_argument("--output-tokens", type=int, help=f"tokens a request generates (default "
+                                                         f"{QUICK['output_tokens']})")
+    quick.add_argument("--warmup-requests", type=int, help="requests sent first and left out of the figures "
+                                                           "(default 0)")
     run.set_defaults(handler=cmd_run)
 
-    serve = commands.add_parser("serve", parents=[debug], help="start the daemon (settings: BENCHD_* variables, BENCHD_CONFIG file)")
+    serve = _command(commands, "serve", help="start the daemon (settings: BENCHD_* variables, BENCHD_CONFIG file)")
     serve.add_argument("--host", help="bind address (default 127.0.0.1, BENCHD_HOST)")
     serve.add_argument("--port", type=int, help="port (default 8000, BENCHD_PORT)")
     serve.set_defaults(handler=cmd_serve)
 
-    runs = commands.add_parser("runs", parents=[debug], help="list or show runs stored by a daemon")
-    runs.add_argument("--server", help=f"daemon URL (BENCHD_SERVER, default {'http://127.0.0.1:8000'})")
-    runs_commands = runs.add_subparsers(dest="runs_command", required=True)
-    listing = runs_commands.add_parser("list", parents=[debug])
-    listing.add_argument("--status")
-    listing.add_argument("--model")
-    listing.add_argument("--workload")
-    listing.add_argument("--limit", type=int, default=20)
-    show = runs_commands.add_parser("show", parents=[debug])
-    show.add_argument("id")
+    runs = _command(commands, "runs", help="list or show runs stored by a daemon")
+    runs_commands = runs.add_subparsers(dest="runs_command", required=True, metavar="list|show", help="one of:")
+    listing = _command(runs_commands, "list", help="the newest runs first, one line each")
+    listing.add_argument("--status", help="only runs in this status: queued, running, succeeded, failed, cancelled "
+                                          "or interrupted")
+    listing.add_argument("--model", help="only runs of this model")
+    listing.add_argument("--workload", help="only runs of this workload (a spec's name)")
+    listing.add_argument("--limit", type=int, default=20, help="runs listed at most (default 20)")
+    listing.add_argument("--json", action="store_true", help="print the page of runs as JSON")
+    show = _command(runs_commands, "show", help="a run's summary: the table `benchd run` prints")
+    show.add_argument("id", help="the run's id")
+    show.add_argument("--json", action="store_true", help="print the stored run as JSON (every figure)")
     runs.set_defaults(handler=results.cmd_runs)
 
-    comparison = commands.add_parser("compare", parents=[debug], help="is B slower than A? (run ids through a daemon, "
-                                     "or directories written by `benchd run --out`; comma-separated for several)")
+    comparison = _command(commands, "compare", help="is B slower than A? (run ids through a daemon, or directories "
+                          "written by `benchd run --out`; comma-separated for several)")
     comparison.add_argument("a", help="run ids, or result directories")
     comparison.add_argument("b", help="run ids, or result directories")
-    comparison.add_argument("--server", help="daemon URL (BENCHD_SERVER), for run ids")
     comparison.add_argument("--threshold", type=_fraction(0, None, "at least 0"),
-                            help="relative change below which nothing is flagged (default: as the daemon's "
-                                 "BENCHD_COMPARE_THRESHOLD defaults)")
+                            help="relative change below which nothing is flagged (default: BENCHD_COMPARE_THRESHOLD, "
+                                 "else the daemon's, 0.05)")
     comparison.add_argument("--confidence", type=_fraction(0.5, 1, "between 0.5 and 1, exclusive"),
-                            help="of the bootstrap intervals (default: as BENCHD_COMPARE_CONFIDENCE defaults)")
+                            help="of the bootstrap intervals (default: BENCHD_COMPARE_CONFIDENCE, else the "
+                                 "daemon's, 0.95)")
     comparison.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    comparison.add_argument("--html", help="also write an HTML report with the distributions side by side")
+    comparison.add_argument("--html", metavar="FILE",
+                            help="also write an HTML report with the distributions side by side")
+    comparison.add_argument("--fail-on-regression", action="store_true",
+                            help="exit 1 when a figure's verdict is slower")
     comparison.set_defaults(handler=results.cmd_compare)
 
-    matrices = commands.add_parser("matrices", parents=[debug], help="a matrix stored by a daemon: its variants against the baseline")
-    matrices.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
-    matrices_commands = matrices.add_subparsers(dest="matrices_command", required=True)
-    matrix_show = matrices_commands.add_parser("show")
-    matrix_show.add_argument("id")
-    matrix_show.add_argument("--json", action="store_true", help="print the stored matrix as JSON")
+    matrices = _command(commands, "matrices", help="a matrix stored by a daemon: its variants against the baseline")
+    matrices_commands = matrices.add_subparsers(dest="matrices_command", required=True, metavar="show",
+                                                help="one of:")
+    matrix_show = _command(matrices_commands, "show", help="its variants' table")
+    matrix_show.add_argument("id", help="the matrix's id")
+    matrix_show.add_argument("--json", action="store_true", help="print the stored matrix as JSON (every metric)")
     matrices.set_defaults(handler=cmd_matrices)
 
-    baseline = commands.add_parser("baseline", parents=[debug], help="mark a run as its workload's baseline")
-    baseline.add_argument("workload")
-    baseline.add_argument("run_id")
-    baseline.add_argument("--server", help="daemon URL (BENCHD_SERVER)")
+    baseline = _command(commands, "baseline", help="a workload's baseline, which its scheduled runs are compared "
+                        "with: show it (every workload's with no argument), set it, or clear it")
+    baseline.add_argument("workload", nargs="?", help="the workload (a spec's name)")
+    baseline.add_argument("run_id", nargs="?", help="the run to make its baseline (a succeeded, valid run of it)")
+    baseline.add_argument("--clear", action="store_true", help="remove the workload's baseline")
+    baseline.add_argument("--json", action="store_true", help="print JSON")
     baseline.set_defaults(handler=results.cmd_baseline)
 
     from benchd.cli import history
 
-    history.add_parser(commands, [debug])
+    history.add_parser(commands, _command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Every failure ends in one line on stderr and exit status 1; --debug shows the traceback as well."""
     args = build_parser().parse_args(argv)
+    if not args.debug and args.command != "serve":
+        import logging
+
+        # The daemon's log lines (NVML absent on a CPU host, …) are for a daemon's log, not a command's output.
+        logging.getLogger("benchd").setLevel(logging.ERROR)
     try:
         return args.handler(args)
     except CommandError as error:
@@ -248,9 +312,14 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(error, "detail", None):
                 print(error.detail, file=sys.stderr)
         print(f"benchd: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return error.exit_code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # what the terminal's stdout (cli/terminal.py) did not catch: stdout's reader went away
+        from benchd.cli.terminal import STDOUT
+
+        STDOUT.closed()
+        return EXIT_OK
     except Exception as error:  # the command line's edge: anything else is one line too, the traceback on request
         if args.debug:
             raise

@@ -3,56 +3,80 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+from benchd.cli.client import CommandError
+from benchd.cli.terminal import echo, out
 from benchd.measure.matrix import MatrixComparison
-from benchd.report.matrix import SUMMARY_HEAD, matrix_page, summary_rows
+from benchd.report.matrix import STACK_HEAD, SUMMARY_HEAD, legend, matrix_page, stack_rows, summary_rows
 from benchd.spec.matrix import MatrixSpec, parse_matrix
 
 POLL_S = 1.0
+STYLES = {"slower": "red", "larger": "red", "faster": "green", "smaller": "green", "inconclusive": "yellow"}
 
 
-def comparison_table(title: str, comparison: MatrixComparison, status: str, error: str | None = None) -> Table:
-    caption = (f"status: {status}" + (f" — {error}" if error else "") + f"; (change against the baseline "
-               f"[bootstrap interval at {comparison.confidence:.0%}] verdict beyond ±{comparison.threshold:.0%})")
-    table = Table(title=escape(title), caption=escape(caption))
-    for column in SUMMARY_HEAD:
-        table.add_column(column, justify="left" if column in ("variant", "values", "attention") else "right",
-                         overflow="fold")
-    for row in summary_rows(comparison):
-        table.add_row(*map(escape, row))
-    return table
+def comparison_table(title: str, comparison: MatrixComparison, status: str, error: str | None = None) -> Group:
+    """The variants (their values and runs), then their figures by index, each with its change against the baseline
+    and a verdict mark (coloured), then what each ran with: narrow columns, so that 80 fit; the intervals are in
+    --json and on the page."""
+    rows = summary_rows(comparison)
+    key = Table(title=escape(title), title_justify="left", caption_justify="left",
+                caption=escape(f"status: {status}" + (f" — {error}" if error else "")))
+    key.add_column("#", justify="right", no_wrap=True)
+    key.add_column("variant", overflow="fold")
+    key.add_column("runs", overflow="fold")
+    figures = Table(title="each against the baseline", title_justify="left")
+    figures.add_column("#", justify="right", no_wrap=True)
+    for column in SUMMARY_HEAD[2:]:
+        figures.add_column(column, justify="right", overflow="fold")
+    for v, row in zip(comparison.variants, rows):
+        name, runs, *cells = row
+        key.add_row(str(v.index), escape(name.split(": ", 1)[-1] + (" (baseline)" if v.baseline else "")),
+                    escape(runs))
+        figures.add_row(str(v.index), *(escape(c) if isinstance(c, str) else
+                                        Text(c.terminal(), style=STYLES.get(c.verdict, "")) for c in cells))
+    stack = Table(title="what each variant ran with", title_justify="left")
+    for column in ("#", *STACK_HEAD[1:]):
+        stack.add_column(column, justify="right", overflow="fold", no_wrap=column == "#")
+    for v, row in zip(comparison.variants, stack_rows(comparison)):
+        stack.add_row(str(v.index), *map(escape, row[1:]))
+    return Group(key, figures, Text(legend(comparison)), stack)
 
 
-def _out() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 240)  # piped: no 80-column crop
-
-
-def run(data: dict[str, Any], args, console: Console) -> int:
+def run(data: dict[str, Any], args, console: Console, settings=None) -> int:
+    """settings: the BENCHD_* settings that fill in each variant's spec here (None on a daemon: the daemon's)."""
     try:
         matrix = parse_matrix(data)
     except ValueError as error:
-        console.print(f"[red]invalid spec[/red]\n{error}", highlight=False, soft_wrap=True)
+        console.print(f"[red]invalid spec[/red]\n{escape(str(error))}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
     if args.server is not None:
         return _on_server(matrix, args, console)
-    return _here(matrix, args, console)
+    return _here(matrix, args, console, settings)
 
 
-def _here(matrix: MatrixSpec, args, console: Console) -> int:
+def _here(matrix: MatrixSpec, args, console: Console, settings) -> int:
     """Every run on a worker process of its own, through the daemon's lifecycle, in the matrix's order."""
     from benchd.cli.local import Local, Refused
     from benchd.daemon.matrices import run_matrix, stored_variants
+    from benchd.daemon.settings import resolve
+    from benchd.models.sources import loads_model, source_problem
 
     variants = matrix.variants()
+    specs = {v.index: resolve(v.spec, settings) for v in variants}
+    problems = sorted({f"model: {problem}" for spec in specs.values()
+                       if loads_model(spec) and (problem := source_problem(spec.model))})
+    if problems:
+        console.print("[red]invalid spec[/red]\n" + escape("\n".join(problems)), highlight=False, soft_wrap=True)
+        return EXIT_BAD_SPEC
     total = len(variants) * matrix.repeats
     done = [0]
 
@@ -63,33 +87,42 @@ def _here(matrix: MatrixSpec, args, console: Console) -> int:
                       (f" — {result.error}" if result.error else ""), highlight=False)
 
     try:
-        with Local([v.spec for v in variants], args.force, labels=[v.label for v in variants]) as local:
+        with Local(list(specs.values()), args.force, labels=[v.label for v in variants]) as local:
             def execute(run_id: str, variant):
                 console.print(f"run {done[0] + 1}/{total}: variant {variant.index}: {variant.label}",
                               highlight=False)
-                return local.lifecycle.execute(run_id, variant.spec, variant.spec.device, local.stop)
+                spec = specs[variant.index]
+                return local.lifecycle.execute(run_id, spec, spec.device, local.stop)
 
             outcome = run_matrix(matrix, execute, local.stop, on_run, local.lifecycle.threshold,
                                  local.lifecycle.confidence)
     except Refused as refused:
-        console.print("[red]invalid spec[/red]\n" + "\n".join(refused.lines), highlight=False, soft_wrap=True)
+        console.print("[red]invalid spec[/red]\n" + escape("\n".join(refused.lines)), highlight=False,
+                      soft_wrap=True)
         return EXIT_BAD_SPEC
     title = f"benchd · matrix · {variants[0].spec.name} · {len(variants)} variants × {matrix.repeats} rounds"
-    _out().print(comparison_table(title, outcome.comparison, outcome.status))
+    out().print(comparison_table(title, outcome.comparison, outcome.status))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        where = Path(args.out)
+        where.mkdir(parents=True, exist_ok=True)
         row = {"id": None, "status": outcome.status, "document": matrix.document(),
                "variants": stored_variants(variants), "baseline": outcome.baseline,
                "runs": [{"run_id": run_id, "round": r, "variant": v} for r, v, run_id, _ in outcome.runs],
                "comparison": outcome.comparison.model_dump(mode="json")}
-        (out / "matrix.json").write_text(json.dumps(row, indent=2) + "\n")
+        (where / "matrix.json").write_text(json.dumps(row, indent=2) + "\n")
         records = {run_id: result.stages[0].records if result.stages else [] for *_, run_id, result in outcome.runs}
-        (out / "matrix.html").write_text(matrix_page(row, records))
-        console.print(f"wrote {out / 'matrix.json'}, {out / 'matrix.html'}", highlight=False)
+        (where / "matrix.html").write_text(matrix_page(row, records))
+        console.print(f"wrote {where / 'matrix.json'}, {where / 'matrix.html'}", highlight=False)
     if outcome.status == "interrupted":
         return EXIT_INTERRUPTED
-    return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
+    return _exit(outcome.status, outcome.comparison, args)
+
+
+def _exit(status: str, comparison: MatrixComparison | None, args) -> int:
+    if status != "succeeded":
+        return EXIT_FAILED
+    invalid = comparison is not None and any(v.invalid for v in comparison.variants)
+    return EXIT_INVALID if getattr(args, "fail_on_invalid", False) and invalid else EXIT_OK
 
 
 def _on_server(matrix: MatrixSpec, args, console: Console) -> int:
@@ -102,31 +135,28 @@ def _on_server(matrix: MatrixSpec, args, console: Console) -> int:
         while (row := client.get(f"/matrices/{created['id']}"))["status"] in ("queued", "running"):
             time.sleep(POLL_S)
     except DaemonError as error:
-        console.print(f"[red]{error}[/red]", highlight=False)
-        return EXIT_BAD_SPEC if str(error).startswith("422") else EXIT_FAILED
-    return _show(row, console)
+        if error.status != 422:
+            raise
+        console.print(f"[red]invalid spec[/red]\n{escape(str(error))}", highlight=False)
+        return EXIT_BAD_SPEC
+    return _show(row, args)
 
 
-def _show(row: dict, console: Console) -> int:
+def _show(row: dict, args) -> int:
     if row.get("comparison") is None:
-        console.print(f"matrix {row['id']}: {row['status']}" + (f" — {row['error']}" if row.get("error") else ""))
-        return EXIT_FAILED
+        raise CommandError(f"matrix {row['id']}: {row['status']}" + (f" — {row['error']}" if row.get("error") else "")
+                           + ": not compared (a matrix is compared once every run has ended)")
+    comparison = MatrixComparison.model_validate(row["comparison"])
     title = f"benchd · matrix {row['id']} · {row['workload']} · {len(row['variants'])} variants"
-    _out().print(comparison_table(title, MatrixComparison.model_validate(row["comparison"]), row["status"],
-                                  row.get("error")))
-    return EXIT_OK if row["status"] == "succeeded" else EXIT_FAILED
+    out().print(comparison_table(title, comparison, row["status"], row.get("error")))
+    return _exit(row["status"], comparison, args)
 
 
 def show(args) -> int:
-    from benchd.cli.client import Client, DaemonError
+    from benchd.cli.client import Client
 
-    console = Console(stderr=True)
-    try:
-        row = Client(args.server).get(f"/matrices/{args.id}")
-    except DaemonError as error:
-        print(error, file=sys.stderr)
-        return EXIT_FAILED
+    row = Client(args.server).get(f"/matrices/{args.id}")
     if args.json:
-        print(json.dumps(row, indent=2))
+        echo(json.dumps(row, indent=2))
         return EXIT_OK if row["status"] == "succeeded" else EXIT_FAILED
-    return _show(row, console)
+    return _show(row, args)

@@ -1,46 +1,68 @@
-"""The command line's results: a daemon's runs (list, show, baseline), and comparisons of run ids through a daemon
-or of result directories written by `benchd run --out`, with no daemon."""
+"""The command line's results: a daemon's runs (list, show), baselines (show, set, clear), and comparisons of run ids
+through a daemon or of result directories written by `benchd run --out`, with no daemon."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from benchd.cli import EXIT_OK
+from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_OK
 from benchd.cli.client import Client, CommandError, DaemonError
+from benchd.cli.terminal import echo, out
+
+LISTED = ("id", "status", "workload", "created", "out tok/s", "TTFT p99", "model", "engine", "label")  # runs list
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     client = Client(args.server)
-    console = Console(width=None if sys.stdout.isatty() else 200)  # piped: no 80-column crop of run ids
     if args.runs_command == "show":
-        import json
+        run = client.run(args.id)
+        if args.json:
+            echo(json.dumps(run, indent=2))
+        else:
+            from benchd.report.outputs import print_stored
 
-        console.print_json(json.dumps(client.run(args.id)))
+            print_stored(run, out())
         return EXIT_OK
     page = client.runs(status=args.status, model=args.model, workload=args.workload, limit=args.limit)
-    table = Table(title=f"runs on {client.server} ({page['total']} in all)")
-    for column in ("id", "status", "workload", "model", "engine", "created", "out tok/s", "TTFT p99 ms"):
-        table.add_column(column)
+    if args.json:
+        echo(json.dumps(page, indent=2))
+        return EXIT_OK
+    rows = []
     for run in page["items"]:
         stage = (run["summary"] or [{}])[0]
         ttft = (stage.get("ttft_s") or {}).get("p99")
         throughput = stage.get("output_tokens_per_s")  # generation runs only
-        table.add_row(run["id"], run["status"], run["workload"], run["model"], run["engine"], run["created_at"][:19],
-                      f"{throughput:.1f}" if throughput is not None else "–",
-                      f"{ttft * 1e3:.2f}" if ttft is not None else "–")
+        rows.append({"id": run["id"], "status": run["status"] + (" INVALID" if run.get("valid") is False else ""),
+                     "workload": run["workload"], "created": run["created_at"][:16].replace("T", " "),
+                     "out tok/s": f"{throughput:,.1f}" if throughput is not None else "–",
+                     "TTFT p99": f"{ttft * 1e3:.1f} ms" if ttft is not None else "–", "model": run["model"],
+                     "engine": run["engine"], "label": run.get("label") or "–"})
+    # The columns by what a reader needs first: those that do not fit the terminal are left out (--json has all).
+    columns = list(LISTED)
+    console = out()
+    while len(columns) > 4 and sum(max([len(c), *(len(r[c]) for r in rows)]) + 3 for c in columns) + 1 > console.width:
+        columns.pop()
+    table = Table(title=escape(f"runs on {client.server} ({page['total']} in all, newest first)"),
+                  caption=None if len(columns) == len(LISTED) else "more columns: --json, or a wider terminal")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("out tok/s", "TTFT p99") else "left",
+                         overflow="fold", no_wrap=column in ("id", "created"))
+    for row in rows:
+        table.add_row(*(escape(row[c]) for c in columns))
     console.print(table)
     return EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """B against A: run ids through a daemon's store, or directories written by `benchd run --out` (no daemon)."""
-    from rich.console import Console
-
+    """B against A: run ids through a daemon's store, or directories written by `benchd run --out` (no daemon);
+    the threshold and confidence: the flags, else BENCHD_COMPARE_THRESHOLD and BENCHD_COMPARE_CONFIDENCE, else the
+    daemon's (run ids) or the defaults (directories)."""
     from benchd.report.outputs import comparison_table
 
     sides = [[item for item in side.split(",") if item] for side in (args.a, args.b)]
@@ -48,20 +70,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if any(all(side) for side in directories) and not all(all(side) for side in directories):
         raise CommandError("compare: give result directories (from `benchd run --out`) on both sides, or run ids "
                            "on both sides")
+    threshold, confidence = _settings(args)
     if all(all(side) for side in directories):
-        result, page = _compare_directories(args, sides)
+        result, page = _compare_directories(sides, threshold, confidence)
     else:
-        result, page = _compare_on_daemon(args)
+        result, page = _compare_on_daemon(args, threshold, confidence)
     if args.html:
         Path(args.html).write_text(page())
         print(f"wrote {args.html}", file=sys.stderr)
     if args.json:
-        import json
-
-        print(json.dumps(result.model_dump(mode="json"), indent=2))
+        echo(json.dumps(result.model_dump(mode="json"), indent=2))
     else:
-        Console(width=None if sys.stdout.isatty() else 160).print(comparison_table(result))
-    return EXIT_OK
+        out().print(comparison_table(result))
+    return EXIT_FAILED if args.fail_on_regression and result.regressions else EXIT_OK
+
+
+def _settings(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    """The flags, else what BENCHD_COMPARE_THRESHOLD and BENCHD_COMPARE_CONFIDENCE set (None: neither)."""
+    from benchd.cli.local import SettingsError, daemon_settings
+
+    try:
+        settings = daemon_settings()
+    except SettingsError as error:
+        raise CommandError(str(error), exit_code=EXIT_BAD_SPEC) from None
+    chosen = settings.model_fields_set
+    threshold = args.threshold if args.threshold is not None else (
+        settings.compare_threshold if "compare_threshold" in chosen else None)
+    confidence = args.confidence if args.confidence is not None else (
+        settings.compare_confidence if "compare_confidence" in chosen else None)
+    return threshold, confidence
 
 
 def _is_result_path(item: str) -> bool:
@@ -69,25 +106,24 @@ def _is_result_path(item: str) -> bool:
     return Path(item).is_dir() or "/" in item or item.startswith(".")
 
 
-def _compare_directories(args: argparse.Namespace, sides: list[list[str]]):
+def _compare_directories(sides: list[list[str]], threshold: float | None, confidence: float | None):
     from benchd.measure.compare import CONFIDENCE, THRESHOLD, NotAResult, compare, side_from_directories
-    from benchd.report.pages import comparison_page
+    from benchd.report.comparison import comparison_page
 
     try:
         a, b = (side_from_directories([Path(item) for item in side]) for side in sides)
     except NotAResult as error:
         raise CommandError(str(error)) from None
-    threshold = THRESHOLD if args.threshold is None else args.threshold
-    confidence = CONFIDENCE if args.confidence is None else args.confidence
-    result = compare(a, b, threshold=threshold, confidence=confidence)
+    result = compare(a, b, threshold=THRESHOLD if threshold is None else threshold,
+                     confidence=CONFIDENCE if confidence is None else confidence)
     return result, lambda: comparison_page(result, a, b)
 
 
-def _compare_on_daemon(args: argparse.Namespace):
+def _compare_on_daemon(args: argparse.Namespace, threshold: float | None, confidence: float | None):
     from benchd.measure.compare import Comparison
 
     client = Client(args.server)
-    params = {"a": args.a, "b": args.b, "threshold": args.threshold, "confidence": args.confidence}
+    params = {"a": args.a, "b": args.b, "threshold": threshold, "confidence": confidence}
     try:
         result = Comparison.model_validate(client.get("/compare", params=params))
     except DaemonError as error:
@@ -99,6 +135,30 @@ def _compare_on_daemon(args: argparse.Namespace):
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    Client(args.server).put(f"/baselines/{args.workload}", {"run_id": args.run_id})
-    print(f"run {args.run_id} is the baseline of {args.workload}")
+    """benchd baseline: every workload's; WORKLOAD: its baseline; WORKLOAD RUN_ID: set it; WORKLOAD --clear."""
+    client = Client(args.server)
+    if args.clear:
+        if args.workload is None or args.run_id is not None:
+            raise CommandError("baseline --clear: give the workload alone (benchd baseline WORKLOAD --clear)",
+                               exit_code=EXIT_BAD_SPEC)
+        client.delete(f"/baselines/{args.workload}")
+        echo(f"{args.workload} has no baseline now")
+        return EXIT_OK
+    if args.run_id is not None:
+        set_ = client.put(f"/baselines/{args.workload}", {"run_id": args.run_id})
+        echo(f"run {set_['run_id']} is the baseline of {set_['workload']}")
+        return EXIT_OK
+    rows = ([client.get(f"/baselines/{args.workload}")] if args.workload is not None
+            else client.get("/baselines"))
+    if args.json:
+        echo(json.dumps(rows if args.workload is None else rows[0], indent=2))
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table(title="baselines: each workload's scheduled runs are compared with its baseline run")
+    for column in ("workload", "run"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["workload"], row["run_id"])
+    out().print(table)
     return EXIT_OK

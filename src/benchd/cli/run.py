@@ -4,11 +4,10 @@ unless --force), or on a daemon; and one line for a run whose model, tokenizer o
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from benchd import heap
-from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from benchd.cli.client import CommandError
 
 UNANSWERED = "openai.base_url: nothing answers at"  # how the openai engine says its server did not answer
@@ -45,9 +44,8 @@ def here(args: argparse.Namespace, spec, console) -> int:
     """The run on a worker process of its own, through the daemon's lifecycle: the CLI measures as the daemon does."""
     import uuid
 
-    from rich.console import Console
-
     from benchd.cli.local import WORKER_LOG, Local, Refused
+    from benchd.cli.terminal import out
     from benchd.report.outputs import print_summary, write_outputs
 
     try:
@@ -69,7 +67,7 @@ def here(args: argparse.Namespace, spec, console) -> int:
         console.print(f"{local.dropped_spans} spans could not be delivered to the OTLP collector")
     loading = outcome.status == "failed" and outcome.error_stage == "load"
     if not loading:  # nothing was measured: no table of dashes
-        print_summary(outcome, Console(width=None if sys.stdout.isatty() else 200))  # piped: no 80-column crop
+        print_summary(outcome, out())
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:
         written = write_outputs(outcome, out_dir)
@@ -79,7 +77,9 @@ def here(args: argparse.Namespace, spec, console) -> int:
         raise CommandError(load_failure(spec, outcome.error), outcome.error + f"\n(worker logs: {WORKER_LOG})")
     if outcome.status == "interrupted":
         return EXIT_INTERRUPTED
-    return EXIT_OK if outcome.status == "succeeded" else EXIT_FAILED
+    if outcome.status != "succeeded":
+        return EXIT_FAILED
+    return EXIT_INVALID if args.fail_on_invalid and outcome.valid() is False else EXIT_OK
 
 
 def ends_within(bound_s: float | None, deadline_s: float | None = None) -> str:
@@ -136,11 +136,11 @@ class Progress:
 
 def on_server(args: argparse.Namespace, spec, console) -> int:
     """Submit to a running daemon and follow its events; the daemon fills in what the spec leaves unset."""
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from benchd.cli.client import Client, DaemonError
-    from benchd.report.outputs import parse_summaries, summary_table, timed_table
+    from benchd.cli.terminal import out
+    from benchd.report.outputs import print_stored
 
     client = Client(args.server)
     created: dict = {}
@@ -149,6 +149,8 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
         console.print(f"run {created['id']} queued on {client.server}", highlight=False)
         if "bound_s" in created and spec.kind == "generate":  # a daemon that says it
             console.print(ends_within(created["bound_s"], created.get("deadline_s")), highlight=False, soft_wrap=True)
+        if getattr(args, "quick", None):
+            console.print(args.quick, highlight=False, soft_wrap=True)
         final: dict = {}
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -177,9 +179,10 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
     status, error = final.get("status", run["status"]), final.get("error")
     if status == "failed" and run.get("error_stage") == "load":
         raise CommandError(f"run {run['id']}: {load_failure(spec, error)}", error)
-    summaries = parse_summaries(spec.kind, final.get("stages", []))
-    title = f"benchd · {run['workload']} · {run['model']} · {run['engine']} · run {run['id']}"
-    table = (summary_table(title, status, error, summaries) if spec.kind == "generate"
-             else timed_table(title, status, error, spec.kind, summaries))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
-    return EXIT_OK if run["status"] == "succeeded" else EXIT_FAILED
+    if final.get("stages"):  # the summaries as the run ended (the stored run has them too, once written)
+        run = {**run, "status": status, "summary": final["stages"]}
+    print_stored(run, out())
+    if run["status"] != "succeeded":
+        return EXIT_FAILED
+    invalid = run.get("valid") is False or any(s.get("valid") is False for s in run.get("summary") or [])
+    return EXIT_INVALID if args.fail_on_invalid and invalid else EXIT_OK

@@ -67,7 +67,7 @@ class Hooks:
         comparison = compare(before, latest, self.settings.compare_threshold, self.settings.compare_confidence)
         self.metrics.regression_clocks.labels(job.spec.name).set(float(comparison.clock_states is not None))
         for change in comparison.metrics:
-            if change.verdict == "inconclusive":
+            if not change.decided:  # inconclusive, or n/a (no data on a side)
                 continue
             self.metrics.regression.labels(job.spec.name, change.metric).set(float(change.verdict == "slower"))
             if change.relative_change is not None:

@@ -216,7 +216,7 @@ class MatrixRuns:
             for change in v.metrics:
                 if change.relative_change is not None:
                     m.variant_change.labels(workload, v.label, change.metric).set(change.relative_change)
-                if change.verdict != "inconclusive" and not v.baseline:
+                if change.decided and not v.baseline:
                     m.variant_regression.labels(workload, v.label, baseline, change.metric).set(
                         float(change.verdict == "slower"))
 
@@ -230,7 +230,7 @@ class MatrixRuns:
         verdicts: dict[str, tuple[float, float | None]] = {}
         for v in comparison.variants:
             for change in v.metrics:
-                if change.verdict == "inconclusive" or v.baseline:
+                if not change.decided or v.baseline:
                     continue
                 found = (float(change.verdict == "slower"), change.relative_change)
                 if change.metric not in verdicts or found[0] > verdicts[change.metric][0]:

@@ -16,12 +16,12 @@ from benchd.daemon.lifecycle import Lifecycle, deadline_s
 from benchd.daemon.matrices import MatrixRuns
 from benchd.daemon.queue import Job, QueueFull, RunQueue
 from benchd.daemon.schedules import Schedules
-from benchd.daemon.settings import Settings
+from benchd.daemon.settings import Settings, resolve
 from benchd.hardware.devices import Slot
 from benchd.hardware.sampler import HardwareSampler
 from benchd.measure.result import RunResult
 from benchd.models.roots import confined
-from benchd.spec import GenerateSpec, RunSpec
+from benchd.spec import RunSpec
 from benchd.spec.matrix import MatrixSpec
 from benchd.store import Store
 from benchd.supervisor.environments import Environments
@@ -105,17 +105,8 @@ class Daemon:
     # ---- runs --------------------------------------------------------------------------------------
 
     def resolve(self, spec: RunSpec) -> RunSpec:
-        """What the spec leaves unset comes from the daemon: its model, dtype, device and label, and the validity
-        rules its settings set."""
-        daemon = {"model": self.settings.model, "dtype": self.settings.dtype, "device": self.settings.device,
-                  "label": self.settings.label}
-        unset = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
-        if isinstance(spec, GenerateSpec):
-            rules, ours = spec.workload.validity, self.settings.validity
-            rules_unset = {k: getattr(ours, k) for k in ours.model_fields_set if k not in rules.model_fields_set}
-            if rules_unset:
-                unset["workload"] = spec.workload.model_copy(update={"validity": rules.model_copy(update=rules_unset)})
-        return spec.model_copy(update=unset)
+        """What the spec leaves unset comes from the daemon's settings (daemon/settings.py)."""
+        return resolve(spec, self.settings)
 
     def submit(self, spec: RunSpec, schedule: str | None = None) -> str:
         spec = self.resolve(spec)

@@ -21,7 +21,7 @@ from pydantic_settings import (
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
 from benchd.measure.history import HistorySettings
 from benchd.models.memory import MEMORY_FRACTION
-from benchd.spec import NAME_MAX, Name, RunSpec
+from benchd.spec import NAME_MAX, GenerateSpec, Name, RunSpec
 from benchd.spec.matrix import MatrixProblem, MatrixSpec, parse_matrix
 from benchd.spec.validity import ValidityRules
 from benchd.supervisor.environments import CURRENT
@@ -315,3 +315,16 @@ class Settings(BaseSettings):
         if config_file:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
         return tuple(sources)
+
+
+def resolve(spec: RunSpec, settings: Settings) -> RunSpec:
+    """What the spec leaves unset comes from the settings: the daemon's model, dtype, device and label, and the
+    validity rules BENCHD_VALIDITY__* sets (the daemon's runs, and `benchd run`'s here)."""
+    daemon = {"model": settings.model, "dtype": settings.dtype, "device": settings.device, "label": settings.label}
+    unset = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
+    if isinstance(spec, GenerateSpec):
+        rules, ours = spec.workload.validity, settings.validity
+        rules_unset = {k: getattr(ours, k) for k in ours.model_fields_set if k not in rules.model_fields_set}
+        if rules_unset:
+            unset["workload"] = spec.workload.model_copy(update={"validity": rules.model_copy(update=rules_unset)})
+    return spec.model_copy(update=unset)

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from benchd.hardware.clocks import clock_difference
+from benchd.measure.bootstrap import in_time, interval, z
+from benchd.measure.context import (
+    SPREAD_RUNS,
+    RunFacts,
+    SideContext,
+    StackChange,
+    differences,
+    side_context,
+    spread,
+    stage_figures,
+)
 from benchd.measure.records import RequestRecord
 from benchd.measure.roofline import moved_toward, utilisation
 from benchd.spec.documents import parse_json
 
-Verdict = Literal["faster", "slower", "no significant change", "inconclusive"]
+# faster / slower: the interval lies beyond the threshold that way; no significant change: it does not;
+# inconclusive: too little data to say (the reason says what is missing); n/a: nothing to compare (no data on a
+# side, or the sides share runs).
+Verdict = Literal["faster", "slower", "no significant change", "inconclusive", "n/a"]
+DECIDED = ("faster", "slower", "no significant change")
 
 # Per-request latency samples: (metric, percentile) pairs compared.
 LATENCIES = ("ttft_s", "itl_s", "tpot_s", "e2e_s")
@@ -25,27 +40,37 @@ COMPARED = (50, 90, 99)  # of each latency's summary percentiles (records.PERCEN
 THRESHOLD = 0.05  # a relative change smaller than this is no regression, nor an outlier
 CONFIDENCE = 0.95  # of the bootstrap intervals
 REQUESTS_FILE = "requests.jsonl"  # `benchd run --out`: one stored request row (RequestRecord.to_row) a line
+# Every figure a comparison names: its metric (the JSON's key, the regression gauges' metric label) → the name a
+# reader sees in the CLI, the HTML and the JSON's `name`, and the unit of its values (docs/figures.md).
+NAMES = {"ttft_s": "TTFT", "itl_s": "ITL", "tpot_s": "TPOT", "e2e_s": "E2E"}
+FIGURES = {"output_tokens_per_s": ("output throughput", "tok/s"), "energy_per_token_j": ("energy per token", "J"),
+           "weight_bytes": ("weights", "B"), "peak_memory_bytes": ("peak memory", "B")}
 
 
-class OverBudget(Exception):
-    """A comparison that did not end by its deadline (the daemon's: BENCHD_READS__COMPARE_TIMEOUT_S)."""
-
-
-def _in_time(deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() > deadline:
-        raise OverBudget("the comparison was not done by its deadline")
+def figure(metric: str) -> tuple[str, str]:
+    """(name, unit) of a compared metric: ttft_s.p50 → (TTFT p50, s)."""
+    latency, _, percentile = metric.partition(".")
+    if latency in NAMES:
+        return f"{NAMES[latency]} {percentile}".strip(), "s"
+    return FIGURES.get(metric, (metric, ""))
 
 
 class Side(BaseModel):
-    """What one side holds: its runs' per-request samples and their run-level figures."""
+    """What one side holds: its runs' per-request samples and their run-level figures; what the runs are
+    (context), and their workload's stored runs' figures (history), whose run-to-run spread widens a single run's
+    interval."""
 
     run_ids: list[str]
     samples: dict[str, list[list[float]]]  # latency name → per run, per-request (ITL: per-token) samples, s
     output_tokens_per_s: list[float]  # one per run
     energy_per_token_j: list[float]  # one per run that has it
     invalid: list[str] = []  # runs whose verdict is invalid: their figures are not to be trusted
-    roofline: list[dict] = []  # each run's first stage's (measure/roofline.py), those that have one
-    clocks: list[list[dict]] = []  # each run's first stage's GPUs' clock events (hardware/clocks.py)
+    roofline: list[dict] = []
+    clocks: list[list[dict]] = []  # each run's first stage's GPUs' clock events (hardware/clocks.py)  # each run's first stage's (measure/roofline.py), those that have one
+    context: SideContext | None = None
+    # The workload's stored runs (a side of one run: its workload, model, engine and label's newest), run id → its
+    # figures by metric: their run-to-run spread, measured over those the comparison does not hold itself.
+    history: dict[str, dict[str, float]] = {}
 
 
 class MetricChange(BaseModel):
@@ -58,7 +83,24 @@ class MetricChange(BaseModel):
     samples_a: int
     samples_b: int
     verdict: Verdict
-    reason: str | None = None
+    reason: str | None = None  # why it is inconclusive or n/a; what its interval covers, with one run a side
+    spread: float | None = None  # the run-to-run spread its interval was widened by (one run on a side)
+
+    @computed_field
+    @property
+    def name(self) -> str:
+        return figure(self.metric)[0]
+
+    @computed_field
+    @property
+    def unit(self) -> str:
+        """Of a and b (the change and its interval are fractions)."""
+        return figure(self.metric)[1]
+
+    @property
+    def decided(self) -> bool:
+        """faster, slower or no significant change: a verdict a gauge or a script may act on."""
+        return self.verdict in DECIDED
 
 
 class Comparison(BaseModel):
@@ -73,6 +115,11 @@ class Comparison(BaseModel):
     roofline_a: dict[str, float] | None = None
     roofline_b: dict[str, float] | None = None
     moved_toward: str | None = None
+    # What was compared: each side's runs, workloads, labels, dates and stack, and the stack entries that differ.
+    context_a: SideContext | None = None
+    context_b: SideContext | None = None
+    stack_difference: list[StackChange] = []
+    warnings: list[str] = []  # what makes the verdicts weaker or void (shared runs, one run a side, invalid runs)
     # Whether the two sides ran under different clock states, and how (hardware/clocks.py): a change between them may
     # be the GPU's state, not the software's. None: the same states, or either side has no GPU samples.
     clock_states: str | None = None
@@ -91,47 +138,14 @@ def _verdict(low: float, high: float, threshold: float, higher_is_worse: bool) -
     return "no significant change"
 
 
-def _resampler(runs: list[np.ndarray], rng: np.random.Generator):
-    """Draws of a side in two stages: its runs with replacement, then samples within each chosen run. Several runs'
-    draws are made at once from one array (a few numpy calls a draw, whatever the number of runs: a loop over 100
-    runs cost 28 s a comparison)."""
-    if len(runs) == 1:
-        only = runs[0]
-        return lambda: only[rng.integers(0, len(only), size=len(only))]
-    flat = np.concatenate(runs)
-    sizes = np.array([len(run) for run in runs])
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-
-    def draw() -> np.ndarray:
-        chosen = rng.integers(0, len(runs), size=len(runs))
-        counts = sizes[chosen]
-        within = (rng.random(counts.sum()) * np.repeat(counts, counts)).astype(np.int64)
-        return flat[np.repeat(starts[chosen], counts) + within]
-
-    return draw
-
-
-def _bootstrap(a: list[np.ndarray], b: list[np.ndarray], statistic, confidence: float, resamples: int,
-               rng: np.random.Generator, deadline: float | None = None) -> tuple[float, float]:
-    """Percentile interval of (stat(b) − stat(a)) / stat(a). Each side is resampled in two stages, runs with
-    replacement and then samples within each chosen run, so that run-to-run variation widens the interval
-    (with one run a side, only the variation within it is covered)."""
-    draw_a, draw_b = _resampler(a, rng), _resampler(b, rng)
-    ratios = np.empty(resamples)
-    for i in range(resamples):
-        if i % 64 == 0:
-            _in_time(deadline)
-        sa, sb = statistic(draw_a()), statistic(draw_b())
-        ratios[i] = (sb - sa) / sa if sa else np.nan
-    ratios = ratios[np.isfinite(ratios)]
-    tail = (1 - confidence) / 2
-    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
-
-
 def metric_change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], statistic, threshold: float,
-            confidence: float, min_samples: int, higher_is_worse: bool, rng: np.random.Generator,
-            resamples: int, deadline: float | None = None) -> MetricChange:
-    """a, b: each side's samples, one list per run."""
+                  confidence: float, min_samples: int, higher_is_worse: bool, rng: np.random.Generator,
+                  resamples: int, single: str | None = None, spread: float | None = None,
+                  spread_runs: int = 0, deadline: float | None = None) -> MetricChange:
+    """a, b: each side's samples, one list per run. single: which sides hold one run ("side A", "side B", "each
+    side"), whose run-to-run variation the bootstrap cannot see: the interval is widened by the spread (a single
+    run's figure's relative standard deviation, measured over spread_runs stored runs) where there is one, and its
+    reason says what it covers."""
     ra = [np.asarray(run, dtype=np.float64) for run in a if len(run)]
     rb = [np.asarray(run, dtype=np.float64) for run in b if len(run)]
     na, nb = sum(map(len, ra)), sum(map(len, rb))
@@ -139,49 +153,115 @@ def metric_change(name: str, a: Sequence[Sequence[float]], b: Sequence[Sequence[
     vb = float(statistic(np.concatenate(rb))) if rb else None
     change = (vb - va) / va if va and vb is not None else None
     base = dict(metric=name, a=va, b=vb, relative_change=change, samples_a=na, samples_b=nb)
+    if not na or not nb:
+        where = "either side" if not na and not nb else "A" if not na else "B"
+        return MetricChange(**base, ci_low=None, ci_high=None, verdict="n/a", reason=f"no data on {where}")
     if min(na, nb) < min_samples:
         return MetricChange(**base, ci_low=None, ci_high=None, verdict="inconclusive",
                             reason=f"too few samples: {na} and {nb}, at least {min_samples} per side needed")
+    if not va:  # 0 on A (an energy counter that did not move): a change relative to it means nothing
+        return MetricChange(**base, ci_low=None, ci_high=None, verdict="inconclusive",
+                            reason="A's value is 0: no relative change")
     # Time grows with resamples × samples: per-token ITL samples get fewer resamples.
     resamples = max(200, min(resamples, int(2e7 // max(na, nb))))
-    low, high = _bootstrap(ra, rb, statistic, confidence, resamples, rng, deadline)
-    return MetricChange(**base, ci_low=low, ci_high=high, verdict=_verdict(low, high, threshold, higher_is_worse))
+    low, high = interval(ra, rb, statistic, confidence, resamples, rng, deadline)
+    if math.isnan(low):
+        return MetricChange(**base, ci_low=None, ci_high=None, verdict="inconclusive",
+                            reason="A's value is 0 in its resamples: no relative change")
+    reason = None
+    if single is not None and spread is not None and change is not None:
+        # The two variations add: the bootstrap's (within the runs) and a single run's figure from run to run.
+        extra = z(confidence) * spread * math.sqrt(2 if single == "each side" else 1)
+        low = change - math.hypot(change - low, extra)
+        high = change + math.hypot(high - change, extra)
+        reason = (f"one run on {single}: the interval is widened by the workload's run-to-run spread (±{spread:.1%} "
+                  f"a run, over {spread_runs} stored runs)")
+    elif single is not None:
+        reason = (f"one run on {single}: the interval covers the variation within the run, not from run to run "
+                  "(no run-to-run spread of this workload is known: compare several runs a side)")
+    return MetricChange(**base, ci_low=low, ci_high=high, verdict=_verdict(low, high, threshold, higher_is_worse),
+                        reason=reason, spread=spread if single is not None else None)
+
+
+def _run_level(name: str, a: list[float], b: list[float], threshold: float, confidence: float, min_runs: int,
+               higher_is_worse: bool, rng: np.random.Generator, resamples: int, spread: float | None,
+               spread_runs: int, deadline: float | None = None) -> MetricChange:
+    """A per-run figure (the runs are the samples): with fewer than min_runs a side, the interval comes from the
+    workload's run-to-run spread, where the store has one: the means' relative change ± z · spread · √(1/na + 1/nb)."""
+    found = metric_change(name, [a], [b], np.mean, threshold, confidence, min_runs, higher_is_worse, rng, resamples,
+                          deadline=deadline)
+    if found.verdict != "inconclusive" or spread is None or found.relative_change is None:
+        if found.verdict == "inconclusive" and found.reason.startswith("too few"):
+            found.reason = f"{found.reason} (or a stored history of the workload, for its run-to-run spread)"
+        return found
+    half = z(confidence) * spread * math.sqrt(1 / len(a) + 1 / len(b))
+    low, high = found.relative_change - half, found.relative_change + half
+    return found.model_copy(update=dict(
+        ci_low=low, ci_high=high, verdict=_verdict(low, high, threshold, higher_is_worse), spread=spread,
+        reason=f"{len(a)} and {len(b)} runs: the interval is the workload's run-to-run spread (±{spread:.1%} a run, "
+               f"over {spread_runs} stored runs)"))
 
 
 def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = CONFIDENCE, min_samples: int = 20,
             min_runs: int = 2, resamples: int = 2000, seed: int = 0, deadline: float | None = None) -> Comparison:
     """Latency percentiles from per-request samples; throughput and energy from per-run figures (so they need
-    min_runs runs on each side to say anything). deadline: time.monotonic() past which OverBudget is raised."""
+    min_runs runs on each side to say anything, or the workload's run-to-run spread). Sides that share a run get no
+    verdict: a run compared with itself says nothing. deadline: time.monotonic() past which OverBudget is raised."""
     rng = np.random.default_rng(seed)
+    ones = [label for label, side in (("A", a), ("B", b)) if len(side.run_ids) == 1]
+    single = "each side" if len(ones) == 2 else f"side {ones[0]}" if ones else None
+    compared = {*a.run_ids, *b.run_ids}
+    history = [figures for side in (a, b) for run_id, figures in side.history.items() if run_id not in compared]
+    if a.history:  # the baseline's runs alone, where it has them
+        history = [figures for run_id, figures in a.history.items() if run_id not in compared] or history
+    measured = spread(history)
     metrics = []
     for name in LATENCIES:
         for p in COMPARED:
             # A percentile needs observations beyond it: at least 10 in its tail (p99: 1,000 samples), else its
             # bootstrap interval is an artefact of the few largest values.
             needed = max(min_samples, round(10 / (1 - p / 100)))
+            metric = f"{name}.p{p}"
             metrics.append(metric_change(
-                f"{name}.p{p}", a.samples.get(name, []), b.samples.get(name, []),
-                lambda x, p=p: np.percentile(x, p), threshold, confidence, needed,
-                higher_is_worse=True, rng=rng, resamples=resamples, deadline=deadline))
+                metric, a.samples.get(name, []), b.samples.get(name, []),
+                lambda x, p=p: np.percentile(x, p), threshold, confidence, needed, higher_is_worse=True, rng=rng,
+                resamples=resamples, single=single, spread=measured.get(metric), spread_runs=len(history),
+                deadline=deadline))
     # Run-level figures: the runs are the samples.
     for name, worse in (("output_tokens_per_s", False), ("energy_per_token_j", True)):
-        metrics.append(metric_change(name, [getattr(a, name)], [getattr(b, name)], np.mean, threshold, confidence,
-                               min_runs, higher_is_worse=worse, rng=rng, resamples=resamples, deadline=deadline))
+        metrics.append(_run_level(name, getattr(a, name), getattr(b, name), threshold, confidence, min_runs, worse,
+                                  rng, resamples, measured.get(name), len(history), deadline))
+    warnings = []
+    if shared := [r for r in a.run_ids if r in set(b.run_ids)]:
+        warnings.append(f"A and B share {len(shared)} of their runs ({', '.join(shared[:3])}"
+                        f"{', …' if len(shared) > 3 else ''}): a run compared with itself says nothing, so no verdict "
+                        "is given; choose runs apart (a_label and b_label, or run ids)")
+        metrics = [m.model_copy(update=dict(verdict="n/a", ci_low=None, ci_high=None, spread=None,
+                                            reason="A and B share runs")) for m in metrics]
+    elif single is not None:
+        warnings.append(next((m.reason for m in metrics if m.reason and m.reason.startswith("one run")),
+                             f"one run on {single}"))
+    if invalid := [*a.invalid, *b.invalid]:
+        warnings.append(f"INVALID runs (their figures are not to be trusted): {', '.join(invalid)}")
     line_a, line_b = utilisation(a.roofline), utilisation(b.roofline)
     return Comparison(a=a.run_ids, b=b.run_ids, threshold=threshold, confidence=confidence, metrics=metrics,
-                      invalid=[*a.invalid, *b.invalid], roofline_a=line_a, roofline_b=line_b,
-                      moved_toward=moved_toward(line_a, line_b), clock_states=clock_difference(a.clocks, b.clocks))
+                      invalid=invalid, roofline_a=line_a, roofline_b=line_b,
+                      moved_toward=moved_toward(line_a, line_b), context_a=a.context, context_b=b.context,
+                      stack_difference=differences(a.context, b.context), warnings=warnings,
+                      clock_states=clock_difference(a.clocks, b.clocks))
 
 
-def _side(labels: Sequence[str], runs: Iterable[tuple[list[RequestRecord], dict, float | None, bool | None]]) -> Side:
-    """Each run's first-stage records (load levels are not mixed) and summary, energy per token and verdict: the
-    measured, successful requests give the samples, ITL exactly as the records define it (each arrival keeps
-    how many tokens it carried)."""
+# Each run: its first stage's records, output tok/s, roofline and clock events; its energy per token, verdict, facts.
+Run = tuple[list[RequestRecord], float | None, float | None, bool | None, dict | None, RunFacts, list[dict]]
+
+
+def _side(labels: Sequence[str], runs: Iterable[Run]) -> Side:
+    """Each run's first-stage records (load levels are not mixed), output tok/s, energy per token, verdict,
+    roofline and facts: the measured, successful requests give the samples, ITL exactly as the records define it
+    (each arrival keeps how many tokens it carried)."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
-    throughput, energy, invalid, lines, clocks = [], [], [], [], []
-    for label, (records, first, joules, valid) in zip(labels, runs):
-        tokens_per_s, line = first.get("output_tokens_per_s"), first.get("roofline")
-        clocks.append(first.get("clocks") or [])
+    throughput, energy, invalid, lines, facts, clocks = [], [], [], [], [], []
+    for label, (records, tokens_per_s, joules, valid, line, fact, clock) in zip(labels, runs):
         good = [r for r in records if not r.warmup and r.ok]
         samples["ttft_s"].append([r.ttft_s for r in good])
         samples["e2e_s"].append([r.e2e_s for r in good])
@@ -195,23 +275,48 @@ def _side(labels: Sequence[str], runs: Iterable[tuple[list[RequestRecord], dict,
             invalid.append(label)
         if line:
             lines.append(line)
+        facts.append(fact)
+        clocks.append(clock)
     return Side(run_ids=list(labels), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
-                invalid=invalid, roofline=lines, clocks=clocks)
+                invalid=invalid, roofline=lines, context=side_context(facts), clocks=clocks)
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 def side_from_store(store, run_ids: Sequence[str], deadline: float | None = None) -> Side:
-    """Runs a daemon stored (OverBudget once deadline, a time.monotonic(), has passed)."""
+    """Runs a daemon stored; a side of one run gets the figures of the newest succeeded, valid runs of its workload,
+    model, engine and label (history), whose run-to-run spread compare() takes. OverBudget once deadline, a
+    time.monotonic(), has passed."""
+    rows = []
 
     def runs():
         for run_id in run_ids:
-            _in_time(deadline)
+            in_time(deadline)
             row = store.get_run(run_id)
             if row is None:
                 raise KeyError(run_id)
+            rows.append(row)
             first = row["summary"][0] if row["summary"] else {}
-            yield store.records(run_id, stage_index=0), first, row.get("energy_per_token_j"), row.get("valid")
+            facts = RunFacts(row["workload"], row.get("label"), _iso(row.get("started_at") or row.get("created_at")),
+                             _iso(row.get("finished_at")), row.get("spec") or {}, row.get("run_metadata") or {},
+                             f"runs/{run_id}/report")
+            yield (store.records(run_id, stage_index=0), first.get("output_tokens_per_s"),
+                   row.get("energy_per_token_j"), row.get("valid"), first.get("roofline"), facts,
+                   first.get("clocks") or [])
 
-    return _side(run_ids, runs())
+    side = _side(run_ids, runs())
+    if len(rows) == 1:
+        in_time(deadline)
+        (row,) = rows
+        page = store.list_runs(status="succeeded", workload=row["workload"], model=row["model"], limit=SPREAD_RUNS)
+        history = {r["id"]: stage_figures(r["summary"][0], r.get("energy_per_token_j"), LATENCIES, COMPARED)
+                   for r in page.items if r["summary"] and r.get("valid") is not False
+                   and r["engine"] == row["engine"] and r.get("label") == row.get("label")
+                   and (r.get("spec") or {}).get("kind", "generate") == "generate"}
+        side = side.model_copy(update={"history": history})
+    return side
 
 
 class NotAResult(ValueError):
@@ -229,7 +334,7 @@ def side_from_directories(paths: Sequence[Path]) -> Side:
     return _side([str(p) for p in paths], runs())
 
 
-def _read_directory(path: Path) -> tuple[list[RequestRecord], dict, float | None, bool | None]:
+def _read_directory(path: Path) -> Run:
     if not path.is_dir():
         raise NotAResult(f"{path}: no such directory; give a directory written by `benchd run --out`")
     if not (path / "summary.json").is_file():
@@ -253,4 +358,9 @@ def _read_directory(path: Path) -> tuple[list[RequestRecord], dict, float | None
     stages = summary.get("stages") or []
     joules = (summary.get("hardware") or {}).get("energy_per_output_token_joules")
     first = stages[0] if stages else {}
-    return records, first, joules, summary.get("valid")
+    metadata = summary.get("metadata") or {}
+    facts = RunFacts(summary["spec"].get("name", "default"), metadata.get("label") or summary["spec"].get("label"),
+                     metadata.get("started_at"), metadata.get("finished_at"), summary["spec"], metadata,
+                     str((path / "report.html").resolve()))
+    return (records, first.get("output_tokens_per_s"), joules, summary.get("valid"), first.get("roofline"), facts,
+            first.get("clocks") or [])

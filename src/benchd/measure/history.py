@@ -147,7 +147,9 @@ class SegmentView(BaseModel):
     ci_high: float
 
 
-class StackChange(BaseModel):
+class StackShift(BaseModel):
+    """A stack entry whose value moved at a change point: what most runs of each segment had."""
+
     field: str  # transformers_version, environment, engine_settings.continuous_batching.max_batch_tokens, …
     before: str | None  # the value most runs of the segment before had
     after: str | None
@@ -192,7 +194,7 @@ class ChangePoint(BaseModel):
     confidence: float
     before: SegmentView
     after: SegmentView
-    stack: list[StackChange] = []  # what differs between the two segments' runs
+    stack: list[StackShift] = []  # what differs between the two segments' runs
     active: bool = True  # the latest analysis still finds it (else withdrawn: more runs made it noise)
     detected_at: datetime
     withdrawn_at: datetime | None = None
@@ -282,7 +284,7 @@ def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
     return [(prefix, str(value))]
 
 
-def stack_difference(before: list[dict[str, str]], after: list[dict[str, str]]) -> list[StackChange]:
+def stack_difference(before: list[dict[str, str]], after: list[dict[str, str]]) -> list[StackShift]:
     """Each field whose most common value differs between the two sides (a field only one side has, too)."""
     out = []
     keys = list(STACK_FIELDS) + sorted({k for s in (*before, *after) for k in s} - set(STACK_FIELDS))
@@ -293,7 +295,7 @@ def stack_difference(before: list[dict[str, str]], after: list[dict[str, str]]) 
             continue
         (value_a, count_a), (value_b, count_b) = a.most_common(1)[0], b.most_common(1)[0]
         if value_a != value_b:
-            out.append(StackChange(field=key, before=value_a, after=value_b,
+            out.append(StackShift(field=key, before=value_a, after=value_b,
                                    mixed=count_a < len(before) or count_b < len(after)))
     return out
 

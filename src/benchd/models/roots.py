@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from benchd.models.presets import PRESETS
-from benchd.spec import GenerateSpec, OpenAISpec, RunSpec, SpecError, Trace, TrainStepSpec
+from benchd.models.sources import closest, loads_model
+from benchd.spec import GenerateSpec, OpenAISpec, RunSpec, SpecError, Trace
 
 OUTSIDE = "not under BENCHD_MODEL_ROOTS"
 
@@ -32,7 +33,7 @@ def model_problem(ref: str, roots: list[Path]) -> str | None:
     that nothing outside the roots is ever looked at."""
     allowed = "neither a preset nor a directory under BENCHD_MODEL_ROOTS"
     if not roots or not os.path.isabs(ref):
-        return f"{ref!r} is {allowed}" + ("" if roots else " (no roots are configured)")
+        return f"{ref!r} is {allowed}" + ("" if roots else " (no roots are configured)") + closest(ref, PRESETS)
     path = Path(os.path.normpath(ref))
     if not any(path.is_relative_to(root) for root in roots):
         return f"{ref!r} is {allowed}"
@@ -49,8 +50,7 @@ def confined(spec: RunSpec, daemon_model: str, roots: list[Path]) -> dict[str, A
     checked against them (api/admission.py), by its dotted name; None when it names no such path. The daemon's own
     model is the operator's choice."""
     paths: dict[str, str] = {}
-    loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
-    if loads_model and spec.model not in PRESETS and spec.model != daemon_model:
+    if loads_model(spec) and spec.model not in PRESETS and spec.model != daemon_model:
         paths["model"] = spec.model
     if isinstance(spec, GenerateSpec) and isinstance(spec.workload.arrivals, Trace):
         paths["workload.arrivals.path"] = spec.workload.arrivals.path

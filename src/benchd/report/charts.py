@@ -116,10 +116,11 @@ def empty(name: str, title: str, note: str) -> str:
             f'<p class="note">{_esc(note)}</p></figure>')
 
 
-def _frame(x: Scale, y: Scale, fx: Format, fy: Format, x_label: str, body: str, height: int = HEIGHT,
+def frame(x: Scale, y: Scale, fx: Format, fy: Format, x_label: str, body: str, height: int = HEIGHT,
            y_ticks: Sequence[float] | None = None, width: int = WIDTH) -> str:
     """The svg: horizontal grid and y labels, x ticks and labels, the body, the x axis's name."""
-    parts = [f'<svg class="plot" viewBox="0 0 {width} {height}" role="img">']
+    kind = "plot wide" if width > WIDTH else "plot"
+    parts = [f'<svg class="{kind}" viewBox="0 0 {width} {height}" role="img">']
     for v in (y.ticks() if y_ticks is None else y_ticks):
         py = float(y(v))
         parts.append(f'<line class="gridline" x1="{LEFT}" x2="{width - RIGHT}" y1="{py:.1f}" y2="{py:.1f}"/>'
@@ -135,7 +136,7 @@ def _frame(x: Scale, y: Scale, fx: Format, fy: Format, x_label: str, body: str, 
     return "".join(parts)
 
 
-def _path(xs: np.ndarray, ys: np.ndarray) -> str:
+def polyline(xs: np.ndarray, ys: np.ndarray) -> str:
     """A polyline through the points; a NaN breaks it."""
     out, pen = [], "M"
     for px, py in zip(xs.tolist(), ys.tolist()):
@@ -189,13 +190,13 @@ def cdf(name: str, title: str, series: Sequence[tuple[str, np.ndarray]], unit: F
             xs, ys = np.repeat(v, 2), np.concatenate([[0], np.repeat(np.arange(1, n) / n, 2), [1]])
         p50, p99 = (unit(float(q)) for q in np.percentile(v, (50, 99)))
         xs = np.maximum(xs, x.lo) if log else xs
-        body.append(f'<path class="mark line" stroke="{color}" d="{_path(x(xs), y(ys))}">'
+        body.append(f'<path class="mark line" stroke="{color}" d="{polyline(x(xs), y(ys))}">'
                     f'<title>{_esc(label)}: p50 {p50}, p99 {p99}, n={n:,}</title></path>')
         legend.append((f"{label} (n={n:,})", color))
     notes = ["log axis" + (f" ({below:,} values below {unit(floor)} drawn at its left end)" if log and below else "")
              if log else "", f"lines drawn through {CDF_POINTS} quantiles" if thinned else ""]
     note = "; ".join(n for n in notes if n)
-    svg = _frame(x, y, unit, percent, x_label, "".join(body), y_ticks=(0, 0.25, 0.5, 0.75, 1.0))
+    svg = frame(x, y, unit, percent, x_label, "".join(body), y_ticks=(0, 0.25, 0.5, 0.75, 1.0))
     return figure(name, title, svg, legend, note or None)
 
 
@@ -261,7 +262,7 @@ def lines(name: str, title: str, series: Sequence[Line], fy: Format, bands: Sequ
         t, v, cut = decimate(t, v)
         thinned |= cut
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        body.append(f'<path class="mark line" stroke="{color}"{dash} d="{_path(x(t), y(v))}"/>')
+        body.append(f'<path class="mark line" stroke="{color}"{dash} d="{polyline(x(t), y(v))}"/>')
         if markers or np.isfinite(v).sum() < 3:  # a line through one or two points hardly shows
             body.extend(f'<circle class="mark" cx="{px:.1f}" cy="{py:.1f}" r="2.2" fill="{color}"/>'
                         for px, py in zip(x(t).tolist(), y(v).tolist()) if not math.isnan(py))
@@ -269,7 +270,19 @@ def lines(name: str, title: str, series: Sequence[Line], fy: Format, bands: Sequ
     if thinned:
         thinned_note = f"long series drawn with the low and high of each of {LINE_POINTS // 2} buckets"
         note = f"{note}; {thinned_note}" if note else thinned_note
-    return figure(name, title, _frame(x, y, fx, fy, x_label, "".join(body)), legend, note)
+    return figure(name, title, frame(x, y, fx, fy, x_label, "".join(body)), legend, note)
+
+
+CHAR_PX = 6.2  # the width of an 11 px label's character, about (DejaVu Sans, the pages' fallback font)
+
+
+def fitted(label: str, room: float) -> str:
+    """A stage's label as it fits its band: whole, else its value alone (concurrent=16 → 16, poisson@20/s → 20/s),
+    else nothing (its band's tooltip still names it)."""
+    for text in (label, label.split(" · ")[0].rsplit("=", 1)[-1].rsplit("@", 1)[-1]):
+        if len(text) * CHAR_PX <= room:
+            return text
+    return ""
 
 
 def _bands(x: Scale, bands: Sequence[Band], height: int) -> str:
@@ -280,8 +293,8 @@ def _bands(x: Scale, bands: Sequence[Band], height: int) -> str:
         shade = "band" if i % 2 == 0 else "band alt"
         out.append(f'<rect class="{shade}" x="{x0:.1f}" y="{TOP}" width="{max(x1 - x0, 0.5):.1f}" '
                    f'height="{height - BOTTOM - TOP}"><title>{_esc(label)}</title></rect>')
-        if len(bands) > 1:
-            out.append(f'<text class="band-label" x="{x0 + 3:.1f}" y="{TOP + 10}">{_esc(label)}</text>')
+        if len(bands) > 1 and (shown := fitted(label, x1 - x0 - 6)):
+            out.append(f'<text class="band-label" x="{x0 + 3:.1f}" y="{TOP + 10}">{_esc(shown)}</text>')
     return "".join(out)
 
 
@@ -341,39 +354,9 @@ def timeline(name: str, title: str, spans: Sequence[Span], bands: Sequence[Band]
             body.append(f'<path class="mark bar" stroke="{color}" stroke-width="{stroke:.2f}" '
                         f'd="{"".join(paths[key])}"><title>{_esc(key)}</title></path>')
             legend.append((key, color))
-    svg = _frame(x, y, clock, lambda v: f"{int(v):,}", "seconds from the run's start", "".join(body), height,
+    svg = frame(x, y, clock, lambda v: f"{int(v):,}", "seconds from the run's start", "".join(body), height,
                  [t for t in y.ticks() if t == int(t)], width)
     if stride > 1:
         drawn = f"{len(spans):,} of {total:,} requests drawn (one in {stride})"
         note = f"{note}; {drawn}" if note else drawn
     return figure(name, title, svg, legend, note)
-
-
-# ---- the roofline -------------------------------------------------------------------------------
-
-
-def roofline(name: str, title: str, points: Sequence[tuple[str, float, float]], peak_bytes_per_s: float,
-             peak_flops_per_s: float) -> str:
-    """Each stage a point, (arithmetic intensity, achieved FLOP/s), under the device's two ceilings, log-log: the
-    bandwidth's slope (FLOP/s = intensity × B/s) up to the ridge, then the matmul rate (benchd.measure.roofline)."""
-    points = [(label, i, f) for label, i, f in points if i > 0 and f > 0]
-    if not points or peak_bytes_per_s <= 0 or peak_flops_per_s <= 0:
-        return empty(name, title, "no stage with steps its engine counted, or the device's limits unknown")
-    ridge = peak_flops_per_s / peak_bytes_per_s
-    x = Scale(min(ridge, *(i for _, i, _ in points)) / 4, max(ridge, *(i for _, i, _ in points)) * 4,
-              LEFT, WIDTH - RIGHT, log=True)
-    y = Scale(min(f for *_, f in points) / 4, peak_flops_per_s * 2, HEIGHT - BOTTOM, TOP, log=True)
-    xs = np.array([x.lo, ridge, x.hi])
-    ceiling = np.minimum(xs * peak_bytes_per_s, peak_flops_per_s)
-    body = [f'<path class="mark line" stroke="{PALETTE[6]}" d="{_path(x(xs), y(np.maximum(ceiling, y.lo)))}">'
-            f'<title>ceilings: {peak_bytes_per_s / 1e9:,.1f} GB/s, {peak_flops_per_s / 1e12:.3g} TFLOP/s; ridge at '
-            f'{ridge:.3g} FLOP/byte</title></path>']
-    legend = [("ceilings (measured)", PALETTE[6])]
-    for index, (label, intensity, flops) in enumerate(points):
-        color = PALETTE[index % (len(PALETTE) - 1)]
-        body.append(f'<circle class="mark" cx="{float(x(intensity)):.1f}" cy="{float(y(flops)):.1f}" r="4" '
-                    f'fill="{color}"><title>{_esc(label)}: {intensity:.3g} FLOP/byte, {flops / 1e12:.3g} TFLOP/s'
-                    '</title></circle>')
-        legend.append((label, color))
-    svg = _frame(x, y, lambda v: f"{v:g}", unit("FLOP/s"), "arithmetic intensity, FLOP/byte", "".join(body))
-    return figure(name, title, svg, legend, "log axes; each stage's steps as the model's shape costs them")

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from benchd.measure.history import FIGURES, ChangePoint, FigureSeries, HistoryView, SeriesView
 from benchd.report import charts
 from benchd.report.charts import Line
-from benchd.report.pages import _charts, _esc, _section, _shell, _table
+from benchd.report.html import charts as grid
+from benchd.report.html import esc, section, shell, table
 
 MEAN_COLOR = "#222222"
 
@@ -69,36 +70,36 @@ def _chart(series: SeriesView, f: FigureSeries) -> str:
 
 def _series(series: SeriesView) -> str:
     changes = sorted((c for f in series.figures for c in f.change_points), key=lambda c: (c.at, c.figure))
-    parts = [_charts(*(_chart(series, f) for f in series.figures))]
+    parts = [grid(*(_chart(series, f) for f in series.figures))]
     if changes:
-        parts.append(_table(CHANGE_HEAD, [change_cells(c) for c in changes], text_columns=len(CHANGE_HEAD)))
+        parts.append(table(CHANGE_HEAD, [change_cells(c) for c in changes], text_columns=len(CHANGE_HEAD)))
     if series.excluded:
-        parts.append('<p class="note">left out of the series: ' + _esc("; ".join(
+        parts.append('<p class="note">left out of the series: ' + esc("; ".join(
             f"{e.run_id} ({e.at:%Y-%m-%d %H:%M}): {e.reason}" for e in series.excluded)) + "</p>")
     about = (f"{series.runs} runs under the {series.clock} clock state; {len(changes)} change points"
              f"{f', {len(series.excluded)} runs left out' if series.excluded else ''}")
     anchor = "s" + re.sub(r"\W", "_", f"{series.device}_{series.node}")
-    return _section(f"{series.device} on {series.node}", *parts, anchor=anchor, about=about)
+    return section(f"{series.device} on {series.node}", *parts, anchor=anchor, about=about)
 
 
 def history_page(history: HistoryView) -> str:
     """GET /history/{workload}?format=html."""
-    meta = _esc(f"the newest {history.limit:,} runs at most, first stage; geometric means of each segment, change "
+    meta = esc(f"the newest {history.limit:,} runs at most, first stage; geometric means of each segment, change "
                 "points by ruptures' PELT and Student's t-test (docs/guides/history.md)")
-    meta += '<nav><a href="/changes?format=html&workload=' + _esc(history.workload) + '">its change points</a></nav>'
-    sections = [_series(s) for s in history.series] or [_section("No runs", '<p class="note">no series</p>')]
-    return _shell(f"benchd · history of {history.workload}", f"benchd · history of {_esc(history.workload)}", meta,
+    meta += '<nav><a href="/changes?format=html&workload=' + esc(history.workload) + '">its change points</a></nav>'
+    sections = [_series(s) for s in history.series] or [section("No runs", '<p class="note">no series</p>')]
+    return shell(f"benchd · history of {history.workload}", f"benchd · history of {esc(history.workload)}", meta,
                   sections)
 
 
 def changes_page(changes: Sequence[ChangePoint], total: int, workload: str | None = None) -> str:
     """GET /changes?format=html: newest first, each with the stack between its segments and its confirmation."""
     rows = [[c.workload, f"{c.device} on {c.node}", *change_cells(c)] for c in changes]
-    table = _table(["workload", "series", *CHANGE_HEAD], rows, text_columns=len(CHANGE_HEAD) + 2) if rows else \
+    listed = table(["workload", "series", *CHANGE_HEAD], rows, text_columns=len(CHANGE_HEAD) + 2) if rows else \
         '<p class="note">no change point</p>'
-    links = "".join(f'<a href="/history/{_esc(w)}?format=html">{_esc(w)}</a> '
+    links = "".join(f'<a href="/history/{esc(w)}?format=html">{esc(w)}</a> '
                     for w in sorted({c.workload for c in changes}))
     about = f"{len(changes)} of {total}, newest first" + (f", of {workload}" if workload else "")
-    return _shell("benchd · change points", "benchd · change points",
-                  _esc("each workload's series, analysed after every run") + (f" · histories: {links}" if links else ""),
-                  [_section("Change points", table, anchor="changes", about=about)])
+    return shell("benchd · change points", "benchd · change points",
+                 esc("each workload's series, analysed after every run") + (f" · histories: {links}" if links else ""),
+                 [section("Change points", listed, anchor="changes", about=about)])

@@ -1,25 +1,41 @@
-"""A matrix's HTML page: its variants side by side against the baseline, every metric's interval and verdict, the
-latency distributions per variant, and each run's throughput in execution order."""
+"""A matrix's variants against its baseline: the table the terminal and the page share (each figure with its change
+and verdict in one cell), throughput against latency across the variants, every metric's interval, the latency
+distributions per variant, and each run's throughput in execution order."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from benchd.measure.compare import LATENCIES
+from benchd.measure.compare import figure as naming
 from benchd.measure.matrix import MatrixComparison, VariantComparison
 from benchd.measure.records import RequestRecord
-from benchd.report import charts
+from benchd.report import charts, scatter
 from benchd.report.charts import Line
-from benchd.report.pages import _charts, _esc, _section, _shell, _table
+from benchd.report.html import charts as grid
+from benchd.report.html import esc, notes, section, shell, table, verdict_class, verdict_pill
+from benchd.report.tables import COMPARISON_HEAD, comparison_rows, size
 
 BYTES = ("weight_bytes", "peak_memory_bytes")
+# The terminal's marks for a verdict (its colour says it too): a cell reads "+7.3% ✗".
+MARKS = {"faster": "✓", "smaller": "✓", "slower": "✗", "larger": "✗", "no significant change": "≈",
+         "inconclusive": "?", "n/a": ""}
+# "same tokens": the share of its greedy tokens identical to the baseline's for the same prompts
+SUMMARY_HEAD = ("variant", "runs", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "peak memory", "same tokens")
+STACK_HEAD = ("variant", "attention", "quantized", "weights", "load", "MBU / MFU (of bound)")
 
 
-def gib(value: float | None) -> str:
-    return "–" if value is None else f"{value / 2**30:.3g} GiB" if value >= 2**26 else f"{value / 2**20:.3g} MiB"
+def spaced(label: str) -> str:
+    """A variant's label with room to wrap: quantization=int8, attn_implementation=eager."""
+    return label.replace(",", ", ")
+
+
+def breakable(text: str) -> str:
+    """HTML of a variant's name that may wrap after = and _ (quantization=int8_weight_only) besides its spaces."""
+    return esc(text).replace("=", "=<wbr>").replace("_", "_<wbr>")
 
 
 def verdict_word(metric: str, verdict: str) -> str:
@@ -29,47 +45,69 @@ def verdict_word(metric: str, verdict: str) -> str:
     return verdict
 
 
-def figure(metric: str, value: float | None) -> str:
-    if value is None:
+def value(metric: str, v: float | None) -> str:
+    """A figure in its unit, the unit in its column's name: 2,179.4 (tok/s), 12.3 ms, 1.2 GiB."""
+    if v is None:
         return "–"
-    if metric in BYTES:
-        return gib(value)
-    if metric.split(".")[0] in LATENCIES:
-        return charts.seconds(value)
-    return f"{value:,.1f}" if metric == "output_tokens_per_s" else f"{value:.4g}"
+    unit = naming(metric)[1]
+    if unit == "s":
+        return charts.seconds(v)
+    if unit == "B":
+        return size(v)
+    return f"{v:,.1f}" if unit == "tok/s" else f"{v:.4g}"
 
 
-def _change(v: VariantComparison, metric: str) -> str:
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A variant's figure, and its change against the baseline with the verdict (empty for the baseline)."""
+
+    value: str
+    change: str = ""
+    verdict: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.value} {self.change} {self.verdict}".strip()
+
+    def terminal(self) -> str:
+        return f"{self.value}\n{self.change} {MARKS.get(self.verdict, '')}".rstrip() if self.change else self.value
+
+    def html(self) -> str:
+        """Its change in a pill coloured by the verdict, with the verdict's mark (and the word on hover)."""
+        if not self.change:
+            return esc(self.value)
+        return (f'{esc(self.value)}<span class="chg"><span class="verdict {verdict_class(self.verdict)}" '
+                f'title="{esc(self.verdict)}">{esc(self.change)} {esc(MARKS.get(self.verdict, ""))}</span></span>')
+
+
+def _cell(v: VariantComparison, metric: str, figure: float | None) -> Cell:
     found = next((m for m in v.metrics if m.metric == metric), None)
     if found is None or found.relative_change is None:
-        return ""
-    interval = "" if found.ci_low is None else f" [{found.ci_low:+.1%}, {found.ci_high:+.1%}]"
-    return f" ({found.relative_change:+.1%}{interval} {verdict_word(metric, found.verdict)})"
+        return Cell(value(metric, figure))
+    return Cell(value(metric, figure), f"{found.relative_change:+.1%}", verdict_word(metric, found.verdict))
 
 
-def summary_rows(comparison: MatrixComparison) -> list[list[str]]:
-    """One row per variant: its figures, and their change against the baseline with the interval and verdict."""
-    rows = []
+def summary_rows(comparison: MatrixComparison) -> list[list[str | Cell]]:
+    """One row per variant under SUMMARY_HEAD: its figures, each with its change against the baseline and verdict."""
+    rows: list[list[str | Cell]] = []
     for v in comparison.variants:
         tokens = ("baseline" if v.baseline else "–" if v.tokens is None or v.tokens.ratio is None
-                  else f"{v.tokens.ratio:.1%} ({v.tokens.identical_requests}/{v.tokens.requests} requests)")
+                  else f"{v.tokens.ratio:.1%}")
         rows.append([
-            f"{v.index}{' (baseline)' if v.baseline else ''}", v.label + resolved(v),
-            f"{sum(s == 'succeeded' for s in v.statuses)}/{len(v.statuses)}", verdict(v),
-            figure("output_tokens_per_s", v.output_tokens_per_s) + _change(v, "output_tokens_per_s"),
-            figure("ttft_s", v.ttft_p50_s) + _change(v, "ttft_s.p50"),
-            figure("itl_s", v.itl_p50_s) + _change(v, "itl_s.p50"),
-            figure("tpot_s", v.tpot_p50_s) + _change(v, "tpot_s.p50"),
-            gib(v.weight_bytes) + _change(v, "weight_bytes"),
-            gib(v.peak_memory_bytes) + _change(v, "peak_memory_bytes"),
-            tokens,
-            str(v.stack.get("attn_implementation") or "–"),
-            f"{v.stack.get('quantized_layers') or 0} layers" if v.stack.get("quantization") not in (None, "none")
-            else "–",
-            "–" if v.model_load_s is None else f"{v.model_load_s:.2f}",
-            roofline_cell(v),
-        ])
+            f"{v.index}{' (baseline)' if v.baseline else ''}: {spaced(v.label)}{resolved(v)}",
+            f"{sum(s == 'succeeded' for s in v.statuses)}/{len(v.statuses)} {verdict(v)}",
+            _cell(v, "output_tokens_per_s", v.output_tokens_per_s), _cell(v, "ttft_s.p50", v.ttft_p50_s),
+            _cell(v, "itl_s.p50", v.itl_p50_s), _cell(v, "tpot_s.p50", v.tpot_p50_s),
+            _cell(v, "peak_memory_bytes", v.peak_memory_bytes), tokens])
     return rows
+
+
+def stack_rows(comparison: MatrixComparison) -> list[list[str]]:
+    """One row per variant under STACK_HEAD: what it ran with, its weights, load time and roofline figures."""
+    return [[f"{v.index}: {spaced(v.label)}", str(v.stack.get("attn_implementation") or "–"),
+             f"{v.stack.get('quantized_layers') or 0} layers" if v.stack.get("quantization") not in (None, "none")
+             else "–", "–" if v.weight_bytes is None else size(v.weight_bytes),
+             "–" if v.model_load_s is None else f"{v.model_load_s:.2f} s", roofline_cell(v)]
+            for v in comparison.variants]
 
 
 def resolved(v: VariantComparison) -> str:
@@ -101,8 +139,14 @@ def verdict(v: VariantComparison) -> str:
     return (f"INVALID ({len(v.invalid)}/{len(v.run_ids)} runs)" if v.invalid else "valid") + clocks
 
 
-SUMMARY_HEAD = ("variant", "values", "runs ok", "verdict", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "weights",
-                "peak memory", "greedy tokens = baseline", "attention", "quantized", "load s", "MBU / MFU (of bound)")
+def legend(comparison: MatrixComparison) -> str:
+    return (f"each figure's change against the baseline and its verdict: ✓ faster (smaller), ✗ slower (larger), "
+            f"≈ no significant change, ? inconclusive; the change's bootstrap interval at {comparison.confidence:.0%}"
+            f" must lie beyond ±{comparison.threshold:.0%} (intervals: --json, and the page's every metric)")
+
+
+def _rounded(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
@@ -112,60 +156,95 @@ def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
     variants = row["variants"]
     document = row.get("document") or {}
     status = row.get("status", "unknown")
-    title = f"{document.get('name', variants[0]['spec'].get('name', 'matrix'))} · {len(variants)} variants"
-    meta = (f'<span class="pill {_esc(status)}">{_esc(status)}</span> matrix {_esc(row.get("id") or "–")} · '
-            f'{document.get("repeats", 1)} rounds, every variant once a round · baseline: variant {row["baseline"]}')
+    workload = document.get("name", variants[0]["spec"].get("name", "matrix"))
+    title = f"{workload} · {len(variants)} variants"
+    label = document.get("label") or variants[0]["spec"].get("label")
+    facts = [f"label {label}" if label else None, document.get("model") or variants[0]["spec"].get("model"),
+             f"matrix {row.get('id') or '–'}", f"{document.get('repeats', 1)} rounds, every variant once a round",
+             f"baseline: variant {row['baseline']}"]
+    meta = (f'<span class="pill {esc(status)}">{esc(status)}</span> ' + " · ".join(esc(x) for x in facts if x))
     if row.get("error"):
-        meta += f'<br><span class="error">{_esc(row["error"])}</span>'
-    sections = []
-    if comparison is None:
-        sections.append(_section("Variants", '<p class="note">not compared yet: the comparison is made once every '
-                                             'run has ended</p>', _table(("variant", "values"), [
-                                                 [v["index"], v["label"]] for v in variants], 2), anchor="summary"))
-    else:
-        about = (f"changes against the baseline with their bootstrap intervals at {comparison.confidence:.0%}; a "
-                 f"verdict needs a change beyond ±{comparison.threshold:.0%}")
-        saturated = [f'<p class="note error">variant {_esc(v.index)} ({_esc(v.label)}): completions fell behind '
-                     f'the offers in {len(v.oversaturated)} of its {len(v.run_ids)} runs: its latencies measure a '
-                     'growing queue, and their change against the baseline says how long it grew</p>'
-                     for v in comparison.variants if v.oversaturated]
-        saturated += [f'<p class="note error">variant {_esc(v.index)} ({_esc(v.label)}): {_esc(v.clock_states)}</p>'
-                      for v in comparison.variants if v.clock_states]
-        sections.append(_section("Variants", _table(SUMMARY_HEAD, summary_rows(comparison), 2), *saturated,
-                                 anchor="summary", about=about))
-        sections.append(_section("Every metric", *[_metrics(v) for v in comparison.variants if not v.baseline],
-                                 anchor="metrics", about="each variant against the baseline"))
+        meta += f'<br><span class="error">{esc(row["error"])}</span>'
     good: dict[int, list[RequestRecord]] = {v["index"]: [] for v in variants}
     for run in row["runs"]:
         good[run["variant"]].extend(r for r in records.get(run["run_id"], ()) if not r.warmup and r.ok)
-    labels = {v["index"]: f"{v['index']}: {v['label']}" for v in variants}
-    latency = [charts.cdf("ttft", "Time to first token", [(labels[i], [r.ttft_s for r in rs]) for i, rs in good.items()]),
+    labels = {v["index"]: f"{v['index']}: {spaced(v['label'])}" for v in variants}
+    sections = []
+    if comparison is None:
+        sections.append(section("Variants", '<p class="note">not compared yet: the comparison is made once every '
+                                            'run has ended</p>', table(("variant", "values"), [
+                                                [v["index"], v["label"]] for v in variants], 2), anchor="summary"))
+    else:
+        saturated = [f"variant {v.index} ({v.label}): completions fell behind the offers in {len(v.oversaturated)} "
+                     f"of its {len(v.run_ids)} runs: its latencies measure a growing queue, and their change "
+                     "against the baseline says how long it grew" for v in comparison.variants if v.oversaturated]
+        saturated += [f"variant {v.index} ({v.label}): {v.clock_states}" for v in comparison.variants if v.clock_states]
+        cells = [[breakable(r[0]), *(esc(c) if isinstance(c, str) else c.html() for c in r[1:])]
+                 for r in summary_rows(comparison)]
+        sections.append(section("Variants", table(SUMMARY_HEAD, cells, 2, raw=True, kind="variants"),
+                                notes(saturated, "note error"), notes([legend(comparison)]), anchor="summary"))
+        sections.append(section("Throughput against latency", _tradeoff(comparison, good, document),
+                                anchor="tradeoff", about="a point a variant; the Pareto front ringed: no other "
+                                                         "variant has both more throughput and less latency"))
+    latency = [charts.cdf("ttft", "Time to first token",
+                          [(labels[i], [r.ttft_s for r in rs]) for i, rs in good.items()]),
                charts.cdf("itl", "Inter-token latency (per token)",
                           [(labels[i], np.asarray([g for r in rs for g in r.itl_s()])) for i, rs in good.items()])]
-    sections.append(_section("Latency", _charts(*latency), anchor="latency",
-                             about="cumulative distributions, each variant's runs pooled"))
-    sections.append(_section("Runs", _runs(row, records, labels), anchor="runs",
-                             about="each run's output throughput in the order the runs executed"))
-    stack = [[labels[v["index"]], json.dumps(v["values"]), _esc_stack(comparison, v["index"])] for v in variants]
-    spec = f"<details><summary>document</summary><pre>{_esc(json.dumps(document, indent=2))}</pre></details>"
-    sections.append(_section("Stack", _table(("variant", "values", "in effect"), stack, 3), spec, anchor="stack"))
-    return _shell(f"benchd · matrix · {title}", f"benchd · matrix · {_esc(title)}", meta, sections)
+    sections.append(section("Latency", grid(*latency), anchor="latency",
+                            about="cumulative distributions, each variant's runs pooled"))
+    if comparison is not None:
+        sections.append(section("Every metric", *[_metrics(v, comparison) for v in comparison.variants
+                                                  if not v.baseline], anchor="metrics",
+                                about="each variant against the baseline"))
+    sections.append(section("Runs", _runs(row, records, labels), anchor="runs",
+                            about="each run's output throughput in the order the runs executed"))
+    stack = [[v["index"], ", ".join(f"{k}={_rounded(x)}" for k, x in v["values"].items()),
+              _in_effect(comparison, v["index"])] for v in variants]
+    spec = f"<details><summary>document</summary><pre>{esc(json.dumps(document, indent=2))}</pre></details>"
+    parts = [table(("variant", "values", "in effect"), stack, 3)]
+    if comparison is not None:
+        parts.insert(0, table(STACK_HEAD, stack_rows(comparison), 1))
+    sections.append(section("Stack", *parts, spec, anchor="stack"))
+    return shell(f"benchd · matrix · {title}", f"benchd · matrix · {esc(title)}", meta, sections)
 
 
-def _esc_stack(comparison: MatrixComparison | None, index: int) -> str:
+def _tradeoff(comparison: MatrixComparison, good: dict[int, list[RequestRecord]], document: dict) -> str:
+    """Each variant's output throughput (the mean over its runs) against its TTFT p99 and ITL p50, its runs'
+    requests pooled; the workload's TTFT p99 objective where it sets one (a point above it missed it)."""
+    slo = (document.get("workload") or {}).get("slo") or {}
+    objective = slo.get("ttft_p99_s")
+    ttft, itl = [], []
+    for v in comparison.variants:
+        rs = good.get(v.index, [])
+        if v.output_tokens_per_s is None or not rs:
+            continue
+        name = f"{v.index}: {spaced(v.label)}"
+        p99 = float(np.percentile([r.ttft_s for r in rs], 99))
+        ttft.append(scatter.Point(str(v.index), v.output_tokens_per_s, p99, None if objective is None
+                                  else p99 <= objective, name))
+        gaps = [g for r in rs for g in r.itl_s()]
+        if gaps:
+            itl.append(scatter.Point(str(v.index), v.output_tokens_per_s, float(np.percentile(gaps, 50)), name=name))
+    return grid(scatter.tradeoff("tradeoff-ttft", "TTFT p99 against output throughput", ttft, "TTFT p99", objective,
+                                 "SLO: TTFT p99 ≤"),
+                scatter.tradeoff("tradeoff-itl", "ITL p50 against output throughput", itl, "ITL p50"))
+
+
+def _in_effect(comparison: MatrixComparison | None, index: int) -> str:
     if comparison is None:
         return ""
     stack = next((v.stack for v in comparison.variants if v.index == index), {})
-    return ", ".join(f"{k}: {v}" for k, v in stack.items() if v is not None)
+    return ", ".join(f"{k}: {_rounded(v)}" for k, v in stack.items() if v is not None)
 
 
-def _metrics(v: VariantComparison) -> str:
-    rows = [[m.metric, figure(m.metric, m.a), figure(m.metric, m.b),
-             "–" if m.relative_change is None else f"{m.relative_change:+.1%}",
-             "–" if m.ci_low is None else f"[{m.ci_low:+.1%}, {m.ci_high:+.1%}]",
-             verdict_word(m.metric, m.verdict)] for m in v.metrics]
-    return f"<p><b>{_esc(v.index)}: {_esc(v.label)}</b></p>" + _table(
-        ("metric", "baseline", "variant", "change", "interval", "verdict"), rows, 1)
+def _metrics(v: VariantComparison, comparison: MatrixComparison) -> str:
+    rows, reasons = comparison_rows(v, verdict_word)
+    cells = [[*(esc(c) for c in row[:-1]), verdict_pill(verdict_word(m.metric, m.verdict),
+                                                        row[-1][len(verdict_word(m.metric, m.verdict)):])]
+             for m, row in zip(v.metrics, rows)]
+    head = ("figure", "baseline", "variant", *COMPARISON_HEAD[3:])
+    return (f"<p><b>{esc(v.index)}: {esc(spaced(v.label))}</b></p>" + table(head, cells, 1, raw=True, kind="verdicts")
+            + notes(reasons))
 
 
 def _runs(row: dict, records: dict[str, Sequence[RequestRecord]], labels: dict[int, str]) -> str:
@@ -182,5 +261,5 @@ def _runs(row: dict, records: dict[str, Sequence[RequestRecord]], labels: dict[i
             series[run["variant"]][0].append(position + 1)
             series[run["variant"]][1].append(tokens / (end - start))
     lines = [Line(labels[i], t, v) for i, (t, v) in series.items() if t]
-    return _charts(charts.lines("runs", "Output tokens per second, run by run", lines, charts.number,
-                                x_label="run, in execution order", fx=lambda x: f"{x:g}", markers=True))
+    return grid(charts.lines("runs", "Output tokens per second, run by run", lines, charts.number,
+                             x_label="run, in execution order", fx=lambda x: f"{x:g}", markers=True))

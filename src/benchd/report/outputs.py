@@ -6,10 +6,13 @@ import csv
 import json
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 
-from benchd.measure.compare import LATENCIES, REQUESTS_FILE, Comparison
+from benchd.hardware.sampler import HardwareSummary
+from benchd.measure.compare import REQUESTS_FILE, Comparison
+from benchd.measure.context import device
 from benchd.measure.records import StageSummary
 from benchd.measure.result import RunResult
 from benchd.measure.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
@@ -17,14 +20,19 @@ from benchd.measure.timings import KernelResult, TrainStepSummary
 from benchd.protocol.metadata import RunMetadata
 from benchd.report.pages import run_page
 from benchd.report.tables import (  # noqa: F401
+    COMPARISON_HEAD,
     GPU_COLUMNS,
     KERNEL_COLUMNS,
     capacity_line,
+    comparison_rows,
+    context_rows,
     gpu_rows,
     hardware_line,
     stack_line,
     kernel_rows,
     parse_summaries,
+    roofline_rows,
+    same_stack,
     summary_rows,
     train_step_rows,
     train_step_subject,
@@ -99,102 +107,184 @@ def write_outputs(outcome: RunResult, out_dir: Path) -> list[Path]:
 
 
 def run_title(spec: RunSpec, metadata: RunMetadata | None) -> str:
-    title = f"benchd · {spec.name} · {spec.subject} · {spec.runner}"
-    return title + (f" · {metadata.device_name}" if metadata is not None else "")
+    title = f"benchd · {spec.name}" + (f" · {spec.label}" if spec.label else "") + f" · {spec.subject} · {spec.runner}"
+    return title + (f" · {device(metadata.model_dump())}" if metadata is not None else "")
 
 
-def summary_table(title: str, status: str, error: str | None, summaries: list[StageSummary]) -> Table:
-    """One column per stage (load level), one row per figure."""
-    caption = f"status: {status}" + (f" — {error}" if error else "")
-    table = Table(title=title, caption=caption)
-    table.add_column("")
-    for s in summaries:
-        table.add_column(s.stage, justify="right")
-    for name, cells in summary_rows(summaries):
-        table.add_row(name, *cells)
-    return table
+def _caption(status: str, error: str | None) -> str:
+    return f"status: {status}" + (f" — {error}" if error else "")
 
 
-def train_step_table(title: str, status: str, error: str | None, summaries: list[TrainStepSummary]) -> Table:
+def _by_width(first: int, cells: list[list[str]], width: int | None, most: int = 28) -> list[list[int]]:
+    """Columns (each a list of its cells) in groups that fit width beside a first column of the given width: a
+    column takes its widest cell (up to `most`; wider ones fold) and 3 for its padding and rule."""
+    if width is None or not cells:
+        return [list(range(len(cells)))]
+    groups: list[list[int]] = [[]]
+    used = first + 4
+    for index, column in enumerate(cells):
+        need = min(most, max(map(len, column))) + 3
+        if groups[-1] and used + need > width:
+            groups.append([])
+            used = first + 4
+        groups[-1].append(index)
+        used += need
+    return groups
+
+
+def _stage_tables(title: str, caption: str, stages: list[str], rows: list[tuple[str, list[str]]],
+                  width: int | None) -> list[Table]:
+    """One column per stage, one row per figure, in as many tables as the width needs (a sweep of many levels)."""
+    first = max((len(name) for name, _ in rows), default=0)
+    groups = _by_width(first, [[stage, *(cells[i] for _, cells in rows)] for i, stage in enumerate(stages)], width)
+    tables = []
+    for number, group in enumerate(groups):
+        part = f" ({number + 1}/{len(groups)})" if len(groups) > 1 else ""
+        table = Table(title=escape(title + part), caption=escape(caption) if number == len(groups) - 1 else None)
+        table.add_column("", no_wrap=True)
+        for i in group:
+            table.add_column(escape(stages[i]), justify="right", overflow="fold")
+        for name, cells in rows:
+            table.add_row(escape(name), *(escape(cells[i]) for i in group))
+        tables.append(table)
+    return tables
+
+
+def summary_tables(title: str, status: str, error: str | None, summaries: list[StageSummary],
+                   width: int | None = None) -> list[Table]:
+    """One column per stage (load level), one row per figure; split across tables to fit width."""
+    return _stage_tables(title, _caption(status, error), [s.stage for s in summaries], summary_rows(summaries),
+                         width)
+
+
+def train_step_tables(title: str, status: str, error: str | None, summaries: list[TrainStepSummary],
+                      width: int | None = None) -> list[Table]:
     """One column per warm-up level, one row per figure; times are mean ± std over the measured steps."""
-    table = Table(title=title, caption=f"status: {status}" + (f" — {error}" if error else ""))
-    table.add_column("")
-    for s in summaries:
-        table.add_column(s.stage, justify="right")
-    for name, cells in train_step_rows(summaries):
-        table.add_row(name, *cells)
     if summaries:
-        table.title = f"{title}\n{train_step_subject(summaries[0])}"
-    return table
+        title = f"{title}\n{train_step_subject(summaries[0])}"
+    return _stage_tables(title, _caption(status, error), [s.stage for s in summaries], train_step_rows(summaries),
+                         width)
 
 
 def kernel_table(title: str, status: str, error: str | None, results: list[KernelResult]) -> Table:
-    table = Table(title=title, caption=f"status: {status}" + (f" — {error}" if error else "")
-                  + "; TFLOP/s at the median time")
-    for column in KERNEL_COLUMNS:
-        table.add_column(column, justify="left" if column in ("kernel", "shape", "dtype", "implementation")
-                         else "right")
-    for row in kernel_rows(results):
-        table.add_row(*row)
+    """A row per implementation and shape; the kernel's column only where the rows name more than one (the title
+    names it), so that the table fits 120 columns."""
+    rows = kernel_rows(results)
+    keep = [i for i, column in enumerate(KERNEL_COLUMNS)
+            if column != "kernel" or len({row[0] for row in rows}) > 1]
+    table = Table(title=escape(title), caption=escape(_caption(status, error)) + "; TFLOP/s at the median time")
+    for i in keep:
+        column = KERNEL_COLUMNS[i]
+        text = column in ("kernel", "shape", "dtype", "implementation")
+        table.add_column(column, justify="left" if text else "right", overflow="fold", no_wrap=column == "shape")
+    for row in rows:
+        table.add_row(*(escape(row[i]) for i in keep))
     return table
 
 
-def timed_table(title: str, status: str, error: str | None, kind: str, summaries: list) -> Table:
+def timed_tables(title: str, status: str, error: str | None, kind: str, summaries: list,
+                 width: int | None = None) -> list[Table]:
     if kind == "kernel":
-        return kernel_table(title, status, error, summaries)
-    return train_step_table(title, status, error, summaries)
+        return [kernel_table(title, status, error, summaries)]
+    return train_step_tables(title, status, error, summaries, width)
 
 
 def print_summary(outcome: RunResult, console: Console | None = None) -> None:
-    console = console or Console()
-    title = run_title(outcome.spec, outcome.metadata)
-    if outcome.spec.kind != "generate":
-        table = timed_table(title, outcome.status, outcome.error, outcome.spec.kind, outcome.summaries())
-    else:
-        table = summary_table(title, outcome.status, outcome.error, outcome.summaries())
-    console.print(table)
-    for summary in outcome.summaries() if outcome.spec.kind == "generate" else []:
+    """The tables `benchd run` prints at a run's end."""
+    found = outcome.capacity()
+    print_run(console or Console(), run_title(outcome.spec, outcome.metadata), None, outcome.spec.kind,
+              outcome.status, outcome.error, outcome.summaries(),
+              capacity_line(found) if found is not None else None, outcome.parts, outcome.hardware,
+              (outcome.timeline or {}).get("server"),
+              stack_line(outcome.metadata.model_dump()) if outcome.metadata is not None else None)
+
+
+def print_stored(run: dict, console: Console) -> None:
+    """A run as a daemon stores it (GET /runs/{id}): the tables `benchd run` printed, under what it was."""
+    kind = (run.get("spec") or {}).get("kind", "generate")
+    metadata = run.get("metadata") or {}
+    title = f"benchd · {run['workload']} · {run['model']} · {run['engine']} · run {run['id']}"
+    about = " · ".join(str(x) for x in (
+        f"label {run['label']}" if run.get("label") else None, device(metadata), run.get("node"),
+        f"created {str(run['created_at'])[:19].replace('T', ' ')}",
+        f"finished {str(run['finished_at'])[:19].replace('T', ' ')}" if run.get("finished_at") else None,
+        {True: "valid", False: "INVALID"}.get(run.get("valid"))) if x)
+    capacity = run.get("capacity_requests_per_s")
+    hardware = HardwareSummary.model_validate(run["hardware"]) if run.get("hardware") else None
+    print_run(console, title, about, kind, run["status"], run.get("error"),
+              parse_summaries(kind, run.get("summary") or []),
+              None if capacity is None else f"capacity under SLO: {capacity:g} requests/s", run.get("parts"),
+              hardware, None, stack_line(metadata))
+
+
+def print_run(console: Console, title: str, about: str | None, kind: str, status: str, error: str | None,
+              summaries: list, capacity: str | None, parts: dict | None, hardware: HardwareSummary | None,
+              server: dict | None, stack: str | None = None) -> None:
+    if about:
+        console.print(escape(about), highlight=False)
+    if not summaries and status != "succeeded":
+        console.print(escape(f"{title}: {_caption(status, error)}"), highlight=False)
+        return
+    width = console.width
+    tables = (summary_tables(title, status, error, summaries, width) if kind == "generate"
+              else timed_tables(title, status, error, kind, summaries, width))
+    for table in tables:
+        console.print(table)
+    for summary in summaries if kind == "generate" else []:
         for why in summary.invalid:  # the verdict row names the checks; here each one's figures
-            console.print(f"{summary.stage}: invalid: {why.message}", highlight=False)
-    if (found := outcome.capacity()) is not None:
-        console.print(capacity_line(found), highlight=False)
-    if outcome.parts is not None:
+            console.print(escape(f"{summary.stage}: invalid: {why.message}"), highlight=False)
+    if capacity is not None:
+        console.print(escape(capacity), highlight=False)
+    if parts is not None:
         gpus = Table(title="every GPU: the first stage, each against the median of its siblings")
         for column in GPU_COLUMNS:
-            gpus.add_column(column, justify="left" if column in ("GPU", "status", "verdict") else "right")
-        for row in gpu_rows(outcome.parts):
-            gpus.add_row(*row)
+            gpus.add_column(column, justify="left" if column in ("GPU", "status", "verdict") else "right",
+                            overflow="fold")
+        for row in gpu_rows(parts):
+            gpus.add_row(*map(escape, row))
         console.print(gpus)
-    if outcome.metadata is not None and (line := stack_line(outcome.metadata)):
-        console.print(line, highlight=False)
-    if outcome.hardware is not None:
-        console.print(hardware_line(outcome.hardware), highlight=False)
-    server = (outcome.timeline or {}).get("server")
+    if stack:
+        console.print(escape(stack), highlight=False)
+    if hardware is not None:
+        console.print(escape(hardware_line(hardware)), highlight=False)
     if server is not None and server.get("warning"):
-        console.print(f"warning: {server['warning']}", highlight=False)
+        console.print(escape(f"warning: {server['warning']}"), highlight=False)
 
 
 # ---- comparisons -----------------------------------------------------------------------------------
 
+VERDICT_STYLES = {"slower": "bold red", "faster": "bold green", "inconclusive": "yellow", "n/a": "dim"}
 
-def comparison_table(result: Comparison) -> Table:
-    table = Table(title=f"A: {', '.join(result.a)}  →  B: {', '.join(result.b)}",
-                  caption=f"significant at {result.confidence:.0%}, beyond ±{result.threshold:.0%}"
-                  + (f"; INVALID runs: {', '.join(result.invalid)}" if result.invalid else "")
-                  + (f"; {result.clock_states}" if result.clock_states else ""))
-    for column in ("metric", "A", "B", "change", "interval", "verdict"):
-        table.add_column(column, justify="left" if column in ("metric", "verdict") else "right")
-    for m in result.metrics:
-        unit = 1e3 if m.metric.split(".")[0] in LATENCIES else 1.0  # latencies in ms; output_tokens_per_s is not one
-        fmt = (lambda v: "–" if v is None else f"{v * unit:.3f}")  # noqa: E731
-        interval = "–" if m.ci_low is None else f"[{m.ci_low:+.1%}, {m.ci_high:+.1%}]"
-        change = "–" if m.relative_change is None else f"{m.relative_change:+.1%}"
-        name = m.metric.replace("_s.", " ms ") if unit == 1e3 else m.metric
-        table.add_row(name, fmt(m.a), fmt(m.b), change, interval, m.verdict)
-    if result.roofline_a and result.roofline_b:  # how far from the hardware (measure/roofline.py)
-        for name in ("mbu", "mfu", "of_bound"):
-            a, b = result.roofline_a[name], result.roofline_b[name]
-            table.add_row(name if name != "of_bound" else "of roofline bound", f"{a:.1%}", f"{b:.1%}",
-                          f"{b - a:+.1%} pts", "–", "–" if name != "of_bound" else
-                          f"toward the {result.moved_toward} ceiling" if result.moved_toward else "no ceiling nearer")
-    return table
+
+def comparison_table(result: Comparison) -> Group:
+    """What was compared (each side's runs, workloads, labels, dates, and the stack entries that differ), then B
+    against A a figure a row, its verdict coloured and marked where a note below says why."""
+    from rich.text import Text
+
+    parts: list = [Text(f"warning: {w}", style="bold yellow") for w in result.warnings]
+    if result.clock_states:  # the GPU's state may be what changed (hardware/clocks.py)
+        parts.append(Text(f"warning: {result.clock_states}", style="bold yellow"))
+    if rows := context_rows(result):
+        context = Table(title="what was compared (≠: a stack entry that differs)", title_justify="left")
+        for column in ("", "A", "B"):
+            context.add_column(column, overflow="fold")
+        for row in rows:
+            context.add_row(*map(escape, row), style="bold" if row[0].startswith("≠") else None)
+        parts.append(context)
+        if shared := same_stack(result):
+            parts.append(Text(f"both: {shared}"))
+    ids = f"A: {', '.join(result.a)}  →  B: {', '.join(result.b)}"
+    table = Table(title=escape(ids), title_justify="left", caption_justify="left",
+                  caption=f"verdicts: the change's bootstrap interval at {result.confidence:.0%} beyond "
+                          f"±{result.threshold:.0%}")
+    for column in COMPARISON_HEAD:
+        table.add_column(column, justify="left" if column in ("figure", "verdict") else "right",
+                         overflow="fold", no_wrap=column in ("A", "B", "change"))
+    metrics, notes = comparison_rows(result)
+    for m, row in zip(result.metrics, metrics):
+        table.add_row(*map(escape, row[:-1]), Text(row[-1], style=VERDICT_STYLES.get(m.verdict, "")))
+    for row in roofline_rows(result):  # how far from the hardware (measure/roofline.py)
+        table.add_row(*map(escape, row))
+    parts.append(table)
+    parts += [Text(note) for note in notes]
+    return Group(*parts)

@@ -6,20 +6,26 @@ from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.capacity import CapacityResult
 from benchd.measure.records import LatencyStats, StageSummary
 from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
+from benchd.report.charts import seconds
+
+
+def rounded(value: float) -> str:
+    """Three significant figures, and whole numbers from 100 up with thousands marked: 0.412, 48.1, 2,191."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _ms(stats: LatencyStats, *keys: str) -> str:
     values = [getattr(stats, key) for key in keys]
-    return " / ".join("–" if v is None else f"{v * 1e3:.2f}" for v in values)
+    return " / ".join("–" if v is None else rounded(v * 1e3) for v in values)
 
 
 def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
     """One row per figure, one cell per stage (load level): what the terminal table and the report page show."""
     rows: list[tuple[str, list[str]]] = [
         ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}" for s in summaries]),
-        ("output tok/s", [f"{s.output_tokens_per_s:.1f}" for s in summaries]),
-        ("total tok/s", [f"{s.total_tokens_per_s:.1f}" for s in summaries]),
-        ("requests/s", [f"{s.requests_per_s:.2f}" for s in summaries]),
+        ("output tok/s", [rounded(s.output_tokens_per_s) for s in summaries]),
+        ("total tok/s", [rounded(s.total_tokens_per_s) for s in summaries]),
+        ("requests/s", [rounded(s.requests_per_s) for s in summaries]),
         ("TTFT ms p50 / p90 / p99", [_ms(s.ttft_s, "p50", "p90", "p99") for s in summaries]),
         ("ITL ms p50 / p90 / p99", [_ms(s.itl_s, "p50", "p90", "p99") for s in summaries]),
         ("TPOT ms p50 / p90 / p99", [_ms(s.tpot_s, "p50", "p90", "p99") for s in summaries]),
@@ -100,14 +106,14 @@ def capacity_line(found: CapacityResult) -> str:
 HOST_BOUND_UTILIZATION = 0.5
 
 
-def stack_line(metadata) -> str | None:
+def stack_line(metadata: dict) -> str | None:
     """What the engine ran on, in a line: the attention and where its kernel comes from, the quantization."""
     parts = []
-    if metadata.attn_implementation:
-        kernel = f" ({metadata.attention_kernel})" if metadata.attention_kernel else ""
-        parts.append(f"attention {metadata.attn_implementation}{kernel}")
-    if metadata.quantization and metadata.quantization != "none":
-        parts.append(f"quantization {metadata.quantization}")
+    if attention := metadata.get("attn_implementation"):
+        kernel = metadata.get("attention_kernel")
+        parts.append(f"attention {attention}" + (f" ({kernel})" if kernel else ""))
+    if (quantization := metadata.get("quantization")) not in (None, "none"):
+        parts.append(f"quantization {quantization}")
     return "stack: " + ", ".join(parts) if parts else None
 
 
@@ -217,3 +223,111 @@ def gpu_rows(parts: dict) -> list[list[str]]:
             "–" if ratio is None else f"{ratio:.3f}" + ("" if low is None else f" [{low:.3f}, {high:.3f}]"),
             ("slow: " + "; ".join(verdict["reasons"])) if verdict.get("outlier") else "ok" if verdict else "–"])
     return rows
+
+
+# ---- comparisons --------------------------------------------------------------------------------------------
+
+
+def size(value: float) -> str:
+    return f"{value / 2**30:.3g} GiB" if abs(value) >= 2**26 else f"{value / 2**20:.3g} MiB"
+
+
+def figure_value(unit: str, v: float | None) -> str:
+    """A compared figure's value in its unit (measure/compare.py's FIGURES), as the CLI and the pages show it."""
+    if v is None:
+        return "–"
+    if unit == "s":
+        return seconds(v)
+    if unit == "tok/s":
+        return f"{v:,.1f} tok/s"
+    if unit == "J":
+        return f"{v * 1e3:.3g} mJ" if abs(v) < 1 else f"{v:.3g} J"
+    if unit == "B":
+        return size(v)
+    return f"{v:.4g}"
+
+
+def change_cells(m) -> tuple[str, str]:
+    """A MetricChange's relative change and its interval."""
+    change = "–" if m.relative_change is None else f"{m.relative_change:+.1%}"
+    interval = "–" if m.ci_low is None else f"[{m.ci_low:+.1%}, {m.ci_high:+.1%}]"
+    return change, interval
+
+
+COMPARISON_HEAD = ("figure", "A", "B", "change", "interval", "verdict")
+
+
+def comparison_rows(result, verdict_word=lambda metric, verdict: verdict) -> tuple[list[list[str]], list[str]]:
+    """A row per figure under COMPARISON_HEAD, its verdict marked [n] where a note says why (too few samples, no
+    data, one run a side…), and the notes: one line per reason, the figures it concerns named once."""
+    reasons: dict[str, list[str]] = {}
+    for m in result.metrics:
+        if m.reason:
+            reasons.setdefault(m.reason, []).append(m.name)
+    numbers = {reason: i + 1 for i, reason in enumerate(reasons)}
+    rows = []
+    for m in result.metrics:
+        mark = f" [{numbers[m.reason]}]" if m.reason else ""
+        rows.append([m.name, figure_value(m.unit, m.a), figure_value(m.unit, m.b), *change_cells(m),
+                     verdict_word(m.metric, m.verdict) + mark])
+    every = len(result.metrics)
+    notes = [f"[{numbers[reason]}] {'every figure' if len(names) == every > 1 else _names(names)}: {reason}"
+             for reason, names in reasons.items()]
+    return rows, notes
+
+
+def _names(names: list[str]) -> str:
+    """TTFT p50, TTFT p90 and ITL p50 → TTFT p50, p90, ITL p50 (a latency named once a run of its percentiles)."""
+    out, last = [], None
+    for name in names:
+        head, _, tail = name.rpartition(" ")
+        out.append(tail if head and head == last and tail.startswith("p") else name)
+        last = head if tail.startswith("p") else None
+    return ", ".join(out)
+
+
+def roofline_rows(result) -> list[list[str]]:
+    """MBU, MFU and the fraction of the roofline bound of each side, under COMPARISON_HEAD."""
+    if not (result.roofline_a and result.roofline_b):
+        return []
+    rows = []
+    for key, name in (("mbu", "MBU"), ("mfu", "MFU"), ("of_bound", "of roofline bound")):
+        a, b = result.roofline_a[key], result.roofline_b[key]
+        toward = (f"toward the {result.moved_toward} ceiling" if result.moved_toward else "no ceiling nearer")
+        rows.append([name, f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts", "–",
+                     toward if key == "of_bound" else "–"])
+    return rows
+
+
+def when(first: str | None, last: str | None) -> str:
+    """2026-11-22 10:01 – 10:05 (the same day), or both dates; minutes, UTC as stored."""
+    def short(stamp: str) -> str:
+        return stamp.replace("T", " ")[:16]
+
+    if not first:
+        return "–"
+    a, b = short(first), short(last or first)
+    return a if a == b else f"{a} – {b[11:]}" if a[:10] == b[:10] else f"{a} – {b}"
+
+
+def context_rows(result) -> list[list[str]]:
+    """What each side is: its runs, workloads, labels, when it ran, and each stack entry whose values differ
+    (marked ≠); empty when the sides carry no context."""
+    a, b = result.context_a, result.context_b
+    if a is None or b is None:
+        return []
+    rows = [["runs", str(a.runs), str(b.runs)],
+            ["workload", ", ".join(a.workloads), ", ".join(b.workloads)],
+            ["label", ", ".join(x or "–" for x in a.labels), ", ".join(x or "–" for x in b.labels)],
+            ["when", when(a.first, a.last), when(b.first, b.last)]]
+    rows += [[f"≠ {c.what}", ", ".join(c.a) or "–", ", ".join(c.b) or "–"] for c in result.stack_difference]
+    return rows
+
+
+def same_stack(result) -> str:
+    """The stack entries both sides share, in one line."""
+    a = result.context_a
+    if a is None or result.context_b is None:
+        return ""
+    differ = {c.what for c in result.stack_difference}
+    return " · ".join(f"{what} {', '.join(values)}" for what, values in a.stack.items() if what not in differ)

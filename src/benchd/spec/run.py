@@ -3,6 +3,8 @@ document, validated at the edge."""
 
 from __future__ import annotations
 
+import difflib
+
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -294,12 +296,39 @@ class SpecError(ValueError):
 
 
 def format_validation_error(error: ValidationError) -> str:
+    """A line per problem, naming the field; an unknown field gets the spec's nearest field names beside it."""
     lines = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "spec"
         message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and item["loc"]:
+            nearest = difflib.get_close_matches(str(item["loc"][-1]), _fields(item["loc"][:-1]), n=3, cutoff=0.6)
+            message += f"; did you mean {' or '.join(map(repr, nearest))}?" if nearest else ""
         lines.append(f"{where}: {message}")
     return "\n".join(lines)
+
+
+def _fields(loc: tuple) -> list[str]:
+    """The field names a RunSpec has at loc (a union's tag in loc picks its member; a union the loc does not name
+    gives every member's), from its JSON schema."""
+    root = _RUN_SPEC.json_schema()
+    defs = root.get("$defs", {})
+
+    def members(node: dict) -> list[dict]:
+        if "$ref" in node:
+            return members(defs[node["$ref"].rsplit("/", 1)[-1]])
+        alternatives = node.get("oneOf") or node.get("anyOf") or node.get("allOf")
+        return [m for a in alternatives for m in members(a)] if alternatives else [node]
+
+    nodes = members(root)
+    for part in loc:
+        if isinstance(part, int):
+            nodes = [m for n in nodes for m in members(n.get("items", {}))]
+        elif any(part in n.get("properties", {}) for n in nodes):
+            nodes = [m for n in nodes for m in members(n.get("properties", {}).get(part, {}))]
+        else:  # a union's tag (arrivals.poisson, kernel.matmul): the member it names
+            nodes = [m for m in nodes if any(p.get("const") == part for p in m.get("properties", {}).values())]
+    return sorted({name for n in nodes for name in n.get("properties", {})})
 
 
 def validate_spec(data: Any) -> RunSpec:

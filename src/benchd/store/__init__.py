@@ -176,9 +176,8 @@ class Store:
     def delete_schedule(self, name: str) -> None:
         self.spool.submit({"op": "delete_schedule", "name": name})
 
-    def set_baseline(self, workload: str, run_id: str) -> None:
-        self.spool.submit({"op": "set_baseline", "row": {"workload": workload, "run_id": run_id,
-                                                         "set_at": _iso(now())}})
+    def set_baseline(self, workload: str, run_id: str | None) -> None:  # None: clear it
+        self._visible({"op": "set_baseline", "row": {"workload": workload, "run_id": run_id, "set_at": _iso(now())}})
 
     def create_matrix(self, matrix_id: str, workload: str, document: dict, variants: list[dict], run_rows: list[dict],
                       baseline: int) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import platform
 import threading
 from collections import OrderedDict
 from typing import Annotated, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import benchd
 from benchd.telemetry.series import HotCounter, HotFamily, HotGauge, HotHistogram
 
 # gpu: NVML's index of the GPU a run (or a part of a run on every GPU) ran on, as the hardware series' gpu; empty
@@ -144,19 +146,23 @@ class Metrics:
                                       "the new engine).", (*LABELS, "reason"))
 
     def _engine(self) -> None:
-        """The engine's load, read every 100 ms during a stage."""
+        """The engine's load, read every 100 ms during a stage; 0 from a run's end to the next (the engine holds no
+        request then: a value kept from the run would read as its state now; telemetry/run.py)."""
         self.running = self._family(HotGauge, "benchd_requests_running", "Requests the engine is working on.")
         self.waiting = self._family(HotGauge, "benchd_requests_waiting",
                               "Requests submitted but not yet admitted by the engine.")
         self.kv_usage = self._family(HotGauge, "benchd_kv_cache_usage_ratio",
-                               "Used / total blocks of the paged KV cache (0–1).")
-        self.kv_used = self._family(HotGauge, "benchd_kv_cache_used_blocks", "KV-cache blocks referenced by requests.")
-        self.kv_total = self._family(HotGauge, "benchd_kv_cache_capacity_blocks", "KV-cache blocks in all.")
+                               "Used / total blocks of the paged KV cache (0–1); 0 between runs.")
+        self.kv_used = self._family(HotGauge, "benchd_kv_cache_used_blocks",
+                                    "KV-cache blocks referenced by requests; 0 between runs.")
+        self.kv_total = self._family(HotGauge, "benchd_kv_cache_capacity_blocks",
+                                     "KV-cache blocks in all, as of the engine's latest run.")
 
     def _runs(self) -> None:
         """A run's progress, verdict and figures as it ends."""
         self.throughput = self._family(HotGauge, "benchd_run_output_tokens_per_second",
-                                 "The current run's output tokens per second over its measured window so far.")
+                                 "The current run's output tokens per second over its measured window so far (no "
+                                 "series while no run of the workload is in progress).")
         self.in_progress = self._family(HotGauge, "benchd_run_in_progress", "1 while a run of this workload is in progress.")
         self.energy_per_token = self._family(HotGauge, "benchd_run_energy_per_output_token_joules",
                                        "GPU energy over the latest run's measured window per output token.")
@@ -268,8 +274,10 @@ class Metrics:
                                          KERNEL_BUCKETS, ("workload", "kernel", "implementation", "shape", "dtype"))
 
     def _daemon(self) -> None:
-        """The daemon's own survival: errors it lived through, workers it replaced, ticks it skipped, spans it
-        dropped."""
+        """What the daemon is (its build), and its own survival: errors it lived through, workers it replaced, ticks it
+        skipped, spans it dropped."""
+        Info("benchd_build", "benchd's version and the Python it runs on (value 1).", registry=self.registry).info(
+            {"version": benchd.__version__, "python_version": platform.python_version()})
         self.internal_errors = Counter("benchd_internal_errors", "Errors a long-lived part of the daemon survived "
                                        "(a schedule tick, a hook, a store write, …), by component.", ("component",),
                                        registry=self.registry)

@@ -247,8 +247,11 @@ class RunTelemetry:
             self.otel.retire(self.otel_series)
         if self.metrics is not None:
             self.in_progress.set(0)
-            self.running.set(0)
-            self.waiting.set(0)
+            # Between runs the engine holds no request: its load reads 0, not the last run's last sample; the run's
+            # throughput so far has no run to describe, so its series goes (Prometheus marks it stale).
+            for gauge in (self.running, self.waiting, self.kv_usage, self.kv_used):
+                gauge.set(0)
+            self.metrics.throughput.remove(self.model, self._engine, self._workload, self.gpu)
             self.runs(status).inc()
             if status == "succeeded":
                 self.metrics.last_success.labels(self.model, self._engine, self._workload,

@@ -82,6 +82,11 @@ class HotFamily(Collector):
                 self.series.move_to_end(values)
         return series
 
+    def remove(self, *values: str) -> None:
+        """Remove one series (its label values in order), if it is there: a scrape no longer finds it."""
+        with self._lock:
+            self.series.pop(values, None)
+
     def forget(self, label: str, value: str) -> int:
         """Remove every series whose label has this value; how many went."""
         if label not in self.labelnames:
