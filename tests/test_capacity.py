@@ -7,10 +7,11 @@ from benchd.daemon.local import run_local as run
 from benchd.measure import capacity
 from benchd.measure.capacity import Search, conclude
 from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.verdicts import Invalidity
 from benchd.spec import SpecError, parse_spec
 from benchd.spec.profiles import Capacity, describe_profile
 from benchd.spec.slo import SLO
-from benchd.spec.validity import Invalidity, ValidityRules
+from benchd.spec.validity import ValidityRules
 from tests.openai_server import OpenAIServer
 
 

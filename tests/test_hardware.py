@@ -475,8 +475,7 @@ def judged(clocks, **rules):
 def test_each_clock_event_nvml_reports_gives_its_documented_verdict(bit, event):
     """Thermal and hardware slowdown (hw_slowdown, sw_thermal, hw_thermal, hw_power_brake) beyond the share make a
     stage INVALID: throttled, naming the reason; the power cap and the rest are shown, not judged."""
-    from benchd.hardware.clocks import stage_clocks
-    from benchd.spec.validity import SLOWDOWN_EVENTS
+    from benchd.hardware.clocks import SLOWDOWN_EVENTS, stage_clocks
 
     hardware = reader(FakeGPU(UUID0, throttle_mask=bit, sm_mhz=1485), FakeGPU(UUID1, throttle_mask=0))
     snapshots = [hardware.read() for _ in range(8)]

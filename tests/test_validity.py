@@ -1,4 +1,4 @@
-"""Verdicts (spec/validity.py through records.summarize) and the worker's stop rules: unit cases on hand-built records
+"""Verdicts (measure/verdicts.py through records.summarize) and the worker's stop rules: unit cases on hand-built records
 and samples, then real runs against the controlled server (errors, over-saturation) and the tiny model."""
 
 import bisect
@@ -8,17 +8,10 @@ import pytest
 
 from benchd.daemon.local import run_local as run
 from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.verdicts import Figures, judge, saturation, sent_rate_ratio
+from benchd.measure.watch import MIN_FINISHED_FOR_RATE, Backlog, Watch
 from benchd.spec import parse_spec
-from benchd.spec.validity import (
-    MIN_FINISHED_FOR_RATE,
-    Backlog,
-    Figures,
-    ValidityRules,
-    Watch,
-    judge,
-    saturation,
-    sent_rate_ratio,
-)
+from benchd.spec.validity import ValidityRules
 from tests.openai_server import OpenAIServer
 
 

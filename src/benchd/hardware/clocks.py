@@ -5,18 +5,39 @@ different clock states."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from benchd.hardware.readings import CLOCK_EVENT_OF, Snapshot
-from benchd.spec.validity import CLOCK_EVENT_NAMES, CLOCK_EVENTS, ClockShares
 
+# Clock events, by DCGM exporter's names for NVML's reasons (its clock_event label; hardware/readings.py maps NVML's
+# to them), in NVML's bit order. SLOWDOWN_EVENTS cut the clocks for the board's or the cooling's sake whatever the
+# work: they invalidate (spec/validity.py's max_slowdown_share). The rest are shown: idle, the application clocks and
+# display settings, sync boost, and the power cap, which a heavy workload reaches by itself (its figures are those of
+# this GPU at its cap).
+CLOCK_EVENTS = ("gpu_idle", "clocks_setting", "power_cap", "hw_slowdown", "sync_boost", "sw_thermal", "hw_thermal",
+                "hw_power_brake", "display_clocks")
+SLOWDOWN_EVENTS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+CLOCK_EVENT_NAMES = {"gpu_idle": "idle", "clocks_setting": "application clocks setting", "power_cap": "power cap",
+                     "hw_slowdown": "hardware slowdown", "sync_boost": "sync boost",
+                     "sw_thermal": "thermal slowdown (SW)", "hw_thermal": "thermal slowdown (HW)",
+                     "hw_power_brake": "power brake", "display_clocks": "display clocks setting"}
 # Two sides ran under different clock states when an event's share of their samples differs by this much (a fifth
 # of the time), or their mean SM clocks by CLOCK_RATIO_GAP of their maximum. Idle and the display clocks are left
 # out: they say how busy the GPU was, which is the workload's.
 CLOCK_SHARE_GAP = 0.2
 CLOCK_RATIO_GAP = 0.05
 COMPARED_EVENTS = tuple(e for e in CLOCK_EVENTS if e not in ("gpu_idle", "display_clocks"))
+
+
+@dataclass(slots=True, frozen=True)
+class ClockShares:
+    """One GPU over a stage: the share of its samples under each clock event (CLOCK_EVENTS)."""
+
+    gpu: str
+    samples: int
+    events: dict[str, float]
 
 
 class GPUClocks(BaseModel):

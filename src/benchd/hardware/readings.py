@@ -21,7 +21,7 @@ SLOWING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_the
                    "hw_power_brake_slowdown")
 # NVML's reasons (nvidia-smi's names, THROTTLE_REASONS') → DCGM exporter's clock_event label values
 # (DCGM_EXP_CLOCK_EVENTS_*, dcgm-exporter's internal/pkg/collector/clock_events_collector.go), the names benchd's
-# series, summaries and verdicts use (spec/validity.py, CLOCK_EVENTS).
+# series, summaries and verdicts use (hardware/clocks.py, CLOCK_EVENTS).
 CLOCK_EVENT_OF: dict[str, str] = {
     "gpu_idle": "gpu_idle",
     "applications_clocks_setting": "clocks_setting",

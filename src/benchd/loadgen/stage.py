@@ -18,11 +18,11 @@ from benchd.loadgen.contents import RequestContent
 from benchd.loadgen.recorder import Recorder
 from benchd.measure import capacity
 from benchd.measure.records import CUT, RequestRecord, StageSummary, summarize
+from benchd.measure.watch import Watch
 from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
 from benchd.spec import ArrivalProfile, GenerateSpec, Workload, describe_profile
 from benchd.spec.profiles import Capacity, is_open_loop
-from benchd.spec.validity import Watch
 from benchd.spec.workload import CANCEL_GRACE_S
 from benchd.stopping import Stopped, StopSignal
 

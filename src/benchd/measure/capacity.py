@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from benchd.measure.records import StageSummary
+from benchd.measure.verdicts import CLIENT_CHECKS
 from benchd.spec.profiles import Capacity, describe_profile
-from benchd.spec.validity import CLIENT_CHECKS
 
 Outcome = Literal["pass", "fail", "unusable"]
 

@@ -109,7 +109,7 @@ class Comparison(BaseModel):
     threshold: float
     confidence: float
     metrics: list[MetricChange]
-    invalid: list[str] = []  # runs on either side whose verdict is invalid (spec/validity.py): read the verdicts first
+    invalid: list[str] = []  # runs on either side whose verdict is invalid (measure/verdicts.py): read the verdicts first
     # How far from the hardware (measure/roofline.py): each side's mean MBU, MFU and fraction of the bound, and the
     # ceiling b moved toward from a (bandwidth, compute; None: neither utilisation rose, or either side lacks them).
     roofline_a: dict[str, float] | None = None

@@ -11,9 +11,10 @@ from pydantic import BaseModel
 
 from benchd.hardware.clocks import GPUClocks
 from benchd.measure import latency
+from benchd.measure.verdicts import Figures, Invalidity, judge, saturation, sent_rate_ratio
 from benchd.spec import slo as objectives
 from benchd.spec.slo import SLO
-from benchd.spec.validity import Figures, Invalidity, ValidityRules, judge, saturation, sent_rate_ratio
+from benchd.spec.validity import ValidityRules
 
 # The error of a request still in flight when its stage's drain ended (loadgen/stage.py): cancelled by benchd at the
 # stage's end, counted as cut, apart from the failed ones (docs/figures.md).
@@ -246,7 +247,7 @@ class StageSummary(BaseModel):
     # its sending, and requests answered per second from there to the last answer, the engine's pace.
     offered_requests_per_s: float | None = None
     completed_requests_per_s: float | None = None
-    # The verdict (spec/validity.py): valid, or invalid with each reason; None: stored before verdicts were kept.
+    # The verdict (measure/verdicts.py): valid, or invalid with each reason; None: stored before verdicts were kept.
     valid: bool | None = None
     invalid: list[Invalidity] = []
     stop_reason: str | None = None  # why a stopped stage stopped early
@@ -364,7 +365,7 @@ def summarize(
 
 
 def ttft_moved(good: list[RequestRecord], ttft: LatencyStats) -> tuple[tuple[str, float, float], ...]:
-    """What dispatch lag does to TTFT (spec/validity.py judges it): at p50, p90 and p99, TTFT from the scheduled time
+    """What dispatch lag does to TTFT (measure/verdicts.py judges it): at p50, p90 and p99, TTFT from the scheduled time
     (the figure) beside TTFT from the request's sending (the figure had the client sent it on time). Requests not
     sent (lag unknown) count as sent on time."""
     sent = LatencyStats.of([r.ttft_s - (r.dispatch_lag_s or 0.0) for r in good])
