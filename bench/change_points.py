@@ -117,7 +117,7 @@ def measure(args: argparse.Namespace) -> dict:
     """args.measure runs of one spec through the daemon's lifecycle with a warm engine (as a scheduled run on a
     daemon's worker), each headline figure's run-to-run noise: the standard deviation of ln(figure), and that of
     consecutive differences / √2 (free of slow drift), and the lag-1 autocorrelation."""
-    from benchd.daemon.local import LocalPool, run_local
+    from benchd.daemon.inprocess import LocalPool, run_local
     from benchd.models.loading import load_model
     from benchd.spec import parse_spec
 

@@ -25,7 +25,7 @@ from http_load import workload  # the same run as bench/http_load.py's, without 
 import benchd.engines.transformers as transformers_cb
 from benchd.models.loading import load_model
 from benchd.spec import RunSpec, validate_spec
-from benchd.daemon.local import run_local
+from benchd.daemon.inprocess import run_local
 
 
 class Collections:

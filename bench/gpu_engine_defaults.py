@@ -19,7 +19,7 @@ import time
 from common import REFERENCE, environment
 
 from benchd.models.loading import load_model
-from benchd.daemon.local import LocalPool, run_local
+from benchd.daemon.inprocess import LocalPool, run_local
 from benchd.spec import parse_spec
 
 CONFIGS: list[tuple[str, str, dict]] = [

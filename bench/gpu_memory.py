@@ -182,7 +182,7 @@ def child(model: str, workload: str, options: dict, repeats: int) -> dict:
     sys.path.insert(0, str(ROOT / "src"))
     from benchd.models.loading import load_model
     from benchd.spec import parse_spec
-    from benchd.daemon.local import LocalPool, run_local
+    from benchd.daemon.inprocess import LocalPool, run_local
 
     probe = Probe()
     probe.install()

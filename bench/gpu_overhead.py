@@ -47,7 +47,7 @@ from benchd.hardware.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import parse_spec
 from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider
-from benchd.daemon.local import LocalPool, run_local
+from benchd.daemon.inprocess import LocalPool, run_local
 from benchd.loadgen.contents import contents
 
 LATENCIES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms")

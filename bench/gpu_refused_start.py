@@ -12,7 +12,7 @@ import argparse
 import torch
 from common import REFERENCE, environment
 
-from benchd.daemon.local import LocalPool, run_local
+from benchd.daemon.inprocess import LocalPool, run_local
 from benchd.models.loading import load_model
 from benchd.spec import parse_spec
 

@@ -23,7 +23,7 @@ from common import environment
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
 
 from benchd.models.loading import load_model
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.spec import parse_spec
 
 SPEC = {

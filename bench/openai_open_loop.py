@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchd.daemon.local import run_local as run  # noqa: E402
+from benchd.daemon.inprocess import run_local as run  # noqa: E402
 from benchd.spec import parse_spec  # noqa: E402
 
 

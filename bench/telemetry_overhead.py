@@ -1,5 +1,5 @@
 """What benchd's instrumentation costs: one seeded workload with telemetry off and on, in one process, through the
-daemon's lifecycle (daemon/local.py: a worker's core in this process, its engine kept warm across runs).
+daemon's lifecycle (daemon/inprocess.py: a worker's core in this process, its engine kept warm across runs).
 
 On means everything: Prometheus histograms with exemplars, counters and gauges, a span per request, and the
 OpenTelemetry GenAI histograms exported every second, both over OTLP/HTTP to a local receiver in its own process, as
@@ -41,7 +41,7 @@ from benchd.spec import parse_spec  # noqa: E402
 from benchd.stopping import StopSignal  # noqa: E402
 from benchd.telemetry.run import Telemetry  # noqa: E402
 from benchd.telemetry.tracing import build_tracer_provider  # noqa: E402
-from benchd.daemon.local import LocalPool  # noqa: E402
+from benchd.daemon.inprocess import LocalPool  # noqa: E402
 
 
 def per_observation_us(n: int = 200_000) -> dict[str, float]:

@@ -3,7 +3,7 @@ search against a server of known capacity (the controlled server with N slots)."
 
 import pytest
 
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.measure import capacity
 from benchd.measure.capacity import Search, conclude
 from benchd.measure.records import RequestRecord, summarize

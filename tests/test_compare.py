@@ -13,7 +13,6 @@ from benchd.measure.compare import Side, compare
 from benchd.report.comparison import comparison_page
 from tests.helpers import NODE, ROOT, daemon, free_port, spec, submit, wait_for
 
-
 RUN_IDS = itertools.count()
 
 
@@ -260,8 +259,8 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
 def test_a_result_directory_gives_the_records_the_store_gives(tiny, tmp_path):
     """`benchd run --out` and a daemon's store keep a run's requests in one form (RequestRecord.to_row): a side read
     from the directory is the side read from the store, sample for sample."""
+    from benchd.daemon.inprocess import LocalPool
     from benchd.daemon.lifecycle import Lifecycle
-    from benchd.daemon.local import LocalPool
     from benchd.measure.compare import side_from_directories, side_from_store
     from benchd.report.outputs import write_outputs
     from benchd.stopping import StopSignal

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchd.daemon.local import run_local
+from benchd.daemon.inprocess import run_local
 from benchd.engines.batching import cb_config, gpu_plan
 from benchd.models.flops import Shape
 from benchd.models.memory import _preset_shape

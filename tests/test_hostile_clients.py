@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from benchd.api import admission
-from benchd.daemon.local import run_local
+from benchd.daemon.inprocess import run_local
 from benchd.spec import traces
 from benchd.store import StageRequests, Store, StoreUnavailable
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for

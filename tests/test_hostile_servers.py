@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from benchd.daemon.local import LocalPool
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import LocalPool
+from benchd.daemon.inprocess import run_local as run
 from benchd.engines.openai.http import BODY_MAX_BYTES, HEAD_MAX_BYTES, INTERIM_MAX
 from benchd.spec import parse_spec
 from benchd.stopping import StopSignal

@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
+from benchd.daemon.inprocess import LocalPool, run_local
 from benchd.daemon.lifecycle import Lifecycle
-from benchd.daemon.local import LocalPool, run_local
 from benchd.daemon.matrices import run_matrix
 from benchd.spec.matrix import MatrixProblem, interleaved, parse_matrix
 from benchd.spec.stack import installed, unavailable

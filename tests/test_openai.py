@@ -11,7 +11,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.engines.openai.counts import chunk_counts, text_counts
 from benchd.engines.openai.engine import OpenAIEngine, apportion
 from benchd.loadgen.contents import clean_ids, read_dataset, sized_text, text_contents

@@ -156,7 +156,7 @@ def test_a_runs_stage_summary_places_its_steps_on_the_devices_roofline(tiny, eng
     this CPU's, measured, and the cost the tiny model's, both kept in the run's metadata."""
     from prometheus_client import CollectorRegistry
 
-    from benchd.daemon.local import run_local
+    from benchd.daemon.inprocess import run_local
     from benchd.report.tables import summary_rows
     from benchd.telemetry.metrics import Metrics
     from benchd.telemetry.run import Telemetry

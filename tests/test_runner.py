@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.measure.records import LatencyStats
 from benchd.stopping import StopSignal
 from benchd.telemetry.run import Telemetry

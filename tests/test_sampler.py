@@ -8,7 +8,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.hardware.readings import GPUReading, HostReading, MigInstance, Snapshot
 from benchd.hardware.sampler import HardwareSampler, summarize
 from benchd.telemetry.gauges import HardwareCollector

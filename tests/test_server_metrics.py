@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from rich.console import Console
 
-from benchd.daemon.local import run_local as run
-from benchd.daemon.server_scrape import ServerGauges, ServerScrape
+from benchd.daemon.inprocess import run_local as run
+from benchd.daemon.server_scrape import ServerScrape
 from benchd.measure.server_metrics import PageError, increase, read
 from benchd.report.outputs import print_summary, write_outputs
 from benchd.spec import SpecError, parse_spec

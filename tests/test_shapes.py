@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.loadgen import arrivals
 from benchd.loadgen.contents import contents
 from benchd.spec import SpecError, parse_spec

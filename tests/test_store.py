@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from benchd.daemon.local import run_local
+from benchd.daemon.inprocess import run_local
 from benchd.measure.records import RequestRecord
 from benchd.spec import validate_spec
 from benchd.spec.matrix import parse_matrix

@@ -12,7 +12,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.daemon.settings import Settings
 from benchd.telemetry.genai import build_genai_metrics
 from benchd.telemetry.metrics import LAG_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, Metrics

@@ -7,10 +7,18 @@ import torch
 from prometheus_client import CollectorRegistry
 from transformers import AutoModelForCausalLM
 
+from benchd.daemon.inprocess import LocalPool
+from benchd.daemon.inprocess import run_local as run_timed
 from benchd.daemon.lifecycle import Lifecycle
-from benchd.daemon.local import LocalPool
-from benchd.daemon.local import run_local as run_timed
-from benchd.models.flops import Shape, forward_flops_per_token, memory_breakdown, peak_tflops, step_flops
+from benchd.models.flops import (
+    Shape,
+    attention_flops,
+    forward_flops_per_token,
+    matmul_flops,
+    memory_breakdown,
+    peak_tflops,
+    step_flops,
+)
 from benchd.models.loading import load_model, parameter_count, preset_config
 from benchd.spec import SpecError, parse_spec
 from benchd.stopping import StopSignal
@@ -18,7 +26,7 @@ from benchd.store import Store
 from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider
-from benchd.timed.kernel import attention, attention_flops, matmul_flops
+from benchd.timed.kernel import attention
 from tests.helpers import NODE, daemon, submit
 from tests.otlp import HTTPReceiver
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from benchd.daemon.local import run_local as run
+from benchd.daemon.inprocess import run_local as run
 from benchd.measure.records import RequestRecord, summarize
 from benchd.measure.verdicts import Figures, judge, saturation, sent_rate_ratio
 from benchd.measure.watch import MIN_FINISHED_FOR_RATE, Backlog, Watch
@@ -415,7 +415,7 @@ def test_a_closed_loop_on_the_tiny_model_gets_a_verdict(tiny):
 def test_a_run_on_a_thermally_slowed_gpu_is_throttled_and_one_at_its_power_cap_is_valid(tiny):
     """The lifecycle judges each stage with its GPU's clock events over its span: the sampler's reads of the GPU
     its worker runs on (an NVML stand-in here, the worker labelled as its GPU 0)."""
-    from benchd.daemon.local import LocalPool
+    from benchd.daemon.inprocess import LocalPool
     from benchd.hardware.devices import Slot
     from benchd.hardware.host import HostReader
     from benchd.hardware.nvml import NVMLReader

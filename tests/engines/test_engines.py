@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers.generation.continuous_batching.input_outputs import HostDeviceIOPair
 
-from benchd.daemon.local import run_local
+from benchd.daemon.inprocess import run_local
 from benchd.engines import GenerationRequest, create_engine, warmup
 from benchd.engines.handoff import MAX_WAIT_S, Handoff
 from benchd.engines.paged_cache import kv_blocks

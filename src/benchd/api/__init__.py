@@ -17,10 +17,10 @@ from benchd.api.admission import Memory
 from benchd.api.deps import Services, Slots
 from benchd.api.guard import validation_detail
 from benchd.api.schemas import RETRY_AFTER_S
-from benchd.daemon.events import RunEvents
 from benchd.daemon.schedules import DEFAULT_SCHEDULE_SPEC
 from benchd.daemon.service import Daemon
 from benchd.daemon.settings import Settings
+from benchd.daemon.streams import RunEvents
 from benchd.hardware.devices import Slot, resolve
 from benchd.hardware.reader import HardwareReader
 from benchd.hardware.sampler import HardwareSampler

@@ -14,9 +14,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from benchd.api.admission import Later, Memory, admit
 from benchd.api.schemas import RETRY_AFTER_S
-from benchd.daemon.events import RunEvents
 from benchd.daemon.service import Daemon
 from benchd.daemon.settings import Settings
+from benchd.daemon.streams import RunEvents
 from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import RunSpec
 from benchd.store import Store

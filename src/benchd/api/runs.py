@@ -24,9 +24,9 @@ from benchd.api.schemas import (
     errors,
     links,
 )
-from benchd.daemon.events import RunEvent
 from benchd.daemon.lifecycle import deadline_s
 from benchd.daemon.queue import QueueFull
+from benchd.daemon.streams import RunEvent
 from benchd.models.duration import run_bound_s
 from benchd.report.outputs import write_csv
 from benchd.report.pages import run_page

@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from benchd.daemon.events import RunEvent, RunEvents
 from benchd.daemon.history import History
 from benchd.daemon.matrices import MatrixRuns
 from benchd.daemon.queue import Job
 from benchd.daemon.schedules import Schedules
 from benchd.daemon.settings import Settings
+from benchd.daemon.streams import RunEvent, RunEvents
 from benchd.measure.compare import compare, side_from_store
 from benchd.measure.result import RunResult
 from benchd.store import Store

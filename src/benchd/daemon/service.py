@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from benchd.daemon.events import RunEvent, RunEvents
 from benchd.daemon.followup import Hooks
 from benchd.daemon.history import History
 from benchd.daemon.ingest import Progress
@@ -17,6 +16,7 @@ from benchd.daemon.matrices import MatrixRuns
 from benchd.daemon.queue import Job, QueueFull, RunQueue
 from benchd.daemon.schedules import Schedules
 from benchd.daemon.settings import Settings, resolve
+from benchd.daemon.streams import RunEvent, RunEvents
 from benchd.hardware.devices import Slot
 from benchd.hardware.sampler import HardwareSampler
 from benchd.measure.result import RunResult

@@ -1,5 +1,5 @@
 """What identifies the stack a run measured: versions, device, host and the user's label. The worker collects it
-(measure/metadata.py) and sends it in its Done; the daemon stores it with the run."""
+(worker/provenance.py) and sends it in its Done; the daemon stores it with the run."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from benchd.measure.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
 from benchd.measure.timings import KernelResult, TrainStepSummary
 from benchd.protocol.metadata import RunMetadata
 from benchd.report.pages import run_page
-from benchd.report.tables import (  # noqa: F401
+from benchd.report.tables import (
     COMPARISON_HEAD,
     GPU_COLUMNS,
     KERNEL_COLUMNS,
@@ -28,11 +28,11 @@ from benchd.report.tables import (  # noqa: F401
     context_rows,
     gpu_rows,
     hardware_line,
-    stack_line,
     kernel_rows,
     parse_summaries,
     roofline_rows,
     same_stack,
+    stack_line,
     summary_rows,
     train_step_rows,
     train_step_subject,

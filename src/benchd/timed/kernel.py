@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from benchd.measure.timings import KernelResult, TimingStats
-from benchd.models.flops import attention_flops, matmul_flops  # noqa: F401 (their home: the daemon sizes runs with them)
+from benchd.models.flops import attention_flops, matmul_flops
 from benchd.models.loading import resolve_device, resolve_dtype
 from benchd.spec import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
 from benchd.timed.clock import CacheFlusher, DeviceClock

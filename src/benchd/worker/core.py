@@ -14,7 +14,6 @@ from benchd.engines import Engine, create_engine
 from benchd.hardware.speed import DeviceSpeed, measure
 from benchd.loadgen.contents import contents, text_contents
 from benchd.loadgen.stage import run_stages
-from benchd.measure.metadata import PeakMemory, collect, record_stack, torch_threads, utc_now
 from benchd.measure.roofline import ModelCost
 from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel, load_model, resolve_device
@@ -31,6 +30,7 @@ from benchd.spec.stack import loading_attention
 from benchd.stopping import StopSignal
 from benchd.timed import run_timed
 from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
+from benchd.worker.provenance import PeakMemory, collect, record_stack, torch_threads, utc_now
 
 Emit = Callable[[Report], None]
 

@@ -1,6 +1,7 @@
-"""A worker in this process, behind the pool's interface, and runs through the daemon's lifecycle on it: the same
-core, messages and batches without a process boundary. For tests and embedding; the daemon and the CLI always use
-worker processes (supervisor/pool.py). torch loads when a pool is made, not with this module."""
+"""A run in this process: a worker's core behind the pool's interface, run through the daemon's lifecycle (the same
+core, messages and batches without a process boundary). The daemon and `benchd run` always use worker processes
+(supervisor/pool.py); this is for the scripts of bench/ that measure the engine in-process (dispatch lag, telemetry's
+cost) and for tests. torch loads when a pool is made, not with this module."""
 
 from __future__ import annotations
 
