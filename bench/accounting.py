@@ -15,7 +15,7 @@ from transformers.generation.continuous_batching.continuous_api import (
 from transformers.generation.continuous_batching.input_outputs import ContinuousBatchingIOs
 
 from benchd.loadgen import stage
-from benchd.engines.transformers import TransformersEngine
+from benchd.engines.transformers.engine import TransformersEngine
 
 
 class Accounting:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from http_load import workload  # the same run as bench/http_load.py's, without the daemon
 
-import benchd.engines.transformers as transformers_cb
+import benchd.engines.transformers.engine as transformers_cb
 from benchd.models.loading import load_model
 from benchd.spec import RunSpec, validate_spec
 from benchd.daemon.inprocess import run_local

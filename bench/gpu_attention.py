@@ -27,7 +27,7 @@ import torch
 from common import environment
 
 from benchd.engines import GenerationRequest, varlen
-from benchd.engines.transformers import TransformersEngine
+from benchd.engines.transformers.engine import TransformersEngine
 from benchd.models.loading import load_model
 from benchd.spec import validate_spec
 

@@ -74,7 +74,7 @@ class Probe:
         import torch
         from transformers.generation.continuous_batching import model_runner
 
-        from benchd.engines import transformers
+        from benchd.engines.transformers import engine as transformers
 
         probe = self
         runner_cls = model_runner.ModelRunner
@@ -140,7 +140,7 @@ class Probe:
 
 def describe(engine) -> dict:
     """The started engine's cache, masks and static tensors, and memory right after its warm-up."""
-    from benchd.engines.batching import SIZE_FIELD
+    from benchd.engines.transformers.batching import SIZE_FIELD
 
     processor = engine._manager.batch_processor
     cache, config = processor.cache, engine._manager.continuous_batching_config

@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry
 
 import httpx
 
-from benchd.engines.batching import cb_config, cpu_threads
+from benchd.engines.transformers.batching import cb_config, cpu_threads
 from benchd.hardware.reader import HardwareReader
 from benchd.telemetry.metrics import Metrics
 from benchd.models.loading import greedy_config, load_model

@@ -293,8 +293,8 @@ def _family_rows(families: Iterator[Any], mig_labels: frozenset[str] = frozenset
 def metrics() -> str:
     from prometheus_client.metrics import MetricWrapperBase
 
-    from benchd.telemetry.exposition import NodeRegistry
     from benchd.hardware.speed import DeviceSpeed
+    from benchd.telemetry.exposition import NodeRegistry
     from benchd.telemetry.gauges import MIG_LABELS, HardwareCollector, LimitsCollector
     from benchd.telemetry.metrics import NODE_LABEL, HotFamily, Metrics
 
@@ -354,10 +354,12 @@ def genai() -> str:
     from benchd.telemetry.genai import GenAIRequest, Instrument
 
     instruments = [value for value in vars(module).values() if isinstance(value, Instrument)]
-    openai = types.SimpleNamespace(openai=types.SimpleNamespace(base_url="http://host:8000/v1", api="chat",
-                                                                model="served"))
-    client = GenAIRequest.of(openai, "model", "openai").attributes()
-    server = GenAIRequest.of(None, "model", "transformers").attributes()
+    from benchd.spec import parse_spec
+
+    openai = parse_spec({"engine": "openai", "openai": {"base_url": "http://host:8000/v1", "api": "chat",
+                                                        "model": "served", "tokenizer": "/tokenizer"}})
+    client = GenAIRequest.of(openai, "model").attributes()
+    server = GenAIRequest.of(None, "model").attributes()
     rows = []
     for instrument in sorted(instruments, key=lambda i: i.name):
         side = client if instrument.name.startswith("gen_ai.client.") else server

@@ -307,7 +307,7 @@ def test_health_readiness_and_openapi(tmp_path):
         post = api["paths"]["/runs"]["post"]
         assert {"202", "401", "422", "429"} <= set(post["responses"])
         union = post["requestBody"]["content"]["application/json"]["schema"]["oneOf"]  # a spec of each kind and engine
-        assert [ref["$ref"].rsplit("/", 1)[1] for ref in union] == ["TransformersSpec", "StaticSpec", "OpenAISpec",
+        assert [ref["$ref"].rsplit("/", 1)[1] for ref in union] == ["TransformersSpec", "OpenAISpec", "StaticSpec",
                                                                     "TrainStepSpec", "KernelSpec"]
         assert {"404", "409"} <= set(api["paths"]["/runs/{run_id}"]["delete"]["responses"])
         assert "text/event-stream" in api["paths"]["/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]

@@ -303,10 +303,10 @@ def test_benchd_run_here_takes_the_environments_the_settings_declare(tmp_path):
     variants = row["comparison"]["variants"]
     assert [v["stack"]["environment"] for v in variants] == ["current", "next"]
     assert variants[1]["stack"]["transformers_version"] == newest_version
+    import transformers
+
     from benchd.measure.matrix import MatrixComparison
     from benchd.report.matrix import summary_rows
-
-    import transformers
 
     values = [r[0] for r in summary_rows(MatrixComparison.model_validate(row["comparison"]))]  # the CLI's, the page's
     assert f"transformers {transformers.__version__}" in values[0] and f"transformers {newest_version}" in values[1]

@@ -8,19 +8,19 @@ import sys
 import pytest
 
 from benchd.daemon.inprocess import run_local
-from benchd.engines.batching import cb_config, gpu_plan
-from benchd.models.flops import Shape
-from benchd.models.memory import _preset_shape
-from benchd.models.plan import (
+from benchd.engines.transformers.batching import cb_config, gpu_plan
+from benchd.engines.transformers.plan import (
     CUDA_RESERVE,
     GRAPH_POOL_MARGIN,
     MASK_ELEMENTS,
-    PlanError,
     cache_figures,
     plan_cache,
 )
+from benchd.engines.transformers.spec import TransformersOptions
+from benchd.models.flops import Shape
+from benchd.models.memory import PlanError, _preset_shape
 from benchd.models.presets import PRESETS, parameter_count
-from benchd.spec import SpecError, TransformersOptions
+from benchd.spec import SpecError
 from tests.helpers import make_spec
 
 TINY = Shape(hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=512)
@@ -178,7 +178,7 @@ def test_a_varlen_kernels_plan_has_no_mask_and_grows_with_the_device():
 def test_async_batching_is_benchds_default_where_the_attention_has_no_mask():
     """Two IO pairs on a GPU for torch_varlen and flash, one for the masked kernels (the mask would double), on a
     CPU and under library_defaults; the spec's own choice wins everywhere."""
-    from benchd.models.plan import io_pairs
+    from benchd.engines.transformers.plan import io_pairs
 
     default, spec_off = TransformersOptions(), TransformersOptions(use_async_batching=False)
     assert io_pairs(default, "torch_varlen", "cuda") == io_pairs(default, "flash_attention_3", "cuda") == 2
@@ -198,7 +198,7 @@ def test_the_cache_is_cut_to_what_transformers_own_accounting_accepts(tiny):
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     from transformers.generation.continuous_batching import cache as paged
 
-    from benchd.engines.paged_cache import accepted_blocks
+    from benchd.engines.transformers.paged_cache import accepted_blocks
 
     config = ContinuousBatchingConfig(block_size=32, max_batch_tokens=256, max_memory_percent=1.0)
     config.max_blocks_per_request = 0

@@ -239,7 +239,7 @@ def history_page(store, active: bool) -> list[ChangePoint]:
 HOLDER = """import ctypes, sys, threading, time
 _libc = ctypes.PyDLL(None)
 def _hold():
-    while "benchd.engines.transformers" not in sys.modules:
+    while "benchd.engines.transformers.engine" not in sys.modules:
         time.sleep(0.05)
     while True:
         _libc.usleep(20000)

@@ -391,8 +391,8 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     from rich.console import Console
 
     from benchd.measure.compare import Side, compare
-    from benchd.report.outputs import comparison_table
     from benchd.report.comparison import comparison_page
+    from benchd.report.outputs import comparison_table
 
     a = Side(run_ids=["a1", "a2"], samples={"ttft_s": [[0.010] * 30, [0.011] * 30]},
              output_tokens_per_s=[100.0, 102.0], energy_per_token_j=[])

@@ -54,7 +54,7 @@ def test_groups_that_cannot_be_formed_name_the_field():
 
 
 def test_tensor_parallel_is_for_transformers_generation_only():
-    with pytest.raises(SpecError, match="tensor_parallel: shards a model for transformers"):
+    with pytest.raises(SpecError, match="tensor_parallel: shards a model over a worker group"):
         parse_spec({"tensor_parallel": 2, "engine": "static"})
     with pytest.raises(SpecError, match="tensor_parallel"):
         parse_spec({"tensor_parallel": True})

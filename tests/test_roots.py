@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from benchd.models.roots import PathChanged, open_confined, open_under
+from benchd.models.confinement import PathChanged, open_confined, open_under
 from tests.helpers import daemon, free_port, spec, submit
 
 

@@ -86,7 +86,7 @@ def message(data) -> str:
          "workload.output_tokens.list.values.1", "greater than or equal to 1"),
         ({"workload": {"slo": {}}}, "workload.slo", "set at least one objective"),
         ({"workload": {"bogus": 1}}, "workload.bogus", "Extra inputs are not permitted"),
-        ({"engine": "vllm"}, "engine", "'transformers', 'static' or 'openai'"),
+        ({"engine": "vllm"}, "engine", "'transformers', 'openai' or 'static'"),
         ({"dtype": "int3"}, "dtype", "Input should be"),
         ({"device": "tpu"}, "device", "should match pattern"),
         ({"name": "has spaces"}, "name", "should match pattern"),
@@ -133,8 +133,8 @@ def test_file_errors(tmp_path):
 
 @pytest.mark.parametrize("fields, where", [
     ({"engine": "static", "attn_implementation": "paged|eager"}, "attn_implementation: paged|eager is for continuous"),
-    ({"compile": "reduce-overhead"}, "compile: applies to static generate(); continuous batching compiles by "
-                                     "transformers.compile_level"),
+    ({"compile": "reduce-overhead"}, "compile: applies to the static engine (torch.compile of generate()'s "
+                                     "forward), not the transformers engine"),
     ({"kind": "kernel", "kernel": {"op": "matmul", "shapes": [{"m": 8, "n": 8, "k": 8}]},
       "quantization": "int8_weight_only"}, "quantization: applies to models benchd loads for generation"),
     ({"engine": "openai", "openai": {"tokenizer": "/x"}, "attn_implementation": "eager"},

@@ -17,6 +17,7 @@ arguments of `benchd run` with what its spec's dump was."""
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -24,7 +25,10 @@ from pathlib import Path
 from benchd.cli import main as cli
 from benchd.spec import parse_spec
 from benchd.spec.matrix import RESERVED, _set
-from benchd.spec.run import read_document  # (14d1cbb did not export it from benchd.spec)
+
+# 14d1cbb did not export it from benchd.spec, and it has left benchd.spec.run since
+read_document = getattr(importlib.import_module("benchd.spec"), "read_document", None) \
+    or importlib.import_module("benchd.spec.run").read_document
 
 ROOT = Path(__file__).parent.parent.parent
 OUT = Path(__file__).parent

@@ -10,9 +10,10 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 
 from benchd.engines import GenerationRequest, attention, varlen
 from benchd.engines.base import Choice
-from benchd.engines.transformers import TransformersEngine
+from benchd.engines.transformers.engine import TransformersEngine
+from benchd.engines.transformers.spec import TransformersOptions
 from benchd.models.loading import LoadedModel, load_model
-from benchd.spec import SpecError, TransformersOptions, stack
+from benchd.spec import SpecError, stack
 from tests.engines.test_engines import prompts, run_requests
 from tests.helpers import make_spec
 

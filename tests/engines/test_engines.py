@@ -12,15 +12,17 @@ import torch
 from transformers.generation.continuous_batching.input_outputs import HostDeviceIOPair
 
 from benchd.daemon.inprocess import run_local
-from benchd.engines import GenerationRequest, create_engine, warmup
+from benchd.engines import GenerationRequest, create_engine
 from benchd.engines.handoff import MAX_WAIT_S, Handoff
-from benchd.engines.paged_cache import kv_blocks
-from benchd.engines.transformers import TransformersEngine
-from benchd.engines.warmup import check_warmup, warm_skipped_pair
+from benchd.engines.transformers import warmup
+from benchd.engines.transformers.engine import TransformersEngine
+from benchd.engines.transformers.paged_cache import kv_blocks
+from benchd.engines.transformers.plan import plan_cache
+from benchd.engines.transformers.spec import TransformersOptions
+from benchd.engines.transformers.warmup import check_warmup, warm_skipped_pair
 from benchd.models.flops import Shape
 from benchd.models.loading import load_model
-from benchd.models.plan import plan_cache
-from benchd.spec import SpecError, TransformersOptions
+from benchd.spec import SpecError
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine
@@ -178,8 +180,8 @@ def test_cache_too_small_for_the_workload_is_a_spec_error(tiny):
 
 
 def test_library_defaults_pass_nothing_of_benchds(tiny):
-    from benchd.engines.batching import cb_config
-    from benchd.spec import TransformersOptions
+    from benchd.engines.transformers.batching import cb_config
+    from benchd.engines.transformers.spec import TransformersOptions
 
     ours = cb_config(TransformersOptions(), "cuda")
     library = cb_config(TransformersOptions(library_defaults=True), "cuda")
@@ -190,8 +192,8 @@ def test_library_defaults_pass_nothing_of_benchds(tiny):
 def test_cpu_threads_default_to_a_few_on_cuda_and_to_torchs_elsewhere(monkeypatch):
     import os
 
-    from benchd.engines.batching import CUDA_CPU_THREADS, cb_config, cpu_threads
-    from benchd.spec import TransformersOptions
+    from benchd.engines.transformers.batching import CUDA_CPU_THREADS, cb_config, cpu_threads
+    from benchd.engines.transformers.spec import TransformersOptions
 
     for cores, expected in ((16, CUDA_CPU_THREADS), (64, CUDA_CPU_THREADS), (4, 2), (1, 1)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
@@ -232,7 +234,7 @@ def test_cpu_threads_hold_in_the_generation_thread_while_the_engine_runs(tiny, m
 def test_a_warm_engine_forgets_the_prefixes_an_earlier_run_cached(tiny):
     """transformers keeps finished requests' complete blocks for prefix sharing across sessions: the same seeded
     prompts in the next run would skip their prefill. forget() drops them, and the next request computes its own."""
-    from benchd.engines.paged_cache import cached_prefix_blocks
+    from benchd.engines.transformers.paged_cache import cached_prefix_blocks
 
     engine = create_engine(tiny, make_spec())
     engine.start()

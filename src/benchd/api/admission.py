@@ -15,10 +15,10 @@ from benchd.daemon.settings import Limits, Settings
 from benchd.hardware.devices import DeviceError, Slot, targets
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.duration import time_problems
-from benchd.models.memory import estimate, fit_problems, plan_for, planned
-from benchd.models.plan import PlanError, gib
+from benchd.models.memory import PlanError, estimate, fit_problems, gib, plan_for, planned
 from benchd.models.presets import PRESETS
 from benchd.models.roots import model_problem, path_problem
+from benchd.models.sources import loads_model
 from benchd.spec import (
     Capacity,
     Concurrent,
@@ -26,18 +26,15 @@ from benchd.spec import (
     Gamma,
     GenerateSpec,
     KernelSpec,
-    OpenAISpec,
     Poisson,
     Ramp,
     RunSpec,
     Sweep,
     Trace,
     TrainStepSpec,
-    TransformersSpec,
     length_upper_bound,
     traces,
 )
-from benchd.spec.engines import CLIENT_PROCESS_BYTES
 from benchd.spec.requirements import remote_problem
 from benchd.spec.stack import unavailable
 from benchd.supervisor.environments import Environments
@@ -48,6 +45,7 @@ def problem(loc: tuple, message: str) -> dict:
 
 
 HOST = Slot("cpu", "cpu", "")  # what host RAM is judged by: a CPU worker's slot
+TRACE_PATH = "workload.arrivals.path"  # read at admission (_arrival_problems), as well as held under the roots
 
 
 class Memory:
@@ -129,9 +127,8 @@ def admit(spec: RunSpec, settings: Settings, memory: Memory, slots: Sequence[Slo
     _thread_problems(spec, chosen, problems)
     if isinstance(spec, GenerateSpec):
         problems.extend(_arrival_problems(spec, settings, loc))
-    if isinstance(spec, OpenAISpec):
-        problems.extend(_openai_problems(spec, settings, loc))
-        _client_problems(spec, settings, memory, problems)
+        _engine_problems(spec, settings, problems)
+        _host_problems(spec, settings, memory, problems)
     # What this host lacks for the stack the spec names: the package, or a device it runs on (the worker checks again
     # as it loads, with torch: a GPU's generation for float8).
     for device_type in _device_types(chosen):
@@ -162,8 +159,7 @@ def _source_problems(spec: RunSpec, settings: Settings, problems: Problems) -> N
         for index, requirement in enumerate(spec.requirements):
             if reason := remote_problem(requirement):
                 problems.add(("requirements", index), reason)
-    loads_model = isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
-    if loads_model and spec.model not in PRESETS and spec.model != settings.model:
+    if loads_model(spec) and spec.model not in PRESETS and spec.model != settings.model:
         if reason := model_problem(spec.model, settings.model_roots):
             problems.add(("model",), reason)
 
@@ -207,23 +203,23 @@ def cores(slot: Slot) -> int:
 
 def _thread_problems(spec: RunSpec, chosen: Sequence[Slot], problems: Problems) -> None:
     """torch's CPU threads at most the cores their worker may use (2³¹ of them once made libgomp ask for 463 GB)."""
-    threads = spec.transformers.cpu_threads if isinstance(spec, TransformersSpec) else None
-    for slot in chosen if threads is not None else ():
+    found = spec.cpu_threads() if isinstance(spec, GenerateSpec) else None
+    field, threads = found if found is not None else ((), 0)
+    for slot in chosen if found is not None else ():
         if threads > (n := cores(slot)):
-            problems.add(("transformers", "cpu_threads"), f"{threads} threads, more than the {n} cores the worker "
-                                                           f"of {slot.key} may use")
+            problems.add(field, f"{threads} threads, more than the {n} cores the worker of {slot.key} may use")
 
 
-def _client_problems(spec: OpenAISpec, settings: Settings, memory: Memory, problems: Problems) -> None:
-    """An openai run's client processes, each an interpreter of CLIENT_PROCESS_BYTES, against host RAM."""
-    need = spec.openai.client_processes * CLIENT_PROCESS_BYTES
-    limit = memory.limit(settings, HOST)
-    if limit is not None and need > limit:
+def _host_problems(spec: GenerateSpec, settings: Settings, memory: Memory, problems: Problems) -> None:
+    """What the engine holds in host RAM beside its worker (the openai engine's client processes), against it."""
+    found = spec.host_bytes()
+    limit = memory.limit(settings, HOST) if found is not None else None
+    if limit is not None and found[1] > limit:
+        field, need, what = found
         source = ("BENCHD_LIMITS__MEMORY_BYTES" if settings.limits.memory_bytes is not None
                   else f"{settings.limits.memory_fraction:.0%} of what is available")
-        problems.add(("openai", "client_processes"), f"{spec.openai.client_processes} client processes hold about "
-                                                     f"{gib(need)}, more than the {gib(limit)} of host RAM a run "
-                                                     f"may use ({source})")
+        problems.add(field, f"{what} hold about {gib(need)}, more than the {gib(limit)} of host RAM a run may use "
+                            f"({source})")
 
 
 def _size_problems(spec: RunSpec, settings: Settings, memory: Memory, chosen: Sequence[Slot],
@@ -277,22 +273,18 @@ def _workload_limits(spec: GenerateSpec, limits: Limits, over: Callable[..., Non
                 over(profile.start_rate, limits.max_rate, *where, "start_rate", setting="max_rate")
 
 
-def _openai_problems(spec: OpenAISpec, settings: Settings, loc: tuple) -> list[dict]:
-    """Where the daemon sends requests, and what: only hosts and key variables the settings allow (docs/guides/
-    daemon.md, "Who can do what"); and the files it would read on the submitter's behalf, under the roots."""
-    problems = []
-    openai = spec.openai
-    if openai.api_key_env is not None and (reason := settings.openai.key_problem(openai.api_key_env)):
-        problems.append(problem((*loc, "openai", "api_key_env"), reason))
-    for field, url in (("base_url", openai.base_url), ("metrics_url", openai.metrics_url)):
-        if url is not None and (reason := settings.openai.url_problem(url)):
-            problems.append(problem((*loc, "openai", field), reason))
-    if openai.tokenizer is not None and (reason := path_problem(openai.tokenizer, settings.model_roots)):
-        problems.append(problem((*loc, "openai", "tokenizer"), reason))
-    dataset = spec.workload.dataset
-    if dataset is not None and (reason := path_problem(dataset.path, settings.model_roots)):
-        problems.append(problem((*loc, "workload", "dataset", "path"), reason))
-    return problems
+def _engine_problems(spec: GenerateSpec, settings: Settings, problems: Problems) -> None:
+    """What its engine's spec says the run sends and reads (engines/<name>/spec.py): only key variables and hosts the
+    settings allow (docs/guides/daemon.md, "Who can do what"), and files under the roots (a trace's: above)."""
+    for field, name in spec.key_envs().items():
+        if reason := settings.openai.key_problem(name):
+            problems.add(tuple(field.split(".")), reason)
+    for field, url in spec.urls().items():
+        if reason := settings.openai.url_problem(url):
+            problems.add(tuple(field.split(".")), reason)
+    for field, path in spec.paths().items():
+        if field != TRACE_PATH and (reason := path_problem(path, settings.model_roots)):
+            problems.add(tuple(field.split(".")), reason)
 
 
 def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Slot, slots: Sequence[Slot],

@@ -8,7 +8,7 @@ import io
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Body, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
@@ -54,7 +54,8 @@ RUN_ID = {"run_id": "$response.body#/id"}
                  GetRun=("get_run_runs__run_id__get", RUN_ID), CancelRun=("cancel_run_runs__run_id__delete", RUN_ID),
                  RunRequests=("run_requests_runs__run_id__requests_get", RUN_ID),
                  RunTimings=("run_timings_runs__run_id__timings_get", RUN_ID))})
-def submit_run(spec: RunSpec, services: ServicesDep, request: Request, response: Response) -> RunCreated:
+def submit_run(spec: Annotated[RunSpec, Body()], services: ServicesDep, request: Request,
+               response: Response) -> RunCreated:
     """Queue a run; it starts when the runs before it have finished. What is known before anything loads is
     checked here (422 naming the field): the limits; paths under BENCHD_MODEL_ROOTS; an openai run's hosts and key
     variable (BENCHD_OPENAI__HOSTS, …__KEY_ENVS); requests longer than the model's positions (a preset's, or a

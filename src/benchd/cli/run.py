@@ -10,25 +10,15 @@ from benchd import heap
 from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from benchd.cli.client import CommandError
 
-UNANSWERED = "openai.base_url: nothing answers at"  # how the openai engine says its server did not answer
-
 
 def load_failure(spec, error: str | None) -> str:
-    """One line for a run whose model (or an openai run's tokenizer) could not be loaded: the error's first line,
-    and what to give instead."""
-    from benchd.spec import OpenAISpec
+    """One line for a run whose model (or what its engine prepares: a served model's tokenizer, its server) could
+    not be had: the error's first line, and what to give instead."""
+    from benchd.spec import GenerateSpec
 
     first = (error or "unknown error").strip().splitlines()[0].rstrip(".")
-    if isinstance(spec, OpenAISpec):
-        if UNANSWERED in first:  # engines/openai/engine.py: the server was asked before any request
-            why = first.split(UNANSWERED, 1)[1].split(": ", 1)[-1]
-            return (f"the server at {spec.openai.base_url} (openai.base_url) did not answer: {why}; start it, or "
-                    "give the URL it serves at")
-        if spec.openai.tokenizer is None:
-            return (f"could not prepare the run: {first} (openai.tokenizer is unset: prompts come from "
-                    "workload.dataset and are counted in characters)")
-        return (f"could not load the tokenizer {spec.openai.tokenizer!r}: {first}; give a local directory holding "
-                "the served model's tokenizer (tokenizer.json or its files)")
+    if isinstance(spec, GenerateSpec) and (line := spec.load_problem(first)) is not None:
+        return line
     if "out of memory" in first.lower():
         return (f"could not load model {spec.model!r}: {first}; choose a smaller model or dtype, or another device")
     if Path(spec.model).is_dir():

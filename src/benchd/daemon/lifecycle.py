@@ -21,7 +21,7 @@ from benchd.measure.records import RequestRecord
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import StageSpan
 from benchd.models.duration import kernel_deadline, run_bound_s
-from benchd.spec import GenerateSpec, OpenAISpec, RunSpec
+from benchd.spec import GenerateSpec, RunSpec
 from benchd.stopping import StopSignal
 from benchd.store import RequestWriter, StageRequests, Store
 from benchd.supervisor.pool import WorkerPool
@@ -130,14 +130,15 @@ class Lifecycle:
             log.exception("run %s: the stages' clock events failed", run_id)
 
     def _scrape(self, spec: RunSpec, gpu: str) -> ServerScrape | None:
-        """An openai run with a metrics_url: its server's page read on a thread of the daemon, which stamps no
-        token (the client loops are processes of the worker's)."""
-        if not isinstance(spec, OpenAISpec) or spec.openai.metrics_url is None:
+        """A run whose server has a metrics page (an openai run's metrics_url): read on a thread of the daemon,
+        which stamps no token (the client loops are processes of the worker's)."""
+        page = spec.metrics_page() if isinstance(spec, GenerateSpec) else None
+        if page is None:
             return None
         metrics = self.telemetry.metrics
         gauges = (ServerGauges(metrics, (spec.subject, spec.runner, spec.name, gpu)) if metrics is not None
                   else None)
-        return ServerScrape(spec.openai.metrics_url, spec.openai.metrics_interval_s, gauges).start()
+        return ServerScrape(*page, gauges).start()
 
     @staticmethod
     def _writes(writer: RequestWriter, gpu: str) -> Callable[[StageResult, RequestRecord], None]:

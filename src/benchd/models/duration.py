@@ -25,8 +25,7 @@ from dataclasses import dataclass
 
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.flops import attention_flops, forward_flops_per_token, matmul_flops, step_flops
-from benchd.models.memory import dtype_bytes, fit_problems, model_shape_and_weights
-from benchd.models.plan import LOGIT_BYTES
+from benchd.models.memory import LOGIT_BYTES, dtype_bytes, fit_problems, model_shape_and_weights
 from benchd.spec import (
     ArrivalProfile,
     Capacity,
@@ -191,7 +190,7 @@ class TokenTimes:
 
 
 def token_times(spec: GenerateSpec, speed: DeviceSpeed | None) -> TokenTimes:
-    if speed is None or spec.engine == "openai":
+    if speed is None or not spec.engine_record.loads_model:  # a server's model: its time is the server's
         return TokenTimes()
     element = dtype_bytes(spec.dtype, "cuda" if speed.device.startswith("cuda") else "cpu")
     shape, weights = model_shape_and_weights(spec.model, element)

@@ -1,52 +1,45 @@
-"""What a run needs in memory, estimated from the spec before anything loads (no torch): weights, KV cache,
-activations, and a timed run's tensors; admission compares it with the memory of the device it will run on (and on a
-GPU with the plan that models/plan.py makes for transformers' cache)."""
+"""What a run needs in memory, estimated from the spec before anything loads (no torch): weights, a timed run's
+tensors, and through its engine's memory plan (EngineMemory) the KV cache and activations of a generation; admission
+compares it with the memory of the device it will run on, or with the plan the engine makes there."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchd.models.flops import Shape, memory_breakdown
-from benchd.models.plan import (
-    BLOCK_SIZE,
-    CUDA_BATCH_TOKENS,
-    LOGIT_BYTES,
-    REQUESTS_PER_BATCH,
-    CachePlan,
-    cache_figures,
-    chosen,
-    gib,
-    io_pairs,
-    plan_cache,
-)
 from benchd.models.presets import PRESETS, Preset, parameter_count
 from benchd.spec import (
     AttentionKernel,
     GenerateSpec,
     KernelSpec,
     MatmulKernel,
-    OpenAISpec,
     RunSpec,
     SpecError,
-    StaticSpec,
     Trace,
     TrainStepSpec,
-    TransformersOptions,
-    TransformersSpec,
     traces,
 )
 from benchd.spec.documents import parse_json
-from benchd.spec.stack import base_attention, batching_attention
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# What benchd gives transformers' continuous batching where the spec sets nothing (engines/transformers.py): on
-# CPU a fixed small cache; on CUDA a planned one (plan_cache below).
-CPU_BLOCK_SIZE, CPU_CACHE_TOKENS = 32, 256 * 32
-CPU_BATCH_TOKENS = 256
+LOGIT_BYTES = 4  # logits are upcast to float32
 # The share of a device's available memory a run may plan to use (BENCHD_LIMITS__MEMORY_FRACTION's default).
 MEMORY_FRACTION = 0.9
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+class PlanError(ValueError):
+    """The run cannot fit the device: field names what to change."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +118,42 @@ def model_shape_and_weights(ref: str, element_bytes: int) -> tuple[Shape | None,
     return _dir_shape(path), _dir_weight_bytes(path, element_bytes)
 
 
+class EngineMemory:
+    """An engine's memory plan (its record's `memory`): what a generation holds beside the weights before anything
+    loads, and on a GPU the plan its worker will make. This base holds the weights and nothing more, plans nothing,
+    and bounds no request; an engine's folder declares its own (engines/transformers/memory.py)."""
+
+    def footprint(self, spec: GenerateSpec, device_type: str, shape: Shape, weights: int, element: int) -> Footprint:
+        """weights: bytes in the run's dtype (element bytes an element), shape: the model's."""
+        return Footprint(weights=weights)
+
+    def planned(self, spec: GenerateSpec, device_type: str) -> bool:
+        """Whether the engine plans the run's memory on this device: its memory is then the plan's (plan())."""
+        return False
+
+    def plan(self, spec: GenerateSpec, shape: Shape, element: int, weights: int, available: int) -> Any:
+        """The plan its worker will make with `available` bytes of the device for a model of this shape (sharded:
+        each rank's share); raises PlanError when none fits."""
+        return None
+
+    def fit_problems(self, spec: GenerateSpec, device_type: str, need: int) -> list[tuple[tuple, str]]:
+        """(field, why) when a request of `need` tokens (prompt + output) cannot fit what the engine holds for it."""
+        return []
+
+
+NO_PLAN = EngineMemory()
+
+
+def _memory(spec: GenerateSpec) -> EngineMemory:
+    return spec.engine_record.memory or NO_PLAN
+
+
 def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
-    """None when nothing can be said before loading (a hub id, a server)."""
+    """None when nothing can be said before loading (a hub id); nothing for a model a server holds."""
     element = dtype_bytes(spec.dtype, device_type)
     if isinstance(spec, KernelSpec):
         return _kernel(spec, element)
-    if isinstance(spec, OpenAISpec):
+    if isinstance(spec, GenerateSpec) and not spec.engine_record.loads_model:
         return Footprint()
     if isinstance(spec, TrainStepSpec):
         element = dtype_bytes("float32" if spec.dtype == "auto" else spec.dtype, device_type)
@@ -144,58 +167,23 @@ def estimate(spec: RunSpec, device_type: str) -> Footprint | None:
         breakdown = memory_breakdown(weights // element, shape, t.batch_size, t.context_length, element, activation,
                                      t.mode)
         return Footprint(weights=weights, other=breakdown.total - weights)
-    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * element
-    workload = spec.workload
-    sequence = sum(traces.longest(workload))  # a conversation's last turn, or a trace's longest request
-    if isinstance(spec, StaticSpec):  # a batch's prefill: its mask, K/V repeated for every query head, the logits
-        batch = spec.static.batch_size
-        step = batch * sequence * (sequence * element + 2 * shape.heads * shape.head_dim * element)
-        if device_type == "cpu":  # float32 scores per KV-head group, as continuous batching's (cache_figures)
-            step += batch * shape.kv_heads * sequence * sequence * LOGIT_BYTES
-        return Footprint(weights=weights, kv_cache=batch * sequence * kv_per_token,
-                         activations=batch * shape.vocab * LOGIT_BYTES * 2 + step)
-    # transformers' continuous batching where benchd does not plan (a CPU, or the library's own sizing on a GPU,
-    # for which the cache holds one request at least): the cache and its worst step, a step reading all of it
-    assert isinstance(spec, TransformersSpec)
-    options = spec.transformers
-    cpu = device_type == "cpu"
-    size = options.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
-    blocks = options.num_blocks or (CPU_CACHE_TOKENS // size if cpu else -(-sequence // size))
-    batch_tokens = options.max_batch_tokens or (CPU_BATCH_TOKENS if cpu else CUDA_BATCH_TOKENS)
-    attention = attention_of(spec, device_type)
-    figures = cache_figures(shape, element, weights, attention, options.use_cuda_graph is True and not cpu,
-                            io_pairs(options, attention, device_type) if not options.library_defaults else 1, size,
-                            blocks, batch_tokens, options.max_requests_per_batch or REQUESTS_PER_BATCH, device_type)
-    return Footprint(weights=weights, kv_cache=figures.kv_cache, activations=figures.masks + figures.graph_pool,
-                     other=figures.reserve)
+    return _memory(spec).footprint(spec, device_type, shape, weights, element)
 
 
 def planned(spec: RunSpec, device_type: str) -> bool:
-    """Whether benchd plans the run's cache (transformers' continuous batching on a GPU, unless the spec asks for
-    the library's own sizing): its memory is then the plan's, not estimate()'s."""
-    return (isinstance(spec, TransformersSpec) and device_type == "cuda"
-            and not spec.transformers.library_defaults)
+    """Whether its engine plans the run's memory on this device: it is then the plan's, not estimate()'s."""
+    return isinstance(spec, GenerateSpec) and _memory(spec).planned(spec, device_type)
 
 
-def plan_for(spec: RunSpec, available: int, ranks: int = 1) -> CachePlan | None:
+def plan_for(spec: RunSpec, available: int, ranks: int = 1) -> Any:
     """The plan a worker will make for this spec with `available` bytes of its GPU (each rank's, for a
-    tensor-parallel group); None when the model's shape is unknown before it loads (a hub id). Raises PlanError."""
+    tensor-parallel group: its engine's, as engines/transformers/plan.py's CachePlan); None when the model's shape is
+    unknown before it loads (a hub id), or the engine plans nothing. Raises PlanError."""
     element = dtype_bytes(spec.dtype, "cuda")
     shape, weights = model_shape_and_weights(spec.model, element)
     if shape is None:
         return None
-    attention = attention_of(spec, "cuda")
-    return plan_cache(shape.sharded(ranks), element, (weights or 0) // ranks, available,
-                      sum(traces.longest(spec.workload)), attention, **chosen(spec.transformers, attention))
-
-
-def attention_of(spec: TransformersSpec, device_type: str) -> str:
-    """The attention continuous batching will run (its base name): the spec's, or what the worker will choose for
-    the device (spec/stack.py's BATCHING_ORDER); transformers' own choice under library_defaults is taken as sdpa,
-    the one that needs the most."""
-    if spec.attn_implementation is not None:
-        return base_attention(spec.attn_implementation)
-    return "sdpa" if spec.transformers.library_defaults else batching_attention(device_type, spec.dtype)
+    return _memory(spec).plan(spec, shape.sharded(ranks), element, (weights or 0) // ranks, available)
 
 
 def _kernel(spec: KernelSpec, element: int) -> Footprint:
@@ -229,19 +217,9 @@ def model_positions(ref: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def cache_tokens(options: TransformersOptions, device_type: str) -> tuple[int, int] | None:
-    """(blocks, tokens a block) of continuous batching's cache where the spec or benchd's CPU default sizes it; None
-    where a plan (CUDA: plan_cache) or transformers (library_defaults) sizes it from the memory."""
-    cpu = device_type == "cpu"
-    if options.num_blocks is None and (options.library_defaults or not cpu):
-        return None
-    size = options.block_size or (CPU_BLOCK_SIZE if cpu else BLOCK_SIZE)
-    return options.num_blocks or CPU_CACHE_TOKENS // size, size
-
-
 def fit_problems(spec: RunSpec, device_type: str) -> list[tuple[tuple, str]]:
     """(field, why) for each thing one request (or a training step's context) needs and the model or its cache
-    cannot hold: what the worker would otherwise find as it loads (runner.check_fits, the engine's capacity)."""
+    cannot hold: what the worker would otherwise find as it loads (worker/core.py's check_fits, the engine's capacity)."""
     problems: list[tuple[tuple, str]] = []
     positions = model_positions(spec.model) if not isinstance(spec, KernelSpec) else None
     if isinstance(spec, TrainStepSpec):
@@ -250,18 +228,14 @@ def fit_problems(spec: RunSpec, device_type: str) -> list[tuple[tuple, str]]:
             problems.append((("train_step", "context_length"),
                              f"{context} is beyond the model's {positions} positions"))
         return problems
-    if not isinstance(spec, GenerateSpec) or isinstance(spec, OpenAISpec):
+    if not isinstance(spec, GenerateSpec) or not spec.engine_record.loads_model:
         return problems
     trace = isinstance(spec.workload.arrivals, Trace)
     need = sum(traces.longest(spec.workload))
     if positions is not None and need > positions:
         field = ("workload", "arrivals", "path") if trace else ("workload", "prompt_tokens")
         problems.append((field, f"prompt + output may reach {need} tokens, beyond the model's {positions} positions"))
-    cache = cache_tokens(spec.transformers, device_type) if isinstance(spec, TransformersSpec) else None
-    if cache is not None and cache[0] * cache[1] < need:
-        problems.append((("transformers", "num_blocks"), f"the cache holds {cache[0]} × {cache[1]} tokens, but one "
-                                                         f"request may need {need} (prompt + output)"))
-    return problems
+    return [*problems, *_memory(spec).fit_problems(spec, device_type, need)]
 
 
 def check_fits(spec: GenerateSpec, max_positions: int | None) -> None:

@@ -18,8 +18,8 @@ HUB_TIMEOUT_S = 5.0  # the one question asked of the hub about a model not in th
 
 
 def loads_model(spec: RunSpec) -> bool:
-    """Whether the run loads its model (an openai run's is the server's; a kernel run has none)."""
-    return isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine != "openai")
+    """Whether the run loads its model (a served model is the server's; a kernel run has none)."""
+    return isinstance(spec, TrainStepSpec) or (isinstance(spec, GenerateSpec) and spec.engine_record.loads_model)
 
 
 def closest(name: str, known: Iterable[str]) -> str:

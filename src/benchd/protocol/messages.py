@@ -30,7 +30,7 @@ class Message(msgspec.Struct, tag=True, array_like=True, frozen=True):
 
 class Run(Message):
     """Run a spec. spec: the RunSpec as JSON, validated by the worker once the paths in confine are opened (the
-    roots and the spec's paths it re-checks as it loads, models/roots.py; None: none); faults: the fault-injection
+    roots and the spec's paths it re-checks as it loads, models/confinement.py; None: none); faults: the fault-injection
     settings (worker/faults.py), or None; trace_id: the run's trace, when traced (a server's requests join it)."""
 
     run_id: str

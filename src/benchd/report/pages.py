@@ -29,6 +29,7 @@ from benchd.report.tables import (
     train_step_rows,
     train_step_subject,
 )
+from benchd.spec.engines import default_engine
 
 
 @dataclass
@@ -58,7 +59,7 @@ def run_page(run: dict, rows: list[dict]) -> str:
     hardware = HardwareSummary.model_validate(run["hardware"]) if run.get("hardware") else None
     status = run.get("status", "unknown")
     subject = (spec.get("kernel") or {}).get("op") if kind == "kernel" else spec.get("model", "")
-    runner = spec.get("engine", "transformers") if kind == "generate" else kind
+    runner = spec.get("engine", default_engine()) if kind == "generate" else kind
     workload = run.get("workload") or spec.get("name", "run")
     label = run.get("label") or metadata.get("label") or spec.get("label")
     facts = [f"label {label}" if label else None, subject, runner, device(metadata),

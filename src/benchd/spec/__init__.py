@@ -1,9 +1,10 @@
-"""What to run: a RunSpec (spec.run), a union on its kind, and its parts, validated at the edge; no torch. The names
-below are the package's API, wherever each is defined."""
+"""What to run: a RunSpec (spec/union.py), a union on its kind and engine, and its parts, validated at the edge; no torch.
+The names below are the package's API, wherever each is defined; each engine's options and spec are in its folder
+of benchd/engines (spec/engines.py finds them)."""
 
 from __future__ import annotations
 
-from benchd.spec.engines import EngineName, OpenAIOptions, StaticOptions, TransformersOptions
+from benchd.spec.engines import EngineRecord, engine_record, engines
 from benchd.spec.fields import LABEL_MAX, MODEL_MAX, NAME_MAX, Name
 from benchd.spec.profiles import (
     ArrivalProfile,
@@ -18,25 +19,19 @@ from benchd.spec.profiles import (
     Trace,
     describe_profile,
 )
-from benchd.spec.run import (
-    SPEC_FIELDS,
-    GenerateSpec,
-    KernelSpec,
-    OpenAISpec,
+from benchd.spec.run import GenerateSpec, KernelSpec, SpecBase, TrainStepSpec
+from benchd.spec.slo import SLO
+from benchd.spec.timed import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
+from benchd.spec.union import (
     RunSpec,
-    SpecBase,
     SpecError,
-    StaticSpec,
-    TrainStepSpec,
-    TransformersSpec,
     format_validation_error,
     load_spec,
     parse_spec,
     read_document,
+    spec_fields,
     validate_spec,
 )
-from benchd.spec.slo import SLO
-from benchd.spec.timed import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
 from benchd.spec.workload import (
     FixedLength,
     ListLength,
@@ -48,9 +43,9 @@ from benchd.spec.workload import (
 )
 
 __all__ = ["ArrivalProfile", "AttentionKernel", "AttentionShape", "Capacity", "Concurrent", "Constant",
-           "EngineName", "FixedLength", "Gamma", "GenerateSpec", "KernelSpec", "LABEL_MAX", "ListLength", "MODEL_MAX",
-           "MatmulKernel", "MatmulShape", "NAME_MAX", "Name", "NormalLength", "OpenAIOptions", "OpenAISpec",
-           "Poisson", "Ramp", "RunSpec", "SLO", "SPEC_FIELDS", "SpecBase", "SpecError", "StaticOptions",
-           "StaticSpec", "Sweep", "Synchronous", "TextDataset", "Trace", "TrainStepSpec", "TransformersOptions",
-           "TransformersSpec", "UniformLength", "Workload", "describe_profile", "format_validation_error",
-           "length_upper_bound", "load_spec", "parse_spec", "read_document", "validate_spec"]
+           "EngineRecord", "FixedLength", "Gamma", "GenerateSpec", "KernelSpec", "LABEL_MAX", "ListLength",
+           "MODEL_MAX", "MatmulKernel", "MatmulShape", "NAME_MAX", "Name", "NormalLength", "Poisson", "Ramp",
+           "RunSpec", "SLO", "SpecBase", "SpecError", "Sweep", "Synchronous", "TextDataset", "Trace",
+           "TrainStepSpec", "UniformLength", "Workload", "describe_profile", "engine_record", "engines",
+           "format_validation_error", "length_upper_bound", "load_spec", "parse_spec", "read_document",
+           "spec_fields", "validate_spec"]

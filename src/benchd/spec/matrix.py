@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from benchd.spec import SPEC_FIELDS, GenerateSpec, SpecError, validate_spec
+from benchd.spec import GenerateSpec, SpecError, spec_fields, validate_spec
 from benchd.spec.fields import Bounded, BoundedMapping
 
 MAX_VARIANTS = 64  # whatever the daemon's limits: a matrix is one comparison, not a sweep of a space
@@ -121,7 +121,7 @@ def expand(matrix: MatrixSpec) -> list[Variant]:
         head = path.split(".")[0]
         if head in FIXED:
             problems.append((("matrix", path), FIXED[head]))
-        elif head not in SPEC_FIELDS or not all(path.split(".")):
+        elif head not in spec_fields() or not all(path.split(".")):
             problems.append((("matrix", path), f"no spec field {head!r}"))
         seen = [format_value(v) for v in values]
         if len(set(seen)) != len(seen):

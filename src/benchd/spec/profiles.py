@@ -159,7 +159,7 @@ def is_open_loop(profile: ArrivalProfile) -> bool:
 
 def file_name(path: str) -> str:
     """A file's name as people gave it: the worker reads a confined path through its opened descriptor
-    (/proc/self/fd/N, models/roots.py), whose own name is a number; the name is then the file's it leads to."""
+    (/proc/self/fd/N, models/confinement.py), whose own name is a number; the name is then the file's it leads to."""
     if re.fullmatch(r"/proc/self/fd/\d+", path):
         with contextlib.suppress(OSError):
             return PurePath(os.readlink(path)).name

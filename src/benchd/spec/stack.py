@@ -6,7 +6,12 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from benchd.spec.engines import engines
+
+if TYPE_CHECKING:
+    from benchd.spec.engines import EngineRecord
 
 Quantization = Literal["none", "int8_weight_only", "int4_weight_only", "int8_dynamic", "float8", "bnb_8bit",
                        "bnb_4bit"]
@@ -133,26 +138,28 @@ def unavailable(quantization: str, attn_implementation: str | None, device_type:
     return problems
 
 
-def stack_problems(quantization: str, attn_implementation: str | None, compile_mode: str, engine: str,
-                   kind: str) -> list[tuple[str, str]]:
-    """(field, why) for stack choices that contradict the rest of a spec, whatever the host."""
+def stack_problems(quantization: str, attn_implementation: str | None, compile_mode: str,
+                   engine: EngineRecord | None, kind: str) -> list[tuple[str, str]]:
+    """(field, why) for stack choices that contradict the rest of a spec, whatever the host. engine: a generation's
+    (spec/engines.py), None for a timed run."""
     problems = []
-    loads = kind == "generate" and engine != "openai"
     chosen = [(f, v) for f, v in (("quantization", quantization != "none"), ("attn_implementation",
               attn_implementation is not None), ("compile", compile_mode != "off")) if v]
-    if not loads:
+    if engine is None or not engine.loads_model:
         what = "a served model" if kind == "generate" else f"a {kind} run"
         return [(field, f"applies to models benchd loads for generation, not {what}") for field, _ in chosen]
-    if attn_implementation is not None and engine != "transformers":
+    paged = " or ".join(r.name for r in engines().values() if r.paged_attention)
+    if attn_implementation is not None and not engine.paged_attention:
         base = base_attention(attn_implementation)
         if ATTENTION[base].batching_only:
             problems.append(("attn_implementation", f"{base} is a paged kernel for continuous batching (engine "
-                                                    f"transformers); the {engine} engine runs sdpa, eager or flash "
+                                                    f"{paged}); the {engine.name} engine runs sdpa, eager or flash "
                                                     "attention"))
         elif attn_implementation.startswith("paged|"):
             problems.append(("attn_implementation", f"{attn_implementation} is for continuous batching (engine "
-                                                    f"transformers); the {engine} engine runs {base}"))
-    if compile_mode != "off" and engine != "static":
-        problems.append(("compile", "applies to static generate(); continuous batching compiles by "
-                                    "transformers.compile_level (0–3)"))
+                                                    f"{paged}); the {engine.name} engine runs {base}"))
+    if compile_mode != "off" and not engine.compiles:
+        compiling = " or ".join(r.name for r in engines().values() if r.compiles)
+        problems.append(("compile", f"applies to the {compiling} engine (torch.compile of generate()'s forward), not "
+                                    f"the {engine.name} engine (its own options may compile)"))
     return problems

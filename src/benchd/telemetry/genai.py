@@ -28,6 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 import benchd
+from benchd.spec.engines import default_engine, engine_record
 
 # The buckets the conventions recommend (open-telemetry/semantic-conventions docs/gen-ai/gen-ai-metrics.md as of
 # v1.56.0, since moved to open-telemetry/semantic-conventions-genai).
@@ -78,15 +79,19 @@ class GenAIRequest:
     client: bool = False  # measured from outside the server (client metrics), or in benchd's worker (server)
 
     @classmethod
-    def of(cls, spec: Any, model: str, engine: str) -> GenAIRequest:
-        """An openai run talks to the server at base_url through OpenAI's API ("chat" or legacy completions);
-        transformers and static generate in benchd's own worker: the provider is the library."""
-        openai = getattr(spec, "openai", None) if engine == "openai" else None
-        if openai is None:
-            return cls("text_completion", "transformers", model)
-        url = urlsplit(openai.base_url)
-        return cls("chat" if openai.api == "chat" else "text_completion", "openai", openai.model or model,
-                   url.hostname, url.port or (443 if url.scheme == "https" else 80), client=True)
+    def of(cls, spec: Any, model: str) -> GenAIRequest:
+        """The provider is the engine's (spec/engines.py: the library that generates in benchd's own worker, or the
+        API a server is driven through); an engine that reads a server's stream measures as the server's client,
+        at the server's address. A run with no engine (none given, a timed run): the default engine's."""
+        record = getattr(spec, "engine_record", None)
+        if record is None:
+            return cls("text_completion", engine_record(default_engine()).genai_provider, model)
+        server = spec.server()
+        if server is None:
+            return cls(spec.operation(), record.genai_provider, model, client=record.stamps == "stream")
+        url = urlsplit(server)
+        return cls(spec.operation(), record.genai_provider, spec.served_model(), url.hostname,
+                   url.port or (443 if url.scheme == "https" else 80), client=record.stamps == "stream")
 
     def attributes(self) -> dict[str, str | int]:
         out: dict[str, str | int] = {"gen_ai.operation.name": self.operation, "gen_ai.provider.name": self.provider,

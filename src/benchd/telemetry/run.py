@@ -73,7 +73,7 @@ class RunTelemetry:
                  parent: RunTelemetry | None = None, spec=None) -> None:
         self.run_id, self.model, self.gpu, self.parent = run_id, model, gpu, parent
         self.telemetry, self.spec = telemetry, spec
-        self.genai = GenAIRequest.of(spec, model, engine)
+        self.genai = GenAIRequest.of(spec, model)
         self.tracer = telemetry.tracer
         self.span_ids = telemetry.span_ids
         self.clock = Clock()

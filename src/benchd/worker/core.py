@@ -15,11 +15,11 @@ from benchd.hardware.speed import DeviceSpeed, measure
 from benchd.loadgen.contents import contents, text_contents
 from benchd.loadgen.stage import run_stages
 from benchd.measure.roofline import ModelCost
+from benchd.models.confinement import Opened, open_confined
 from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel, load_model, resolve_device
 from benchd.models.memory import check_fits
 from benchd.models.quantize import streamed_weight_bytes
-from benchd.models.roots import Opened, open_confined
 from benchd.models.tokenizer import load_tokenizer
 from benchd.protocol import events
 from benchd.protocol.messages import Done, Events, Exiting, Report, Warmed
@@ -98,13 +98,13 @@ class WorkerCore:
         status, error, stage = "failed", None, "load"
         opened: dict[str, Opened] = {}
         try:
-            # Every path checked again on what it opens: the run reads through the descriptors (roots.Opened).
+            # Every path checked again on what it opens: the run reads through the descriptors (confinement.Opened).
             confined_data, opened = open_confined(spec_data, confine)
             spec = validate_spec(confined_data)
             model = opened.get("model")
             source = spec.model if model is None else model.real if self.group is not None else model.path
-            if self.group is not None and (spec.kind != "generate" or spec.engine != "transformers"):
-                raise ValueError(f"a tensor-parallel worker runs transformers generation, not {spec.runner}")
+            if self.group is not None and not (spec.engine_record and spec.engine_record.tensor_parallel):
+                raise ValueError(f"a tensor-parallel worker runs an engine that shards its model, not {spec.runner}")
             if spec.kind != "generate":
                 metadata, status, error = self._timed(spec, outbox, stop, source)
                 stage = "run"
@@ -120,8 +120,8 @@ class WorkerCore:
             if metadata is not None:
                 metadata.run_id = run_id
                 metadata.finished_at = utc_now()
-            self.broken = device_fault(None if spec.kind == "generate" and spec.engine == "openai"
-                                       else resolve_device(spec.device))
+            served = spec.engine_record is not None and not spec.engine_record.loads_model  # no device of ours
+            self.broken = device_fault(None if served else resolve_device(spec.device))
             if self.broken:
                 status, stage = "failed", stage if status == "failed" else "run"
                 error = (f"{error}; " if error else "") + (f"the device is unusable after this run ({self.broken}): "
@@ -159,11 +159,11 @@ class WorkerCore:
                   trace_id: str | None, model: tuple[str, str]) -> tuple[RunMetadata, str, str | None, str]:
         """model: (what identifies the model: the spec's ref, or where its confined path really is; where to load it
         from)."""
-        server = spec.engine == "openai"  # a served model: nothing loads here, prompts are text
+        server = not spec.engine_record.loads_model  # a served model: nothing loads here, prompts are text
         self._phase(outbox, "load")
         load_s = None
         if server:
-            tokenizer = load_tokenizer(spec.openai.tokenizer) if spec.openai.tokenizer else None
+            tokenizer = load_tokenizer(spec.tokenizer()) if spec.tokenizer() else None
             new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
         else:
             load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
@@ -179,7 +179,7 @@ class WorkerCore:
             # hears from the daemon between runs; its runs keep their predecessors' prefixes)
         metadata = collect(self._loaded.device if not server else None, spec.model, spec.label, load_s)
         if server:
-            metadata.device_name = spec.openai.base_url
+            metadata.device_name = spec.server()
         metadata.engine_settings = engine.settings()
         if not server:
             metadata.torch_threads = torch_threads()  # as the engine set it

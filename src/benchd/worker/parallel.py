@@ -179,7 +179,7 @@ def follow(control: Any) -> None:
     its engine (transformers' continuous batching carries the requests and the stop). A start that fails here is
     told to rank 0 through the gate (the run fails with this rank's cause) and this rank waits for what comes
     next."""
-    from benchd.engines.transformers import TransformersEngine
+    from benchd.engines import create_engine
     from benchd.spec import validate_spec
 
     loaded: LoadedModel | None = None
@@ -194,7 +194,7 @@ def follow(control: Any) -> None:
         elif isinstance(command, StartEngine):
             spec = validate_spec(command.spec)
             try:
-                engine = TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation)
+                engine = create_engine(loaded, spec)
             except Exception as error:  # the plan, the attention: told to rank 0, which fails the run with it
                 gate(control, error)
                 continue

@@ -28,9 +28,10 @@ from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, To
 from benchd.engines.openai.client import FrameReader, send_frame
 from benchd.engines.openai.counts import apportion, chunk_counts
 from benchd.engines.openai.http import Target
-from benchd.spec import Concurrent, OpenAIOptions, Synchronous, Workload
+from benchd.engines.openai.spec import OpenAIOptions, OpenAISpec
+from benchd.spec import Concurrent, Synchronous, Workload
 
-__all__ = ["OpenAIEngine", "apportion", "connections_for"]
+__all__ = ["OpenAIEngine", "apportion", "connections_for", "create"]
 
 # Requests are handed to the client processes this early: a pause of the dispatching process (a full garbage
 # collection over torch's and transformers' objects took ~250 ms at 800 requests/s) must not delay a send.
@@ -356,3 +357,8 @@ def check_server(base_url: str, headers: dict[str, str], deadline_s: float) -> N
     finally:
         timer.cancel()
         connection.close()
+
+
+def create(loaded: None, spec: OpenAISpec) -> OpenAIEngine:
+    """The engine's record's `create` (engines/openai/__init__.py): the model is the server's."""
+    return OpenAIEngine(spec.openai, spec.workload, spec.model)

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from benchd.engines.oom import figures
-from benchd.models.plan import CachePlan
+from benchd.engines.transformers.plan import CachePlan
 from benchd.spec import SpecError
 
 log = logging.getLogger("benchd.engines")

@@ -9,11 +9,13 @@ from typing import Any
 import torch
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
+from benchd.engines.transformers.memory import CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS
+from benchd.engines.transformers.plan import CachePlan, chosen, io_pairs, plan_cache
+from benchd.engines.transformers.spec import TransformersOptions
 from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel
-from benchd.models.memory import CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS, MEMORY_FRACTION
-from benchd.models.plan import CachePlan, PlanError, chosen, io_pairs, plan_cache
-from benchd.spec import SpecError, TransformersOptions, Workload, traces
+from benchd.models.memory import MEMORY_FRACTION, PlanError
+from benchd.spec import SpecError, Workload, traces
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,

@@ -14,9 +14,10 @@ from transformers.generation.streamers import BaseStreamer
 from benchd.engines.attention import adopted
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.oom import failure_of, is_out_of_memory
+from benchd.engines.static.spec import StaticOptions, StaticSpec
 from benchd.measure.roofline import StepLog
 from benchd.models.loading import LoadedModel, greedy_config
-from benchd.spec import StaticOptions, Workload
+from benchd.spec import Workload
 
 
 class _Slot:
@@ -210,3 +211,8 @@ class StaticEngine:
             if not slot.done:
                 slot.done = True
                 slot.sink.finished(slot.request.request_id, t)
+
+
+def create(loaded: LoadedModel, spec: StaticSpec) -> StaticEngine:
+    """The engine's record's `create` (engines/static/__init__.py)."""
+    return StaticEngine(loaded, spec.static, spec.workload, spec.compile)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,15 +12,17 @@ import torch
 import transformers
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
-from benchd.engines import attention, varlen, warmup
+from benchd.engines import attention, varlen
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
-from benchd.engines.batching import SIZE_FIELD, cb_config, cpu_threads, device_memory, gpu_plan
 from benchd.engines.handoff import Handoff
-from benchd.engines.oom import failure_of, figures
-from benchd.engines.paged_cache import accepted_blocks, forget_prefixes, kv_blocks
+from benchd.engines.oom import failure_of
+from benchd.engines.transformers import warmup
+from benchd.engines.transformers.batching import SIZE_FIELD, cb_config, cpu_threads, device_memory, gpu_plan
+from benchd.engines.transformers.paged_cache import accepted_blocks, forget_prefixes, kv_blocks
+from benchd.engines.transformers.spec import TransformersOptions, TransformersSpec
 from benchd.measure.roofline import StepLog, row_work
 from benchd.models.loading import LoadedModel, greedy_config
-from benchd.spec import SpecError, TransformersOptions, Workload, traces
+from benchd.spec import SpecError, Workload, traces
 from benchd.spec.stack import base_attention
 
 log = logging.getLogger("benchd.engines")
@@ -383,3 +384,8 @@ class TransformersEngine:
         self._hooks = []
         self._restore_threads()
         self._restore_attention()
+
+
+def create(loaded: LoadedModel, spec: TransformersSpec) -> TransformersEngine:
+    """The engine's record's `create` (engines/transformers/__init__.py)."""
+    return TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation)

@@ -1,20 +1,18 @@
 """benchd's plan for transformers' paged KV cache on a GPU (no torch): the cache, its steps and the CUDA graphs'
-pool sized within the memory a run may use, for the attention it runs; the worker makes it (engines/batching.py)
-and admission makes the same before the 202 (models/memory.py, plan_for)."""
+pool sized within the memory a run may use, for the attention it runs; the worker makes it
+(engines/transformers/batching.py) and admission makes the same before the 202 (engines/transformers/memory.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from benchd.models.flops import Shape
-from benchd.spec import TransformersOptions
+from benchd.models.memory import LOGIT_BYTES, PlanError, gib
 from benchd.spec.stack import ATTENTION
 
-LOGIT_BYTES = 4  # logits are upcast to float32
-
-
-def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+if TYPE_CHECKING:
+    from benchd.engines.transformers.spec import TransformersOptions
 
 
 # Transformers sizes the cache itself from 90 % of the free memory and counts neither CUDA graphs nor what paged
@@ -34,14 +32,6 @@ BEYOND_MASK_BYTES = 3  # per mask element beyond that limit, as measured: 5.5 Gi
 GRAPH_POOL_MARGIN = 2.0
 CUDA_RESERVE = 1 << 30  # outside torch's allocator: the CUDA context and libraries' workspaces (0.68 GiB measured)
 REQUESTS_PER_BATCH = 1024  # transformers' fallback max_requests_per_batch: rows of logits in one step
-
-
-class PlanError(ValueError):
-    """The run cannot fit the device: field names what to change."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
 
 
 @dataclass(frozen=True, slots=True)
