@@ -200,3 +200,23 @@ print("\\n".join(missing))
                           env={**os.environ, "PYTHONPATH": f"{SRC}:{ROOT / 'bench'}:{ROOT}"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "", done.stdout
+
+
+def test_no_code_outside_engines_names_an_engine():
+    """What an engine is, the rest of benchd reads from its record and its spec (spec/engines.py): outside
+    benchd/engines no module compares a spec's engine with a name, nor imports one engine's folder."""
+    names = {path.name for path in (SRC / "benchd" / "engines").iterdir() if (path / "spec.py").is_file()}
+    assert {"transformers", "static", "openai"} <= names
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith("benchd.engines"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                values = [node.left, *node.comparators]
+                values += [e for v in values if isinstance(v, ast.Tuple | ast.List | ast.Set) for e in v.elts]
+                if any(isinstance(v, ast.Constant) and v.value in names for v in values):
+                    found.append(f"{module}:{node.lineno} compares with an engine's name")
+        found += [f"{module} imports {i}" for i in imports(module)[1] if i.startswith("benchd.engines.")
+                  and i.split(".")[2] in names]
+    assert not found, "\n".join(found)
