@@ -11,7 +11,7 @@ import httpx
 
 from benchd.daemon.settings import Limits
 from benchd.spec.documents import DEPTH_MAX
-from benchd.store import TERMINAL
+from benchd.store.database import TERMINAL
 from tests.helpers import daemon, free_port, serve, spec, submit, wait_for
 
 

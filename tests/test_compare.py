@@ -264,7 +264,7 @@ def test_a_result_directory_gives_the_records_the_store_gives(tiny, tmp_path):
     from benchd.measure.compare import side_from_directories, side_from_store
     from benchd.report.outputs import write_outputs
     from benchd.stopping import StopSignal
-    from benchd.store import Store
+    from benchd.store.database import Store
     from benchd.telemetry.run import Telemetry
     from tests.helpers import make_spec
 

@@ -14,7 +14,7 @@ import yaml
 
 from benchd.cli.client import Client
 from benchd.daemon.settings import Limits, Settings
-from benchd.store import Store
+from benchd.store.database import Store
 from tests.helpers import LONG, NODE, ROOT, daemon, free_port, serve, spec, submit, wait_for
 
 

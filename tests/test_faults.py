@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from benchd.store import Store
+from benchd.store.database import Store
 from benchd.supervisor.orphans import live as running
 from tests.helpers import PostgresServer, daemon, free_port, serve, spec, submit, wait_for
 

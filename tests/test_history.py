@@ -152,6 +152,8 @@ def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_si
 
 def write_run(store, i: int, environment: str, itl: float) -> str:
     """A run as the daemon stores one: its spec, its first stage's figures, its stack and hardware summary."""
+    from benchd.store.database import now
+    from benchd.store.operations import FinishRun
     from tests.helpers import make_spec
 
     run_id = f"run{i:03d}"
@@ -162,10 +164,16 @@ def write_run(store, i: int, environment: str, itl: float) -> str:
              "kv_cache_occupancy_peak": 0.1}
     metadata = {"device_name": "NVIDIA H100 80GB HBM3", "device": "cuda:1", "environment": environment,
                 "transformers_version": "5.17.0" if environment == "current" else "5.18.0"}
-    store.finish_run(run_id, status="succeeded", error=None, error_stage=None, subject="tiny", label=None,
-                     summaries=[stage], metadata=metadata, timeline=None, valid=True,
-                     hardware={"throttled_fraction": 0.0, "gpus": [{"uuid": "GPU-1"}],
-                               "energy_per_output_token_joules": 0.5 * itl})
+    row = {"stage_index": 0, "gpu": "", **{k: stage[k] for k in ("stage", "status", "requests", "errors", "duration_s",
+                                                                  "output_tokens_per_s", "requests_per_s",
+                                                                  "kv_cache_occupancy_peak")},
+           "ttft_p50_s": 5 * itl, "ttft_p99_s": 9 * itl, "itl_p50_s": itl, "itl_p99_s": 2 * itl, "tpot_p50_s": itl,
+           "e2e_p99_s": 20 * itl}
+    store.spool.submit(FinishRun(run_id, {
+        "status": "succeeded", "error": None, "error_stage": None, "finished_at": now().isoformat(),
+        "summary": [stage], "run_metadata": metadata, "timeline": None, "valid": True, "model": "tiny", "label": None,
+        "hardware": {"throttled_fraction": 0.0, "gpus": [{"uuid": "GPU-1"}], "energy_per_output_token_joules": 0.5 * itl},
+        "energy_per_token_j": 0.5 * itl, "parts": None, "capacity_requests_per_s": None}, [row], []).as_json())
     return run_id
 
 
@@ -174,7 +182,7 @@ def test_the_daemon_confirms_a_switch_by_itself_once_and_withdraws_what_it_no_lo
 
     from benchd.daemon.history import History
     from benchd.measure.history import HistorySettings
-    from benchd.store import Store
+    from benchd.store.database import Store
     from benchd.telemetry.metrics import Metrics
 
     store = Store(f"sqlite:///{tmp_path}/benchd.db", spool_dir=tmp_path / "spool", node="n1")

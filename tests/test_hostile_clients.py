@@ -10,6 +10,7 @@ import os
 import re
 import threading
 import time
+from dataclasses import replace
 
 import httpx
 import psutil
@@ -18,8 +19,10 @@ import sqlalchemy as sa
 
 from benchd.api import admission
 from benchd.daemon.inprocess import run_local
+from benchd.measure.outcome import RunOutcome
 from benchd.spec import traces
-from benchd.store import StageRequests, Store, StoreUnavailable
+from benchd.store.database import Store, StoreUnavailable
+from benchd.store.writer import StageRequests
 from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -158,9 +161,7 @@ def stored(tmp_path_factory, tiny):
         store.create_run(run_id, outcome.spec.model_dump(mode="json"))
         writer = store.requests_writer(run_id)
         writer.close((StageRequests(i, s.label, s.start_s), s.records) for i, s in enumerate(outcome.stages))
-        store.finish_run(run_id, status="succeeded", error=None, error_stage=None, subject="tiny", label=None,
-                         summaries=[s.model_dump(mode="json") for s in outcome.summaries()],
-                         metadata=outcome.metadata.model_dump(mode="json"), hardware=None, timeline=None)
+        store.finish_run(replace(RunOutcome.of(run_id, outcome), hardware=None, timeline=None))
     for i in range(30):
         store.create_run(f"large{i:02d}", LARGE)
     store.create_matrix("large-matrix", "large", {**LARGE, "matrix": {"seed": [0, 1]}}, [], [], 0)

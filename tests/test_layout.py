@@ -220,3 +220,23 @@ def test_no_code_outside_engines_names_an_engine():
         found += [f"{module} imports {i}" for i in imports(module)[1] if i.startswith("benchd.engines.")
                   and i.split(".")[2] in names]
     assert not found, "\n".join(found)
+
+
+def test_only_telemetry_touches_prometheus_and_opentelemetry():
+    """Series, spans and GenAI metrics are telemetry/'s: elsewhere a module calls telemetry's methods (a run's
+    outcome recorded, an error counted), never a family's .labels(), nor imports their libraries (but the text
+    format's parser, which reads a server's page: measure/server_metrics.py)."""
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith("benchd.telemetry"):
+            continue
+        tree = ast.parse(path.read_text())
+        found += [f"{module}:{node.lineno} calls .labels()" for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and isinstance(node.func, ast.Attribute) and node.func.attr == "labels"]
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{module}:{node.lineno} imports {name}" for name in names
+                      if name.split(".")[0] in ("prometheus_client", "opentelemetry")
+                      and name != "prometheus_client.parser"]
+    assert not found, "\n".join(found)

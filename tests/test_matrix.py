@@ -57,7 +57,7 @@ def test_a_matrix_expands_into_the_cross_product_on_one_seed_and_one_workload():
     ({"quantization": ["none", "none"]}, {}, "matrix.quantization", "each value may appear once"),
     ({"quantization": ["none", "int3"]}, {}, "quantization", "variant quantization=int3"),
     ({"engine": ["static"], "attn_implementation": ["paged|sdpa"]}, {}, "matrix", "for continuous batching"),
-    ({"compile": ["default"]}, {}, "matrix", "transformers.compile_level"),
+    ({"compile": ["default"]}, {}, "matrix", "applies to the static engine"),
     ({"placement": ["one", "every_gpu"]}, {}, "matrix.placement", "one device"),
     ({"quantization": ["none"]}, {"placement": "every_gpu"}, "placement", "one device"),
     ({"quantization": ["none"]}, {"baseline": 3}, "baseline", "does not exist"),

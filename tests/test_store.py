@@ -5,15 +5,19 @@ import contextlib
 import json
 import sqlite3
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from benchd.daemon.inprocess import run_local
+from benchd.measure.outcome import RunOutcome
 from benchd.measure.records import RequestRecord
 from benchd.spec import validate_spec
 from benchd.spec.matrix import parse_matrix
-from benchd.store import StageRequests, Store, StoreUnavailable, migrate
+from benchd.store import migrate
+from benchd.store.database import Store, StoreUnavailable
+from benchd.store.writer import StageRequests
 from tests.helpers import ROOT, PostgresServer, daemon, make_spec, own, wait_for, whole
 from tests.openai_server import OpenAIServer
 
@@ -42,9 +46,7 @@ def outcome(tiny):
 def finish(store, run_id, outcome):
     writer = store.requests_writer(run_id)
     writer.close((StageRequests(i, s.label, s.start_s), s.records) for i, s in enumerate(outcome.stages))
-    store.finish_run(run_id, status=outcome.status, error=None, error_stage=None, subject="tiny", label=None,
-                     summaries=[s.model_dump(mode="json") for s in outcome.summaries()],
-                     metadata=outcome.metadata.model_dump(mode="json"), hardware=None, timeline={"load": []})
+    store.finish_run(replace(RunOutcome.of(run_id, outcome), hardware=None, timeline={"load": []}))
 
 
 def test_a_run_round_trips_with_every_stamp(store_url, outcome, tmp_path):

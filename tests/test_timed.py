@@ -22,7 +22,7 @@ from benchd.models.flops import (
 from benchd.models.loading import load_model, parameter_count, preset_config
 from benchd.spec import SpecError, parse_spec
 from benchd.stopping import StopSignal
-from benchd.store import Store
+from benchd.store.database import Store
 from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.run import Telemetry
 from benchd.telemetry.tracing import build_tracer_provider

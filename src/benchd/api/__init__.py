@@ -25,7 +25,7 @@ from benchd.hardware.devices import Slot, resolve
 from benchd.hardware.reader import HardwareReader
 from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import validate_spec
-from benchd.store import Store, StoreUnavailable
+from benchd.store.database import Store, StoreUnavailable
 from benchd.telemetry.exposition import NodeRegistry
 from benchd.telemetry.gauges import HardwareCollector, LimitsCollector
 from benchd.telemetry.genai import build_genai_metrics
@@ -42,14 +42,13 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         registry = NodeRegistry(settings.node_name)
         metrics = Metrics(registry, settings.buckets, settings.metrics.max_workloads)
         store = Store(settings.database_url, settings.spool_dir, settings.spool_max_bytes, settings.node_name,
-                      settings.pod_name, on_error=lambda component: metrics.internal_errors.labels(component).inc())
+                      settings.pod_name, on_error=metrics.internal_error)
         store.start()
         store.wait_ready(settings.store_start_timeout_s)  # the daemon starts regardless: writes wait in the spool
-        telemetry = Telemetry(metrics, build_tracer_provider(
-            on_drop=lambda reason, n: metrics.spans_dropped.labels(reason).inc(n)), build_genai_metrics())
+        telemetry = Telemetry(metrics, build_tracer_provider(on_drop=metrics.spans_lost), build_genai_metrics())
         # One thread reads the hardware, for scrapes and runs alike: a scrape serves its latest snapshot.
         sampler = HardwareSampler(hardware_reader(), settings.hardware_interval_s, settings.hardware_stale_after_s,
-                                  on_error=lambda component: metrics.internal_errors.labels(component).inc())
+                                  on_error=metrics.internal_error)
         registry.register(HardwareCollector(sampler))
         sampler.start()
         events = RunEvents()

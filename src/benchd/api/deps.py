@@ -19,7 +19,7 @@ from benchd.daemon.settings import Settings
 from benchd.daemon.streams import RunEvents
 from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import RunSpec
-from benchd.store import Store
+from benchd.store.database import Store
 from benchd.telemetry.exposition import NodeRegistry
 
 

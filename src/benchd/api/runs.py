@@ -31,7 +31,7 @@ from benchd.models.duration import run_bound_s
 from benchd.report.outputs import write_csv
 from benchd.report.pages import run_page
 from benchd.spec import RunSpec
-from benchd.store import TERMINAL
+from benchd.store.database import TERMINAL
 
 router = APIRouter(prefix="/runs", tags=["runs"], route_class=GuardedRoute)
 OFFSET_MAX = 10**9

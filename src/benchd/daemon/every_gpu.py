@@ -39,8 +39,9 @@ def merge(spec: RunSpec, parts: Mapping[str, RunResult]) -> RunResult:
         stage.clocks = [c for s in stages for c in s.clocks]  # every GPU's, each judged
         whole.stages.append(stage)
     whole.timed = first.timed
+    whole.part_summaries = {gpu: p.summaries() for gpu, p in parts.items()}
     whole.parts = {"gpus": {gpu: {"status": p.status, "error": p.error,
-                                  "stages": [s.model_dump(mode="json") for s in p.summaries()]}
+                                  "stages": [s.model_dump(mode="json") for s in whole.part_summaries[gpu]]}
                             for gpu, p in parts.items()}}
     whole.part_results = dict(parts)
     return whole

@@ -15,7 +15,8 @@ from benchd.daemon.settings import Settings
 from benchd.daemon.streams import RunEvent, RunEvents
 from benchd.measure.compare import compare, side_from_store
 from benchd.measure.result import RunResult
-from benchd.store import Store
+from benchd.store.database import Store
+from benchd.telemetry import comparisons
 from benchd.telemetry.metrics import Metrics
 
 log = logging.getLogger("benchd.daemon.followup")
@@ -65,10 +66,4 @@ class Hooks:
         if before.invalid or latest.invalid:  # figures that are not to be trusted say nothing about a regression
             return
         comparison = compare(before, latest, self.settings.compare_threshold, self.settings.compare_confidence)
-        self.metrics.regression_clocks.labels(job.spec.name).set(float(comparison.clock_states is not None))
-        for change in comparison.metrics:
-            if not change.decided:  # inconclusive, or n/a (no data on a side)
-                continue
-            self.metrics.regression.labels(job.spec.name, change.metric).set(float(change.verdict == "slower"))
-            if change.relative_change is not None:
-                self.metrics.regression_change.labels(job.spec.name, change.metric).set(change.relative_change)
+        comparisons.regression(self.metrics, job.spec.name, comparison)

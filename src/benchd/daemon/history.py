@@ -27,8 +27,10 @@ from benchd.measure.history import (
 from benchd.measure.matrix import MatrixComparison
 from benchd.measure.result import RunResult
 from benchd.spec.matrix import MatrixSpec, parse_matrix
-from benchd.store import Store, history
+from benchd.store import history
+from benchd.store.database import Store
 from benchd.supervisor.environments import CURRENT
+from benchd.telemetry import comparisons
 from benchd.telemetry.metrics import Metrics
 
 log = logging.getLogger("benchd.daemon.history")
@@ -118,7 +120,8 @@ class History:
                 views, fresh = self._reconcile(series, found, [c for c in stored if c.device == series.device])
                 out.extend(views)
                 new.extend(fresh)
-            self._export(workload, out, new)
+            if self.metrics is not None:
+                comparisons.change_points(self.metrics, workload, out, new)
             self.store.flush(10)
             if s.confirm and self.submit_matrix is not None:
                 for change in new:
@@ -176,28 +179,6 @@ class History:
 
     # ---- /metrics ------------------------------------------------------------------------------------
 
-    def _export(self, workload: str, found: list[ChangePoint], new: list[ChangePoint]) -> None:
-        m = self.metrics
-        if m is None:
-            return
-        for change in new:
-            m.change_points.labels(workload, change.figure, change.direction).inc()
-        self._set_latest(workload, found)
-
-    def _set_latest(self, workload: str, changes: list[ChangePoint]) -> None:
-        """The latest change point of each figure and GPU model as gauges; the workload's others are removed."""
-        m = self.metrics
-        m.touch(workload)
-        for family in m.change_families:
-            family.forget("workload", workload)
-        latest: dict[tuple[str, str], ChangePoint] = {}
-        for change in sorted(changes, key=lambda c: c.at):
-            latest[(change.figure, change.device)] = change
-        for (figure, device), change in latest.items():
-            m.change_relative.labels(workload, figure, device).set(change.relative_change)
-            m.change_direction.labels(workload, figure, device).set(1.0 if change.direction == "worse" else -1.0)
-            m.change_time.labels(workload, figure, device).set(change.at.timestamp())
-
     def export_stored(self) -> None:
         """At start: the gauges from the change points this node's history holds (the counter starts at 0)."""
         if self.metrics is None:
@@ -207,7 +188,7 @@ class History:
         for change in active:
             by_workload.setdefault(change.workload, []).append(change)
         for workload, changes in by_workload.items():
-            self._set_latest(workload, changes)
+            comparisons.latest_changes(self.metrics, workload, changes)
 
     # ---- confirmation --------------------------------------------------------------------------------
 

@@ -12,18 +12,20 @@ from dataclasses import dataclass
 
 from benchd.daemon.every_gpu import ProgressSum, merge, verdicts
 from benchd.daemon.ingest import Progress, RunIngest
-from benchd.daemon.server_scrape import ServerGauges, ServerScrape
+from benchd.daemon.server_scrape import ServerScrape
 from benchd.hardware.clocks import stage_clocks
 from benchd.hardware.sampler import HardwareSampler, Recording
 from benchd.measure import timeline
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
+from benchd.measure.outcome import RunOutcome
 from benchd.measure.records import RequestRecord
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import StageSpan
 from benchd.models.duration import kernel_deadline, run_bound_s
 from benchd.spec import GenerateSpec, RunSpec
 from benchd.stopping import StopSignal
-from benchd.store import RequestWriter, StageRequests, Store
+from benchd.store.database import Store
+from benchd.store.writer import RequestWriter, StageRequests
 from benchd.supervisor.pool import WorkerPool
 from benchd.telemetry.run import RunTelemetry, Telemetry
 
@@ -78,7 +80,7 @@ class Lifecycle:
         try:
             recording = self.hardware.begin() if self.hardware is not None else None
             started = time.perf_counter()
-            scrape = self._scrape(spec, slots[0].gpu if single else "")
+            scrape = self._scrape(spec, observer)
             observer.run_started(started)
             for part in parts:
                 if part.observer is not observer:
@@ -129,16 +131,13 @@ class Lifecycle:
         except Exception:  # the hardware's boundary: a failing sampler means fewer figures, never a lost run
             log.exception("run %s: the stages' clock events failed", run_id)
 
-    def _scrape(self, spec: RunSpec, gpu: str) -> ServerScrape | None:
+    def _scrape(self, spec: RunSpec, observer: RunTelemetry) -> ServerScrape | None:
         """A run whose server has a metrics page (an openai run's metrics_url): read on a thread of the daemon,
         which stamps no token (the client loops are processes of the worker's)."""
         page = spec.metrics_page() if isinstance(spec, GenerateSpec) else None
         if page is None:
             return None
-        metrics = self.telemetry.metrics
-        gauges = (ServerGauges(metrics, (spec.subject, spec.runner, spec.name, gpu)) if metrics is not None
-                  else None)
-        return ServerScrape(*page, gauges).start()
+        return ServerScrape(*page, observer.server_gauges()).start()
 
     @staticmethod
     def _writes(writer: RequestWriter, gpu: str) -> Callable[[StageResult, RequestRecord], None]:
@@ -182,7 +181,8 @@ class Lifecycle:
     def _finish(self, run_id: str, result: RunResult, parts: list[Part], observer: RunTelemetry,
                 recording: Recording | None, started: float, writer: RequestWriter | None,
                 scrape: ServerScrape | None = None) -> None:
-        """Hardware, timeline, verdicts, spans and the store: each on its own, so one failing leaves the others."""
+        """Hardware, timeline, verdicts, spans, then the run's outcome (its summaries and verdicts, once) recorded by
+        telemetry and written by the store: each on its own, so one failing leaves the others."""
         end = time.perf_counter()
         try:
             if recording is not None:
@@ -190,7 +190,6 @@ class Lifecycle:
                 start, stop = (windows[0][0], windows[-1][1]) if windows else (started, end)
                 tokens = sum(stage.measured_tokens() for stage in result.stages)
                 result.hardware = recording.end(start, stop, tokens)
-                observer.energy(result.hardware.energy_per_output_token_joules)
             spans = [StageSpan(s.index, s.label, s.start_s, s.end_s or (w[1] if (w := s.window()) else end))
                      for s in result.stages]
             load = [sample for part in parts for sample in part.ingest.load_samples()]
@@ -202,7 +201,6 @@ class Lifecycle:
         if result.parts is not None:
             try:
                 result.parts["verdicts"] = verdicts(result, self.threshold, self.confidence)
-                self._export_verdicts(result)
             except Exception:  # the comparison's boundary: the run keeps its figures without it
                 log.exception("run %s: comparing its GPUs failed", run_id)
         if result.metadata is not None:
@@ -213,41 +211,13 @@ class Lifecycle:
             part.observer.trace_requests([r for stage in part.ingest.result.stages for r in stage.records])
             if part.observer is not observer:
                 part.observer.run_finished(end, part.ingest.result.status, part.ingest.result.error)
-        summaries = result.summaries()
-        valid, found = result.valid(summaries), result.capacity(summaries)
-        observer.verdict(valid, found.requests_per_s if found else None, found is not None)
-        if result.spec.kind == "generate":
-            observer.roofline(next((s.roofline for s in reversed(summaries) if s.roofline), None))
-        observer.run_finished(end, result.status, result.error)
+        result.outcome = outcome = RunOutcome.of(run_id, result)
+        observer.record(outcome)
+        observer.run_finished(end, outcome.status, outcome.error)
         if self.store is not None:
-            self._store(run_id, result, parts, writer)
-
-    def _export_verdicts(self, result: RunResult) -> None:
-        metrics = self.telemetry.metrics
-        if metrics is None:
-            return
-        for verdict in result.parts["verdicts"]:
-            workload, gpu = result.spec.name, verdict["gpu"]
-            if verdict["relative_throughput"] is not None:
-                metrics.gpu_relative_throughput.labels(workload, gpu).set(verdict["relative_throughput"])
-            metrics.gpu_outlier.labels(workload, gpu).set(float(verdict["outlier"]))
-
-    def _store(self, run_id: str, result: RunResult, parts: list[Part], writer: RequestWriter) -> None:
-        gpu = "" if len(parts) == 1 else None
-        writer.close((StageRequests(s.index, s.label, s.start_s, gpu if gpu is not None else p.gpu), s.records)
-                     for p in parts for s in p.ingest.result.stages)
-        summaries = result.summaries()
-        found = result.capacity(summaries)
-        meta = result.metadata.model_dump(mode="json") if result.metadata is not None else None
-        self.store.finish_run(
-            run_id, status=result.status, error=result.error, error_stage=result.error_stage,
-            subject=result.spec.subject, label=meta.get("label") if meta else result.spec.label,
-            summaries=[s.model_dump(mode="json") for s in summaries], metadata=meta,
-            hardware=result.hardware.model_dump(mode="json") if result.hardware is not None else None,
-            timeline=result.timeline, parts=result.parts, valid=result.valid(summaries),
-            capacity_requests_per_s=found.requests_per_s if found is not None else None,
-            timings_rows=[{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
-                           "seconds": t.seconds} for t in result.timings])
+            writer.close((StageRequests(s.index, s.label, s.start_s, "" if len(parts) == 1 else p.gpu), s.records)
+                         for p in parts for s in p.ingest.result.stages)
+            self.store.finish_run(outcome)
 
 
 DEADLINE_SLACK_S = 30.0  # beyond a run's bound: its stages' starts and ends, a busy host

@@ -22,7 +22,8 @@ from benchd.measure.result import RunResult
 from benchd.spec import RunSpec
 from benchd.spec.matrix import MatrixSpec, Variant, interleaved
 from benchd.stopping import StopSignal
-from benchd.store import TERMINAL, Store
+from benchd.store.database import TERMINAL, Store
+from benchd.telemetry import comparisons
 from benchd.telemetry.metrics import Metrics
 
 log = logging.getLogger("benchd.daemon.matrices")
@@ -191,59 +192,15 @@ class MatrixRuns:
             status, error = "failed", f"{len(failed)} of {len(statuses)} runs did not succeed: {', '.join(failed)}"
         self.store.update_matrix(matrix_id, status=status, error=error,
                                  comparison=comparison.model_dump(mode="json"))
-        self.export(row["workload"], comparison)
+        if self.metrics is not None:
+            comparisons.matrix(self.metrics, row["workload"], comparison)
         if scheduled and status == "succeeded":
-            self.export_regression(row["workload"], comparison)
+            if self.metrics is not None:
+                comparisons.matrix_regression(self.metrics, row["workload"], comparison)
         return comparison
-
-    def export(self, workload: str, comparison: MatrixComparison) -> None:
-        """The latest matrix of a workload as gauges, a series per variant (and metric): the workload's earlier
-        variants are removed first, so its series stay within one matrix's size."""
-        m = self.metrics
-        if m is None:
-            return
-        m.touch(workload)
-        for family in m.matrix_families:
-            family.forget("workload", workload)
-        baseline = next((v.label for v in comparison.variants if v.baseline), "")
-        for v in comparison.variants:
-            if v.output_tokens_per_s is not None:
-                m.variant_throughput.labels(workload, v.label).set(v.output_tokens_per_s)
-            if v.weight_bytes is not None:
-                m.variant_weight_bytes.labels(workload, v.label).set(v.weight_bytes)
-            if v.tokens is not None and v.tokens.ratio is not None:
-                m.variant_token_agreement.labels(workload, v.label).set(v.tokens.ratio)
-            for change in v.metrics:
-                if change.relative_change is not None:
-                    m.variant_change.labels(workload, v.label, change.metric).set(change.relative_change)
-                if change.decided and not v.baseline:
-                    m.variant_regression.labels(workload, v.label, baseline, change.metric).set(
-                        float(change.verdict == "slower"))
-
-    def export_regression(self, workload: str, comparison: MatrixComparison) -> None:
-        """A scheduled matrix (a candidate against the daemon's environment, say) as a scheduled run against its
-        baseline: benchd_regression_detected per metric, 1 when any variant is slower than the matrix's baseline
-        (the rule BenchdRegression fires on it), the relative change of the first variant that set it, and whether
-        any variant ran under other clock states than the baseline."""
-        if self.metrics is None:
-            return
-        verdicts: dict[str, tuple[float, float | None]] = {}
-        for v in comparison.variants:
-            for change in v.metrics:
-                if not change.decided or v.baseline:
-                    continue
-                found = (float(change.verdict == "slower"), change.relative_change)
-                if change.metric not in verdicts or found[0] > verdicts[change.metric][0]:
-                    verdicts[change.metric] = found
-        for metric, (slower, relative_change) in verdicts.items():
-            self.metrics.regression.labels(workload, metric).set(slower)
-            if relative_change is not None:
-                self.metrics.regression_change.labels(workload, metric).set(relative_change)
-        differ = any(v.clock_states is not None for v in comparison.variants if not v.baseline)
-        self.metrics.regression_clocks.labels(workload).set(float(differ))
 
 
 def _now() -> str:
-    from benchd.store import now
+    from benchd.store.database import now
 
     return now().isoformat()

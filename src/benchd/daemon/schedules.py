@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from benchd.daemon.queue import QueueFull
 from benchd.spec import RunSpec, format_validation_error, validate_spec
 from benchd.spec.matrix import MatrixSpec
-from benchd.store import Store, StoreUnavailable
+from benchd.store.database import Store, StoreUnavailable
 
 log = logging.getLogger("benchd.daemon.schedules")
 

@@ -10,7 +10,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchd.measure.server_metrics import MAX_PAGE_BYTES, PageError, ServerReading, increase, read
+from benchd.measure.server_metrics import MAX_PAGE_BYTES, PageError, ServerReading, hit_rate, increase, read
+from benchd.telemetry.server import ServerGauges
 
 log = logging.getLogger("benchd.server")
 
@@ -22,39 +23,6 @@ MAX_SAMPLES = 100_000  # a day at the shortest interval would pass it: later sam
 class ServerSample:
     t: float  # perf_counter(), midway through the read: the run's clock
     reading: ServerReading
-
-
-class ServerGauges:
-    """A run's benchd_server_* children, bound once (labels as every run series: model, engine, workload, gpu)."""
-
-    def __init__(self, metrics, labels: tuple[str, ...]) -> None:
-        self.kv = metrics.server_kv_usage.labels(*labels)
-        self.running = metrics.server_running.labels(*labels)
-        self.waiting = metrics.server_waiting.labels(*labels)
-        self.preemptions = metrics.server_preemptions.labels(*labels)
-        self.hit_rate = metrics.server_prefix_hit_rate.labels(*labels)
-        self.scraped = metrics.server_scraped.labels(*labels)
-        self.failures = metrics.server_scrape_failures.labels(*labels)
-
-    def update(self, first: ServerReading, latest: ServerReading) -> None:
-        """Gauges as of the latest read; preemptions and the counters' hit rate since the run's first read."""
-        for gauge, value in ((self.kv, latest.kv_cache_usage), (self.running, latest.requests_running),
-                             (self.waiting, latest.requests_waiting),
-                             (self.preemptions, increase(first.preemptions_total, latest.preemptions_total)),
-                             (self.hit_rate, hit_rate(first, latest))):
-            if value is not None:
-                gauge.set(value)
-        self.scraped.set_to_current_time()
-
-
-def hit_rate(before: ServerReading, after: ServerReading) -> float | None:
-    """Prompt tokens found in the prefix cache / looked up, between two reads (None when none were looked up); the
-    server's own gauge at `after` when it exports no counters."""
-    queries = increase(before.prefix_queries_total, after.prefix_queries_total)
-    hits = increase(before.prefix_hits_total, after.prefix_hits_total)
-    if queries is not None and hits is not None:
-        return hits / queries if queries > 0 else None
-    return after.prefix_hit_rate
 
 
 class ServerScrape:
@@ -124,7 +92,7 @@ class ServerScrape:
                 return
             self.failures += 1
             if self.gauges is not None:
-                self.gauges.failures.inc()
+                self.gauges.failed()
             if kind not in self.errors:
                 self.errors[kind] = message
                 log.warning("reading the server's metrics at %s failed: %s", self.url, message)

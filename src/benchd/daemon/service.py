@@ -23,7 +23,7 @@ from benchd.measure.result import RunResult
 from benchd.models.roots import confined
 from benchd.spec import RunSpec
 from benchd.spec.matrix import MatrixSpec
-from benchd.store import Store
+from benchd.store.database import Store
 from benchd.supervisor.environments import Environments
 from benchd.supervisor.pool import WorkerPool
 from benchd.telemetry.metrics import Metrics
@@ -74,15 +74,15 @@ class Daemon:
     def skipped(self, reason: str) -> None:
         """A schedule's tick that queued nothing (busy, queue_full)."""
         if self.metrics is not None:
-            self.metrics.schedule_skips.labels(reason).inc()
+            self.metrics.schedule_skipped(reason)
 
     def internal_error(self, component: str) -> None:
         if self.metrics is not None:
-            self.metrics.internal_errors.labels(component).inc()
+            self.metrics.internal_error(component)
 
     def _restarted(self, reason: str) -> None:
         if self.metrics is not None:
-            self.metrics.worker_restarts.labels(reason).inc()
+            self.metrics.worker_restarted(reason)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ class Daemon:
                                         self._progress(job.run_id),
                                         deadline_s(job.spec, self.settings.limits.max_duration_s,
                                                    self.settings.limits.max_run_duration_s), confine)
-        self.hooks.after(job, result, [s.model_dump(mode="json") for s in result.summaries()])
+        self.hooks.after(job, result, result.outcome.summaries_json() if result.outcome is not None else [])
 
     def _progress(self, run_id: str):
         def publish(p: Progress) -> None:

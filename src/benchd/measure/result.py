@@ -13,6 +13,7 @@ from benchd.hardware.sampler import HardwareSummary
 from benchd.hardware.speed import DeviceSpeed
 from benchd.measure import capacity
 from benchd.measure.capacity import CapacityResult
+from benchd.measure.outcome import RunOutcome
 from benchd.measure.records import RequestRecord, StageSummary, summarize
 from benchd.measure.roofline import ModelCost, StepLog, roofline
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
@@ -111,6 +112,8 @@ class RunResult:
     # (stored); part_results are the parts themselves (in memory only).
     parts: dict | None = None
     part_results: dict[str, RunResult] | None = None
+    part_summaries: dict[str, list[StageSummary]] | None = None  # each GPU's, as parts["gpus"][gpu]["stages"]
+    outcome: RunOutcome | None = None  # once the run has ended: its summaries and verdicts, computed once
 
     def summaries(self) -> list[BaseModel]:
         if self.spec.kind == "generate":
@@ -158,14 +161,19 @@ class RunResult:
         if self.status == "failed":
             self.error_stage = "run"
 
+    def ended(self) -> RunOutcome:
+        """Its outcome: as the lifecycle made it when the run ended, or made now for a result assembled elsewhere."""
+        return self.outcome if self.outcome is not None else RunOutcome.of(
+            (self.metadata.run_id if self.metadata is not None else None) or "", self)
+
     def to_json(self) -> dict:
         """summary.json: the status, the verdict, the spec, the stack, every stage's summary, a capacity search's
         figure and the hardware's."""
-        summaries = self.summaries()
-        found = self.capacity(summaries)
+        outcome = self.ended()
+        summaries, found = outcome.summaries, outcome.capacity
         return {
             "status": self.status,
-            "valid": self.valid(summaries),
+            "valid": outcome.valid,
             "error": self.error,
             "error_stage": self.error_stage,
             "spec": self.spec.model_dump(mode="json"),

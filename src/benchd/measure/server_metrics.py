@@ -137,3 +137,13 @@ def increase(before: float | None, after: float | None) -> float | None:
     if before is None or after is None:
         return None
     return after - before if after >= before else after
+
+
+def hit_rate(before: ServerReading, after: ServerReading) -> float | None:
+    """Prompt tokens found in the prefix cache / looked up, between two reads (None when none were looked up); the
+    server's own gauge at `after` when it exports no counters."""
+    queries = increase(before.prefix_queries_total, after.prefix_queries_total)
+    hits = increase(before.prefix_hits_total, after.prefix_hits_total)
+    if queries is not None and hits is not None:
+        return hits / queries if queries > 0 else None
+    return after.prefix_hit_rate

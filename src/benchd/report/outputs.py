@@ -67,18 +67,18 @@ def write_csv(rows, file) -> None:
 TIMING_COLUMNS = ["stage_index", "stage", "series", "index", "warmup", "seconds"]
 
 
-def write_outputs(outcome: RunResult, out_dir: Path) -> list[Path]:
+def write_outputs(result: RunResult, out_dir: Path) -> list[Path]:
     """summary.json, requests.csv and requests.jsonl (generation) or timings.csv (+ kernels.csv), and
     report.html; the paths written. requests.jsonl holds each request as the store keeps it (RequestRecord.to_row),
     so that `benchd compare` reads a directory's records exactly as a daemon reads its own."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
+    (out_dir / "summary.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     written = [out_dir / "summary.json"]
-    if outcome.spec.kind != "generate":
-        results = outcome.summaries()
+    if result.spec.kind != "generate":
+        results = result.ended().summaries
         stages = [r.stage for r in results]
         rows = [{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
-                 "seconds": t.seconds} for t in outcome.timings]  # as the store keeps them
+                 "seconds": t.seconds} for t in result.timings]  # as the store keeps them
         with (out_dir / "timings.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=TIMING_COLUMNS)
             writer.writeheader()
@@ -86,7 +86,7 @@ def write_outputs(outcome: RunResult, out_dir: Path) -> list[Path]:
                               "stage": stages[row["stage_index"]] if row["stage_index"] < len(stages) else ""}
                              for row in rows)
         written.append(out_dir / "timings.csv")
-        if outcome.spec.kind == "kernel":
+        if result.spec.kind == "kernel":
             with (out_dir / "kernels.csv").open("w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=KERNEL_CSV_COLUMNS)
                 writer.writeheader()
@@ -94,14 +94,14 @@ def write_outputs(outcome: RunResult, out_dir: Path) -> list[Path]:
             written.append(out_dir / "kernels.csv")
     else:
         rows = [{**record.to_row(stage.label, stage.start_s), "stage_index": stage.index}
-                for stage in outcome.stages for record in sorted(stage.records, key=lambda r: r.index)]
+                for stage in result.stages for record in sorted(stage.records, key=lambda r: r.index)]
         with (out_dir / "requests.csv").open("w", newline="") as f:
             write_csv(rows, f)
         with (out_dir / REQUESTS_FILE).open("w") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)  # floats as repr: read back bit for bit
         written += [out_dir / "requests.csv", out_dir / REQUESTS_FILE]
     # The page the daemon serves at /runs/{id}/report, from the same run and rows.
-    run = {**outcome.to_json(), "timeline": getattr(outcome, "timeline", None)}
+    run = {**result.to_json(), "timeline": getattr(result, "timeline", None)}
     (out_dir / "report.html").write_text(run_page(run, rows))
     return [*written, out_dir / "report.html"]
 
@@ -189,14 +189,15 @@ def timed_tables(title: str, status: str, error: str | None, kind: str, summarie
     return train_step_tables(title, status, error, summaries, width)
 
 
-def print_summary(outcome: RunResult, console: Console | None = None) -> None:
+def print_summary(result: RunResult, console: Console | None = None) -> None:
     """The tables `benchd run` prints at a run's end."""
-    found = outcome.capacity()
-    print_run(console or Console(), run_title(outcome.spec, outcome.metadata), None, outcome.spec.kind,
-              outcome.status, outcome.error, outcome.summaries(),
-              capacity_line(found) if found is not None else None, outcome.parts, outcome.hardware,
-              (outcome.timeline or {}).get("server"),
-              stack_line(outcome.metadata.model_dump()) if outcome.metadata is not None else None)
+    outcome = result.ended()
+    found = outcome.capacity
+    print_run(console or Console(), run_title(result.spec, result.metadata), None, result.spec.kind,
+              result.status, result.error, outcome.summaries,
+              capacity_line(found) if found is not None else None, result.parts, result.hardware,
+              (result.timeline or {}).get("server"),
+              stack_line(result.metadata.model_dump()) if result.metadata is not None else None)
 
 
 def print_stored(run: dict, console: Console) -> None:

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 
 from benchd.measure.history import ChangePoint, SeriesRun
+from benchd.store.operations import Node, Operation
 from benchd.store.schema import change_points, run_stages, runs
 
 
 class Store(Protocol):
-    """What of benchd.store.Store this module uses (that module hands this one its journaled operations)."""
+    """What of the store (store/database.py's Store) this module uses."""
 
     spool: Any
 
@@ -123,34 +124,44 @@ def row_of(change: ChangePoint) -> dict[str, Any]:
 def save(store: Store, rows: list[dict[str, Any]], withdrawn: list[str], at: datetime) -> None:
     """One analysis' outcome for a series: its change points as found now (new ones inserted, known ones updated:
     their confirmation kept), and those it no longer finds withdrawn."""
-    store.spool.submit({"op": "change_points", "rows": rows, "withdrawn": withdrawn, "at": at.isoformat()})
+    store.spool.submit(ChangePoints(rows, withdrawn, at.isoformat()).as_json())
 
 
 def confirm(store: Store, change_id: str, confirmation: dict[str, Any], matrix_id: str | None) -> None:
-    store.spool.submit({"op": "change_point_confirmation", "id": change_id, "confirmation": confirmation,
-                        "matrix_id": matrix_id})
+    store.spool.submit(ChangePointConfirmation(change_id, confirmation, matrix_id).as_json())
 
 
-OPS = ("change_points", "change_point_confirmation")
+@dataclass(frozen=True, slots=True)
+class ChangePoints(Operation):
+    op: ClassVar[str] = "change_points"
+    rows: list[dict[str, Any]]
+    withdrawn: list[str]
+    at: str
+
+    def apply(self, db: sa.Connection, node: Node) -> None:
+        for row in self.rows:
+            values = {**row, **{k: datetime.fromisoformat(row[k]) for k in ("at", "detected_at", "withdrawn_at")
+                                if row.get(k) is not None}}
+            known = db.execute(sa.select(change_points.c.detected_at).where(change_points.c.id == row["id"])).first()
+            if known is None:
+                if db.execute(sa.select(runs.c.id).where(runs.c.id == row["run_id"])).first() is not None:
+                    db.execute(change_points.insert().values(**values))
+            else:
+                values.pop("detected_at", None)
+                db.execute(change_points.update().where(change_points.c.id == row["id"]).values(**values))
+        if self.withdrawn:
+            db.execute(change_points.update().where(change_points.c.id.in_(self.withdrawn),
+                                                    change_points.c.active.is_(True))
+                       .values(active=False, withdrawn_at=datetime.fromisoformat(self.at)))
 
 
-def apply(db: sa.Connection, op: dict[str, Any]) -> None:
-    """A journaled operation of this module (Store._apply hands them here), idempotent like the others."""
-    if op["op"] == "change_point_confirmation":
-        db.execute(change_points.update().where(change_points.c.id == op["id"]).values(
-            confirmation=op["confirmation"], matrix_id=op["matrix_id"]))
-        return
-    for row in op["rows"]:
-        values = {**row, **{k: datetime.fromisoformat(row[k]) for k in ("at", "detected_at", "withdrawn_at")
-                            if row.get(k) is not None}}
-        known = db.execute(sa.select(change_points.c.detected_at).where(change_points.c.id == row["id"])).first()
-        if known is None:
-            if db.execute(sa.select(runs.c.id).where(runs.c.id == row["run_id"])).first() is not None:
-                db.execute(change_points.insert().values(**values))
-        else:
-            values.pop("detected_at", None)
-            db.execute(change_points.update().where(change_points.c.id == row["id"]).values(**values))
-    if op["withdrawn"]:
-        db.execute(change_points.update().where(change_points.c.id.in_(op["withdrawn"]),
-                                                change_points.c.active.is_(True))
-                   .values(active=False, withdrawn_at=datetime.fromisoformat(op["at"])))
+@dataclass(frozen=True, slots=True)
+class ChangePointConfirmation(Operation):
+    op: ClassVar[str] = "change_point_confirmation"
+    id: str
+    confirmation: dict[str, Any]
+    matrix_id: str | None
+
+    def apply(self, db: sa.Connection, node: Node) -> None:
+        db.execute(change_points.update().where(change_points.c.id == self.id).values(
+            confirmation=self.confirmation, matrix_id=self.matrix_id))

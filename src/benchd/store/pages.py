@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from benchd.store.schema import matrices, requests, runs
 
 if TYPE_CHECKING:
-    from benchd.store import Store
+    from benchd.store.database import Store
 
 # The stored JSON fields a listing shows when small enough, by the name the API gives them.
 RUN_FIELDS = {"spec": runs.c.spec, "summary": runs.c.summary, "metadata": runs.c.run_metadata,

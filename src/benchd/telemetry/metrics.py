@@ -291,6 +291,19 @@ class Metrics:
                                      "Spans not delivered to the collector (queue full, export failed).",
                                      ("reason",), registry=self.registry)
 
+    # The daemon's own counts, by what happened (callers name the event, never a series).
+    def internal_error(self, component: str) -> None:
+        self.internal_errors.labels(component).inc()
+
+    def worker_restarted(self, reason: str) -> None:
+        self.worker_restarts.labels(reason).inc()
+
+    def schedule_skipped(self, reason: str) -> None:
+        self.schedule_skips.labels(reason).inc()
+
+    def spans_lost(self, reason: str, n: int) -> None:
+        self.spans_dropped.labels(reason).inc(n)
+
     def touch(self, workload: str) -> None:
         """A run of this workload starts: it becomes the most recent; beyond max_workloads the least recent
         workload's series are removed from every family (never the one starting)."""

@@ -12,6 +12,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from benchd.engines import EngineLoad
 from benchd.measure import latency
+from benchd.measure.outcome import RunOutcome
 from benchd.measure.records import RequestRecord
 from benchd.telemetry.genai import (
     CLIENT_CHUNK,
@@ -27,6 +28,7 @@ from benchd.telemetry.genai import (
     Series,
 )
 from benchd.telemetry.metrics import Metrics
+from benchd.telemetry.server import ServerGauges
 from benchd.telemetry.tracing import Clock, PresetSpanIds
 
 
@@ -223,24 +225,28 @@ class RunTelemetry:
             self.metrics.kernel_duration.labels(self._workload, self.model, series, shape or "",
                                                 dtype or "").observe(seconds, exemplar)
 
-    def verdict(self, valid: bool | None, capacity_requests_per_s: float | None, searched: bool) -> None:
-        """The run's verdict (None: a timed run, none to export) and a capacity search's figure."""
-        if self.metrics is None:
+    def record(self, outcome: RunOutcome) -> None:
+        """The run's outcome as the daemon judged it (measure/outcome.py): its verdict (a timed run has none) and a
+        capacity search's figure, how far from the hardware its last stage with counted steps ran, its energy a
+        token, and in a run on every GPU each GPU against its siblings."""
+        m = self.metrics
+        if m is None:
             return
         labels = (self.model, self._engine, self._workload, self.gpu)
-        if valid is not None:
-            self.metrics.run_valid.labels(*labels).set(float(valid))
-        if searched:
-            self.metrics.capacity.labels(*labels).set(capacity_requests_per_s or 0.0)
-
-    def roofline(self, figures: dict | None) -> None:
-        """How far from the hardware the run's last stage with counted steps ran (StageSummary.roofline)."""
-        if self.metrics is None or not figures:
-            return
-        labels = (self.model, self._engine, self._workload, self.gpu)
-        self.metrics.mbu.labels(*labels).set(figures["mbu"])
-        self.metrics.mfu.labels(*labels).set(figures["mfu"])
-        self.metrics.of_bound.labels(*labels).set(figures["of_bound"])
+        if outcome.valid is not None:
+            m.run_valid.labels(*labels).set(float(outcome.valid))
+        if outcome.capacity is not None:
+            m.capacity.labels(*labels).set(outcome.capacity.requests_per_s or 0.0)
+        if (figures := outcome.roofline) is not None:
+            m.mbu.labels(*labels).set(figures["mbu"])
+            m.mfu.labels(*labels).set(figures["mfu"])
+            m.of_bound.labels(*labels).set(figures["of_bound"])
+        if outcome.energy_per_token_j is not None:
+            m.energy_per_token.labels(*labels).set(outcome.energy_per_token_j)
+        for verdict in (outcome.parts or {}).get("verdicts", []):
+            if verdict["relative_throughput"] is not None:
+                m.gpu_relative_throughput.labels(self._workload, verdict["gpu"]).set(verdict["relative_throughput"])
+            m.gpu_outlier.labels(self._workload, verdict["gpu"]).set(float(verdict["outlier"]))
 
     def run_finished(self, t: float, status: str, error: str | None) -> None:
         if self.otel is not None:
@@ -262,14 +268,14 @@ class RunTelemetry:
                 self.run_span.set_status(Status(StatusCode.ERROR, error))
             self.run_span.end(end_time=self.clock.ns(t))
 
+    def server_gauges(self) -> ServerGauges | None:
+        """The run's benchd_server_* gauges, for what the daemon reads of its server's page."""
+        return ServerGauges(self.metrics, (self.model, self._engine, self._workload, self.gpu)) \
+            if self.metrics is not None else None
+
     def engine_restarted(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.engine_restarts.labels(self.model, self._engine, self._workload, self.gpu, reason).inc()
-
-    def energy(self, joules_per_output_token: float | None) -> None:
-        if self.metrics is not None and joules_per_output_token is not None:
-            self.metrics.energy_per_token.labels(self.model, self._engine, self._workload, self.gpu).set(
-                joules_per_output_token)
 
     def sample(self, load: EngineLoad, output_tokens_per_s: float) -> None:
         if self.metrics is None:
