@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -367,3 +368,53 @@ def test_requirements_a_spec_brings_are_built_once_where_the_settings_allow_them
         again = finished(server, submit(server, body))
         assert again["status"] == "succeeded" and again["metadata"]["environment"] == name
         assert log.stat().st_mtime_ns == stamp  # the same list: the same venv, not built again
+
+
+class StallingIndex:
+    """A package index that holds each request until released, then has nothing: a build as long as a test wants."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.asked, self.release = threading.Event(), threading.Event()
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                index.asked.set()
+                index.release.wait(120)
+                self.send_error(404)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/simple"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+
+
+@pytest.mark.engine
+def test_a_run_whose_environment_is_being_built_leaves_the_queue_to_the_runs_behind_it(tmp_path, monkeypatch):
+    """The build runs on a thread of its own while its run waits in the queue: the run behind it, in the daemon's
+    own environment, runs meanwhile; once the build ends (here it fails: the index has no such package), the waiting
+    run ends with why."""
+    index = StallingIndex()
+    monkeypatch.setenv("PIP_INDEX_URL", index.url)
+    try:
+        with daemon(tmp_path, environments={"slow": ["benchd-slow-package==1.0"]},
+                    environments_dir=str(tmp_path / "built")) as server:
+            server.wait_ready()
+            waiting = submit(server, {**spec(requests=2, output=4), "environment": "slow"})
+            behind = submit(server, spec(requests=2, output=4))
+            assert index.asked.wait(120), "the build never asked the index"
+            assert finished(server, behind)["status"] == "succeeded"
+            assert server.http.get(f"/runs/{waiting}").json()["status"] == "queued"  # its build still runs
+            index.release.set()
+            failed = finished(server, waiting)
+            assert failed["status"] == "failed" and "environment 'slow': building it failed" in failed["error"]
+    finally:
+        index.close()

@@ -68,13 +68,31 @@ class RunQueue:
                 self._jobs.append(job)
             self._cond.notify_all()
 
-    def take(self, timeout_s: float) -> Job | None:
-        """The next run, now the current one; None after timeout_s or once closing."""
+    def take(self, timeout_s: float, ready: Callable[[list[RunSpec]], bool] = lambda specs: True) -> Job | None:
+        """The first run that is ready, now the current one; None after timeout_s or once closing. ready(specs) is
+        asked of each run in order with its spec, or for a matrix's run with the specs of every run of its matrix
+        still queued (so that a matrix's runs start together, interleaved as planned); a run not ready keeps its
+        place, and those behind it go first."""
+        found: list[Job] = []
+
+        def first() -> bool:
+            found[:] = [job for job in self._jobs if ready(self._specs(job))][:1]
+            return bool(found) or self._closing
+
         with self._cond:
-            if not self._cond.wait_for(lambda: self._jobs or self._closing, timeout_s) or self._closing:
+            if not self._cond.wait_for(first, timeout_s) or self._closing:
                 return None
-            self.current = self._jobs.popleft()
+            self._jobs.remove(found[0])
+            self.current = found[0]
             return self.current
+
+    def _specs(self, job: Job) -> list[RunSpec]:
+        return [j.spec for j in self._jobs if j.matrix == job.matrix] if job.matrix is not None else [job.spec]
+
+    def wake(self) -> None:
+        """Something a run waits for has changed (an environment's build ended): take() looks again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def done(self) -> None:
         with self._cond:

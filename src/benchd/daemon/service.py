@@ -44,6 +44,7 @@ class Daemon:
                                watch=sampler.watch_process if sampler is not None else lambda name, pid: None,
                                memory_fraction=settings.limits.memory_fraction,
                                environments=Environments(settings.environments, settings.environments_dir))
+        self.pool.environments.on_prepared = self.queue.wake
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
                                    settings.compare_confidence)
@@ -152,7 +153,7 @@ class Daemon:
 
     def _loop(self) -> None:
         while not self._closing.is_set():
-            job = self.queue.take(timeout_s=1.0)
+            job = self.queue.take(timeout_s=1.0, ready=self._environments_ready)
             if job is None:
                 continue
             try:
@@ -163,6 +164,15 @@ class Daemon:
                 self._end(job, "failed", f"{type(error).__name__}: {error}", "daemon")
             finally:
                 self.queue.done()
+
+    def _environments_ready(self, specs: list[RunSpec]) -> bool:
+        """Whether the runs' environments can start workers now: one that must be built first is built on a thread
+        of its own (supervisor/environments.py), and the run waits in the queue while the runs behind it go on."""
+        environments = self.pool.environments
+        for spec in specs:
+            if spec.requirements is not None:
+                environments.adopt(spec.requirements)
+        return all([environments.ready(spec.worker_environment) for spec in specs])  # every build starts
 
     def _execute(self, job: Job) -> None:
         if job.matrix is not None:

@@ -18,6 +18,7 @@ import sysconfig
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -26,6 +27,9 @@ from benchd.spec.requirements import environment_name
 
 CURRENT = "current"  # the daemon's own environment: the default of a spec's `environment`
 BUILD_TIMEOUT_S = 1800.0
+# A build made ahead of a run (prepare) that failed answers the runs needing it for this long, each failing with why,
+# before a run's need starts another.
+FAILED_HOLD_S = 60.0
 LOG_TAIL_LINES = 20
 BUILT = ".built"  # written in a venv once its requirements installed: the cache's mark of a finished build
 # A requirement that is a bare project name ("transformers") means its newest release on the index: asked of the index
@@ -64,6 +68,11 @@ class Environments:
         self.cache_dir = Path(os.path.abspath(cache_dir)) if cache_dir is not None else None
         self._lock = threading.Lock()  # one build at a time: two runs needing one environment build it once
         self._newest: dict[str, tuple[float, str]] = {}  # project → (when asked, time.monotonic(); its newest version)
+        # Environments made ready ahead of their runs (prepare): when, and the interpreter or why there is none.
+        self._prepared: dict[str, tuple[float, Interpreter | EnvironmentProblem]] = {}
+        self._preparing: set[str] = set()
+        self._state = threading.Lock()
+        self.on_prepared: Callable[[], None] = lambda: None  # a preparation ended (the run queue looks again)
 
     def adopt(self, requirements: list[str]) -> str:
         """A spec's own requirements (its `requirements`), declared under the name they build (requirements-<hash>):
@@ -82,7 +91,46 @@ class Environments:
         return f"{name!r} is not a declared environment ({', '.join(self.names())}; BENCHD_ENVIRONMENTS declares them)"
 
     def interpreter(self, name: str) -> Interpreter:
-        """The environment's interpreter, built first when it is a requirements list not yet in the cache."""
+        """The environment's interpreter: as prepare() found it ahead of the run, else found now (a requirements
+        list not yet in the cache built first)."""
+        with self._state:
+            prepared = self._prepared.get(name)
+        if prepared is not None and _fresh(prepared):
+            if isinstance(prepared[1], EnvironmentProblem):
+                raise prepared[1]
+            return prepared[1]
+        return self._resolve(name)
+
+    def ready(self, name: str) -> bool:
+        """Whether a worker of the environment can start without a build (or an ask of the index for a bare
+        requirement's newest release). Where one is needed it starts on a thread of its own (prepare), and this says
+        False until it has ended; a preparation that failed says True (the run fails at its start with why) for
+        FAILED_HOLD_S. The run loop takes only runs whose environment is ready: a build holds no run up but its own."""
+        if name == CURRENT or name not in self.declared or isinstance(self.declared[name], str):
+            return True  # nothing to build (an undeclared name fails its run at once)
+        with self._state:
+            if name in self._preparing:
+                return False
+            prepared = self._prepared.get(name)
+            if prepared is not None and _fresh(prepared):
+                return True
+            self._preparing.add(name)
+        threading.Thread(target=self._prepare, args=(name,), name=f"benchd-environment-{name}", daemon=True).start()
+        return False
+
+    def _prepare(self, name: str) -> None:
+        try:
+            found: Interpreter | EnvironmentProblem = self._resolve(name)
+        except EnvironmentProblem as problem:
+            found = problem
+        except Exception as error:  # the build's boundary: the run that needs it fails with this
+            found = EnvironmentProblem(f"environment {name!r}: {type(error).__name__}: {error}")
+        with self._state:
+            self._prepared[name] = (time.monotonic(), found)
+            self._preparing.discard(name)
+        self.on_prepared()
+
+    def _resolve(self, name: str) -> Interpreter:
         if (problem := self.problem(name)) is not None:
             raise EnvironmentProblem(problem)
         if name == CURRENT:
@@ -189,6 +237,13 @@ class Environments:
             raise EnvironmentProblem(f"environment {name!r}: building it failed ("
                                      f"{'timed out' if code is None else f'exit code {code}'}; log {log_path}):\n"
                                      f"{tail(log_path)}")
+
+
+def _fresh(prepared: tuple[float, Interpreter | EnvironmentProblem]) -> bool:
+    """A preparation still holds: a failure for FAILED_HOLD_S, an interpreter as long as a bare requirement's
+    newest release is taken to stay the newest (NEWEST_EVERY_S)."""
+    held = FAILED_HOLD_S if isinstance(prepared[1], EnvironmentProblem) else NEWEST_EVERY_S
+    return time.monotonic() - prepared[0] < held
 
 
 def _installer(python: str) -> list[str]:
