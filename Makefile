@@ -76,8 +76,11 @@ $(HELM):
 # alone; tests that build or start images share one process (xdist_group "podman": one storage, one base image).
 PYTEST_PARALLEL = -n 2 --dist loadgroup
 ENGINE_TESTS = tests/engines tests/test_runner.py tests/test_parallel.py
+# ruff (its rules in pyproject.toml) and the layout's checks first: a second or two, before the suite's minutes.
 test: system-deps $(HELM) $(VENV)/.installed $(VENV_NEWEST)/.installed
-	$(VENV)/bin/python -m pytest -q -rs --durations=15 $(PYTEST_PARALLEL) -m "not quiet"
+	$(VENV)/bin/ruff check src tests docs/generate.py
+	$(VENV)/bin/python -m pytest -q tests/test_layout.py
+	$(VENV)/bin/python -m pytest -q -rs --durations=15 $(PYTEST_PARALLEL) -m "not quiet" --deselect tests/test_layout.py
 	$(VENV)/bin/python -m pytest -q -rs -m quiet
 	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
 	$(VENV_NEWEST)/bin/python -m pytest -q $(PYTEST_PARALLEL) -m "engine and not quiet" $(ENGINE_TESTS)

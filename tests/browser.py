@@ -73,7 +73,7 @@ class Chromium:
         if binary is None:
             raise RuntimeError("chromium is not installed: `make test` installs it (apt-get install chromium)")
         self.profile = tempfile.mkdtemp(prefix="benchd-chromium-")
-        self.log = open(Path(self.profile) / "chromium.log", "w")
+        self.log = open(Path(self.profile) / "chromium.log", "w")  # noqa: SIM115 (the browser's, while it runs)
         self.process = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
                                         stdout=self.log, stderr=subprocess.STDOUT)
         active = Path(self.profile) / "DevToolsActivePort"  # chromium writes the port it chose here

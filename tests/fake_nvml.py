@@ -15,35 +15,35 @@ class NVMLError(Exception):
     pass
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
+class NVMLError_NotSupported(NVMLError):
     pass
 
 
-class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+class NVMLError_GpuIsLost(NVMLError):
     pass
 
 
-class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
+class NVMLError_LibraryNotFound(NVMLError):
     pass
 
 
-class NVMLError_Timeout(NVMLError):  # noqa: N801
+class NVMLError_Timeout(NVMLError):
     pass
 
 
-class NVMLError_NotFound(NVMLError):  # noqa: N801
+class NVMLError_NotFound(NVMLError):
     pass
 
 
-class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
+class NVMLError_InvalidArgument(NVMLError):
     pass
 
 
-class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
+class NVMLError_FunctionNotFound(NVMLError):
     pass
 
 
-class NVMLError_NoPermission(NVMLError):  # noqa: N801
+class NVMLError_NoPermission(NVMLError):
     pass
 
 
@@ -135,24 +135,24 @@ class FakeNVML:
         self.calls: list[str] = []
         self._event_sets: list[_EventSet] = []
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:
         if self.init_error is not None:
             raise self.init_error
         self.initialized = True
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.initialized = False
 
-    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str:
         return self.driver_version
 
-    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:  # noqa: N802
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
         return self.cuda_version
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGPU:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGPU:
         return self.gpus[index]
 
     def _check(self, gpu: FakeGPU | FakeMig, name: str) -> FakeGPU:
@@ -170,25 +170,25 @@ class FakeNVML:
             time.sleep(gpu.delays[name])
         return gpu
 
-    def nvmlDeviceGetUUID(self, gpu) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, gpu) -> str:
         return gpu.uuid
 
-    def nvmlDeviceGetName(self, gpu) -> bytes:  # noqa: N802 - old bindings return bytes
+    def nvmlDeviceGetName(self, gpu) -> bytes:
         if isinstance(gpu, FakeMig):
             return f"{gpu.parent.name} MIG {gpu.profile}".encode()
         return gpu.name.encode()
 
-    def nvmlDeviceGetPciInfo(self, gpu):  # noqa: N802 - busId is a char array: bytes
+    def nvmlDeviceGetPciInfo(self, gpu):
         self._check(gpu, "nvmlDeviceGetPciInfo")
         return SimpleNamespace(busId=gpu.bus_id.encode(), busIdLegacy=gpu.bus_id[4:].encode())
 
-    def nvmlDeviceGetUtilizationRates(self, gpu):  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, gpu):
         self._check(gpu, "nvmlDeviceGetUtilizationRates")
         if gpu.mig:
             raise NVMLError_NotSupported("Not Supported")  # in MIG mode the whole GPU's utilization is N/A
         return SimpleNamespace(gpu=gpu.util_percent, memory=gpu.mem_util_percent)
 
-    def nvmlDeviceGetMemoryInfo(self, gpu, version=None):  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, gpu, version=None):
         if isinstance(gpu, FakeMig):
             self.gate.wait()
             return SimpleNamespace(used=gpu.memory_used, free=gpu.memory_total - gpu.memory_used,
@@ -202,53 +202,53 @@ class FakeNVML:
                                    used=gpu.memory_used)
         return SimpleNamespace(total=gpu.memory_total, free=free, used=gpu.memory_used + reserved)
 
-    def nvmlDeviceGetPowerUsage(self, gpu) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, gpu) -> int:
         return self._check(gpu, "nvmlDeviceGetPowerUsage").power_mw
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, gpu) -> int:  # noqa: N802
+    def nvmlDeviceGetEnforcedPowerLimit(self, gpu) -> int:
         return self._check(gpu, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, gpu) -> int:  # noqa: N802
+    def nvmlDeviceGetTotalEnergyConsumption(self, gpu) -> int:
         return self._check(gpu, "nvmlDeviceGetTotalEnergyConsumption").energy_mj
 
-    def nvmlDeviceGetTemperature(self, gpu, sensor) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, gpu, sensor) -> int:
         return self._check(gpu, "nvmlDeviceGetTemperature").temperature_c
 
-    def nvmlDeviceGetClockInfo(self, gpu, clock) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, gpu, clock) -> int:
         self._check(gpu, "nvmlDeviceGetClockInfo")
         return gpu.sm_mhz if clock == self.NVML_CLOCK_SM else gpu.mem_mhz
 
-    def nvmlDeviceGetMaxClockInfo(self, gpu, clock) -> int:  # noqa: N802
+    def nvmlDeviceGetMaxClockInfo(self, gpu, clock) -> int:
         self._check(gpu, "nvmlDeviceGetMaxClockInfo")
         return gpu.sm_max_mhz if clock == self.NVML_CLOCK_SM else gpu.mem_mhz
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, gpu) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksEventReasons(self, gpu) -> int:
         return self._check(gpu, "nvmlDeviceGetCurrentClocksEventReasons").throttle_mask
 
-    def nvmlDeviceGetPcieThroughput(self, gpu, counter) -> int:  # noqa: N802
+    def nvmlDeviceGetPcieThroughput(self, gpu, counter) -> int:
         self._check(gpu, "nvmlDeviceGetPcieThroughput")
         return gpu.pcie_tx_kbs if counter == self.NVML_PCIE_UTIL_TX_BYTES else gpu.pcie_rx_kbs
 
-    def nvmlDeviceGetEncoderUtilization(self, gpu) -> list[int]:  # noqa: N802 - [percent, sampling period µs]
+    def nvmlDeviceGetEncoderUtilization(self, gpu) -> list[int]:
         return [self._check(gpu, "nvmlDeviceGetEncoderUtilization").encoder_percent, 167_000]
 
-    def nvmlDeviceGetDecoderUtilization(self, gpu) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetDecoderUtilization(self, gpu) -> list[int]:
         return [self._check(gpu, "nvmlDeviceGetDecoderUtilization").decoder_percent, 167_000]
 
-    def nvmlDeviceGetPcieReplayCounter(self, gpu) -> int:  # noqa: N802
+    def nvmlDeviceGetPcieReplayCounter(self, gpu) -> int:
         return self._check(gpu, "nvmlDeviceGetPcieReplayCounter").pcie_replays
 
-    def nvmlDeviceGetEccMode(self, gpu) -> list[int]:  # noqa: N802 - [current, pending]
+    def nvmlDeviceGetEccMode(self, gpu) -> list[int]:
         mode = int(self._check(gpu, "nvmlDeviceGetEccMode").ecc_enabled)
         return [mode, mode]
 
-    def nvmlDeviceGetTotalEccErrors(self, gpu, error_type, counter_type) -> int:  # noqa: N802
+    def nvmlDeviceGetTotalEccErrors(self, gpu, error_type, counter_type) -> int:
         return self._check(gpu, "nvmlDeviceGetTotalEccErrors").ecc[(error_type, counter_type)]
 
-    def nvmlDeviceGetRemappedRows(self, gpu) -> tuple[int, int, int, int]:  # noqa: N802
+    def nvmlDeviceGetRemappedRows(self, gpu) -> tuple[int, int, int, int]:
         return self._check(gpu, "nvmlDeviceGetRemappedRows").remapped_rows
 
-    def nvmlDeviceGetNvLinkState(self, gpu, link) -> int:  # noqa: N802
+    def nvmlDeviceGetNvLinkState(self, gpu, link) -> int:
         self._check(gpu, "nvmlDeviceGetNvLinkState")
         if not gpu.nvlink_kib:
             raise NVMLError_NotSupported("Not Supported")  # a GPU without NVLink
@@ -256,7 +256,7 @@ class FakeNVML:
             raise NVMLError_InvalidArgument("Invalid Argument")
         return int(link in gpu.nvlink_kib)
 
-    def nvmlDeviceGetFieldValues(self, gpu, field_ids):  # noqa: N802 - c_nvmlFieldValue_t-shaped values
+    def nvmlDeviceGetFieldValues(self, gpu, field_ids):
         self._check(gpu, "nvmlDeviceGetFieldValues")
         values = []
         for field_id, scope in (f if isinstance(f, tuple) else (f, 0) for f in field_ids):
@@ -269,45 +269,45 @@ class FakeNVML:
         return values
 
     # MIG
-    def nvmlDeviceGetMigMode(self, gpu) -> list[int]:  # noqa: N802 - [current, pending]
+    def nvmlDeviceGetMigMode(self, gpu) -> list[int]:
         self._check(gpu, "nvmlDeviceGetMigMode")
         return [int(bool(gpu.mig))] * 2
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, gpu) -> int:  # noqa: N802 - slots, not devices in use
+    def nvmlDeviceGetMaxMigDeviceCount(self, gpu) -> int:
         return 7 if self._check(gpu, "nvmlDeviceGetMaxMigDeviceCount").mig else 0
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, gpu, index) -> FakeMig:  # noqa: N802
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, gpu, index) -> FakeMig:
         self._check(gpu, "nvmlDeviceGetMigDeviceHandleByIndex")
         if index >= len(gpu.mig):
             raise NVMLError_NotFound("Not Found")
         return gpu.mig[index]
 
-    def nvmlDeviceGetGpuInstanceId(self, mig: FakeMig) -> int:  # noqa: N802
+    def nvmlDeviceGetGpuInstanceId(self, mig: FakeMig) -> int:
         if not isinstance(mig, FakeMig):
             raise NVMLError_InvalidArgument("Invalid Argument")
         return mig.gpu_instance_id
 
-    def nvmlDeviceGetComputeInstanceId(self, mig: FakeMig) -> int:  # noqa: N802
+    def nvmlDeviceGetComputeInstanceId(self, mig: FakeMig) -> int:
         if not isinstance(mig, FakeMig):
             raise NVMLError_InvalidArgument("Invalid Argument")
         return mig.compute_instance_id
 
     # Events
-    def nvmlDeviceGetSupportedEventTypes(self, gpu) -> int:  # noqa: N802
+    def nvmlDeviceGetSupportedEventTypes(self, gpu) -> int:
         return self._check(gpu, "nvmlDeviceGetSupportedEventTypes").event_types
 
-    def nvmlEventSetCreate(self) -> _EventSet:  # noqa: N802
+    def nvmlEventSetCreate(self) -> _EventSet:
         event_set = _EventSet()
         self._event_sets.append(event_set)
         return event_set
 
-    def nvmlDeviceRegisterEvents(self, gpu, event_types, event_set) -> None:  # noqa: N802
+    def nvmlDeviceRegisterEvents(self, gpu, event_types, event_set) -> None:
         self._check(gpu, "nvmlDeviceRegisterEvents")
         if event_types & ~gpu.event_types:
             raise NVMLError_NotSupported("Not Supported")
         event_set.registered[id(gpu)] = event_set.registered.get(id(gpu), 0) | event_types
 
-    def nvmlEventSetWait(self, event_set, timeoutms):  # noqa: N802 - raises NVMLError_Timeout when none comes
+    def nvmlEventSetWait(self, event_set, timeoutms):
         self.calls.append("nvmlEventSetWait")
         self.gate.wait()
         with event_set.lock:
@@ -318,7 +318,7 @@ class FakeNVML:
 
     nvmlEventSetWait_v2 = nvmlEventSetWait
 
-    def nvmlEventSetFree(self, event_set) -> None:  # noqa: N802
+    def nvmlEventSetFree(self, event_set) -> None:
         self._event_sets.remove(event_set)
 
     def emit(self, gpu: FakeGPU, event_type: int, data: int) -> None:
@@ -330,23 +330,23 @@ class FakeNVML:
                                                            gpuInstanceId=NO_INSTANCE, computeInstanceId=NO_INSTANCE))
 
     # GPM (Hopper and newer)
-    def nvmlGpmQueryDeviceSupport(self, gpu):  # noqa: N802
+    def nvmlGpmQueryDeviceSupport(self, gpu):
         return SimpleNamespace(isSupportedDevice=int(gpu.gpm))
 
-    def nvmlGpmSampleAlloc(self):  # noqa: N802
+    def nvmlGpmSampleAlloc(self):
         return SimpleNamespace()
 
-    def nvmlGpmSampleGet(self, gpu, sample):  # noqa: N802
+    def nvmlGpmSampleGet(self, gpu, sample):
         self._check(gpu, "nvmlGpmSampleGet")
         return sample
 
-    def nvmlGpmSampleFree(self, sample) -> None:  # noqa: N802
+    def nvmlGpmSampleFree(self, sample) -> None:
         pass
 
-    def c_nvmlGpmMetricsGet_t(self):  # noqa: N802
+    def c_nvmlGpmMetricsGet_t(self):
         return SimpleNamespace(metrics=[SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(8)])
 
-    def nvmlGpmMetricsGet(self, request):  # noqa: N802
+    def nvmlGpmMetricsGet(self, request):
         for metric in request.metrics[:request.numMetrics]:
             metric.value = self.gpm_values[metric.metricId]
         return request

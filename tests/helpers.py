@@ -182,7 +182,8 @@ def serve(tmp_path, port, **env):
     env = {**os.environ, "BENCHD_DATABASE_URL": f"sqlite:///{tmp_path}/benchd.db", "BENCHD_PORT": str(port),
            "BENCHD_DEVICE": "cpu", "BENCHD_DEFAULT_SCHEDULE": "false", "BENCHD_SPOOL_DIR": str(tmp_path / "spool"),
            "BENCHD_WORKERS__LOG_DIR": str(tmp_path / "workers"), **env}
-    log = open(tmp_path / f"serve-{port}.log", "a")  # a file, not a pipe: a daemon that logs much never blocks
+    # a file, not a pipe: a daemon that logs much never blocks; the daemon's for its life
+    log = open(tmp_path / f"serve-{port}.log", "a")  # noqa: SIM115
     process = subprocess.Popen([sys.executable, "-m", "benchd.cli", "serve"], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=log, text=True)
     process.log_path = Path(log.name)

@@ -123,12 +123,12 @@ class GRPCReceiver(Received):
         receiver = self
 
         class Service(trace_service_pb2_grpc.TraceServiceServicer):
-            def Export(self, request, context):  # noqa: N802 - the protobuf service's name
+            def Export(self, request, context):
                 receiver.add(request)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
         class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
-            def Export(self, request, context):  # noqa: N802
+            def Export(self, request, context):
                 receiver.add(request)
                 return metrics_service_pb2.ExportMetricsServiceResponse()
 

@@ -14,7 +14,7 @@ def take(profile, seed, n):
 
 
 def gaps(times):
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 def test_poisson_has_the_right_mean_rate_and_exponential_spread():

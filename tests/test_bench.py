@@ -293,8 +293,9 @@ def test_roofline_script_prints_the_limits_and_each_variant_on_the_roofline(tmp_
     """bench/gpu_roofline.py --smoke: the CPU's limits measured for real, then continuous batching and static batches
     of 64 of 16 requests × 32 prompt × 32 output tokens, each with its steps, MBU, MFU and fraction of the bound, and
     (--profile) where a profiled round's time went."""
-    done = subprocess.run([sys.executable, "bench/gpu_roofline.py", "--smoke", "--profile"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)}, check=False)
+    done = subprocess.run([sys.executable, "bench/gpu_roofline.py", "--smoke", "--profile"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)},
+                          check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "measured limits" in done.stdout and "bound by" in done.stdout
     result = json.loads((tmp_path / "roofline.json").read_text())
@@ -303,11 +304,11 @@ def test_roofline_script_prints_the_limits_and_each_variant_on_the_roofline(tmp_
     assert (continuous["variant"], static["variant"]) == ("continuous", "static-64")
     for run in (continuous, static):
         assert run["prefill_tokens"] == 16 * 32 and run["decode_tokens"] == 16 * 31  # the last token fed to none
-        assert 0 < run["mbu"] and 0 < run["mfu"] and 0 < run["of_bound"] and run["bound_s"] > 0
+        assert run["mbu"] > 0 and run["mfu"] > 0 and run["of_bound"] > 0 and run["bound_s"] > 0
     assert static["steps"] == 32  # one batch of 16: a prefill and 31 decodes
     for run in (continuous, static):  # the engine's thread's operators, seen by the profiler
         names = [k["name"] for k in run["where"]["top"]]
-        assert "aten::mm" in names and 0 < run["where"]["busy_s"] and run["where"]["wall_s"] > 0
+        assert "aten::mm" in names and run["where"]["busy_s"] > 0 and run["where"]["wall_s"] > 0
 
 
 def test_change_points_script_reports_detection_false_change_points_speed_and_measured_noise(tmp_path):

@@ -230,7 +230,8 @@ def test_defaults_every_gpu_node_nonroot_read_only_sqlite_and_a_generated_token(
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "benchd"
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
-    assert service["spec"]["selector"].items() <= kinds["DaemonSet"][0]["spec"]["template"]["metadata"]["labels"].items()
+    pod_labels = kinds["DaemonSet"][0]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
     # What benchd makes of it.
     settings = settings_from(docs, tmp_path, monkeypatch)
     assert (settings.node_name, settings.pod_name, settings.host) == ("gpu-node-7", "benchd-x7k2p", "0.0.0.0")
@@ -386,8 +387,8 @@ def as_pod(docs: list[dict], image: str, node: str, host_port: int) -> dict:
     (http,) = benchd["ports"]
     http["hostPort"] = host_port
     name = daemonset["metadata"]["name"]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-pod", "labels": template["metadata"]["labels"]},
-            "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-pod", "labels": template["metadata"]["labels"]}, "spec": spec}
 
 
 KUBE_RELEASE = "benchd-kube-"  # + the test process's pid

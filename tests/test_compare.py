@@ -226,7 +226,8 @@ def test_a_regression_against_the_baseline_fires_the_alert_in_prometheus(tmp_pat
 
             def gauge() -> float | None:
                 for line in server.http.get("/metrics").text.splitlines():
-                    if line.startswith(f'benchd_regression_detected{{hostname="{NODE}",metric="itl_s.p50",workload="short"}}'):
+                    series = f'benchd_regression_detected{{hostname="{NODE}",metric="itl_s.p50",workload="short"}}'
+                    if line.startswith(series):
                         return float(line.split()[-1])
                 return None
 

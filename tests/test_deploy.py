@@ -220,8 +220,8 @@ def test_dashboards_are_well_formed():
         for variable in dashboard["templating"]["list"]:
             assert variable["datasource"]["uid"] in datasources
     live = found["benchd-live.json"]
-    latency = [p for p in live["panels"] if p["fieldConfig"]["defaults"]["unit"] == "s" and "latency" in
-               p["title"].lower() or "first token" in p["title"]]
+    latency = [p for p in live["panels"] if (p["fieldConfig"]["defaults"]["unit"] == "s" and "latency" in
+               p["title"].lower()) or "first token" in p["title"]]
     assert latency and all(any(t["exemplar"] for t in p["targets"]) for p in latency)
 
 

@@ -53,7 +53,8 @@ def test_every_setting_metric_and_endpoint_is_on_its_page():
     ttft = next(line for line in metrics.splitlines() if line.startswith("| `benchd_time_to_first_token_seconds`"))
     assert "`gpu`" in ttft and "`hostname`" in ttft
     api = (reference / "http-api.md").read_text()
-    for endpoint in ("### POST `/runs`", "### GET `/compare`", "### PUT `/baselines/{workload}`", "### TransformersSpec"):
+    for endpoint in ("### POST `/runs`", "### GET `/compare`", "### PUT `/baselines/{workload}`",
+                     "### TransformersSpec"):
         assert endpoint in api, endpoint
 
 

@@ -242,7 +242,8 @@ def test_a_bare_requirement_is_the_newest_release_on_the_index_and_the_last_answ
     except EnvironmentProblem as problem:
         pytest.skip(f"no index reachable from here: {problem}")
     project, version = pinned[0].split("==")
-    assert project == "transformers" and Version(version) >= Version(built_newest)  # the Makefile's newest 5.x, or newer
+    # the Makefile's newest 5.x, or newer
+    assert project == "transformers" and Version(version) >= Version(built_newest)
     assert pinned[1] == declared[1]  # only bare names are pinned
     assert environments.venv(pinned) != environments.venv(declared)  # keyed by the release: a new one, a new venv
 

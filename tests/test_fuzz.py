@@ -24,8 +24,9 @@ CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conform
           "response_headers_conformance", "response_schema_conformance"]
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 # Small limits: accepted runs finish in seconds while the fuzzing goes on.
-LIMITS = {"BENCHD_API_TOKEN": "fuzz-token", "BENCHD_LIMITS__MAX_REQUESTS": "4", "BENCHD_LIMITS__MAX_PROMPT_TOKENS": "16",
-          "BENCHD_LIMITS__MAX_OUTPUT_TOKENS": "8", "BENCHD_LIMITS__MAX_DURATION_S": "5",
+LIMITS = {"BENCHD_API_TOKEN": "fuzz-token", "BENCHD_LIMITS__MAX_REQUESTS": "4",
+          "BENCHD_LIMITS__MAX_PROMPT_TOKENS": "16", "BENCHD_LIMITS__MAX_OUTPUT_TOKENS": "8",
+          "BENCHD_LIMITS__MAX_DURATION_S": "5",
           "BENCHD_LIMITS__MAX_STEPS": "20", "BENCHD_LIMITS__MAX_REPEATS": "20", "BENCHD_LIMITS__MAX_STAGES": "4",
           "BENCHD_LIMITS__MEMORY_BYTES": str(32 << 20), "BENCHD_QUEUE_MAX": "4"}
 EXAMPLES = 40  # examples per operation and phase

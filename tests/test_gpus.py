@@ -47,7 +47,8 @@ def test_every_gpu_finds_the_slow_worker(tmp_path):
         assert whole["requests"] == sum(s["requests"] for s in each) > 0
         assert whole["output_tokens"] == sum(s["output_tokens"] for s in each)
         verdicts = {v["gpu"]: v for v in parts["verdicts"]}
-        assert verdicts["cpu:1"]["outlier"] and not verdicts["cpu:0"]["outlier"], [v["reasons"] for v in verdicts.values()]
+        reasons = [v["reasons"] for v in verdicts.values()]
+        assert verdicts["cpu:1"]["outlier"] and not verdicts["cpu:0"]["outlier"], reasons
         assert verdicts["cpu:1"]["relative_throughput"] < 0.7 < verdicts["cpu:0"]["relative_throughput"]
         assert verdicts["cpu:1"]["throughput_ci_high"] < 1
         rows = server.http.get(f"/runs/{run['id']}/requests").json()

@@ -132,8 +132,9 @@ def test_what_a_gpu_driver_or_binding_lacks_is_absent_never_an_error(caplog):
             names = {f.name for f in registry.collect()}
             assert gpu_value(registry, "benchd_gpu_power_watts") == pytest.approx(523.456)  # the rest is served
     for absent in ("benchd_gpu_ecc_volatile_errors", "benchd_gpu_remapped_rows", "benchd_gpu_row_remap_pending",
-                   "benchd_gpu_nvlink_transmit_bytes", "benchd_gpu_pcie_replays", "benchd_gpu_encoder_utilization_ratio",
-                   "benchd_gpu_decoder_utilization_ratio", "benchd_gpu_xid_errors", "benchd_gpu_last_xid_code"):
+                   "benchd_gpu_nvlink_transmit_bytes", "benchd_gpu_pcie_replays",
+                   "benchd_gpu_encoder_utilization_ratio", "benchd_gpu_decoder_utilization_ratio",
+                   "benchd_gpu_xid_errors", "benchd_gpu_last_xid_code"):
         assert absent not in names
     assert "ECC is off" in caplog.text and "lacks nvmlDeviceGetRemappedRows" in caplog.text
     assert "reports no XID events" in caplog.text
@@ -367,7 +368,8 @@ def test_live_daemon_exports_gpu_gauges_and_stores_the_hardware_summary(tmp_path
     age = next(float(line.split()[-1]) for line in series if line.startswith("benchd_hardware_sample_age_seconds"))
     assert 0 <= age < 10
     assert run["status"] == "succeeded"
-    assert run["hardware"]["gpus"][0]["uuid"] == UUID0 and run["hardware"]["gpu_utilization_mean"] == pytest.approx(0.87)
+    assert run["hardware"]["gpus"][0]["uuid"] == UUID0
+    assert run["hardware"]["gpu_utilization_mean"] == pytest.approx(0.87)
 
 
 def test_no_ratio_series_of_a_live_daemon_exceeds_one(tmp_path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ from benchd.measure.history import (
 from benchd.measure.matrix import MatrixComparison, VariantComparison
 from tests.helpers import ROOT, daemon, spec, submit, wait_for
 
-T0 = datetime(2026, 11, 20, 14, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
 
 
 # ---- the detector ------------------------------------------------------------------------------------------
@@ -172,7 +172,8 @@ def write_run(store, i: int, environment: str, itl: float) -> str:
     store.spool.submit(FinishRun(run_id, {
         "status": "succeeded", "error": None, "error_stage": None, "finished_at": now().isoformat(),
         "summary": [stage], "run_metadata": metadata, "timeline": None, "valid": True, "model": "tiny", "label": None,
-        "hardware": {"throttled_fraction": 0.0, "gpus": [{"uuid": "GPU-1"}], "energy_per_output_token_joules": 0.5 * itl},
+        "hardware": {"throttled_fraction": 0.0, "gpus": [{"uuid": "GPU-1"}],
+                     "energy_per_output_token_joules": 0.5 * itl},
         "energy_per_token_j": 0.5 * itl, "parts": None, "capacity_requests_per_s": None}, [row], []).as_json())
     return run_id
 

@@ -81,8 +81,8 @@ def deep(levels: int):
 
 def test_a_matrix_value_nested_too_deep_is_named_not_copied_into_a_recursion_error():
     """copy.deepcopy of a value 495 levels deep raised RecursionError in the expansion (a 500 on POST /matrices)."""
-    at_limit = matrix({"openai.extra_body": [{"x": deep(63)}]}, engine="openai",  # 64 levels with its mapping: the limit
-                      openai={"tokenizer": "/served-model"})
+    # 64 levels with its mapping: the limit
+    at_limit = matrix({"openai.extra_body": [{"x": deep(63)}]}, engine="openai", openai={"tokenizer": "/served-model"})
     assert at_limit.variants()[0].spec.openai.extra_body["x"] == deep(63)
     for levels in (64, 495, 100_000):
         with pytest.raises(MatrixProblem) as raised:
@@ -212,7 +212,8 @@ def test_the_comparison_puts_each_variant_against_the_baseline(outcome):
                for v in comparison.variants)
     assert baseline.moved_toward is None
     for variant in (int8, eager, eager_int8):
-        rose = max(variant.roofline["mbu"] - baseline.roofline["mbu"], variant.roofline["mfu"] - baseline.roofline["mfu"])
+        rose = max(variant.roofline["mbu"] - baseline.roofline["mbu"],
+                   variant.roofline["mfu"] - baseline.roofline["mfu"])
         assert (variant.moved_toward in ("bandwidth", "compute")) == (rose > 0)
     cells = [row[STACK_HEAD.index("MBU / MFU (of bound)")] for row in stack_rows(comparison)]
     assert all("%" in cell for cell in cells)

@@ -1,6 +1,7 @@
 """The openai engine against a real `transformers serve` and against a small server whose behaviour the tests
 choose: per-token counts, first tokens, failures, open-loop dispatch, prompts and validation."""
 
+import itertools
 import json
 import os
 import socket
@@ -158,7 +159,7 @@ def test_chunks_read_together_are_one_arrival(server, prompts, usage):
         # [2, 2, 2, 1], or fewer arrivals where a busy client read two writes at once: never a chunk on its own
         counts, stamps = record.arrival_tokens, record.arrival_s
         assert record.error is None and sum(counts) == 7 and all(k % 2 == 0 for k in counts[:-1]) and counts[-1] % 2
-        assert all(b > a for a, b in zip(stamps, stamps[1:]))
+        assert all(b > a for a, b in itertools.pairwise(stamps))
         expected = [(b - a) / k for a, b, k in zip(stamps, stamps[1:], counts[1:]) for _ in range(k)]
         assert record.itl_s() == pytest.approx(expected) and min(record.itl_s()) > 0
 
@@ -226,7 +227,7 @@ def test_open_loop_requests_leave_at_their_scheduled_time(server, prompts):
     assert sorted(lags)[int(0.9 * len(lags))] < 0.02
     sent = server.received[-40:]
     scheduled = [r.scheduled_s for r in records(outcome)]
-    gaps = sorted(b - a for a, b in zip(sent, sent[1:]))
+    gaps = sorted(b - a for a, b in itertools.pairwise(sent))
     assert gaps[len(gaps) // 2] == pytest.approx(0.02, abs=0.003)  # the server saw them 1/rate apart
     assert all(s >= t - 1e-6 for s, t in zip(sent, scheduled))
 

@@ -419,7 +419,7 @@ def test_thinning_a_series_keeps_its_peaks():
     assert thinned and len(kept_t) <= charts.LINE_POINTS + 2
     assert 1234 in kept_t and 8765 in kept_t and kept_v.max() == 40.0 and kept_v.min() == -40.0
     assert np.all(np.diff(kept_t) > 0)  # still in time order
-    short_t, short_v, thinned = charts.decimate(t[:100], v[:100])
+    short_t, _short_v, thinned = charts.decimate(t[:100], v[:100])
     assert not thinned and len(short_t) == 100
 
 

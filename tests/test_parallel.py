@@ -49,7 +49,8 @@ def test_groups_that_cannot_be_formed_name_the_field():
     with pytest.raises(DeviceError, match=no_group) as error:
         targets(slots, "cuda:3", "one", 3)
     assert error.value.field == "device"
-    with pytest.raises(DeviceError, match="but 0 can be grouped here"):  # one CPU worker has no cores of its own to share
+    # one CPU worker has no cores of its own to share
+    with pytest.raises(DeviceError, match="but 0 can be grouped here"):
         targets(resolve("all", []), "cpu", "one", 2)
 
 

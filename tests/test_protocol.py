@@ -131,7 +131,8 @@ def test_the_outbox_counts_progress_but_not_what_the_dispatcher_makes_anyway():
 
 def garbling_worker(conn, device, log_path, env):
     """A worker process that starts as one should, then answers a run with bytes that are no report."""
-    conn.send_bytes(encode(messages.Hello(messages.PROTOCOL_VERSION, 0, "3", "none", "none", None, device, 0, 0, 0, None)))
+    hello = messages.Hello(messages.PROTOCOL_VERSION, 0, "3", "none", "none", None, device, 0, 0, 0, None)
+    conn.send_bytes(encode(hello))
     while True:
         command = decode_command(conn.recv_bytes())
         if isinstance(command, messages.Run):

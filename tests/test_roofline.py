@@ -125,7 +125,8 @@ def test_each_devices_limits_are_gauges_with_the_datasheet_beside_them(tmp_path)
         server.wait_ready()
         page = server.http.get("/metrics").text
     measured = [line for line in page.splitlines()
-                if line.startswith("benchd_gpu_peak_memory_bandwidth_bytes_per_second{") and 'source="measured"' in line]
+                if line.startswith("benchd_gpu_peak_memory_bandwidth_bytes_per_second{")
+                and 'source="measured"' in line]
     # The CPU's limits carry the gpu label its runs' series carry: empty.
     assert len(measured) == 1 and 'gpu=""' in measured[0] and float(measured[0].rsplit(" ", 1)[1]) > 1e8
     rates = [line for line in page.splitlines() if line.startswith("benchd_gpu_peak_flops_per_second{")]
@@ -183,7 +184,8 @@ def test_a_runs_stage_summary_places_its_steps_on_the_devices_roofline(tiny, eng
     assert rows["of roofline bound (bound by)"] == [f"{line['of_bound']:.1%} ({line['bound_by']})"]
     labels = {"model": "tiny", "engine": engine, "workload": "test", "gpu": ""}  # /metrics, per workload
     for name, figure in (("benchd_run_memory_bandwidth_utilization_ratio", "mbu"),
-                         ("benchd_run_flops_utilization_ratio", "mfu"), ("benchd_run_roofline_bound_ratio", "of_bound")):
+                         ("benchd_run_flops_utilization_ratio", "mfu"),
+                         ("benchd_run_roofline_bound_ratio", "of_bound")):
         assert registry.get_sample_value(name, labels) == pytest.approx(line[figure]), name
 
 

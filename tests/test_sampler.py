@@ -112,7 +112,7 @@ def test_no_nvml_call_in_the_scrape_path_even_with_slow_pcie_reads():
 class LinearEnergy(FakeNVML):
     """A GPU drawing exactly 250 W: its energy counter is a function of the time it is read at."""
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, gpu) -> int:  # noqa: N802 - mJ
+    def nvmlDeviceGetTotalEnergyConsumption(self, gpu) -> int:
         return int(1e9 + 250_000 * time.perf_counter())
 
 
@@ -186,7 +186,8 @@ def test_a_run_whose_gpu_waited_on_the_host_says_the_host_bounds_it():
 
     gpu = GPUSummary(gpu="0", uuid="GPU-0", name="H100")
     idle = HardwareSummary(samples=10, window_s=10.0, gpu_utilization_mean=0.17, gpus=[gpu])
-    assert "the GPU ran kernels 17% of the time: the host (Python, kernel launches) bounds this run" in hardware_line(idle)
+    assert ("the GPU ran kernels 17% of the time: the host (Python, kernel launches) bounds this run"
+            in hardware_line(idle))
     busy = idle.model_copy(update={"gpu_utilization_mean": 0.81})
     assert "bounds this run" not in hardware_line(busy)
     assert "bounds this run" not in hardware_line(HardwareSummary(samples=10, window_s=10.0, cpu_utilization_mean=0.1))

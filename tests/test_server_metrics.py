@@ -193,7 +193,7 @@ def test_a_run_stores_the_servers_timeline_and_exports_its_gauges(server, prompt
     assert timeline["requests_waiting"] == [2.0] * n
     assert all(r >= 1 for r in timeline["requests_running"]) and max(timeline["requests_running"]) > 1
     assert timeline["preemptions"] == [float(k - ks[0]) for k in ks] and timeline["preemptions_total"] == n - 1
-    assert all(0 < rate for rate in timeline["preemptions_per_s"][1:])
+    assert all(rate > 0 for rate in timeline["preemptions_per_s"][1:])
     assert timeline["prefix_cache_hit_rate"] == [None] + [0.25] * (n - 1)
     assert timeline["prefix_cache_hit_rate_run"] == 0.25
     labels = {"model": "ok", "engine": "openai", "workload": "served", "gpu": ""}

@@ -274,7 +274,8 @@ def test_matmul_torch_and_compiled():
     assert by["torch"].flops == 2 * 64 * 48 * 32
     # against the CPU's float32 matmul rate as its probe measured it (stored with the run)
     fp32 = outcome.metadata.device_limits["matmul_flops_per_s"]["float32"] / 1e12
-    assert by["torch"].peak_tflops == pytest.approx(fp32) and by["torch"].of_peak == pytest.approx(by["torch"].tflops / fp32)
+    assert by["torch"].peak_tflops == pytest.approx(fp32)
+    assert by["torch"].of_peak == pytest.approx(by["torch"].tflops / fp32)
     assert by["tf32"].status == "failed" and "tf32 needs a CUDA device" in by["tf32"].error
     assert torch.get_float32_matmul_precision() == "highest"  # restored after each implementation
 
@@ -366,8 +367,8 @@ def test_daemon_runs_train_step_and_kernel_specs(tmp_path):
         text = server.http.get(f"/runs/{train}/timings", params={"format": "csv"}).text
         assert text.splitlines()[0] == "stage_index,series,index,warmup,seconds" and len(text.splitlines()) == 17
         metrics = server.http.get("/metrics").text
-        assert f'benchd_step_duration_seconds_count{{hostname="{NODE}",model="tiny",phase="optimizer",workload="tr"}} ' \
-               '3.0' in metrics
+        series = f'benchd_step_duration_seconds_count{{hostname="{NODE}",model="tiny",phase="optimizer",workload="tr"}}'
+        assert f"{series} 3.0" in metrics
         assert f'benchd_kernel_duration_seconds_count{{dtype="float32",hostname="{NODE}",implementation="torch",' \
                'kernel="matmul",shape="32x32x32",workload="mm"} 7.0' in metrics
         # A generation run after a training step loads the daemon's model again and runs.
@@ -411,7 +412,8 @@ def test_cli_runs_a_kernel_spec(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "b1h2s16d8c" in done.stdout and "eager" in done.stdout
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.json", "timings.csv", "kernels.csv", "report.html"}
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert written == {"summary.json", "timings.csv", "kernels.csv", "report.html"}
     refused = subprocess.run([sys.executable, "-m", "benchd.cli", "run", str(path), "--warmup-study"],
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--warmup-study: applies to train_step specs" in refused.stderr

@@ -1,5 +1,5 @@
-"""Verdicts (measure/verdicts.py through records.summarize) and the worker's stop rules: unit cases on hand-built records
-and samples, then real runs against the controlled server (errors, over-saturation) and the tiny model."""
+"""Verdicts (measure/verdicts.py through records.summarize) and the worker's stop rules: unit cases on hand-built
+records and samples, then real runs against the controlled server (errors, over-saturation) and the tiny model."""
 
 import bisect
 import random
@@ -131,12 +131,12 @@ def test_requests_cut_at_the_drain_are_counted_apart_and_a_material_share_is_inv
                              finished_s=30.0, error=CUT)
 
     done = [record(i, i * 0.1, i * 0.1) for i in range(198)]
-    s = summarize("concurrent=4", "succeeded", done + [cut(0), cut(1)], rules=ValidityRules(), end_s=30.0,
+    s = summarize("concurrent=4", "succeeded", [*done, cut(0), cut(1)], rules=ValidityRules(), end_s=30.0,
                   drain=(20.0, 10.0))
     assert s.requests == 198 and s.errors == 0 and s.cut == 2 and s.cut_share == 0.01
     assert s.output_tokens == 2 * 200 and s.drain_bound_s == 10.0 and s.drain_s == 10.0
     assert s.valid is True  # 1 %: at the rule, not over it
-    three = done[:197] + [cut(0), cut(1), cut(2)]
+    three = [*done[:197], cut(0), cut(1), cut(2)]
     s = summarize("concurrent=4", "succeeded", three, rules=ValidityRules(), end_s=30.0, drain=(20.0, 10.0))
     assert checks(s) == ["cut"] and s.invalid[0].message.startswith(
         "3 of 200 measured requests (1.5%) were still in flight when the stage's drain of 10 s ended and were cut, "
@@ -202,7 +202,7 @@ def test_a_stable_queue_is_never_oversaturated(load):
     for seed in range(5):
         rng = random.Random(seed + 100)
         records = served_records(poisson(50 * load, 60, seed), None, servers=8,
-                                 service_s=lambda i: rng.expovariate(1 / 0.16))
+                                 service_s=lambda i, rng=rng: rng.expovariate(1 / 0.16))
         s = summarize("s", "succeeded", records, rules=NO_LAG, open_loop=True)
         assert s.valid is True, (load, seed, s.invalid)
         assert s.completed_requests_per_s == pytest.approx(s.offered_requests_per_s, rel=0.15)
@@ -213,7 +213,7 @@ def test_a_queue_beyond_its_capacity_is_oversaturated(over):
     for seed in range(5):
         rng = random.Random(seed + 100)
         records = served_records(poisson(50 * over, 60, seed), None, servers=8,
-                                 service_s=lambda i: rng.expovariate(1 / 0.16))
+                                 service_s=lambda i, rng=rng: rng.expovariate(1 / 0.16))
         s = summarize("s", "succeeded", records, rules=NO_LAG, open_loop=True)
         assert checks(s) == ["oversaturated"], (over, seed)
         assert s.completed_requests_per_s == pytest.approx(50, rel=0.1)  # the servers' pace
@@ -332,7 +332,8 @@ def test_a_growing_backlog_is_over_saturated(over, within_s):
             if reason := backlog.add(t, sent, finished):
                 break
         assert reason is not None and t <= within_s, (over, seed, t)
-        assert reason.startswith("over-saturated: requests in flight grew from") and "in 10 s without draining" in reason
+        assert reason.startswith("over-saturated: requests in flight grew from")
+        assert "in 10 s without draining" in reason
 
 
 def test_a_backlog_that_drains_is_not_over_saturated():

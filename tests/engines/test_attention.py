@@ -75,7 +75,10 @@ def test_an_attention_aligned_wrongly_is_caught(tiny, monkeypatch, reference_ker
         for i in range(len(cu_q) - 1):
             qs, qe, ks, ke = (int(x) for x in (cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]))
             ones = torch.ones(qe - qs, ke - ks, dtype=torch.bool)
-            heads = lambda x: x.repeat_interleave(q.shape[1] // k.shape[1], dim=1).transpose(0, 1)
+
+            def heads(x: torch.Tensor) -> torch.Tensor:
+                return x.repeat_interleave(q.shape[1] // k.shape[1], dim=1).transpose(0, 1)
+
             out[qs:qe] = torch.nn.functional.scaled_dot_product_attention(
                 q[qs:qe].transpose(0, 1), heads(k[ks:ke]), heads(v[ks:ke]), attn_mask=ones.tril(), scale=scale,
             ).transpose(0, 1)

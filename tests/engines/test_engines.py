@@ -1,6 +1,8 @@
-"""Both in-process engines on the tiny model, for real. CI runs this file against transformers 5.17 and the newest 5.x."""
+"""Both in-process engines on the tiny model, for real. CI runs this file against transformers 5.17 and the newest
+5.x."""
 
 import gc
+import itertools
 import math
 import threading
 import time
@@ -112,7 +114,7 @@ def test_every_token_is_stamped_in_order(engine):
         stamps = sink.stamps[request.request_id]
         assert len(stamps) == len(sink.token_ids[request.request_id]) == 10
         assert before < sink.admitted_at[request.request_id] <= stamps[0]
-        assert all(a <= b for a, b in zip(stamps, stamps[1:]))
+        assert all(a <= b for a, b in itertools.pairwise(stamps))
         assert sink.ends[request.request_id][0] == stamps[-1]
 
 

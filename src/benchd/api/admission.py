@@ -159,9 +159,9 @@ def _source_problems(spec: RunSpec, settings: Settings, problems: Problems) -> N
         for index, requirement in enumerate(spec.requirements):
             if reason := remote_problem(requirement):
                 problems.add(("requirements", index), reason)
-    if loads_model(spec) and spec.model not in PRESETS and spec.model != settings.model:
-        if reason := model_problem(spec.model, settings.model_roots):
-            problems.add(("model",), reason)
+    if (loads_model(spec) and spec.model not in PRESETS and spec.model != settings.model
+            and (reason := model_problem(spec.model, settings.model_roots))):
+        problems.add(("model",), reason)
 
 
 def _limit_problems(spec: RunSpec, limits: Limits, problems: Problems) -> None:

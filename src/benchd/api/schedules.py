@@ -34,7 +34,8 @@ def list_schedules(services: ServicesDep) -> list[ScheduleView]:
 def put_schedule(body: ScheduleIn, services: ServicesDep) -> ScheduleView:
     """Create or replace a schedule; its first run is due at once. A run still queued or running when the
     next is due makes the schedule skip that turn: it never piles up behind itself."""
-    services.admit(body.spec, loc=("spec",))  # checked as it will run; stored as given (the daemon's defaults may change)
+    # checked as it will run; stored as given (the daemon's defaults may change)
+    services.admit(body.spec, loc=("spec",))
     return _view(services.daemon.schedules.put(body.name, body.spec, body.interval_s, body.enabled))
 
 

@@ -111,7 +111,8 @@ class WorkerView(BaseModel):
     # the real-time priority its open loops send at (BENCHD_WORKERS__DISPATCH_PRIORITY with the privilege, else 0)
     dispatch_priority: int | None
     load_error: str | None  # why the daemon's model did not load in it
-    # its device's speed as measured at its start (benchd.hardware.speed): matmul_flops_per_s by dtype, copy_bytes_per_s…
+    # its device's speed as measured at its start (benchd.hardware.speed): matmul_flops_per_s by dtype,
+    # copy_bytes_per_s…
     speed: dict[str, Any] | None = None
 
 

@@ -71,7 +71,8 @@ class Client:
             body = None
             if response.is_success:
                 raise DaemonError(f"{self.server} answered {response.request.url.path} with something other than "
-                                  "JSON: is it a benchd daemon? (--server or BENCHD_SERVER)", response.status_code)
+                                  "JSON: is it a benchd daemon? (--server or BENCHD_SERVER)",
+                                  response.status_code) from None
         if response.is_success:
             return body
         detail = body.get("detail") if isinstance(body, dict) else response.text.strip()[:200]

@@ -8,7 +8,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from benchd.daemon.queue import Job, QueueFull
 from benchd.measure.history import (
@@ -44,7 +44,7 @@ class NotConfirmable(ValueError):
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class History:

@@ -58,7 +58,8 @@ class Lifecycle:
         """Run the spec on the device's worker, or its tensor-parallel group's (placement every_gpu: on every one at
         once) and return what it left, whatever happens; with a store, every request is written as it finishes and
         the run's end once known. confine: the spec's paths its worker re-checks against the roots as it loads
-        (benchd.models.roots); a kernel run is also ended by its worker's supervisor past its deadline (benchd.models.duration)."""
+        (benchd.models.confinement); a kernel run is also ended by its worker's supervisor past its deadline
+        (benchd.models.duration)."""
         environment = spec.worker_environment
         if spec.requirements is not None:  # its own: declared under their name, built when a worker first needs it
             self.pool.environments.adopt(spec.requirements)
@@ -82,10 +83,10 @@ class Lifecycle:
             started = time.perf_counter()
             scrape = self._scrape(spec, observer)
             observer.run_started(started)
+            settings = self.pool.settings
             for part in parts:
                 if part.observer is not observer:
                     part.observer.run_started(started)
-                settings = self.pool.settings
                 self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
                                  environment=environment, wait_s=settings.start_timeout_s,
                                  trace_id=observer.run_trace_id, confine=confine,

@@ -194,9 +194,8 @@ class MatrixRuns:
                                  comparison=comparison.model_dump(mode="json"))
         if self.metrics is not None:
             comparisons.matrix(self.metrics, row["workload"], comparison)
-        if scheduled and status == "succeeded":
-            if self.metrics is not None:
-                comparisons.matrix_regression(self.metrics, row["workload"], comparison)
+        if scheduled and status == "succeeded" and self.metrics is not None:
+            comparisons.matrix_regression(self.metrics, row["workload"], comparison)
         return comparison
 
 

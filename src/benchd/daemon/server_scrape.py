@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from benchd.measure.server_metrics import MAX_PAGE_BYTES, PageError, ServerReading, hit_rate, increase, read
 from benchd.telemetry.server import ServerGauges
@@ -115,9 +116,9 @@ class ServerScrape:
             "preemptions": [increase(first.preemptions_total, r.preemptions_total) for r in readings],
             "preemptions_per_s": [None] * bool(samples) + [
                 d / (b.t - a.t) if (d := increase(a.reading.preemptions_total, b.reading.preemptions_total))
-                is not None and b.t > a.t else None for a, b in zip(samples, samples[1:])],
+                is not None and b.t > a.t else None for a, b in pairwise(samples)],
             "prefix_cache_hit_rate": ([first.prefix_hit_rate] if first else []) + [
-                hit_rate(a, b) for a, b in zip(readings, readings[1:])],
+                hit_rate(a, b) for a, b in pairwise(readings)],
             "preemptions_total": increase(first.preemptions_total, last.preemptions_total) if first else None,
             "prefix_cache_hit_rate_run": hit_rate(first, last) if first and len(readings) > 1 else None,
         }

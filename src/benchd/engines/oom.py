@@ -38,5 +38,6 @@ def figures(device: torch.device) -> str:
     free, total = torch.cuda.mem_get_info(device)
     return (f"allocated {torch.cuda.memory_allocated(device) / GIB:.2f} GiB, reserved "
             f"{torch.cuda.memory_reserved(device) / GIB:.2f} GiB of which graph pools "
-            f"{private_pool_bytes(device) / GIB:.2f} GiB, peak reserved {torch.cuda.max_memory_reserved(device) / GIB:.2f}"
-            f" GiB; {free / GIB:.2f} of {total / GIB:.2f} GiB free on the device")
+            f"{private_pool_bytes(device) / GIB:.2f} GiB, peak reserved "
+            f"{torch.cuda.max_memory_reserved(device) / GIB:.2f} GiB; {free / GIB:.2f} of {total / GIB:.2f} GiB free "
+            "on the device")

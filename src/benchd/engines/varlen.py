@@ -109,7 +109,10 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Ten
         position = torch.arange(qe - qs, device=q.device)[:, None] + (ke - ks) - (qe - qs)
         key = torch.arange(ke - ks, device=q.device)[None]
         allowed = (key <= position) & ((key >= position - window) if window >= 0 else True)
-        heads = lambda x: x.repeat_interleave(groups, dim=1).transpose(0, 1)
+
+        def heads(x: torch.Tensor) -> torch.Tensor:
+            return x.repeat_interleave(groups, dim=1).transpose(0, 1)
+
         out[qs:qe] = torch.nn.functional.scaled_dot_product_attention(
             q[qs:qe].transpose(0, 1), heads(k[ks:ke]), heads(v[ks:ke]), attn_mask=allowed, scale=scale,
         ).transpose(0, 1)

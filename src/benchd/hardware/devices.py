@@ -88,7 +88,8 @@ def _cuda_order(gpus: Sequence[tuple[str, str, str]], cuda_visible: str | None) 
     ordered = []
     for entry in visible:
         for gpu in gpus:
-            if (entry.isdigit() and gpu[0] == entry) or (not entry.isdigit() and gpu[1].upper().startswith(entry.upper())):
+            named = gpu[0] == entry if entry.isdigit() else gpu[1].upper().startswith(entry.upper())
+            if named:
                 ordered.append(gpu)
                 break
     return ordered

@@ -23,8 +23,9 @@ def gpu_fields(nvml: Any) -> Fields:
         return {"_throttle_mask": float(get(h))}
 
     def pcie(h, _):  # KB/s. Each call blocks ~20 ms (NVML samples over 20 ms): the sampler's thread pays it.
-        return {"pcie_transmit_bytes_per_second": nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_TX_BYTES) * 1024.0,
-                "pcie_receive_bytes_per_second": nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_RX_BYTES) * 1024.0}
+        throughput = nvml.nvmlDeviceGetPcieThroughput
+        return {"pcie_transmit_bytes_per_second": throughput(h, nvml.NVML_PCIE_UTIL_TX_BYTES) * 1024.0,
+                "pcie_receive_bytes_per_second": throughput(h, nvml.NVML_PCIE_UTIL_RX_BYTES) * 1024.0}
 
     def ecc(h, _):
         def counts(counter: int) -> dict[str, float]:

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from itertools import pairwise
 
 from pydantic import BaseModel
 
@@ -48,7 +49,7 @@ def _mean(values: list[float]) -> float | None:
 
 def _energy_at(samples: list[tuple[float, float]], t: float) -> float:
     """The energy counter at t, interpolated linearly between the samples around it (samples[0] <= t <= samples[-1])."""
-    for (t0, e0), (t1, e1) in zip(samples, samples[1:]):
+    for (t0, e0), (t1, e1) in pairwise(samples):
         if t <= t1:
             return e0 + (e1 - e0) * (t - t0) / (t1 - t0) if t1 > t0 else e1
     return samples[-1][1]

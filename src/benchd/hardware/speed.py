@@ -154,8 +154,8 @@ def _probe(device: str, name: str = "", driver: str = "") -> DeviceSpeed:
         while True:
             a = torch.randn(side, side, device=target).to(dtype)
             b = torch.randn(side, side, device=target).to(dtype)
-            timed(lambda: torch.matmul(a, b))  # the first call at a size: warm-up (threads, kernels chosen)
-            seconds = timed(lambda: torch.matmul(a, b))
+            timed(lambda: torch.matmul(a, b))  # noqa: B023 (called here) the first call at a size: warm-up
+            seconds = timed(lambda: torch.matmul(a, b))  # noqa: B023 (called here)
             if seconds >= CALL_S or side >= MAX_SIDE[kind]:
                 break
             side *= 2

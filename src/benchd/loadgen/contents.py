@@ -136,7 +136,8 @@ def _blocks(pieces: Pieces[Piece], item: traces.TraceItem, block: int) -> list[P
     return made
 
 
-def contents(workload: Workload, seed: int, vocab_size: int, avoid_ids: frozenset[int] = frozenset()) -> Iterator[RequestContent]:
+def contents(workload: Workload, seed: int, vocab_size: int,
+             avoid_ids: frozenset[int] = frozenset()) -> Iterator[RequestContent]:
     """Request contents as token ids, uniform over the vocabulary, skipping special ids."""
     allowed = [i for i in range(vocab_size) if i not in avoid_ids]
     pieces: Pieces[list[int]] = Pieces(seed, lambda rng, n: rng.choices(allowed, k=n), lambda ids, n: ids[:n])

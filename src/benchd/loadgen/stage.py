@@ -41,9 +41,10 @@ class StageStopped(Exception):
 class Stage:
     """One load level of a workload: dispatches its requests and waits for them."""
 
-    def __init__(self, engine: Engine, spec: GenerateSpec, profile: ArrivalProfile, content: Callable[[], RequestContent],
-                 outbox: Outbox, index: int = 0, clock: Callable[[], float] = time.perf_counter,
-                 trace_id: str | None = None, dispatch_priority: int = 0) -> None:
+    def __init__(self, engine: Engine, spec: GenerateSpec, profile: ArrivalProfile,
+                 content: Callable[[], RequestContent], outbox: Outbox, index: int = 0,
+                 clock: Callable[[], float] = time.perf_counter, trace_id: str | None = None,
+                 dispatch_priority: int = 0) -> None:
         self.engine, self.spec, self.profile = engine, spec, profile
         self.dispatch_priority = dispatch_priority  # an open loop sends in SCHED_FIFO at it (benchd.loadgen.priority)
         self.trace_id = trace_id  # the run's trace, when it is traced: a server engine's requests join it

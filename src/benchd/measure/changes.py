@@ -1,5 +1,6 @@
 """Change points in one figure's series of runs: candidates by ruptures' kernel change-point detection (PELT, linear
-kernel), each kept only if Student's t-test between its two neighbouring segments says it is real (as Apache Otava tests its splits)."""
+kernel), each kept only if Student's t-test between its two neighbouring segments says it is real (as Apache Otava
+tests its splits)."""
 
 from __future__ import annotations
 

@@ -65,8 +65,8 @@ class Side(BaseModel):
     output_tokens_per_s: list[float]  # one per run
     energy_per_token_j: list[float]  # one per run that has it
     invalid: list[str] = []  # runs whose verdict is invalid: their figures are not to be trusted
-    roofline: list[dict] = []
-    clocks: list[list[dict]] = []  # each run's first stage's GPUs' clock events (hardware/clocks.py)  # each run's first stage's (measure/roofline.py), those that have one
+    roofline: list[dict] = []  # each run's first stage's (measure/roofline.py), those that have one
+    clocks: list[list[dict]] = []  # each run's first stage's GPUs' clock events (hardware/clocks.py)
     context: SideContext | None = None
     # The workload's stored runs (a side of one run: its workload, model, engine and label's newest), run id → its
     # figures by metric: their run-to-run spread, measured over those the comparison does not hold itself.
@@ -109,7 +109,8 @@ class Comparison(BaseModel):
     threshold: float
     confidence: float
     metrics: list[MetricChange]
-    invalid: list[str] = []  # runs on either side whose verdict is invalid (measure/verdicts.py): read the verdicts first
+    # runs on either side whose verdict is invalid (measure/verdicts.py): read the verdicts first
+    invalid: list[str] = []
     # How far from the hardware (measure/roofline.py): each side's mean MBU, MFU and fraction of the bound, and the
     # ceiling b moved toward from a (bandwidth, compute; None: neither utilisation rose, or either side lacks them).
     roofline_a: dict[str, float] | None = None

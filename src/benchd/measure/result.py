@@ -153,7 +153,8 @@ class RunResult:
             measured = [r for s in self.stages for r in s.records if not r.warmup and not r.cut]
             if measured and not any(r.ok for r in measured):
                 first = min(measured, key=lambda r: r.index)
-                self.status, self.error = "failed", f"all {len(measured)} measured requests failed; first: {first.error}"
+                self.status = "failed"
+                self.error = f"all {len(measured)} measured requests failed; first: {first.error}"
         else:
             errors = [summary.get("error") for summary in self.timed]
             if errors and all(errors):

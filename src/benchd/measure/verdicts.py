@@ -161,9 +161,9 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
     finished = f.requests + f.errors
     if finished < rules.min_requests:
         bad("min_requests", f"{finished} measured requests finished, under the minimum of {rules.min_requests}")
-    if f.open_loop and rules.min_completion_ratio and f.saturation is not None:
-        if (reason := f.saturation.oversaturated(rules.min_completion_ratio)) is not None:
-            bad("oversaturated", reason)
+    if (f.open_loop and rules.min_completion_ratio and f.saturation is not None
+            and (reason := f.saturation.oversaturated(rules.min_completion_ratio)) is not None):
+        bad("oversaturated", reason)
     sent = finished + f.cut
     if rules.max_cut_share is not None and f.cut and f.cut / sent > rules.max_cut_share:
         drain = f" of {f.drain_s:.3g} s" if f.drain_s is not None else ""

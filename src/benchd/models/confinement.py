@@ -52,7 +52,8 @@ def open_under(field: str, ref: str, roots: list[str]) -> Opened:
     return Opened(fd, real)
 
 
-def open_confined(spec_data: dict[str, Any], confine: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Opened]]:
+def open_confined(spec_data: dict[str, Any],
+                  confine: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Opened]]:
     """The spec (a dict) with every confined path but the model's replaced by its opened descriptor's name, and what
     was opened by field (the caller closes them after the run); PathChanged for a path that no longer leads under the
     roots (the ones opened before it are closed)."""

@@ -1,5 +1,5 @@
-"""What a run takes at its device's measured speed (benchd.hardware.speed), from its FLOPs and bytes and its arrivals and
-lengths: admission refuses a run that could not end within BENCHD_LIMITS__MAX_DURATION_S, and the supervisor ends a
+"""What a run takes at its device's measured speed (benchd.hardware.speed), from its FLOPs and bytes and its arrivals
+and lengths: admission refuses a run that could not end within BENCHD_LIMITS__MAX_DURATION_S, and the supervisor ends a
 kernel run that passes its deadline, a multiple of what it should take.
 
 Every figure is at the probe's speed, the device's best (its fastest GEMM and copy): a lower bound on the real time,

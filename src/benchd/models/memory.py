@@ -219,7 +219,8 @@ def model_positions(ref: str) -> int | None:
 
 def fit_problems(spec: RunSpec, device_type: str) -> list[tuple[tuple, str]]:
     """(field, why) for each thing one request (or a training step's context) needs and the model or its cache
-    cannot hold: what the worker would otherwise find as it loads (worker/core.py's check_fits, the engine's capacity)."""
+    cannot hold: what the worker would otherwise find as it loads (worker/core.py's check_fits, the engine's
+    capacity)."""
     problems: list[tuple[tuple, str]] = []
     positions = model_positions(spec.model) if not isinstance(spec, KernelSpec) else None
     if isinstance(spec, TrainStepSpec):

@@ -335,7 +335,7 @@ def timeline(name: str, title: str, spans: Sequence[Span], bands: Sequence[Band]
     for i, s in enumerate(spans):
         py = f"{TOP + (i + 0.5) * row:.1f}"
 
-        def seg(key: str, a: float | None, b: float | None) -> None:
+        def seg(key: str, a: float | None, b: float | None, py: str = py) -> None:
             if a is not None and b is not None and b >= a:
                 paths[key].append(f"M{float(x(a)):.1f} {py}H{max(float(x(b)), float(x(a)) + 0.8):.1f}")
 

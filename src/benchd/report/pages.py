@@ -344,10 +344,8 @@ def _timed(kind: str, summaries: list, rows: list[dict], summary: str) -> list[s
     groups: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         stage = summaries[row["stage_index"]] if row["stage_index"] < len(summaries) else None
-        if stage is None:
-            group = f"stage {row['stage_index']}"
-        else:
-            group = stage.shape if kind == "kernel" else stage.stage
+        group = (f"stage {row['stage_index']}" if stage is None
+                 else stage.shape if kind == "kernel" else stage.stage)
         groups[group][row["series"]].append(row)
     figures = []
     for group, series in groups.items():

@@ -1,6 +1,6 @@
-"""What to run: a RunSpec (spec/union.py), a union on its kind and engine, and its parts, validated at the edge; no torch.
-The names below are the package's API, wherever each is defined; each engine's options and spec are in its folder
-of benchd/engines (spec/engines.py finds them)."""
+"""What to run: a RunSpec (spec/union.py), a union on its kind and engine, and its parts, validated at the edge; no
+torch. The names below are the package's API, wherever each is defined; each engine's options and spec are in its
+folder of benchd/engines (spec/engines.py finds them)."""
 
 from __future__ import annotations
 
@@ -42,10 +42,9 @@ from benchd.spec.workload import (
     length_upper_bound,
 )
 
-__all__ = ["ArrivalProfile", "AttentionKernel", "AttentionShape", "Capacity", "Concurrent", "Constant",
-           "EngineRecord", "FixedLength", "Gamma", "GenerateSpec", "KernelSpec", "LABEL_MAX", "ListLength",
-           "MODEL_MAX", "MatmulKernel", "MatmulShape", "NAME_MAX", "Name", "NormalLength", "Poisson", "Ramp",
-           "RunSpec", "SLO", "SpecBase", "SpecError", "Sweep", "Synchronous", "TextDataset", "Trace",
-           "TrainStepSpec", "UniformLength", "Workload", "describe_profile", "engine_record", "engines",
-           "format_validation_error", "length_upper_bound", "load_spec", "parse_spec", "read_document",
-           "spec_fields", "validate_spec"]
+__all__ = ["LABEL_MAX", "MODEL_MAX", "NAME_MAX", "SLO", "ArrivalProfile", "AttentionKernel", "AttentionShape",
+           "Capacity", "Concurrent", "Constant", "EngineRecord", "FixedLength", "Gamma", "GenerateSpec",
+           "KernelSpec", "ListLength", "MatmulKernel", "MatmulShape", "Name", "NormalLength", "Poisson", "Ramp",
+           "RunSpec", "SpecBase", "SpecError", "Sweep", "Synchronous", "TextDataset", "Trace", "TrainStepSpec",
+           "UniformLength", "Workload", "describe_profile", "engine_record", "engines", "format_validation_error",
+           "length_upper_bound", "load_spec", "parse_spec", "read_document", "spec_fields", "validate_spec"]

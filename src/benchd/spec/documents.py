@@ -137,7 +137,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent, index):  # noqa: ANN001 (PyYAML's signature)
+    def compose_node(self, parent, index):
         collection = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
         if collection:
             self._depth += 1

@@ -57,7 +57,7 @@ class MatrixSpec(BaseModel):
     @field_validator("baseline")
     @classmethod
     def _index_or_values(cls, value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0 or isinstance(value, dict | None):
+        if (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or isinstance(value, dict | None):
             return value
         raise ValueError(f"a variant's index (a whole number, 0 or more) or its values (a mapping), not {value!r}")
 

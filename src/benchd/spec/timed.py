@@ -54,7 +54,8 @@ class _Kernel(_Strict):
     flush_bytes: PositiveInt = 256 * 2**20
     implementations: Annotated[list[Annotated[str, Field(max_length=NAME_MAX)]],
                                Field(min_length=1, max_length=LIST_MAX)] | None = None
-    reference: Annotated[str, Field(max_length=NAME_MAX)] | None = None  # the implementation others are compared with; default: the first
+    # the implementation others are compared with; default: the first
+    reference: Annotated[str, Field(max_length=NAME_MAX)] | None = None
 
     IMPLEMENTATIONS: ClassVar[tuple[str, ...]] = ()
     DEFAULT: ClassVar[tuple[str, ...]] = ()

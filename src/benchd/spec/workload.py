@@ -150,7 +150,8 @@ class TextDataset(_Strict):
 
     format: Literal["jsonl", "sharegpt"]
     path: Annotated[str, Field(min_length=1, max_length=PATH_MAX)]
-    field: Annotated[str, Field(min_length=1, max_length=NAME_MAX)] = "prompt"  # jsonl: the key holding the prompt (a line may also be a bare JSON string)
+    # jsonl: the key holding the prompt (a line may also be a bare JSON string)
+    field: Annotated[str, Field(min_length=1, max_length=NAME_MAX)] = "prompt"
 
 
 

@@ -5,7 +5,7 @@ reads go to the database and raise StoreUnavailable while it is down."""
 from __future__ import annotations
 
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ class StoreUnavailable(Exception):
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -51,7 +51,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def _aware(value: datetime | None) -> datetime | None:
     """SQLite gives back naive datetimes; everything benchd stores is UTC."""
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 class Store:

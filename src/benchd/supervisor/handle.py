@@ -48,6 +48,7 @@ log = logging.getLogger("benchd.workers")
 
 LOG_TAIL_LINES = 20
 SPEED_CACHE = "device-speed.json"  # each GPU model and driver's measured limits (hardware/speed.py)
+CURRENT_INTERPRETER = Interpreter(CURRENT)  # a worker of the daemon's own environment
 
 
 class WorkerSettings(BaseModel):
@@ -112,7 +113,7 @@ def oom_kills() -> int | None:
 class WorkerHandle:
     def __init__(self, slot: Slot, settings: WorkerSettings, on_death=lambda handle, death: None,
                  memory_fraction: float = MEMORY_FRACTION, speed: DeviceSpeed | None = None,
-                 interpreter: Interpreter = Interpreter(CURRENT)) -> None:
+                 interpreter: Interpreter = CURRENT_INTERPRETER) -> None:
         """memory_fraction: of its device's available memory, what a run may plan to use
         (BENCHD_LIMITS__MEMORY_FRACTION, which admission checks runs against); speed: the device's, measured by a
         worker before this one (this one then measures nothing); interpreter: the Python environment it runs in
@@ -235,9 +236,9 @@ class WorkerHandle:
 
     def submit(self, run_id: str, spec: dict, faults: dict | None, sink: RunSink, trace_id: str | None = None,
                confine: dict | None = None, deadline: Deadline | None = None) -> None:
-        """confine: the paths the worker re-checks against the roots as it loads (benchd.models.roots); deadline: from its
-        device's speed, how long the run may be in its "run" phase and the cause it ends with after that (killed: a
-        call in progress cannot be interrupted otherwise), or None."""
+        """confine: the paths the worker re-checks against the roots as it loads (benchd.models.confinement); deadline:
+        from its device's speed, how long the run may be in its "run" phase and the cause it ends with after that
+        (killed: a call in progress cannot be interrupted otherwise), or None."""
         self._run, self._deadline = (run_id, sink), deadline(self.speed) if deadline is not None else None
         self._progress = self._phase_since = time.perf_counter()
         self._phase = "submitted"  # its next heartbeat's phase is this run's

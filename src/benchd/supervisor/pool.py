@@ -38,8 +38,8 @@ class WorkerPool:
         self.load_errors: dict[str, str | None] = {}  # by slot key: why the daemon's model did not load
         self.restarts = 0
         self.last_restart_s: float | None = None  # death → a new worker ready, the latest
-        # Each device's speed (benchd.hardware.speed) as its first worker measured it: kept, and handed to the workers that
-        # replace it, so that a device is measured once.
+        # Each device's speed (benchd.hardware.speed) as its first worker measured it: kept, and handed to the workers
+        # that replace it, so that a device is measured once.
         self.speeds: dict[str, DeviceSpeed] = {}
         self._lock = threading.Lock()
         self._closing = False
@@ -117,7 +117,7 @@ class WorkerPool:
         chosen = targets(self.slots, device, placement, tensor_parallel)
         taken = {d for slot in chosen for d in slot.devices}
         for worker in list(self.workers.values()):
-            if worker.slot not in chosen and taken & set(worker.slot.devices) or (
+            if (worker.slot not in chosen and taken & set(worker.slot.devices)) or (
                     worker.slot in chosen and worker.environment != environment and self._startable(worker.slot,
                                                                                                    environment)):
                 self._retire(worker)

@@ -55,7 +55,8 @@ GPU_SERIES = {
                           "1 while remapped memory rows wait for a GPU reset to take effect."),
     "row_remap_failure": ("benchd_gpu_row_remap_failure", "gauge",
                           "1 once a memory row could not be remapped: the GPU needs service."),
-    "last_xid_code": ("benchd_gpu_last_xid_code", "gauge", "The latest XID error's code since benchd started; 0: none."),
+    "last_xid_code": ("benchd_gpu_last_xid_code", "gauge",
+                      "The latest XID error's code since benchd started; 0: none."),
     "xid_events": ("benchd_gpu_xid_events", "counter",
                    "XID error events since benchd started, every code together: 0 from the start on a GPU whose XIDs "
                    "are watched, so a healthy GPU reads 0 and a first event is an increase."),
@@ -157,8 +158,9 @@ def info_families(gpus: list[GPUInfo], migs: list[tuple[GPUInfo, MigInstance]]) 
     if gpus:
         info = InfoMetricFamily("benchd_gpu", "A GPU: its PCI bus id and driver (value 1).")
         for g in gpus:
-            info.add_sample("benchd_gpu_info", {"gpu": g.gpu, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
-                                                "driver_version": g.driver_version, "cuda_version": g.cuda_version}, 1.0)
+            info.add_sample("benchd_gpu_info", {
+                "gpu": g.gpu, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
+                "driver_version": g.driver_version, "cuda_version": g.cuda_version}, 1.0)
         out.append(info)
     if migs:
         info = InfoMetricFamily("benchd_gpu_mig", "A MIG device: its GPU instance, profile and compute instance "
@@ -185,7 +187,7 @@ def limit_families(speeds: dict[str, DeviceSpeed]) -> list[Metric]:
                                   "than its caches (measured), or its datasheet's.", labels=("gpu", "name", "source"))
     doc = "The device's dense matmul rate, FLOP/s, by dtype: a large GEMM's (measured), or its datasheet's."
     flops = GaugeMetricFamily("benchd_gpu_peak_flops_per_second", doc, labels=("gpu", "name", "dtype", "source"))
-    old = GaugeMetricFamily("benchd_gpu_peak_flops", f"Deprecated: benchd_gpu_peak_flops_per_second, the same "
+    old = GaugeMetricFamily("benchd_gpu_peak_flops", "Deprecated: benchd_gpu_peak_flops_per_second, the same "
                             "series; this name goes in the next release. " + doc,
                             labels=("gpu", "name", "dtype", "source"))
     for gpu, speed in sorted(speeds.items()):

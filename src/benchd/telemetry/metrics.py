@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import threading
 from collections import OrderedDict
+from itertools import pairwise
 from typing import Annotated, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
@@ -36,7 +37,7 @@ _FINE = _ladder(
     (1.0, 1.5, 2.0, 3.0, 5.0, 7.5),
     (10.0,),
 )
-REQUEST_BUCKETS = _FINE + [15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]
+REQUEST_BUCKETS = [*_FINE, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]
 TOKEN_BUCKETS = _FINE
 LAG_BUCKETS = [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05,
                0.1, 0.25, 0.5, 1.0]
@@ -72,7 +73,7 @@ class HistogramBuckets(BaseModel):
     @field_validator("*")
     @classmethod
     def _increasing(cls, bounds: list[float]) -> list[float]:
-        if any(b <= a for a, b in zip(bounds, bounds[1:])) or bounds[0] <= 0:
+        if any(b <= a for a, b in pairwise(bounds)) or bounds[0] <= 0:
             raise ValueError("bucket bounds must be positive and strictly increasing")
         return bounds
 
@@ -137,8 +138,9 @@ class Metrics:
         self.generation_tokens = self._family(HotCounter, "benchd_generation_tokens", "Output tokens generated.")
         self.requests = self._family(HotCounter, "benchd_requests",
                                "Finished requests by outcome (success, error, cancelled).", (*LABELS, "outcome"))
-        self.request_errors = self._family(HotCounter, "benchd_request_errors", "Failed requests by error type (http_500, "
-                                     "timeout, disconnected, malformed_chunk, …).", (*LABELS, "error_type"))
+        self.request_errors = self._family(HotCounter, "benchd_request_errors", "Failed requests by error type "
+                                           "(http_500, timeout, disconnected, malformed_chunk, …).",
+                                           (*LABELS, "error_type"))
         self.runs = self._family(HotCounter, "benchd_runs", "Finished runs by status.", (*LABELS, "status"))
         self.engine_restarts = self._family(HotCounter, "benchd_engine_restarts",
                                       "Engines replaced by a new one within their worker during a run, by reason "
@@ -163,7 +165,8 @@ class Metrics:
         self.throughput = self._family(HotGauge, "benchd_run_output_tokens_per_second",
                                  "The current run's output tokens per second over its measured window so far (no "
                                  "series while no run of the workload is in progress).")
-        self.in_progress = self._family(HotGauge, "benchd_run_in_progress", "1 while a run of this workload is in progress.")
+        self.in_progress = self._family(HotGauge, "benchd_run_in_progress",
+                                        "1 while a run of this workload is in progress.")
         self.energy_per_token = self._family(HotGauge, "benchd_run_energy_per_output_token_joules",
                                        "GPU energy over the latest run's measured window per output token.")
         self.last_success = self._family(HotGauge, "benchd_last_success_timestamp_seconds",
@@ -221,12 +224,12 @@ class Metrics:
         self.gpu_relative_throughput = self._family(
             HotGauge, "benchd_gpu_relative_throughput", "In the latest run of this workload on every GPU: this GPU's "
             "output tok/s ÷ the median of its siblings'.", ("workload", "gpu"))
-        self.gpu_outlier = self._family(HotGauge, "benchd_gpu_outlier", "1 when this GPU was slower than its siblings in "
-                                  "the latest run of this workload on every GPU, beyond the threshold and with the "
-                                  "interval agreeing.", ("workload", "gpu"))
+        self.gpu_outlier = self._family(HotGauge, "benchd_gpu_outlier", "1 when this GPU was slower than its "
+                                        "siblings in the latest run of this workload on every GPU, beyond the "
+                                        "threshold and with the interval agreeing.", ("workload", "gpu"))
         # A matrix's variants side by side, from its comparison (the latest matrix of each workload): a variant label
-        # is bounded by the matrix's size (benchd.spec.matrix.MAX_VARIANTS), and a workload's earlier variants go when its
-        # next matrix is compared.
+        # is bounded by the matrix's size (benchd.spec.matrix.MAX_VARIANTS), and a workload's earlier variants go when
+        # its next matrix is compared.
         variant = ("workload", "variant")
         self.variant_throughput = self._family(HotGauge, "benchd_matrix_variant_output_tokens_per_second",
                                          "A matrix variant's output tokens per second, mean over its runs.", variant)

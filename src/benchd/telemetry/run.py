@@ -91,7 +91,8 @@ class RunTelemetry:
             labels = (model, engine, workload, gpu)
             # Children bound once per run: the hot path never looks labels up.
             self.ttft, self.itl, self.tpot = m.ttft.labels(*labels), m.itl.labels(*labels), m.tpot.labels(*labels)
-            self.e2e, self.queue, self.lag = m.e2e.labels(*labels), m.queue.labels(*labels), m.dispatch_lag.labels(*labels)
+            self.e2e, self.queue = m.e2e.labels(*labels), m.queue.labels(*labels)
+            self.lag = m.dispatch_lag.labels(*labels)
             self.prompt_tokens = m.prompt_tokens.labels(*labels)
             self.generation_tokens = m.generation_tokens.labels(*labels)
             self.outcomes = {o: m.requests.labels(*labels, o) for o in ("success", "error", "cancelled")}

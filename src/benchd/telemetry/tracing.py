@@ -31,7 +31,8 @@ def otlp_exporter() -> SpanExporter:
     """OTLP over gRPC or HTTP/protobuf (the default) as OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL says; the exporters
     read their endpoint, headers, compression and timeout from the same variables themselves."""
     env = os.environ
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf")
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     elif protocol == "http/protobuf":

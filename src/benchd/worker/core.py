@@ -40,7 +40,8 @@ class WorkerCore:
                  group: Any = None, dispatch_priority: int = 0) -> None:
         """device: the worker's slot, as specs and fault settings name it (cpu, cpu:1, cuda:0, cuda:0+cuda:1);
         group: the tensor-parallel group this worker is rank 0 of (workers/parallel.Group), which loads and starts
-        with it; dispatch_priority: the real-time priority an open loop's sending thread takes (benchd.loadgen.priority)."""
+        with it; dispatch_priority: the real-time priority an open loop's sending thread takes
+        (benchd.loadgen.priority)."""
         self.emit, self.device, self.loader, self.group = emit, device, loader, group
         self.dispatch_priority = dispatch_priority
         self._loaded: LoadedModel | None = None

@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import benchd
 from benchd.protocol.metadata import RunMetadata
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def nvidia_driver_version() -> str | None:

@@ -247,7 +247,8 @@ class Worker:
             if self.flush_handle is not None:
                 self.flush_handle.cancel()
             self.flush_at = at
-            self.flush_handle = self.loop.call_later(within_s, self.flush) if within_s else self.loop.call_soon(self.flush)
+            self.flush_handle = (self.loop.call_later(within_s, self.flush) if within_s
+                                 else self.loop.call_soon(self.flush))
 
     def flush(self) -> None:
         self.flush_handle = None

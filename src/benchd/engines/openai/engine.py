@@ -38,7 +38,7 @@ __all__ = ["OpenAIEngine", "apportion", "connections_for", "create"]
 DISPATCH_LEAD_S = 1.0
 OPEN_LOOP_CONNECTIONS = 1024
 WORKER_START_TIMEOUT_S = 60.0
-# Client processes with no request for this long are ended (each an interpreter: spec/engines.py's
+# Client processes with no request for this long are ended (each an interpreter: engines/openai/spec.py's
 # CLIENT_PROCESS_BYTES); the next run starts them again at its start, before its first request.
 CLIENT_IDLE_S = 60.0
 CLIENT_STOP_S = 5.0  # a client process told to stop exits within this, or is killed

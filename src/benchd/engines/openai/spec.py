@@ -26,16 +26,19 @@ class OpenAIOptions(Strict):
     """An OpenAI-compatible server (vLLM, TGI, SGLang, `transformers serve`, …), driven with streaming requests."""
 
     base_url: URL = "http://127.0.0.1:8000/v1"
-    model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] | None = None  # the served model's name; default: RunSpec.model
+    # the served model's name; default: RunSpec.model
+    model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] | None = None
     api: Literal["completions", "chat"] = "completions"
     # The output limit's field: max_tokens is read by vLLM, TGI, SGLang and transformers serve on both APIs;
     # OpenAI's own chat API wants max_completion_tokens.
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    api_key_env: Annotated[str, Field(max_length=NAME_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None  # read at run time
+    # read at run time
+    api_key_env: Annotated[str, Field(max_length=NAME_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
     extra_body: FreeFormMapping = Field(default_factory=dict)  # merged into every request (ignore_eos, …)
     # include_usage gives the final count; continuous_usage_stats (vLLM) a running count on every chunk.
     stream_options: FreeFormMapping | None = Field(default_factory=lambda: {"include_usage": True})
-    tokenizer: Annotated[str, Field(max_length=PATH_MAX)] | None = None  # a local directory: sizes synthetic prompts and counts tokens in text
+    # a local directory: sizes synthetic prompts and counts tokens in text
+    tokenizer: Annotated[str, Field(max_length=PATH_MAX)] | None = None
     # default: the workload's concurrency, or 1,024 a client process in open loop
     max_connections: PositiveInt | None = None
     # Client processes sharing the arrival schedule (round robin), each an event loop on a core of its own:

@@ -1,5 +1,5 @@
 """transformers' continuous batching as benchd configures it: the defaults for the device, the cache planned on a
-GPU (models/plan.py), and torch's CPU threads while the engine runs."""
+GPU (engines/transformers/plan.py), and torch's CPU threads while the engine runs."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ SIZE_FIELD = "page_size" if hasattr(ContinuousBatchingConfig, "page_size") else 
 
 def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | None = None,
               attention: str = "sdpa") -> ContinuousBatchingConfig:
-    """plan: benchd's sizing of the cache and steps on a GPU (models/plan.py, plan_cache); what the spec sets is
-    in it. attention: the implementation's base name, which async batching's default follows (models/plan.py,
+    """plan: benchd's sizing of the cache and steps on a GPU (engines/transformers/plan.py, plan_cache); what the
+    spec sets is in it. attention: the implementation's base name, which async batching's default follows (plan.py,
     io_pairs)."""
     chosen = options.model_dump(exclude_none=True, exclude={"library_defaults", "cpu_threads"})
     defaults = {} if options.library_defaults else CPU_DEFAULTS if device_type == "cpu" else \

@@ -54,7 +54,10 @@ def accepted_blocks(config, cb_config, dtype, max_batch_tokens: int, num_blocks:
     layer_groups, group_types = paged.group_layers_by_attn_type(config)
     handler = handler_type(config=config, continuous_batching_config=cb_config, dtype=dtype,
                            group_types=group_types, group_size=len(layer_groups[0]))
-    fits = lambda blocks: handler.compute_memory_footprint(max_batch_tokens, blocks) <= handler.available_memory
+
+    def fits(blocks: int) -> bool:
+        return handler.compute_memory_footprint(max_batch_tokens, blocks) <= handler.available_memory
+
     if fits(num_blocks):
         return num_blocks
     low, high = 0, num_blocks  # fits(low) or low == 0; not fits(high): the footprint grows with the blocks

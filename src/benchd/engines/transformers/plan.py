@@ -109,8 +109,10 @@ def plan_cache(shape: Shape, element: int, weights: int, available: int, longest
     masked = ATTENTION[attention].masked
     if masked and max_batch_tokens is None and num_blocks is not None:  # the largest step within the mask limit
         m = max(64, min(m, (MASK_ELEMENTS // (num_blocks * size + m)) // 64 * 64))
-    figures = lambda blocks: cache_figures(shape, element, weights, attention, graphs, io_pairs, size,
-                                           blocks, m, requests)
+
+    def figures(blocks: int) -> CachePlan:
+        return cache_figures(shape, element, weights, attention, graphs, io_pairs, size, blocks, m, requests)
+
     if num_blocks is None:
         base, per_block = figures(0).total, figures(1).total - figures(0).total
         num_blocks = max(0, (available - base) // per_block)

@@ -1,5 +1,6 @@
 """Matrices (a spec's variants run interleaved and compared with a baseline) get a table of their own, and requests
-keep the token ids they generated and runs the matrix they belong to, so a variant's greedy tokens can be compared with the baseline's."""
+keep the token ids they generated and runs the matrix they belong to, so a variant's greedy tokens can be compared
+with the baseline's."""
 
 import sqlalchemy as sa
 from alembic import op
