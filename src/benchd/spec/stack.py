@@ -49,10 +49,10 @@ QUANTIZATIONS: dict[str, Method] = {
 @dataclass(frozen=True, slots=True)
 class Attention(Method):
     """An attention implementation, and what continuous batching's step holds for it (engines/transformers/plan.py
-    plans it): masked, a mask over the step's tokens × the cache it reads, built on the host each step; repeats_kv, K and V
-    repeated for every query head under grouped-query attention; batching_only, a paged kernel with no unpaged form
-    (the model loads with sdpa, continuous batching switches to it); dtypes, the element types it runs (None: any);
-    kernels, transformers' kernels-hub fallback stands in for the package (the `kernels` package and the hub)."""
+    plans it): masked, a mask over the step's tokens × the cache it reads, built on the host each step; repeats_kv, K
+    and V repeated for every query head under grouped-query attention; batching_only, a paged kernel with no unpaged
+    form (the model loads with sdpa, continuous batching switches to it); dtypes, the element types it runs (None:
+    any); kernels, transformers' kernels-hub fallback stands in for the package (the `kernels` package and the hub)."""
 
     masked: bool = False
     repeats_kv: bool = False
