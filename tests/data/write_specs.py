@@ -1,5 +1,5 @@
 """Writes tests/data/specs-COMMIT.json: specs that commit's HTTP API and command line accept, each with what it resolved
-to there (tests/test_spec.py checks that each still means the same).
+to there (tests/spec/test_spec.py checks that each still means the same).
 
     PYTHONPATH=<that commit's checkout>/src:. python tests/data/write_specs.py COMMIT CAPTURED_DIR
 

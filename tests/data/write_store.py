@@ -1,5 +1,5 @@
 """Writes tests/data/store-COMMIT.sqlite.sql and .postgresql.sql: the store a daemon of that commit leaves, through its
-HTTP API, after a run of every kind and engine, schedules and a matrix (tests/test_store.py reads them back).
+HTTP API, after a run of every kind and engine, schedules and a matrix (tests/store/test_store.py reads them back).
 
     PYTHONPATH=<that commit's checkout>/src:. python tests/data/write_store.py COMMIT
 

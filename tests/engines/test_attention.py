@@ -14,7 +14,7 @@ from benchd.engines.transformers.engine import TransformersEngine
 from benchd.engines.transformers.spec import TransformersOptions
 from benchd.models.loading import LoadedModel, load_model
 from benchd.spec import SpecError, stack
-from tests.engines.test_engines import prompts, run_requests
+from tests.engines.helpers import prompts, run_requests
 from tests.helpers import make_spec
 
 pytestmark = pytest.mark.engine

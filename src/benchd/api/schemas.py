@@ -175,6 +175,6 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 def links(**targets: tuple[str, dict[str, str]]) -> dict[str, Any]:
     """OpenAPI links from a response to the operations its ids lead to: name=(operationId, {parameter: expression});
-    clients and stateful fuzzers (tests/test_fuzz.py) follow them."""
+    clients and stateful fuzzers (tests/api/test_fuzz.py) follow them."""
     return {"links": {name: {"operationId": operation, "parameters": parameters}
                       for name, (operation, parameters) in targets.items()}}

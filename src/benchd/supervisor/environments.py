@@ -262,7 +262,7 @@ def _installer(python: str) -> list[str]:
 def _has_pip() -> bool:
     """By its metadata, not importlib.util.find_spec("pip"): setuptools' distutils shim takes a lookup of "pip" for
     pip starting, and from then on hands this process the standard library's distutils (torch's inductor then fails
-    to compile: tests/test_matrix.py caught it)."""
+    to compile: tests/daemon/test_matrix.py caught it)."""
     try:
         importlib.metadata.version("pip")
     except importlib.metadata.PackageNotFoundError:

@@ -87,7 +87,7 @@ def cache_figures(shape: Shape, element: int, weights: int, attention: str, grap
     if attention == "eager":
         per_read += shape.heads * m * (2 * element + LOGIT_BYTES)
     elif masked and device_type == "cpu":  # a CPU's sdpa holds float32 scores per KV-head group (tiny: 7.9 B an
-        per_read += shape.kv_heads * m * LOGIT_BYTES  # element of the mask measured, tests/test_models.py)
+        per_read += shape.kv_heads * m * LOGIT_BYTES  # element of the mask measured, tests/models/test_models.py)
     per_token = (3 * shape.hidden + (shape.heads + 2 * shape.kv_heads) * shape.head_dim + 3 * shape.ffn) * element
     step = per_read * read + per_token * m + min(requests, m) * shape.vocab * (element + LOGIT_BYTES)
     if masked and m * read > MASK_ELEMENTS:

@@ -1,0 +1,300 @@
+"""A workload's history end to end: real scheduled runs of the tiny model on SQLite and PostgreSQL whose environment
+switches to one that slows the worker; the change points found, named by that switch, exported on /metrics, drawn on
+a page a real chromium loads, listed by the command line, and confirmed by an interleaved matrix between the two
+environments."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from benchd.measure import changes
+from benchd.measure.history import (
+    ChangePoint,
+)
+from tests.helpers import ROOT, daemon, spec, submit, wait_for
+
+# ---- end to end --------------------------------------------------------------------------------------------
+
+# An environment whose interpreter holds the GIL for 20 ms of every 21 in a thread of its own once its worker has an
+# engine (a PyDLL call keeps the GIL while it sleeps, so it burns no core; the worker starts at its usual pace): its
+# worker generates several times slower, a real change of the stack.
+HOLDER = """import ctypes, sys, threading, time
+_libc = ctypes.PyDLL(None)
+def _hold():
+    while "benchd.engines.transformers.engine" not in sys.modules:
+        time.sleep(0.05)
+    while True:
+        _libc.usleep(20000)
+        time.sleep(0.001)
+threading.Thread(target=_hold, name="gil-holder", daemon=True).start()
+"""
+
+
+def held_python(where: Path) -> Path:
+    site = where / "held-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOLDER)
+    python = where / "held-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site}:$PYTHONPATH exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+WORKLOAD = "hist"
+
+
+def scheduled(server, environment: str) -> None:
+    body = {**spec(requests=12, output=8, concurrency=4, name=WORKLOAD), "environment": environment}
+    response = server.http.post("/schedules", json={"name": "hist", "spec": body, "interval_s": 0.2})
+    assert response.status_code == 201, response.text
+
+
+def succeeded(server) -> int:
+    return server.http.get("/runs", params={"workload": WORKLOAD, "status": "succeeded", "limit": 1}).json()["total"]
+
+
+def fresh_postgres(server_url: str, name: str) -> str:
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(f"{server_url}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as db:
+        db.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        db.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return f"{server_url}/{name}"
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def switched(request, tmp_path_factory):
+    """Five runs of a schedule in the daemon's environment and one invalid run, then the schedule's spec names
+    `held` until change points in ITL p50 and output tok/s are found."""
+    where = tmp_path_factory.mktemp(f"history-{request.param}")
+    postgres = request.param == "postgresql"
+    url = (fresh_postgres(request.getfixturevalue("postgres_server"), "t_history") if postgres
+           else f"sqlite:///{where}/benchd.db")
+    with daemon(where, database_url=url, environments={"held": str(held_python(where))},
+                history={"confirm_repeats": 2}) as server:
+        server.wait_ready()
+        scheduled(server, "current")
+        wait_for(lambda: succeeded(server) >= 4, 240, "four runs in the current environment")
+        invalid = submit(server, {**spec(requests=12, output=8, concurrency=4, name=WORKLOAD),
+                                  "workload": {**spec(requests=12)["workload"], "validity": {"min_requests": 1000}}})
+        wait_for(lambda: succeeded(server) >= 6, 240, "five runs in the current environment and the invalid one")
+        scheduled(server, "held")
+        found: list = []
+
+        def environment(run_id: str) -> str:
+            return server.http.get(f"/runs/{run_id}").json()["metadata"]["environment"]
+
+        def placed(change: dict) -> bool:
+            return environment(change["before"]["last_run"]) == "current" and environment(change["run_id"]) == "held"
+
+        def changed() -> bool:
+            # Found with its first few runs, a change point may sit a run or two off where this loaded machine's
+            # noise makes a run slow; more runs move it to the switch.
+            found[:] = server.http.get("/changes", params={"workload": WORKLOAD}).json()["items"]
+            figures = {c["figure"]: c for c in found}
+            return all(f in figures and placed(figures[f]) for f in ("itl_s.p50", "output_tokens_per_s"))
+
+        wait_for(changed, 400, "change points in ITL p50 and output tok/s, at the switch")
+        assert server.http.delete("/schedules/hist").status_code == 204
+        server.postgres, server.invalid, server.found = postgres, invalid, found
+        yield server
+
+
+@pytest.mark.engine
+def test_a_switch_of_environment_is_found_where_it_happened_and_named(switched):
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+    assert itl["direction"] == "worse" and itl["relative_change"] > 0.5 and itl["p_value"] < changes.ALPHA
+    assert itl["ci_low"] > 0.3 and itl["active"]
+    assert {"field": "environment", "before": "current", "after": "held", "mixed": False} in itl["stack"]
+    assert itl["before"]["runs"] >= 5 and itl["after"]["runs"] >= changes.MIN_RUNS
+    first_held = switched.http.get(f"/runs/{itl['run_id']}").json()
+    assert first_held["metadata"]["environment"] == "held"
+    before = switched.http.get(f"/runs/{itl['before']['last_run']}").json()
+    assert before["metadata"]["environment"] == "current" and before["finished_at"] <= first_held["created_at"]
+    tokens = next(c for c in switched.found if c["figure"] == "output_tokens_per_s")
+    assert tokens["direction"] == "worse" and tokens["relative_change"] < -0.3 and tokens["run_id"] == itl["run_id"]
+    assert "environment current → held" in ChangePoint.model_validate(itl).sentence()
+
+
+@pytest.mark.engine
+def test_the_history_holds_the_series_its_segments_and_what_it_left_out(switched):
+    history = switched.http.get(f"/history/{WORKLOAD}").json()
+    (series,) = history["series"]
+    assert series["clock"] == "unknown"  # a CPU: no GPU clock read
+    assert [(e["run_id"], e["reason"]) for e in series["excluded"]] == [(switched.invalid, "invalid")]
+    itl = next(f for f in series["figures"] if f["figure"] == "itl_s.p50")
+    assert len(itl["points"]) == series["runs"] and switched.invalid not in [p["run_id"] for p in itl["points"]]
+    first, second = itl["segments"]
+    assert second["first_run"] == itl["change_points"][0]["run_id"] and second["mean"] > 1.5 * first["mean"]
+    assert first["runs"] + second["runs"] == len(itl["points"])
+    assert switched.http.get("/history/nothing-ran").status_code == 404
+    assert switched.http.get(f"/history/{WORKLOAD}", params={"limit": 10_001}).status_code == 422
+    page = switched.http.get("/changes", params={"workload": WORKLOAD, "figure": "ttft_s.p50", "limit": 1}).json()
+    assert page["limit"] == 1 and all(c["figure"] == "ttft_s.p50" for c in page["items"])
+    assert switched.http.get("/changes", params={"figure": "nonsense"}).status_code == 422
+    metrics = switched.http.get("/metrics").text
+    labels = f'device="{series["device"]}",figure="itl_s.p50",hostname="test-node",workload="{WORKLOAD}"'
+    for line in (f"benchd_change_point_direction{{{labels}}} 1.0",
+                 f'benchd_change_points_total{{direction="worse",figure="itl_s.p50",hostname="test-node",'
+                 f'workload="{WORKLOAD}"}}'):
+        assert line in metrics, line
+    relative = next(x for x in metrics.splitlines() if x.startswith(f"benchd_change_point_relative_change{{{labels}"))
+    assert float(relative.split()[-1]) == pytest.approx(itl["change_points"][0]["relative_change"])
+
+
+def verdict(server, change_id: str) -> dict:
+    found = server.http.get(f"/changes/{change_id}").json()["confirmation"]
+    return found if found and found["status"] != "scheduled" else {}
+
+
+@pytest.mark.engine
+def test_an_interleaved_matrix_between_the_two_environments_confirms_it(switched):
+    if switched.postgres:
+        pytest.skip("with SQLite: asked for, run and judged (with PostgreSQL: cancelled)")
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+    assert itl["confirmation"] is None  # BENCHD_HISTORY__CONFIRM is off by default
+    assert switched.http.post("/changes/nope/confirm").status_code == 404
+    asked = switched.http.post(f"/changes/{itl['id']}/confirm")
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["confirmation"]["status"] == "scheduled"
+    assert asked.json()["confirmation"]["environments"] == ["current", "held"]
+    wait_for(lambda: verdict(switched, itl["id"]), 240, "the confirmation's verdict")
+    confirmation = verdict(switched, itl["id"])
+    assert confirmation["status"] == "confirmed", confirmation
+    assert confirmation["ci_low"] > 0 and confirmation["relative_change"] > 0.5
+    matrix = switched.http.get(f"/matrices/{confirmation['matrix_id']}").json()
+    assert matrix["status"] == "succeeded" and [v["values"] for v in matrix["variants"]] == [
+        {"environment": "current"}, {"environment": "held"}]
+    assert [(r["round"], r["variant"]) for r in matrix["runs"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    tokens = next(c for c in switched.found if c["figure"] == "output_tokens_per_s")
+    wait_for(lambda: verdict(switched, tokens["id"]), 30, "the sibling's verdict")
+    sibling = verdict(switched, tokens["id"])
+    assert sibling["matrix_id"] == confirmation["matrix_id"] and sibling["status"] == "confirmed"
+    p99 = next((c for c in switched.found if c["figure"] == "ttft_s.p99"), None)
+    if p99 is not None:  # 24 requests a side: too few for a p99's interval
+        wait_for(lambda: verdict(switched, p99["id"]), 30, "the p99's verdict")
+        found = verdict(switched, p99["id"])
+        assert found["status"] == "inconclusive" and "too few samples" in found["reason"]
+    # The matrix's runs are its experiment: the history holds none of them.
+    points = {p["run_id"] for s in switched.http.get(f"/history/{WORKLOAD}").json()["series"]
+              for f in s["figures"] for p in f["points"]}
+    assert not points & {r["run_id"] for r in matrix["runs"]}
+
+
+@pytest.mark.engine
+def test_a_cancelled_confirmation_fails_with_the_reason(switched):
+    if not switched.postgres:
+        pytest.skip("with PostgreSQL (with SQLite the matrix runs to its verdict)")
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+    asked = switched.http.post(f"/changes/{itl['id']}/confirm")
+    assert asked.status_code == 202, asked.text
+    matrix_id = asked.json()["confirmation"]["matrix_id"]
+    others = [switched.http.get(f"/changes/{c['id']}").json()["confirmation"] for c in switched.found]
+    assert {o["matrix_id"] for o in others} == {matrix_id}  # one matrix for the switch's figures
+    assert switched.http.delete(f"/matrices/{matrix_id}").status_code == 200
+    wait_for(lambda: verdict(switched, itl["id"]), 120, "the confirmation's verdict")
+    found = verdict(switched, itl["id"])
+    assert found["status"] == "failed" and "the matrix cancelled" in found["reason"], found
+
+
+@pytest.mark.engine
+def test_the_pages_in_a_real_browser_and_the_command_line(switched):
+    if switched.postgres:
+        pytest.skip("once, with SQLite")
+    from tests.browser import Chromium
+    from tests.report.helpers import clean, well_formed
+
+    itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+    history = switched.http.get(f"/history/{WORKLOAD}", params={"format": "html"})
+    assert history.status_code == 200 and history.headers["content-type"].startswith("text/html")
+    well_formed(history.text)
+    report = switched.http.get(f"/runs/{itl['run_id']}/report").text
+    def style(text: str) -> str:
+        return text[text.index("<style>"):text.index("</style>")]
+
+    assert style(history.text) == style(report)  # the report's look
+    with Chromium() as chromium:
+        loaded = chromium.load(f"{switched.url}/history/{WORKLOAD}?format=html", "history.png")
+        clean(loaded)
+        (device,) = {s["device"] for s in switched.http.get(f"/history/{WORKLOAD}").json()["series"]}
+        name = f"{device}-test-node-itl_s.p50".replace(".", "-").replace(" ", "-")
+        chart = loaded.charts[name]
+        assert not chart["empty"] and chart["marks"] >= 3 and chart["width"] > 300, chart
+        assert "change points: " in chart["note"] and "(worse)" in chart["note"]
+        assert "environment current → held" in loaded.text and "left out of the series" in loaded.text
+        changes_page = chromium.load(f"{switched.url}/changes?format=html&workload={WORKLOAD}", "changes.png")
+        clean(changes_page)
+        assert "environment current → held" in changes_page.text and "ITL p50" in changes_page.text
+    cli = subprocess.run([sys.executable, "-m", "benchd.cli", "history", WORKLOAD, "--server", switched.url],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert cli.returncode == 0, cli.stderr
+    now = ChangePoint.model_validate(switched.http.get(f"/changes/{itl['id']}").json())  # as more runs moved it
+    assert now.sentence().split(" at ")[0] in cli.stdout
+    assert "environment current → held" in cli.stdout and "left out" in cli.stdout and itl["id"] in cli.stdout
+    refused = subprocess.run([sys.executable, "-m", "benchd.cli", "history", WORKLOAD, "--server", switched.url,
+                              "--limit", "20000"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                             check=False)
+    assert refused.returncode == 1 and "limit" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.engine
+def test_prometheus_fires_benchd_change_point_and_the_dashboard_marks_it(switched, tmp_path):
+    if switched.postgres:
+        pytest.skip("once, with SQLite")
+    import json
+    import shutil
+
+    import httpx
+    import yaml
+
+    from tests.helpers import free_port
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(ROOT / "prometheus-rules" / "benchd-changes.yml", rules)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [f"{rules}/*.yml"],
+        "scrape_configs": [{"job_name": "benchd", "static_configs": [
+            {"targets": [f"127.0.0.1:{switched.port}"]}]}]}))
+    port = free_port()
+    prometheus = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'db'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{port}/api/v1"
+
+    def query(expr: str) -> list:
+        try:
+            response = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
+        except httpx.TransportError:
+            return []
+        if response.status_code == 503:
+            return []
+        body = response.json()
+        assert body["status"] == "success", (expr, body)
+        return body["data"]["result"]
+
+    try:
+        wait_for(lambda: query(f'ALERTS{{alertname="BenchdChangePoint", workload="{WORKLOAD}", '
+                               f'figure="itl_s.p50", alertstate="firing"}}'), 90, "BenchdChangePoint to fire")
+        live = json.loads((ROOT / "grafana" / "dashboards" / "benchd-live.json").read_text())
+        panel = next(p for p in live["panels"] if p["title"].startswith("Change points"))
+        (annotation,) = [a for a in live["annotations"]["list"] if a["name"] == "change points"]
+        for expr in [t["expr"] for t in panel["targets"]] + [annotation["expr"]]:
+            found = query(expr.replace('"$node"', '".*"').replace('"$workload"', '".*"'))
+            assert found, expr
+        marks = query(annotation["expr"].replace('"$node"', '".*"').replace('"$workload"', '".*"'))
+        itl = next(c for c in switched.found if c["figure"] == "itl_s.p50")
+        at = datetime.fromisoformat(itl["at"]).timestamp() * 1000
+        assert any(float(m["value"][1]) == pytest.approx(at, abs=1) for m in marks
+                   if m["metric"]["figure"] == "itl_s.p50")  # the mark is at the change's time
+    finally:
+        prometheus.terminate()
+        prometheus.wait(30)
