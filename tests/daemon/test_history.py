@@ -56,7 +56,8 @@ def test_the_daemon_confirms_a_switch_by_itself_once_and_withdraws_what_it_no_lo
         write_run(store, i, "current" if i < 10 else "next", value * (1.08 if i >= 10 else 1.0))
     asked: list = []
 
-    def submit(matrix):  # the daemon's Daemon.submit_internal_matrix, which tests/daemon/test_history_live.py runs end to end
+    # the daemon's Daemon.submit_internal_matrix, which tests/daemon/test_history_live.py runs end to end
+    def submit(matrix):
         asked.append(matrix)
         return f"m{len(asked)}", []
 

@@ -67,7 +67,8 @@ class RunIngest:
         self._requests: dict[str, _Stage] = {}
         self._last_progress = 0.0
         self._started = time.perf_counter()
-        self.handlers: dict[type, Callable[[Any], None]] = {  # one for every kind of event (tests/protocol/test_protocol.py)
+        # one for every kind of event (tests/protocol/test_protocol.py)
+        self.handlers: dict[type, Callable[[Any], None]] = {
             events.Phase: self._phase, events.StageStart: self._stage, events.Request: self._request,
             events.Submitted: self._submitted, events.Admitted: self._admitted, events.Tokens: self._tokens,
             events.Prompt: self._prompt, events.Finished: self._finished, events.Load: self._load,

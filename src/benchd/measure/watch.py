@@ -20,8 +20,8 @@ class Backlog:
     queue's count wanders by, √(sent + finished in the window) (each a counting process, roughly Poisson), and by at
     least MIN_GROWTH. A rate above the service rate grows the backlog linearly, past that bound in about
     9·(arrival + service rate) / excess² seconds (50 % over 50 requests/s: ~3 s; 10 %: ~40 s); a stable queue
-    wanders as √t. Simulated M/M/8 queues (tests/measure/test_watch.py) never tripped it at loads up to 0.9 in 10 minutes
-    with a 10 s window; near 1 a queue is all but unstable, and may."""
+    wanders as √t. Simulated M/M/8 queues (tests/measure/test_watch.py) never tripped it at loads up to 0.9 in 10
+    minutes with a 10 s window; near 1 a queue is all but unstable, and may."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
