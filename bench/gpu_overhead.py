@@ -42,7 +42,7 @@ from benchd.engines.transformers.batching import cb_config, cpu_threads
 from benchd.hardware.reader import HardwareReader
 from benchd.telemetry.metrics import Metrics
 from benchd.models.loading import greedy_config, load_model
-from benchd.measure.records import StageSummary
+from benchd.measure.summary import StageSummary
 from benchd.hardware.sampler import HardwareSampler, HardwareSummary
 from benchd.spec import parse_spec
 from benchd.telemetry.run import Telemetry

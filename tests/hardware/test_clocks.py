@@ -16,7 +16,8 @@ CLOCK_EVENT_BITS = [(0x1, "gpu_idle"), (0x2, "clocks_setting"), (0x4, "power_cap
 
 def judged(clocks, **rules):
     """A healthy closed-loop stage's verdict with these GPU clocks."""
-    from benchd.measure.records import RequestRecord, summarize
+    from benchd.measure.records import RequestRecord
+    from benchd.measure.summary import summarize
     from benchd.spec.validity import ValidityRules
 
     records = [RequestRecord(index=i, request_id=f"r{i}", warmup=False, prompt_tokens=4, max_new_tokens=2,

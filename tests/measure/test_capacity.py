@@ -6,7 +6,8 @@ import pytest
 from benchd.daemon.inprocess import run_local as run
 from benchd.measure import capacity
 from benchd.measure.capacity import Search, conclude
-from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.records import RequestRecord
+from benchd.measure.summary import summarize
 from benchd.measure.verdicts import Invalidity
 from benchd.spec import SpecError, parse_spec
 from benchd.spec.profiles import Capacity, describe_profile

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
-from benchd.measure.records import RecordBook, summarize
+from benchd.measure.records import RecordBook
+from benchd.measure.summary import summarize
 from benchd.telemetry.genai import GenAIMetrics
 from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.run import Telemetry

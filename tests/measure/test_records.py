@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from benchd.measure.records import LatencyStats, RequestRecord, summarize
+from benchd.measure.records import RequestRecord
+from benchd.measure.summary import LatencyStats, summarize
 from benchd.spec import SLO
 
 

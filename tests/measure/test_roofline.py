@@ -213,7 +213,7 @@ def test_a_comparison_says_which_ceiling_b_moved_toward():
 def test_the_report_draws_each_stage_under_the_two_ceilings():
     """Two stages of a run, each a point at its (intensity, achieved FLOP/s), under the bandwidth slope and the
     compute ceiling with its ridge at 1e12 / 1e11 = 10 FLOP/byte; a run without steps says why it draws none."""
-    from benchd.measure.records import summarize
+    from benchd.measure.summary import summarize
     from benchd.report import scatter
     from benchd.report.pages import run_page
     from tests.report.helpers import well_formed

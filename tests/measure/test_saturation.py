@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from benchd.measure.records import summarize
+from benchd.measure.summary import summarize
 from benchd.measure.verdicts import saturation
 from benchd.spec.validity import ValidityRules
 from tests.measure.helpers import NO_LAG, checks, poisson, served_records

@@ -177,7 +177,7 @@ def gauge(server, name, labels):
 
 
 def test_the_verdict_is_stored_exported_shown_and_keeps_an_invalid_run_from_being_a_baseline(tmp_path):
-    from benchd.measure.records import StageSummary
+    from benchd.measure.summary import StageSummary
     from benchd.report.tables import summary_rows
     from tests.helpers import NODE, daemon, spec, submit
 

@@ -4,7 +4,8 @@ moves TTFT, the sent rate, the minimums, unfinished and stopped stages, requests
 
 import pytest
 
-from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.records import RequestRecord
+from benchd.measure.summary import summarize
 from benchd.measure.verdicts import Figures, judge, sent_rate_ratio
 from benchd.spec.validity import ValidityRules
 from tests.measure.helpers import NO_LAG, checks, record

@@ -4,7 +4,7 @@ distribution spanning decades on a log axis."""
 
 import numpy as np
 
-from benchd.measure.records import summarize
+from benchd.measure.summary import summarize
 from benchd.report import charts
 from benchd.report.pages import run_page
 from tests.report.helpers import well_formed

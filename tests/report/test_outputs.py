@@ -7,7 +7,8 @@ import sys
 
 import numpy as np
 
-from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.records import RequestRecord
+from benchd.measure.summary import summarize
 from benchd.report import charts
 from benchd.report.pages import run_page
 from benchd.report.tables import rounded

@@ -9,7 +9,8 @@ import sqlalchemy as sa
 
 from benchd.api import create_app
 from benchd.daemon.settings import Settings
-from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.records import RequestRecord
+from benchd.measure.summary import summarize
 from benchd.report.tables import rounded
 from tests.fake_nvml import FakeGPU
 from tests.hardware.helpers import reader

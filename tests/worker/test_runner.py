@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from benchd.daemon.inprocess import run_local as run
-from benchd.measure.records import LatencyStats
+from benchd.measure.summary import LatencyStats
 from benchd.stopping import StopSignal
 from benchd.telemetry.run import Telemetry
 from tests.helpers import make_spec

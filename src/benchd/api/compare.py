@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
@@ -17,7 +17,7 @@ from benchd.measure.bootstrap import OverBudget
 from benchd.measure.compare import Comparison, compare, side_from_store
 from benchd.report.comparison import comparison_page
 from benchd.spec import Name
-from benchd.spec.fields import FLOAT_MAX, Strict
+from benchd.spec.fields import FLOAT_MAX, Documented, Strict
 from benchd.store.pages import request_counts, run_statuses
 
 router = APIRouter(tags=["compare"], route_class=GuardedRoute)
@@ -26,11 +26,14 @@ MAX_RUNS = 100  # run ids on one side
 
 class BaselineIn(Strict):
     run_id: Annotated[str, Field(min_length=1, max_length=32)]
+    """The run that becomes the workload's baseline."""
 
 
-class BaselineView(BaseModel):
+class BaselineView(Documented):
     workload: str
+    """The workload."""
     run_id: str
+    """Its baseline run: scheduled runs are compared with it."""
 
 
 def _refused(name: str, why: str, kind: str = "value_error") -> RequestValidationError:

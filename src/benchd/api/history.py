@@ -7,7 +7,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel
 
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
@@ -15,9 +14,11 @@ from benchd.api.runs import _as_json
 from benchd.api.schemas import RETRY_AFTER_S, errors
 from benchd.daemon.history import NotConfirmable
 from benchd.daemon.queue import QueueFull
-from benchd.measure.history import ChangePoint, FigureName, HistoryView, view
+from benchd.measure.history import ChangePoint, FigureName
+from benchd.measure.history_view import HistoryView, view
 from benchd.report.history import changes_page, history_page
 from benchd.spec import Name
+from benchd.spec.fields import Documented
 from benchd.store import history
 
 router = APIRouter(tags=["history"], route_class=GuardedRoute)
@@ -25,11 +26,15 @@ OFFSET_MAX = 10**9
 HTML = {"content": {"application/json": {}, "text/html": {}}}
 
 
-class ChangePage(BaseModel):
+class ChangePage(Documented):
     items: list[ChangePoint]
+    """Change points, newest first."""
     total: int
+    """Change points that match."""
     limit: int
+    """The most this page may hold."""
     offset: int
+    """Where this page starts."""
 
 
 # Reads only: the analysis runs after each run on the daemon's history thread (daemon/history.py), never in a

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel
 
 from benchd.api.admission import problem
 from benchd.api.deps import AuthDep, ServicesDep
@@ -19,6 +18,7 @@ from benchd.api.schemas import RETRY_AFTER_S, errors, links
 from benchd.daemon.queue import QueueFull
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import matrix_page
+from benchd.spec.fields import Documented
 from benchd.spec.matrix import MatrixProblem, parse_matrix
 from benchd.store.pages import run_statuses
 
@@ -29,38 +29,61 @@ EXAMPLE = {"name": "ab", "model": "tiny", "workload": {"stop": {"requests": 8}},
            "repeats": 3}
 
 
-class MatrixCreated(BaseModel):
+class MatrixCreated(Documented):
     id: str
+    """The matrix's id."""
     url: str
+    """Where the matrix is read (GET)."""
     status: str
-    runs: list[str]  # in the order they execute: every variant once a round
+    """queued"""
+    runs: list[str]
+    """Its runs' ids in the order they execute: every variant once a round."""
 
 
-class MatrixRun(BaseModel):
+class MatrixRun(Documented):
     run_id: str
+    """The run's id."""
     round: int
+    """The round it runs in."""
     variant: int
-    status: str | None  # as stored now
+    """The variant's index."""
+    status: str | None
+    """The run's status as stored now."""
 
 
-class MatrixView(BaseModel):
+class MatrixView(Documented):
     """In a listing, a field stored larger than 64 KiB is null and named in `omitted` (GET /matrices/{id} gives it
     whole)."""
 
     id: str
-    status: str  # queued | running | succeeded | failed | cancelled | interrupted
+    """The matrix's id."""
+    status: str
+    """queued | running | succeeded | failed | cancelled | interrupted"""
     workload: str
-    document: dict[str, Any] | None  # as submitted: the spec's fields, matrix, repeats, baseline
-    variants: list[dict[str, Any]] | None  # index, label, values, spec (as it runs)
+    """The workload its variants share."""
+    document: dict[str, Any] | None
+    """As submitted: the spec's fields, matrix, repeats, baseline."""
+    variants: list[dict[str, Any]] | None
+    """Each variant: index, label, values, spec (as it runs)."""
     baseline: int
+    """The baseline variant's index."""
     runs: list[MatrixRun] | None
-    comparison: MatrixComparison | None  # once every run has ended
+    """Its runs, in the order they execute."""
+    comparison: MatrixComparison | None
+    """Every variant against the baseline, once every run has ended."""
     error: str | None
+    """Why it did not succeed."""
     node: str | None
+    """The node that ran it."""
     created_at: datetime
+    """When it was queued."""
     started_at: datetime | None
+    """When its first run began."""
     finished_at: datetime | None
-    omitted: list[str] = []  # document, variants, runs, comparison
+    """When its last run ended."""
+    omitted: list[str] = []
+    """The fields stored too large for a listing, null here (document, variants, runs, comparison): GET /matrices/{id}
+    gives them."""
 
 
 def _matrix_or_404(services, matrix_id: str) -> dict:

@@ -5,65 +5,96 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
-from benchd.measure.records import StageSummary
+from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, TrainStepSummary
 from benchd.spec import Name, RunSpec
-from benchd.spec.fields import PositiveFloat, Strict
+from benchd.spec.fields import Documented, PositiveFloat, Strict
 
 RETRY_AFTER_S = 5  # what a 429 (the queue is full) or a 503 (the database is unreachable) asks clients to wait
 
 
-class Problem(BaseModel):
+class Problem(Documented):
     detail: str
+    """What went wrong, in a sentence."""
 
 
-class ValidationItem(BaseModel):
-    loc: list[str | int]  # where: body, query or path, then the field's path
-    msg: str  # why
+class ValidationItem(Documented):
+    loc: list[str | int]
+    """Where: body, query or path, then the field's path."""
+    msg: str
+    """Why the field is refused."""
     type: str
+    """The kind of problem (pydantic's error type, or value_error)."""
 
 
-class ValidationProblem(BaseModel):
+class ValidationProblem(Documented):
     detail: list[ValidationItem]
+    """Each refused field and why."""
 
 
-class RunCreated(BaseModel):
+class RunCreated(Documented):
     id: str
+    """The run's id."""
     url: str
+    """Where the run is read (GET)."""
     status: str
-    # Once its requests start: the most its stages take by its spec (each one's sending to its stop, then its drain;
-    # null where the engine's pace decides: a closed loop stopped by requests alone), and when the daemon stops it
-    # (BENCHD_LIMITS__MAX_DURATION_S per stage, never under that bound).
+    """queued"""
     bound_s: float | None = None
+    """Once its requests start: the most its stages take by its spec (each one's sending to its stop, then its drain);
+    null where the engine's pace decides (a closed loop stopped by requests alone)."""
     deadline_s: float | None = None
+    """When the daemon stops it, in seconds from its requests' start (BENCHD_LIMITS__MAX_DURATION_S a stage, never under
+    its bound)."""
 
 
-class RunView(BaseModel):
+class RunView(Documented):
     id: str
-    status: str  # queued | running | succeeded | failed | cancelled | interrupted
+    """The run's id."""
+    status: str
+    """queued | running | succeeded | failed | cancelled | interrupted"""
     workload: str
+    """The spec's name."""
     model: str
+    """What it measured: the model, or a kernel run's op."""
     engine: str
+    """What carried it out: the generation engine, or the timed kind."""
     label: str | None
+    """Its label, as its worker recorded it (the daemon's default filled in)."""
     schedule: str | None
+    """The schedule that queued it, if one did."""
     spec: dict[str, Any]
-    summary: list[StageSummary | TrainStepSummary | KernelResult] | None  # by the spec's kind
+    """The spec as it ran."""
+    summary: list[StageSummary | TrainStepSummary | KernelResult] | None
+    """Each stage's summary (a generation's), or each timed stage's, by the spec's kind."""
     error: str | None
-    error_stage: str | None = None  # where a run that did not succeed ended: queue, load, start, run, worker…
-    node: str | None = None  # the node (host) that ran it
+    """Why it did not succeed."""
+    error_stage: str | None = None
+    """Where a run that did not succeed ended: queue, load, start, run, worker, daemon."""
+    node: str | None = None
+    """The node (host) that ran it."""
     pod: str | None = None
-    matrix_id: str | None = None  # the matrix it is a variant's run of
+    """The pod that ran it, on Kubernetes."""
+    matrix_id: str | None = None
+    """The matrix it is a variant's run of."""
     metadata: dict[str, Any] | None
+    """What identifies the stack it measured: versions, device, host, the engine's resolved settings, the model's cost
+    and the device's limits."""
     hardware: dict[str, Any] | None
-    parts: dict[str, Any] | None = None  # a run on every GPU: each GPU's status and stages, and the verdicts
+    """The hardware over its measured window: GPUs' utilization, power, energy and clocks, the host's CPU and memory."""
+    parts: dict[str, Any] | None = None
+    """A run on every GPU: each GPU's status and stages, and the verdicts of each against its siblings."""
     energy_per_token_j: float | None
-    valid: bool | None = None  # the verdict: every stage valid (a generate run); None: a timed run, or older
-    capacity_requests_per_s: float | None = None  # a capacity search's figure
+    """Joules a measured output token (GPUs' energy over the measured window)."""
+    valid: bool | None = None
+    """The verdict: every stage valid (a generate run); null: a timed run, or stored before verdicts were kept."""
+    capacity_requests_per_s: float | None = None
+    """A capacity search's figure: the highest rate found to meet the SLO, in requests a second."""
     created_at: datetime
+    """When it was queued."""
     started_at: datetime | None
+    """When its run began."""
     finished_at: datetime | None
+    """When it ended."""
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> RunView:
@@ -76,78 +107,124 @@ class RunItem(RunView):
     /runs/{id} gives it whole."""
 
     spec: dict[str, Any] | None
-    omitted: list[str] = []  # spec, summary, metadata, hardware, parts
+    """The spec as it ran; null when stored larger than a listing shows (omitted names it)."""
+    omitted: list[str] = []
+    """The fields stored too large for a listing, null here (spec, summary, metadata, hardware, parts): GET /runs/{id}
+    gives them."""
 
 
-class RunPage(BaseModel):
-    items: list[RunItem]  # as many as limit, or fewer once they fill BENCHD_READS__PAGE_MAX_BYTES
+class RunPage(Documented):
+    items: list[RunItem]
+    """As many runs as limit, newest first, or fewer once they fill BENCHD_READS__PAGE_MAX_BYTES."""
     total: int
+    """Runs that match."""
     limit: int
+    """The most this page may hold."""
     offset: int
-    next_offset: int | None = None  # where the next page starts (offset + items), while runs remain
+    """Where this page starts."""
+    next_offset: int | None = None
+    """Where the next page starts (offset + items), while runs remain."""
 
 
-class CancelResult(BaseModel):
+class CancelResult(Documented):
     id: str
-    status: str  # cancelled (it was queued) | cancelling (it is running: it ends as cancelled)
+    """The run's id."""
+    status: str
+    """cancelled (it was queued) or cancelling (it is running: it ends as cancelled)."""
 
 
-class WorkerView(BaseModel):
+class WorkerView(Documented):
     name: str
-    device: str  # its slot: cuda:0, or cuda:0+cuda:1 for a tensor-parallel group
-    gpu: str  # the gpu label of its series: NVML's index (0+1 for a group), cpu:N for CPU workers, "" for the CPU
-    state: str  # starting | ready | exiting (its device broke: replaced after its run) | dead | stopped
+    """The worker's name."""
+    device: str
+    """Its slot: cuda:0, or cuda:0+cuda:1 for a tensor-parallel group."""
+    gpu: str
+    """The gpu label of its series: NVML's index (0+1 for a group), cpu:N for CPU workers, empty for the CPU."""
+    state: str
+    """starting | ready | exiting (its device broke: replaced after its run) | dead | stopped."""
     pid: int | None
+    """Its process id."""
     # the Python environment it runs in (BENCHD_ENVIRONMENTS; current: the daemon's), and what its hello stated: the
     # benchd protocol it speaks and the versions of its stack (None until it said hello)
     environment: str = "current"
+    """The Python environment it runs in (BENCHD_ENVIRONMENTS; current: the daemon's)."""
     protocol: int | None = None
+    """The benchd protocol it speaks, as its hello stated."""
     python_version: str | None = None
+    """Its Python."""
     torch_version: str | None = None
+    """Its torch."""
     transformers_version: str | None = None
+    """Its transformers."""
     cuda_version: str | None = None
+    """The CUDA its torch was built for."""
     busy: bool
-    nice: int | None  # its CPU priority (BENCHD_WORKERS__NICE when the worker had the privilege to take it)
-    # the real-time priority its open loops send at (BENCHD_WORKERS__DISPATCH_PRIORITY with the privilege, else 0)
+    """A run is in progress on it."""
+    nice: int | None
+    """Its CPU priority (BENCHD_WORKERS__NICE where it had the privilege to take it)."""
     dispatch_priority: int | None
-    load_error: str | None  # why the daemon's model did not load in it
-    # its device's speed as measured at its start (benchd.hardware.speed): matmul_flops_per_s by dtype,
-    # copy_bytes_per_s…
-    speed: dict[str, Any] | None = None
-
-
-class Readiness(BaseModel):
-    ready: bool
-    alive: bool  # the run loop and the schedules run
-    model: str
-    queued: int
+    """The real-time priority its open loops send at (BENCHD_WORKERS__DISPATCH_PRIORITY with the privilege, else 0)."""
     load_error: str | None
+    """Why the daemon's model did not load in it."""
+    speed: dict[str, Any] | None = None
+    """Its device's speed as measured at its start: matmul_flops_per_s by dtype, copy_bytes_per_s, …"""
+
+
+class Readiness(Documented):
+    ready: bool
+    """Runs execute, and every worker answers and has tried the daemon's model."""
+    alive: bool
+    """The run loop and the schedules run."""
+    model: str
+    """The daemon's model (BENCHD_MODEL)."""
+    queued: int
+    """Runs waiting in the queue."""
+    load_error: str | None
+    """Why the daemon's model did not load, where it did not."""
     workers: list[WorkerView]
+    """Each worker."""
     worker_restarts: int
-    last_restart_s: float | None  # the latest worker death to its replacement answering, in seconds
-    store: str  # starting | ok | degraded
+    """Workers started again after one died or hung."""
+    last_restart_s: float | None
+    """The latest worker death to its replacement answering, in seconds."""
+    store: str
+    """starting | ok | degraded (the database is unreachable: writes wait in the journal)."""
     store_pending_writes: int
+    """Writes journaled and not yet in the database."""
     store_journal_bytes: int
+    """The journal's size, in bytes."""
     store_error: str | None
+    """Why the database is unreachable, while it is."""
 
 
 class ScheduleIn(Strict):
     """Strict as a spec is: true is not 1 and "3600" is not 3600; numbers finite (1e309 is refused)."""
 
     name: Name
+    """The schedule's name."""
     spec: RunSpec
+    """The spec each run of it runs."""
     interval_s: PositiveFloat
+    """Seconds between its runs."""
     enabled: bool = True
+    """Whether it runs."""
 
 
-class ScheduleView(BaseModel):
+class ScheduleView(Documented):
     name: str
+    """The schedule's name."""
     spec: dict[str, Any]
+    """The spec each run of it runs."""
     interval_s: float
+    """Seconds between its runs."""
     enabled: bool
+    """Whether it runs."""
     next_due_in_s: float
+    """Seconds until its next run is due."""
     last_run_id: str | None
+    """Its latest run."""
     skipped: int
+    """Ticks that queued nothing (its run still queued or running, or the queue full)."""
 
 
 _RETRY = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}

@@ -32,7 +32,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from benchd.measure.history import ChangePoint, HistoryView
+    from benchd.measure.history import ChangePoint
+    from benchd.measure.history_view import HistoryView
     from benchd.report.history import value
 
     client = Client(args.server)

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel
-
 from benchd.hardware.readings import CLOCK_EVENT_OF, Snapshot
+from benchd.spec.fields import Documented
 
 # Clock events, by DCGM exporter's names for NVML's reasons (its clock_event label; hardware/readings.py maps NVML's
 # to them), in NVML's bit order. SLOWDOWN_EVENTS cut the clocks for the board's or the cooling's sake whatever the
@@ -40,12 +39,17 @@ class ClockShares:
     events: dict[str, float]
 
 
-class GPUClocks(BaseModel):
-    gpu: str  # NVML's index, as the hardware series' gpu label
-    samples: int  # samples whose clock events were read
-    events: dict[str, float]  # clock event (CLOCK_EVENTS) → share of those samples
+class GPUClocks(Documented):
+    gpu: str
+    """NVML's index, as the hardware series' gpu label."""
+    samples: int
+    """Samples whose clock events were read."""
+    events: dict[str, float]
+    """Each clock event's share of those samples."""
     sm_clock_mean_hertz: float | None = None
-    sm_clock_max_hertz: float | None = None  # the GPU's maximum SM clock (NVML's max clock info)
+    """The mean SM clock over them."""
+    sm_clock_max_hertz: float | None = None
+    """The GPU's maximum SM clock."""
 
     @property
     def sm_clock_ratio(self) -> float | None:

@@ -17,7 +17,8 @@ from benchd.loadgen import arrivals, priority
 from benchd.loadgen.contents import RequestContent
 from benchd.loadgen.recorder import Recorder
 from benchd.measure import capacity
-from benchd.measure.records import CUT, RequestRecord, StageSummary, summarize
+from benchd.measure.records import CUT, RequestRecord
+from benchd.measure.summary import StageSummary, summarize
 from benchd.measure.watch import Watch
 from benchd.protocol import events
 from benchd.protocol.outbox import Outbox

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from benchd.measure.records import StageSummary
+from benchd.measure.summary import StageSummary
 from benchd.measure.verdicts import CLIENT_CHECKS
 from benchd.spec.profiles import Capacity, describe_profile
 

@@ -25,6 +25,7 @@ from benchd.measure.context import (
 from benchd.measure.records import RequestRecord
 from benchd.measure.roofline import moved_toward, utilisation
 from benchd.spec.documents import parse_json
+from benchd.spec.fields import Documented
 
 # faster / slower: the interval lies beyond the threshold that way; no significant change: it does not;
 # inconclusive: too little data to say (the reason says what is missing); n/a: nothing to compare (no data on a
@@ -73,22 +74,34 @@ class Side(BaseModel):
     history: dict[str, dict[str, float]] = {}
 
 
-class MetricChange(BaseModel):
-    metric: str  # e.g. ttft_s.p99, output_tokens_per_s
+class MetricChange(Documented):
+    metric: str
+    """The figure: ttft_s.p99, output_tokens_per_s, …"""
     a: float | None
+    """Its value on side a."""
     b: float | None
-    relative_change: float | None  # (b − a) / a
-    ci_low: float | None  # of the relative change, at the given confidence
+    """Its value on side b."""
+    relative_change: float | None
+    """(b − a) / a."""
+    ci_low: float | None
+    """The relative change's interval at the given confidence, low end."""
     ci_high: float | None
+    """The relative change's interval, high end."""
     samples_a: int
+    """Samples on side a (requests, or runs)."""
     samples_b: int
+    """Samples on side b."""
     verdict: Verdict
-    reason: str | None = None  # why it is inconclusive or n/a; what its interval covers, with one run a side
-    spread: float | None = None  # the run-to-run spread its interval was widened by (one run on a side)
+    """faster | slower | no significant change | inconclusive | n/a."""
+    reason: str | None = None
+    """Why it is inconclusive or n/a; what its interval covers, with one run a side."""
+    spread: float | None = None
+    """The run-to-run spread its interval was widened by (one run on a side)."""
 
     @computed_field
     @property
     def name(self) -> str:
+        """The figure's name as pages and tables say it (TTFT p99, output tok/s, …)."""
         return figure(self.metric)[0]
 
     @computed_field
@@ -103,27 +116,40 @@ class MetricChange(BaseModel):
         return self.verdict in DECIDED
 
 
-class Comparison(BaseModel):
+class Comparison(Documented):
     a: list[str]
+    """Side a's runs."""
     b: list[str]
+    """Side b's runs."""
     threshold: float
+    """The relative change a verdict needs beyond its interval to be faster or slower."""
     confidence: float
+    """The intervals' confidence."""
     metrics: list[MetricChange]
-    # runs on either side whose verdict is invalid (measure/verdicts.py): read the verdicts first
+    """Each figure's change from a to b."""
     invalid: list[str] = []
+    """Runs on either side whose verdict is invalid: read the verdicts first."""
     # How far from the hardware (measure/roofline.py): each side's mean MBU, MFU and fraction of the bound, and the
     # ceiling b moved toward from a (bandwidth, compute; None: neither utilisation rose, or either side lacks them).
     roofline_a: dict[str, float] | None = None
+    """Side a's mean MBU, MFU and fraction of the roofline bound."""
     roofline_b: dict[str, float] | None = None
+    """Side b's mean MBU, MFU and fraction of the roofline bound."""
     moved_toward: str | None = None
+    """The ceiling b moved toward from a: bandwidth or compute (null: neither utilisation rose, or either side lacks
+    them)."""
     # What was compared: each side's runs, workloads, labels, dates and stack, and the stack entries that differ.
     context_a: SideContext | None = None
+    """Side a: its runs, workloads, labels, dates and stack."""
     context_b: SideContext | None = None
+    """Side b: its runs, workloads, labels, dates and stack."""
     stack_difference: list[StackChange] = []
-    warnings: list[str] = []  # what makes the verdicts weaker or void (shared runs, one run a side, invalid runs)
-    # Whether the two sides ran under different clock states, and how (hardware/clocks.py): a change between them may
-    # be the GPU's state, not the software's. None: the same states, or either side has no GPU samples.
+    """The stack entries that differ between the sides."""
+    warnings: list[str] = []
+    """What makes the verdicts weaker or void (shared runs, one run a side, invalid runs)."""
     clock_states: str | None = None
+    """Whether the two sides ran under different clock states, and how: a change between them may be the GPU's state,
+    not the software's (null: the same, or no GPU samples)."""
 
     @property
     def regressions(self) -> list[MetricChange]:

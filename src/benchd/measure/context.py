@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
+
+from benchd.spec.fields import Documented
 
 # The stack a run's metadata records (protocol/metadata.py), in the order a reader scans it: what it ran on first.
 STACK = (("model", "model"), ("device", "device"), ("dtype", "dtype"), ("engine", "engine"),
@@ -20,25 +21,35 @@ SPREAD_RUNS = 20  # a workload's newest runs its run-to-run spread is measured o
 MIN_SPREAD_RUNS = 3  # … and at least (besides the runs compared)
 
 
-class SideContext(BaseModel):
+class SideContext(Documented):
     """One side: its runs, their workloads and labels (each once, in order), when the first started and the last
     ended (ISO 8601), each stack entry's values, and where each run's report is."""
 
     runs: int
+    """Its runs."""
     workloads: list[str]
-    labels: list[str]  # "" for a run with no label
+    """Their workloads, each once, in order."""
+    labels: list[str]
+    """Their labels, each once (empty for a run with none)."""
     first: str | None = None
+    """When its first run started (ISO 8601)."""
     last: str | None = None
+    """When its last run ended (ISO 8601)."""
     stack: dict[str, list[str]] = {}
-    reports: list[str] = []  # a URL relative to /compare (a daemon's runs), or a file's path
+    """Each stack entry's values over its runs."""
+    reports: list[str] = []
+    """Each run's report: a URL relative to /compare (a daemon's runs), or a file's path."""
 
 
-class StackChange(BaseModel):
+class StackChange(Documented):
     """A stack entry whose values differ between the sides."""
 
     what: str
+    """The stack entry."""
     a: list[str]
+    """Its values on side a."""
     b: list[str]
+    """Its values on side b."""
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.measure import changes
+from benchd.spec.fields import Documented
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,10 +64,13 @@ class SeriesRun:
     figures: dict[str, float | None] = field(default_factory=dict)
 
 
-class Excluded(BaseModel):
+class Excluded(Documented):
     run_id: str
+    """The run's id."""
     at: datetime
-    reason: str  # invalid, or the clock state it ran in against the series'
+    """Its time."""
+    reason: str
+    """Invalid, or the clock state it ran in against the series'."""
 
 
 @dataclass(slots=True)
@@ -136,24 +140,36 @@ class HistorySettings(BaseModel):
 # ---- what a change point says --------------------------------------------------------------------------------
 
 
-class SegmentView(BaseModel):
+class SegmentView(Documented):
     runs: int
+    """Its runs."""
     first_run: str
+    """Its first run's id."""
     last_run: str
+    """Its last run's id."""
     start: datetime
+    """Its first run's time."""
     end: datetime
-    mean: float  # geometric mean of the figure over its runs
+    """Its last run's time."""
+    mean: float
+    """The geometric mean of the figure over its runs."""
     ci_low: float
+    """The mean's interval, low end."""
     ci_high: float
+    """The mean's interval, high end."""
 
 
-class StackShift(BaseModel):
+class StackShift(Documented):
     """A stack entry whose value moved at a change point: what most runs of each segment had."""
 
-    field: str  # transformers_version, environment, engine_settings.continuous_batching.max_batch_tokens, …
-    before: str | None  # the value most runs of the segment before had
+    field: str
+    """The stack entry: transformers_version, environment, engine_settings.continuous_batching.max_batch_tokens, …"""
+    before: str | None
+    """The value most runs of the segment before had."""
     after: str | None
-    mixed: bool = False  # some runs of either side had another value
+    """The value most runs of the segment after had."""
+    mixed: bool = False
+    """Some runs of either side had another value."""
 
     def says(self) -> str:
         """transformers 5.17.0 → 5.18.0"""
@@ -165,40 +181,68 @@ class StackShift(BaseModel):
 Verdict = Literal["scheduled", "confirmed", "not reproduced", "inconclusive", "failed"]
 
 
-class Confirmation(BaseModel):
+class Confirmation(Documented):
     """An interleaved matrix between the two sides' environments on the same device, and what it found."""
 
     status: Verdict
+    """scheduled | confirmed | not reproduced | inconclusive | failed."""
     matrix_id: str | None = None
-    environments: list[str]  # [before, after]
+    """The interleaved matrix that confirms it."""
+    environments: list[str]
+    """The two environments it pits: [before, after]."""
     requested_at: datetime
-    relative_change: float | None = None  # the matrix's, after's environment against before's
+    """When the confirmation was asked for."""
+    relative_change: float | None = None
+    """The matrix's: after's environment against before's."""
     ci_low: float | None = None
+    """That change's interval, low end."""
     ci_high: float | None = None
+    """That change's interval, high end."""
     reason: str | None = None
+    """Why it failed or says what it says."""
 
 
-class ChangePoint(BaseModel):
+class ChangePoint(Documented):
     id: str
+    """The change point's id."""
     workload: str
+    """The workload whose series it is in."""
     device: str
+    """The GPU model (or CPU) of the series."""
     node: str
+    """The node of the series."""
     figure: str
-    run_id: str  # the first run of the new segment
-    at: datetime  # its time
+    """The figure that moved (itl_s.p50, output_tokens_per_s, …)."""
+    run_id: str
+    """The first run of the new segment."""
+    at: datetime
+    """That run's time."""
     direction: Literal["worse", "better"]
-    relative_change: float  # after / before − 1 (geometric means)
+    """worse or better."""
+    relative_change: float
+    """after / before − 1, of the segments' geometric means."""
     ci_low: float
+    """The change's interval, low end."""
     ci_high: float
+    """The change's interval, high end."""
     p_value: float
+    """Student's t-test between the two segments."""
     confidence: float
+    """The interval's confidence."""
     before: SegmentView
+    """The segment before it."""
     after: SegmentView
-    stack: list[StackShift] = []  # what differs between the two segments' runs
-    active: bool = True  # the latest analysis still finds it (else withdrawn: more runs made it noise)
+    """The segment after it."""
+    stack: list[StackShift] = []
+    """What differs between the two segments' runs."""
+    active: bool = True
+    """The latest analysis still finds it (else withdrawn: more runs made it noise)."""
     detected_at: datetime
+    """When it was first found."""
     withdrawn_at: datetime | None = None
+    """When the analysis stopped finding it."""
     confirmation: Confirmation | None = None
+    """An interleaved matrix's verdict on it, once asked for."""
 
     def sentence(self) -> str:
         """ITL p50 +8.1 % [+6.0, +10.2] at 2026-11-20 14:00 (p < 0.001); between the segments: transformers
@@ -298,61 +342,3 @@ def stack_difference(before: list[dict[str, str]], after: list[dict[str, str]]) 
             out.append(StackShift(field=key, before=value_a, after=value_b,
                                    mixed=count_a < len(before) or count_b < len(after)))
     return out
-
-
-# ---- a workload's history as the API shows it ------------------------------------------------------------------
-
-
-class Point(BaseModel):
-    run_id: str
-    at: datetime
-    value: float
-
-
-class FigureSeries(BaseModel):
-    figure: str
-    label: str
-    unit: str
-    higher_is_worse: bool
-    points: list[Point]  # oldest first
-    segments: list[SegmentView]  # the series cut at its change points
-    change_points: list[ChangePoint]  # those the latest analysis found, oldest first
-
-
-class SeriesView(BaseModel):
-    workload: str
-    device: str
-    node: str
-    clock: str  # the clock state of the runs it holds
-    runs: int
-    figures: list[FigureSeries]
-    excluded: list[Excluded]  # left out: invalid, or under another clock state
-
-
-class HistoryView(BaseModel):
-    workload: str
-    limit: int  # the newest runs of the workload read
-    series: list[SeriesView]
-
-
-def view(workload: str, runs: list[SeriesRun], stored: list[ChangePoint], limit: int,
-         confidence: float = changes.CONFIDENCE) -> HistoryView:
-    """Each series' points, its segments between the active change points stored for it, and those change points."""
-    out = []
-    for series in series_of(workload, runs):
-        figures = []
-        for name, figure in FIGURES.items():
-            held, values = series.values(name)
-            if not held:
-                continue
-            position = {run.run_id: i for i, run in enumerate(held)}
-            found = sorted((c for c in stored if c.active and c.figure == name and c.device == series.device
-                            and c.node == series.node and c.run_id in position), key=lambda c: position[c.run_id])
-            cuts = changes.segments(values, [position[c.run_id] for c in found], confidence)
-            figures.append(FigureSeries(
-                figure=name, label=figure.label, unit=figure.unit, higher_is_worse=figure.higher_is_worse,
-                points=[Point(run_id=r.run_id, at=r.at, value=float(v)) for r, v in zip(held, values)],
-                segments=[segment_view(held, s) for s in cuts], change_points=found))
-        out.append(SeriesView(workload=workload, device=series.device, node=series.node, clock=series.clock,
-                              runs=len(series.runs), figures=figures, excluded=series.excluded))
-    return HistoryView(workload=workload, limit=limit, series=out)

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from benchd.measure.compare import (
     CONFIDENCE,
@@ -20,6 +19,7 @@ from benchd.measure.compare import (
     metric_change,
 )
 from benchd.measure.roofline import moved_toward, utilisation
+from benchd.spec.fields import Documented
 
 # Figures every run has once: compared over runs, like throughput. Weight bytes are exact (no noise): one run a side
 # says it; peak memory varies a little with what the allocator did, so it takes two.
@@ -87,51 +87,81 @@ def figures_from_store(store, run_id: str) -> RunFigures:
                        row["run_metadata"], row["hardware"])
 
 
-class TokenAgreement(BaseModel):
+class TokenAgreement(Documented):
     """Greedy tokens of the variant against the baseline's for the same prompts (request index, round by round)."""
 
-    requests: int  # compared
-    identical_requests: int  # every token the same
-    tokens: int  # positions compared (the shorter of each pair)
+    requests: int
+    """Requests compared."""
+    identical_requests: int
+    """Those whose every token is the same."""
+    tokens: int
+    """Token positions compared (the shorter of each pair)."""
     identical_tokens: int
-    ratio: float | None  # identical_tokens / tokens
+    """Positions whose tokens are the same."""
+    ratio: float | None
+    """identical_tokens / tokens."""
 
 
-class VariantComparison(BaseModel):
+class VariantComparison(Documented):
     index: int
+    """The variant's index."""
     label: str
+    """Its label: the values it sets (engine=static, …)."""
     values: dict[str, Any]
+    """The values it sets, by field."""
     baseline: bool
-    run_ids: list[str]  # by round
+    """It is the baseline the others are compared with."""
+    run_ids: list[str]
+    """Its runs, by round."""
     statuses: list[str]
-    output_tokens_per_s: float | None  # mean over its succeeded runs
-    ttft_p50_s: float | None  # pooled over its succeeded runs
+    """Each run's status, by round."""
+    output_tokens_per_s: float | None
+    """Output tokens a second, the mean over its succeeded runs."""
+    ttft_p50_s: float | None
+    """TTFT p50 pooled over its succeeded runs, in seconds."""
     itl_p50_s: float | None
+    """ITL p50 pooled over its succeeded runs, in seconds."""
     tpot_p50_s: float | None
+    """TPOT p50 pooled over its succeeded runs, in seconds."""
     weight_bytes: int | None
+    """The loaded weights' bytes (after quantization)."""
     peak_memory_bytes: int | None
-    model_load_s: float | None  # mean: the model loads again at each of its runs
+    """torch's allocator peak on a CUDA device, the most of its runs."""
+    model_load_s: float | None
+    """The model's load, the mean over its runs (it loads again at each)."""
     stack: dict[str, Any]
-    metrics: list[MetricChange]  # against the baseline (none for the baseline itself)
+    """What its runs ran on: versions, quantization, attention, compile, environment."""
+    metrics: list[MetricChange]
+    """Each figure against the baseline (none for the baseline itself)."""
     tokens: TokenAgreement | None
+    """Its greedy tokens against the baseline's for the same prompts."""
     # Its runs whose (first) stage's verdict is invalid, and those among them whose completions fell behind the
     # offers: their latencies measure a growing queue, and a change against the baseline says how long it grew.
     invalid: list[str] = []
+    """Its runs whose (first) stage's verdict is invalid."""
     oversaturated: list[str] = []
+    """Those among them whose completions fell behind the offers: their latencies measure a growing queue."""
     # Its mean MBU, MFU and fraction of the roofline bound, and the ceiling it moved toward from the baseline
     # (measure/roofline.py; None: neither utilisation rose, or either lacks them).
     roofline: dict[str, float] | None = None
+    """Its mean MBU, MFU and fraction of the roofline bound."""
     moved_toward: str | None = None
-    # Whether it ran under other clock states than the baseline, and how (hardware/clocks.py): a change against it
-    # may be the GPU's state, not the variant's.
+    """The ceiling it moved toward from the baseline: bandwidth or compute (null: neither utilisation rose, or either
+    lacks them)."""
     clock_states: str | None = None
+    """Whether it ran under other clock states than the baseline, and how: a change against it may be the GPU's state,
+    not the variant's."""
 
 
-class MatrixComparison(BaseModel):
+class MatrixComparison(Documented):
     baseline: int
+    """The baseline variant's index."""
     threshold: float
+    """The relative change a verdict needs beyond its interval to be faster or slower."""
     confidence: float
+    """The intervals' confidence."""
     variants: list[VariantComparison]
+    """Each variant, against the baseline."""
 
 
 def _side(runs: list[RunFigures]) -> Side:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchd.measure.capacity import CapacityResult
-from benchd.measure.records import StageSummary
+from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
 
 if TYPE_CHECKING:

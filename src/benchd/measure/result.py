@@ -14,8 +14,9 @@ from benchd.hardware.speed import DeviceSpeed
 from benchd.measure import capacity
 from benchd.measure.capacity import CapacityResult
 from benchd.measure.outcome import RunOutcome
-from benchd.measure.records import RequestRecord, StageSummary, summarize
+from benchd.measure.records import RequestRecord
 from benchd.measure.roofline import ModelCost, StepLog, roofline
+from benchd.measure.summary import StageSummary, summarize
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
 from benchd.protocol.metadata import RunMetadata
 from benchd.spec import SLO, GenerateSpec, RunSpec

@@ -8,9 +8,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pydantic import BaseModel
-
 from benchd.hardware.clocks import CLOCK_EVENT_NAMES, SLOWDOWN_EVENTS, ClockShares
+from benchd.spec.fields import Documented
 from benchd.spec.validity import ValidityRules
 
 # Over-saturation: the in-flight count's growth over the window must exceed both this many requests and
@@ -29,10 +28,13 @@ MIN_SATURATION_OFFERS = 20  # offers in the judged window: fewer are no rate (a 
 STEADY_SHARE = 0.25
 
 
-class Invalidity(BaseModel):
-    check: str  # unfinished | stopped | dispatch_lag | sent_rate | too_few_requests | min_duration | min_requests |
+class Invalidity(Documented):
+    check: str
+    """The rule broken: unfinished | stopped | dispatch_lag | sent_rate | too_few_requests | min_duration | min_requests
+    | max_errors | max_error_rate | oversaturated | cut | throttled."""
     #             max_errors | max_error_rate | oversaturated | cut | throttled
     message: str
+    """What the stage did, against what the rule allows."""
 
 
 # Checks that say the client (or the stage's length), not the load, spoiled a stage: run it again.

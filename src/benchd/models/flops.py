@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pydantic import BaseModel
+from benchd.spec.fields import Documented
 
 # Dense peak TFLOP/s by the matmul precision, from NVIDIA's datasheets (no sparsity). fp32 is the CUDA-core
 # rate: PyTorch runs float32 matmuls at full precision unless float32_matmul_precision is lowered (then tf32).
@@ -102,10 +102,13 @@ def attention_flops(shape) -> int:
     return full // 2 if shape.causal else full
 
 
-class StepFlops(BaseModel):
+class StepFlops(Documented):
     forward: int
-    backward: int  # twice the forward: the gradients with respect to inputs and to weights
+    """The forward pass' FLOPs."""
+    backward: int
+    """The backward pass': twice the forward (gradients with respect to inputs and to weights)."""
     total: int
+    """Both."""
 
 
 def step_flops(shape: Shape, batch: int, context: int, backward: bool) -> StepFlops:
@@ -114,15 +117,21 @@ def step_flops(shape: Shape, batch: int, context: int, backward: bool) -> StepFl
     return StepFlops(forward=forward, backward=back, total=forward + back)
 
 
-class MemoryBreakdown(BaseModel):
+class MemoryBreakdown(Documented):
     """Bytes: an analytic estimate beside the measured peak (CUDA's allocator; None on a CPU)."""
 
     parameters: int
+    """The weights' bytes."""
     gradients: int
-    optimizer_states: int  # AdamW: exp_avg and exp_avg_sq, each the size and type of the weights
-    activations: int  # estimated: the tensors autograd saves for the backward pass (peak of one forward)
+    """Their gradients' bytes."""
+    optimizer_states: int
+    """AdamW's exp_avg and exp_avg_sq, each the size and type of the weights."""
+    activations: int
+    """Estimated: the tensors autograd saves for the backward pass (the peak of one forward)."""
     total: int
+    """The estimate's sum."""
     peak_allocated: int | None = None
+    """torch's allocator peak on a CUDA device (null on a CPU)."""
 
 
 def activation_bytes(shape: Shape, batch: int, context: int, element_bytes: int, saved: bool) -> int:

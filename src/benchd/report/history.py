@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from benchd.measure.history import FIGURES, ChangePoint, FigureSeries, HistoryView, SeriesView
+from benchd.measure.history import FIGURES, ChangePoint
+from benchd.measure.history_view import FigureSeries, HistoryView, SeriesView
 from benchd.report import charts
 from benchd.report.charts import Line
 from benchd.report.html import charts as grid

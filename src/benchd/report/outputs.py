@@ -13,8 +13,8 @@ from rich.table import Table
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.compare import REQUESTS_FILE, Comparison
 from benchd.measure.context import device
-from benchd.measure.records import StageSummary
 from benchd.measure.result import RunResult
+from benchd.measure.summary import StageSummary
 from benchd.measure.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
 from benchd.measure.timings import KernelResult, TrainStepSummary
 from benchd.protocol.metadata import RunMetadata

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.capacity import CapacityResult
-from benchd.measure.records import LatencyStats, StageSummary
+from benchd.measure.summary import LatencyStats, StageSummary
 from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
 from benchd.report.charts import seconds
 

@@ -51,6 +51,13 @@ Bounded = Annotated[Any, AfterValidator(bounded)]
 BoundedMapping = Annotated[dict[str, Any], AfterValidator(bounded)]
 
 
-class Strict(BaseModel):
+class Documented(BaseModel):
+    """A model whose fields each say what they are: the docstring under a field is its description (in the OpenAPI
+    document, docs/reference/http-api.md, a spec's JSON schema)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class Strict(Documented):
     # strict: true is not 1 and "5" is not 5; every float finite (NaN and infinities refused, 1e309 included).
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)

@@ -24,38 +24,54 @@ class Synchronous(Strict):
     """One request at a time: the next is scheduled when the previous finishes."""
 
     profile: Literal["synchronous"]
+    """One request at a time: the next is scheduled when the previous finishes."""
 
 
 class Concurrent(Strict):
     """Closed loop: N requests in flight; a new one is scheduled whenever one finishes."""
 
     profile: Literal["concurrent"]
+    """Closed loop: N requests in flight; a new one is scheduled whenever one finishes."""
     concurrency: PositiveInt
+    """Requests in flight."""
 
 
 class Constant(Strict):
     """Open loop: one request every 1/rate seconds."""
 
     profile: Literal["constant"]
+    """Open loop: one request every 1/rate seconds."""
     rate: PositiveFloat
+    """Requests a second."""
     max_concurrency: Cap = None
+    """At most this many requests in flight: a request due while that many are out waits for one to end, keeping its
+    scheduled time (the wait is dispatch lag, part of every latency)."""
 
 
 class Poisson(Strict):
     """Open loop: exponential inter-arrival times with mean 1/rate."""
 
     profile: Literal["poisson"]
+    """Open loop: exponential inter-arrival times with mean 1/rate."""
     rate: PositiveFloat
+    """Requests a second, on average."""
     max_concurrency: Cap = None
+    """At most this many requests in flight: a request due while that many are out waits for one to end, keeping its
+    scheduled time (the wait is dispatch lag, part of every latency)."""
 
 
 class Gamma(Strict):
     """Open loop: gamma inter-arrival times with mean 1/rate (vLLM's burstiness: 1 is Poisson, <1 burstier)."""
 
     profile: Literal["gamma"]
+    """Open loop: gamma inter-arrival times with mean 1/rate."""
     rate: PositiveFloat
+    """Requests a second, on average."""
     burstiness: Burstiness = 1.0
+    """The gamma's shape (vLLM's burstiness): 1 is Poisson, under 1 burstier."""
     max_concurrency: Cap = None
+    """At most this many requests in flight: a request due while that many are out waits for one to end, keeping its
+    scheduled time (the wait is dispatch lag, part of every latency)."""
 
 
 class Ramp(Strict):
@@ -63,11 +79,18 @@ class Ramp(Strict):
     evenly spaced in the integrated rate (constant), or a Poisson process of that changing rate (poisson)."""
 
     profile: Literal["ramp"]
+    """Open loop whose rate moves linearly from start_rate to rate over ramp_s seconds, then holds."""
     start_rate: NonNegativeFloat = 0.0
+    """Requests a second at the stage's start."""
     rate: PositiveFloat
+    """Requests a second once the ramp is done."""
     ramp_s: PositiveFloat
+    """Seconds the rate takes to reach `rate`."""
     arrival: Literal["constant", "poisson"] = "constant"
+    """Arrivals at the rate of each moment: evenly spaced, or Poisson."""
     max_concurrency: Cap = None
+    """At most this many requests in flight: a request due while that many are out waits for one to end, keeping its
+    scheduled time (the wait is dispatch lag, part of every latency)."""
 
 
 class Trace(Strict):
@@ -79,21 +102,34 @@ class Trace(Strict):
     requests that share a prefix in the trace share it here."""
 
     profile: Literal["trace"]
+    """Open loop replaying a file: one request per line, at its offset, with its prompt and output lengths."""
     path: FilePath
+    """The trace file; over HTTP, under BENCHD_MODEL_ROOTS."""
     format: Literal["jsonl", "mooncake"] = "jsonl"
-    speedup: PositiveFloat = 1.0  # offsets are divided by it: 2 replays the trace twice as fast
-    block_tokens: PositiveInt = 512  # mooncake: tokens per hash id (the traces' KV-cache block size)
+    """jsonl: {"offset_s", "prompt_tokens", "output_tokens"} a line; mooncake: kvcache-ai/Mooncake's traces (timestamps
+    in ms, equal hash ids the same tokens)."""
+    speedup: PositiveFloat = 1.0
+    """Offsets are divided by it: 2 replays the trace twice as fast."""
+    block_tokens: PositiveInt = 512
+    """mooncake: tokens per hash id (the traces' KV-cache block size)."""
     max_concurrency: Cap = None
+    """At most this many requests in flight: a request due while that many are out waits for one to end, keeping its
+    scheduled time (the wait is dispatch lag, part of every latency)."""
 
 
 class Sweep(Strict):
     """Several load levels run in turn, each with the workload's stop and warm-up rules."""
 
     profile: Literal["sweep"]
+    """A stage per value, in order: the same workload at each load level."""
     over: Literal["concurrent", "constant", "poisson", "gamma"]
+    """The profile each level runs."""
     values: Annotated[list[PositiveFloat], Field(min_length=1, max_length=LIST_MAX)]
+    """Each level's concurrency, or its rate in requests a second."""
     burstiness: Burstiness = 1.0
-    max_concurrency: Cap = None  # for the open-loop levels
+    """gamma levels' shape: 1 is Poisson, under 1 burstier."""
+    max_concurrency: Cap = None
+    """Caps the open-loop levels' requests in flight (a concurrency sweep is capped by its values)."""
 
     @model_validator(mode="after")
     def _integral_concurrency(self) -> Sweep:
@@ -125,14 +161,24 @@ class Capacity(Strict):
     retries times and is never used to decide."""
 
     profile: Literal["capacity"]
+    """A search for the highest request rate whose stage meets the workload's SLO, a stage a probe."""
     over: Literal["constant", "poisson"] = "poisson"
+    """The open loop each probe runs."""
     start_rate: PositiveFloat = 1.0
-    min_rate: PositiveFloat = 0.01  # halving stops below it: no rate meets the SLO
-    max_rate: PositiveFloat | None = None  # doubling stops at it (the daemon's BENCHD_LIMITS__MAX_RATE when unset)
+    """The first probe's rate, in requests a second."""
+    min_rate: PositiveFloat = 0.01
+    """Halving stops below it: no rate meets the SLO."""
+    max_rate: PositiveFloat | None = None
+    """Doubling stops at it; default: the daemon's BENCHD_LIMITS__MAX_RATE."""
     precision: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    """The search ends once the interval is narrower than this share of its upper end."""
     max_probes: Annotated[int, Field(ge=2, le=64)] = 12
+    """Probes at most (each a stage)."""
     retries: Annotated[int, Field(ge=0, le=5)] = 1
+    """Runs again of a probe whose verdict is invalid for a reason of the client's (late dispatch, too short)."""
     max_concurrency: Cap = None
+    """At most this many requests in flight: a request due while that many are out waits for one to end, keeping its
+    scheduled time (the wait is dispatch lag, part of every latency)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Capacity:

@@ -28,40 +28,60 @@ class Commit(_Strict):
     run's metadata, so that the history can be plotted by commit as well as by the versions its worker resolved."""
 
     repository: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] | None = None
+    """The repository measured (a URL or a name)."""
     branch: Annotated[str, Field(min_length=1, max_length=LABEL_MAX)] | None = None
+    """Its branch."""
     commit: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{7,64}$")] | None = None
+    """The commit's hash (7 to 64 hexadecimal digits)."""
     message: Annotated[str, Field(max_length=2000)] | None = None
+    """The commit's message."""
 
 
 class SpecBase(_Strict):
     """What every run has: its name, the model and where it runs, the seed, and the stack the model loads with."""
 
-    kind: RunKind = "generate"  # generation (the workload), a training step, or single kernels
+    kind: RunKind = "generate"
+    """What the run is: generation (a workload sent to an engine), a training step, or single kernels."""
     name: Name = "default"
+    """The workload's name: runs of one name are compared, form one history and share one baseline."""
     model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] = "tiny"
+    """A preset (tiny, …), a local directory holding a transformers model, or a Hugging Face hub id (org/name); over
+    HTTP, a preset or a directory under BENCHD_MODEL_ROOTS. A served model's name for the openai engine."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """The weights' type; auto: bfloat16 on CUDA, float32 on a CPU."""
     device: Annotated[str, Field(pattern=r"^(auto|cpu(:\d+)?|cuda(:\d+)?)$")] = "auto"
-    # one: on the device named; every_gpu: the same spec on every worker at once (each GPU, or each CPU worker),
-    # each with its own arrivals from the same seed: a summary per GPU, the whole, and the slow GPU found.
+    """Where it runs: auto (the first GPU, else the CPU), cpu, cpu:N (a CPU worker), cuda or cuda:N."""
     placement: Literal["one", "every_gpu"] = "one"
-    # N > 1: the model sharded over a worker group of N consecutive devices (transformers' tp_plan="auto", NCCL on
-    # CUDA, gloo on CPU workers), the group holding the device named; with every_gpu, every group at once.
+    """one: on the device named; every_gpu: the same spec on every worker at once (each GPU, or each CPU worker), each
+    with its own arrivals from the same seed: a summary per GPU, the whole, and the slow GPU found."""
     tensor_parallel: Annotated[int, Field(ge=1, le=64, strict=True)] = 1
+    """N > 1: the model sharded over a worker group of N consecutive devices (transformers' tp_plan="auto", NCCL on
+    CUDA, gloo on CPU workers), the group holding the device named; with every_gpu, every group at once."""
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
-    # The Python environment its worker runs in: the daemon's own (current), or one BENCHD_ENVIRONMENTS declares (its
-    # torch and transformers: a matrix over environments compares releases of the stack, interleaved).
+    """Seeds the arrivals, the lengths and the prompts' tokens (and a model's random weights)."""
     environment: Name = "current"
-    # Or the requirements its worker's environment is built from (pip's, PEP 508: transformers==5.24.0, or a name @
-    # a git URL at a commit), built once into a venv over the daemon's packages and reused (requirements-<hash>);
-    # over HTTP only where BENCHD_ENVIRONMENTS_FROM_SPECS allows it.
+    """The Python environment its worker runs in: the daemon's own (current), or one BENCHD_ENVIRONMENTS declares (its
+    torch and transformers: a matrix over environments compares releases of the stack, interleaved)."""
     requirements: Requirements | None = None
-    commit: Commit | None = None  # the source measured (repository, branch, commit, message), when given
+    """Or the requirements its worker's environment is built from (pip's, PEP 508: transformers==5.24.0, or a name @ a
+    git URL at a commit), built once into a venv over the daemon's packages and reused; over HTTP only where
+    BENCHD_ENVIRONMENTS_FROM_SPECS allows it."""
+    commit: Commit | None = None
+    """The source measured (repository, branch, commit, message), when given: stored with the run's metadata, so the
+    history can be plotted by commit."""
     label: Annotated[str, Field(max_length=LABEL_MAX)] | None = None
+    """A free label stored with the run (a CI job's name, say); default: the daemon's BENCHD_LABEL."""
     trust_remote_code: bool = False
+    """Run a model's own code from the hub; refused over HTTP."""
     # ---- the stack (benchd.spec.stack): what a matrix varies beside dtype and the engine's options ----
     quantization: Quantization = "none"
-    attn_implementation: AttnImplementation | None = None  # None: sdpa (continuous batching may pick flash itself)
+    """Quantize the weights as they load (torchao's int8 and int4 weight-only, int8 dynamic, float8; bitsandbytes' 8-bit
+    and 4-bit)."""
+    attn_implementation: AttnImplementation | None = None
+    """The attention the model runs (transformers' names; paged|… for continuous batching); none: sdpa (continuous
+    batching may pick a faster one itself)."""
     compile: CompileMode = "off"
+    """torch.compile of the model's forward (the static engine)."""
 
     @property
     def worker_environment(self) -> str:
@@ -110,8 +130,10 @@ class GenerateSpec(SpecBase):
     admission and the worker to check (the methods below: nothing, unless the engine's spec says otherwise)."""
 
     kind: Literal["generate"] = "generate"
+    """A generation run: the workload sent to the engine."""
     engine: str  # each engine's spec: Literal[its name]
     workload: Workload = Field(default_factory=Workload)
+    """What is sent and how: arrivals, lengths, when each stage stops, warm-up, the SLO and validity's rules."""
 
     @model_validator(mode="after")
     def _dataset(self) -> GenerateSpec:
@@ -192,7 +214,9 @@ class TrainStepSpec(SpecBase):
     """A training step of the spec's model, each phase timed on its own."""
 
     kind: Literal["train_step"]
+    """A training step of the spec's model, each phase timed on its own."""
     train_step: TrainStepOptions = Field(default_factory=TrainStepOptions)
+    """The step's batch, context, phases, warm-up and steps."""
 
     @model_validator(mode="after")
     def _autocast(self) -> TrainStepSpec:
@@ -205,7 +229,9 @@ class KernelSpec(SpecBase):
     """Single kernels at given shapes, each implementation timed on the device."""
 
     kind: Literal["kernel"]
+    """Single kernels at given shapes, each implementation timed on the device."""
     kernel: KernelOptions
+    """The op, its shapes and implementations, warm-up and repeats."""
 
     @model_validator(mode="before")
     @classmethod

@@ -18,12 +18,19 @@ class SLO(Strict):
     0 for one that does not."""
 
     ttft_s: PositiveFloat | None = None
+    """Per request: a good request's TTFT is at most this, in seconds."""
     tpot_s: PositiveFloat | None = None
+    """Per request: a good request's TPOT is at most this, in seconds."""
     ttft_p99_s: PositiveFloat | None = None
+    """Per stage: TTFT p99 at most this, in seconds."""
     tpot_p99_s: PositiveFloat | None = None
+    """Per stage: TPOT p99 at most this, in seconds."""
     itl_p99_s: PositiveFloat | None = None
+    """Per stage: ITL p99 at most this, in seconds."""
     e2e_p99_s: PositiveFloat | None = None
+    """Per stage: E2E p99 at most this, in seconds."""
     max_error_rate: Fraction | None = None
+    """Per stage: at most this share of its measured requests failed."""
 
     @model_validator(mode="after")
     def _any(self) -> SLO:

@@ -26,13 +26,18 @@ from benchd.spec.validity import ValidityRules
 
 class FixedLength(_Strict):
     dist: Literal["fixed"]
+    """Every request the same length."""
     value: PositiveInt
+    """Tokens."""
 
 
 class UniformLength(_Strict):
     dist: Literal["uniform"]
+    """Uniform between min and max, both included."""
     min: PositiveInt
+    """Fewest tokens."""
     max: PositiveInt
+    """Most tokens."""
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -45,10 +50,15 @@ class NormalLength(_Strict):
     """A normal distribution rounded to integers and clipped to [min, max]."""
 
     dist: Literal["normal"]
+    """Normal, rounded and clipped to [min, max]."""
     mean: PositiveFloat
+    """Mean tokens."""
     std: NonNegativeFloat
+    """Standard deviation, in tokens."""
     min: PositiveInt = 1
+    """Fewest tokens."""
     max: PositiveInt
+    """Most tokens."""
 
     @model_validator(mode="after")
     def _ordered(self) -> NormalLength:
@@ -63,7 +73,9 @@ class ListLength(_Strict):
     """Lengths drawn uniformly at random from a list."""
 
     dist: Literal["list"]
+    """Drawn from the list, each value equally likely."""
     values: Annotated[list[PositiveInt], Field(min_length=1, max_length=LIST_MAX)]
+    """Lengths in tokens."""
 
 
 LengthDist = Annotated[
@@ -100,8 +112,12 @@ class Stop(_Strict):
     at all); those still in flight then are cut (cancelled, and counted apart from the failed ones)."""
 
     requests: PositiveInt | None = None
+    """The stage stops sending after this many measured requests."""
     duration_s: PositiveFloat | None = None
+    """Or after this many measured seconds (whichever comes first)."""
     drain_s: NonNegativeFloat | None = None
+    """How long the stage waits for its requests in flight once it stops sending; those still in flight then are cut
+    (cancelled, counted apart from the failed ones). Unset: a share of its sending time; 0: not at all."""
 
     @model_validator(mode="after")
     def _bounded(self) -> Stop:
@@ -119,7 +135,9 @@ class Warmup(_Strict):
     """Requests run before measuring, cut by their scheduled time; they never enter any figure."""
 
     requests: NonNegativeInt = 0
+    """Requests run before measuring."""
     seconds: NonNegativeFloat = 0.0
+    """Or seconds of requests run before measuring (by their scheduled time)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Warmup:
@@ -133,7 +151,9 @@ class SharedPrefix(_Strict):
     shared document): what a server's prefix cache can reuse. Groups are assigned to requests in turn."""
 
     fraction: Annotated[float, Field(gt=0, le=1)]
+    """The share of each prompt that is its group's shared prefix."""
     groups: PositiveInt = 1
+    """Groups of requests, each with a prefix of its own, assigned in turn."""
 
 
 class Conversation(_Strict):
@@ -142,31 +162,48 @@ class Conversation(_Strict):
     length: contents are made before answers exist) followed by a new prompt_tokens-long message."""
 
     turns: Annotated[int, Field(ge=2, le=64)]
+    """Turns a conversation has."""
     conversations: PositiveInt = 8
+    """Conversations taken in turn."""
 
 
 class TextDataset(_Strict):
     """Prompts from a file, sampled with the workload's seed (each is used once before any repeats)."""
 
     format: Literal["jsonl", "sharegpt"]
+    """jsonl (an object a line, or a bare string) or ShareGPT (a JSON list of conversations: the first human turn)."""
     path: Annotated[str, Field(min_length=1, max_length=PATH_MAX)]
-    # jsonl: the key holding the prompt (a line may also be a bare JSON string)
+    """The file; over HTTP, under BENCHD_MODEL_ROOTS."""
     field: Annotated[str, Field(min_length=1, max_length=NAME_MAX)] = "prompt"
+    """jsonl: the key holding the prompt (a line may also be a bare JSON string)."""
 
 
 
 class Workload(_Strict):
     arrivals: Arrivals = Field(default_factory=lambda: Synchronous(profile="synchronous"))
+    """When requests are scheduled: a closed loop, an open loop at a rate, a trace, a sweep of levels, or a capacity
+    search."""
     stop: Stop = Field(default_factory=lambda: Stop(requests=16))
+    """When each stage stops sending, and how long it drains."""
     warmup: Warmup = Field(default_factory=Warmup)
+    """Requests run before measuring, in no figure."""
     prompt_tokens: LengthDist = Field(default_factory=lambda: FixedLength(dist="fixed", value=128))
+    """Each prompt's length in tokens."""
     output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(dist="fixed", value=128))
+    """Each request's output length in tokens (its max_new_tokens)."""
     ignore_eos: bool = True
+    """Generate every request's output_tokens, ending-of-sequence tokens or not."""
     slo: SLO | None = None
-    dataset: TextDataset | None = None  # text prompts for the openai engine instead of synthetic ones
+    """Service-level objectives: what makes a request good and a stage meet its SLO (goodput, a capacity search)."""
+    dataset: TextDataset | None = None
+    """Text prompts from a file instead of synthetic ones (engines that talk to a server)."""
     prefix: SharedPrefix | None = None
+    """A prefix shared by each group's prompts, for a server's prefix cache."""
     conversation: Conversation | None = None
+    """Multi-turn conversations, each prompt holding the conversation so far."""
     validity: ValidityRules = Field(default_factory=ValidityRules)
+    """The rules a stage's figures must meet to be trusted; what they leave unset comes from the daemon's
+    BENCHD_VALIDITY__*."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Workload:

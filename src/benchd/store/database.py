@@ -12,8 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchd.measure.outcome import RunOutcome
-from benchd.measure.records import RequestRecord, summarize
+from benchd.measure.records import RequestRecord
 from benchd.measure.result import StageResult
+from benchd.measure.summary import summarize
 from benchd.spec import GenerateSpec, validate_spec
 from benchd.store import migrate, pages
 from benchd.store.operations import (

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Protocol
 import sqlalchemy as sa
 
 from benchd.measure.outcome import RunOutcome
-from benchd.measure.records import StageSummary
+from benchd.measure.summary import StageSummary
 from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings
 
 

@@ -26,33 +26,45 @@ class OpenAIOptions(Strict):
     """An OpenAI-compatible server (vLLM, TGI, SGLang, `transformers serve`, …), driven with streaming requests."""
 
     base_url: URL = "http://127.0.0.1:8000/v1"
-    # the served model's name; default: RunSpec.model
+    """The server's OpenAI API (…/v1); over HTTP, only on the hosts BENCHD_OPENAI__HOSTS allows (loopback by default).
+    """
     model: Annotated[str, Field(min_length=1, max_length=MODEL_MAX)] | None = None
+    """The served model's name in each request; default: the spec's model."""
     api: Literal["completions", "chat"] = "completions"
-    # The output limit's field: max_tokens is read by vLLM, TGI, SGLang and transformers serve on both APIs;
-    # OpenAI's own chat API wants max_completion_tokens.
+    """Streaming /v1/completions, or /v1/chat/completions (the prompt as a user message)."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    # read at run time
+    """The output limit's field: max_tokens is read by vLLM, TGI, SGLang and transformers serve on both APIs; OpenAI's
+    own chat API wants max_completion_tokens."""
     api_key_env: Annotated[str, Field(max_length=NAME_MAX, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
-    extra_body: FreeFormMapping = Field(default_factory=dict)  # merged into every request (ignore_eos, …)
-    # include_usage gives the final count; continuous_usage_stats (vLLM) a running count on every chunk.
+    """The variable whose value is sent as the API key (Bearer), read at run time; over HTTP, only those
+    BENCHD_OPENAI__KEY_ENVS lists, never a BENCHD_* one."""
+    extra_body: FreeFormMapping = Field(default_factory=dict)
+    """Merged into every request (ignore_eos, …); never a field benchd sets itself."""
     stream_options: FreeFormMapping | None = Field(default_factory=lambda: {"include_usage": True})
-    # a local directory: sizes synthetic prompts and counts tokens in text
+    """Sent as the request's stream_options: include_usage gives the final count; continuous_usage_stats (vLLM) a
+    running count on every chunk."""
     tokenizer: Annotated[str, Field(max_length=PATH_MAX)] | None = None
-    # default: the workload's concurrency, or 1,024 a client process in open loop
+    """A local directory holding the served model's tokenizer: it sizes synthetic prompts in tokens and counts tokens in
+    text."""
     max_connections: PositiveInt | None = None
-    # Client processes sharing the arrival schedule (round robin), each an event loop on a core of its own:
-    # one holds about 800 requests/s on time (docs/benchmarks/load-generators.md); more for higher rates on more cores.
-    # Each is an interpreter of about 25 MiB (counted by admission against host RAM), ended after a minute idle.
+    """Connections each client process keeps; default: the workload's concurrency, or 1,024 a client process in open
+    loop."""
     client_processes: Annotated[int, Field(ge=1, le=64)] = 1
-    connect_timeout_s: Timeout = 10.0  # a connection; and the whole check that the server answers, before the run
-    stall_timeout_s: Timeout = 60.0  # no byte for this long (the first byte too): the request fails as a timeout
-    head_timeout_s: Timeout = 60.0  # the response's head, from the request's write: bytes that never make one fail
-    request_timeout_s: Timeout | None = None  # whole request, first byte to last (else the run's end bounds it)
-    # The server's Prometheus page (vLLM, SGLang, TGI): read by the daemon every metrics_interval_s during the run
-    # into the run's server timeline and benchd_server_* gauges (benchd.measure.server_metrics). None: not read.
+    """Client processes sharing the arrival schedule (round robin), each an event loop on a core of its own: one holds
+    about 800 requests/s on time; each an interpreter of about 25 MiB, counted against host RAM."""
+    connect_timeout_s: Timeout = 10.0
+    """A connection, and the whole check that the server answers before the run, in seconds."""
+    stall_timeout_s: Timeout = 60.0
+    """No byte for this long (the first byte too): the request fails as a timeout."""
+    head_timeout_s: Timeout = 60.0
+    """The response's head, from the request's write: bytes that never make one fail the request."""
+    request_timeout_s: Timeout | None = None
+    """The whole request, first byte to last; default: the run's end bounds it."""
     metrics_url: URL | None = None
+    """The server's Prometheus page (vLLM, SGLang, TGI): read by the daemon every metrics_interval_s during the run into
+    the run's server timeline and benchd_server_* gauges; over HTTP, only on the allowed hosts."""
     metrics_interval_s: Annotated[float, Field(ge=0.1, le=60.0)] = 1.0
+    """Seconds between reads of metrics_url."""
 
     @field_validator("api_key_env")
     @classmethod
@@ -78,7 +90,9 @@ class OpenAISpec(GenerateSpec):
     """Generation by an OpenAI-compatible server, driven with streaming requests."""
 
     engine: Literal["openai"]
+    """An OpenAI-compatible server, driven with streaming requests from client processes of benchd's own."""
     openai: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    """The server, its API and the client's settings."""
 
     @property
     def options(self) -> OpenAIOptions:

@@ -17,13 +17,16 @@ from benchd.spec.run import GenerateSpec
 
 class StaticOptions(Strict):
     batch_size: PositiveInt = 8
+    """Requests a generate() call takes at once: waiting requests are batched up to it."""
 
 
 class StaticSpec(GenerateSpec):
     """Generation by static batches of generate(), in the worker."""
 
     engine: Literal["static"]
+    """Static batches of generate() in benchd's worker."""
     static: StaticOptions = Field(default_factory=StaticOptions)
+    """The static engine's settings."""
 
     @property
     def options(self) -> StaticOptions:
