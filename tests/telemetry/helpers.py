@@ -78,6 +78,6 @@ SERVER_ATTRIBUTES = {"gen_ai.operation.name": "text_completion", "gen_ai.provide
 
 
 def error_kind(error):
-    from benchd.telemetry.run import error_type
+    from benchd.telemetry.spans import error_type
 
     return error_type(error)

@@ -220,11 +220,11 @@ class RunIngest:
             timed[event.index] = summary
             return
         timed.append(summary)
-        self.observer.span(f"benchd.{self.spec.kind} {summary['stage']}", event.start_s, event.end_s,
+        self.observer.spans.stage(f"benchd.{self.spec.kind} {summary['stage']}", event.start_s, event.end_s,
                            _flatten(summary), summary.get("error"))
 
     def _span(self, event: events.Span) -> None:
-        self.observer.span(event.name, event.start_s, event.end_s, event.attributes)
+        self.observer.spans.stage(event.name, event.start_s, event.end_s, event.attributes)
 
     def _timed_progress(self, event: events.TimedProgress) -> None:
         now = time.perf_counter()

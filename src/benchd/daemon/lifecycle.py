@@ -209,7 +209,7 @@ class Lifecycle:
             result.metadata.environment = result.spec.worker_environment
             result.metadata.commit = result.spec.commit.model_dump() if result.spec.commit is not None else None
         for part in parts:
-            part.observer.trace_requests([r for stage in part.ingest.result.stages for r in stage.records])
+            part.observer.spans.requests([r for stage in part.ingest.result.stages for r in stage.records])
             if part.observer is not observer:
                 part.observer.run_finished(end, part.ingest.result.status, part.ingest.result.error)
         result.outcome = outcome = RunOutcome.of(run_id, result)

@@ -59,6 +59,9 @@ class Interpreter:
     python: str | None = None
 
 
+CURRENT_INTERPRETER = Interpreter(CURRENT)
+
+
 class Environments:
     """The declared environments by name, each resolved to an interpreter when a run first needs it (a requirements
     list is built then, under cache_dir, keyed by the requirements and the daemon's interpreter, and reused)."""

@@ -41,14 +41,13 @@ from benchd.protocol.messages import (
 )
 from benchd.protocol.metadata import RunMetadata
 from benchd.supervisor import orphans
-from benchd.supervisor.environments import CURRENT, ForeignProcess, Interpreter
+from benchd.supervisor.environments import CURRENT_INTERPRETER, ForeignProcess, Interpreter
 from benchd.worker import entry
 
 log = logging.getLogger("benchd.workers")
 
 LOG_TAIL_LINES = 20
 SPEED_CACHE = "device-speed.json"  # each GPU model and driver's measured limits (hardware/speed.py)
-CURRENT_INTERPRETER = Interpreter(CURRENT)  # a worker of the daemon's own environment
 
 
 class WorkerSettings(BaseModel):

@@ -1,14 +1,12 @@
 """Makes measurements visible: Prometheus and OpenTelemetry GenAI observations as tokens arrive, from the same
-calls, and OpenTelemetry spans for each run."""
+calls (the hot path), a run's outcome recorded at its end, and its spans (telemetry/spans.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from benchd.engines import EngineLoad
 from benchd.measure import latency
@@ -29,12 +27,8 @@ from benchd.telemetry.genai import (
 )
 from benchd.telemetry.metrics import Metrics
 from benchd.telemetry.server import ServerGauges
-from benchd.telemetry.tracing import Clock, PresetSpanIds
-
-
-def error_type(error: str | None) -> str:
-    """The error's kind: what precedes the first colon ("timeout: no data for 60 s" → "timeout")."""
-    return (error or "error").split(":")[0][:100]
+from benchd.telemetry.spans import RunSpans, error_type
+from benchd.telemetry.tracing import PresetSpanIds
 
 
 class Telemetry:
@@ -69,21 +63,18 @@ class Telemetry:
 
 class RunTelemetry:
     """One run's observer (or one GPU's part of a run on every GPU: see part()), fed by ingest as the worker's
-    events arrive. Request spans wait for the end of the run (trace_requests)."""
+    events arrive. Request spans wait for the end of the run (spans.requests)."""
 
     def __init__(self, telemetry: Telemetry, run_id: str, model: str, engine: str, workload: str, gpu: str = "",
                  parent: RunTelemetry | None = None, spec=None) -> None:
         self.run_id, self.model, self.gpu, self.parent = run_id, model, gpu, parent
         self.telemetry, self.spec = telemetry, spec
         self.genai = GenAIRequest.of(spec, model)
-        self.tracer = telemetry.tracer
-        self.span_ids = telemetry.span_ids
-        self.clock = Clock()
-        self.run_context = None
-        self.run_trace_id: str | None = None
+        self.spans = RunSpans(telemetry.tracer, telemetry.span_ids, self.genai, run_id,
+                              parent.spans if parent is not None else None)
+        self.run_trace_id: str | None = None  # the run's trace (its spans'), once started
         self.exemplars: dict[str, dict[str, str]] = {}  # built once per request, not per token
         self.slowest_gap: dict[str, float] = {}
-        self.run_span: Span | None = None
         m = telemetry.metrics
         self.metrics = m
         if m is not None:
@@ -148,71 +139,10 @@ class RunTelemetry:
     def run_started(self, t: float) -> None:
         if self.metrics is not None:
             self.in_progress.set(1)
-        if self.parent is not None:  # the run's span is the parent's
-            self.run_context, self.run_trace_id = self.parent.run_context, self.parent.run_trace_id
-            return
-        if self.tracer is not None:
-            self.run_span = self.tracer.start_span(
-                f"benchd.run {self._workload}", kind=SpanKind.INTERNAL, start_time=self.clock.ns(t),
-                attributes={"benchd.run_id": self.run_id, "benchd.loadgen.contents": self._workload,
-                            "benchd.engine": self._engine, "gen_ai.request.model": self.model},
-            )
-            self.run_context = trace.set_span_in_context(self.run_span)
-            context = self.run_span.get_span_context()
-            if context.trace_flags.sampled:
-                self.run_trace_id = format(context.trace_id, "032x")
-
-    def trace_requests(self, records: list[RequestRecord]) -> None:
-        """A child span per request, made from its record once the run is over: explicit start (the scheduled
-        time) and end, the first token as an event. Nothing of tracing runs while requests are measured: done
-        live, the SDK's ~50 µs a span delays the next submissions of a closed loop into a later engine step."""
-        if self.tracer is None:
-            return
-        for record in records:
-            self._request_span(record)
-
-    def _request_span(self, record: RequestRecord) -> None:
-        if record.span_id is not None and self.span_ids is not None:
-            with self.span_ids.preset(int(record.span_id, 16)):
-                self._start_request_span(record)
-        else:
-            self._start_request_span(record)
-
-    def _start_request_span(self, record: RequestRecord) -> None:
-        span = self.tracer.start_span(
-            f"{self.genai.operation} {self.genai.model}", context=self.run_context, kind=SpanKind.CLIENT,
-            start_time=self.clock.ns(record.scheduled_s),
-            # Every engine hands tokens over as they come: the request streams.
-            attributes={**self.genai.attributes(), "gen_ai.request.stream": True,
-                        "gen_ai.request.max_tokens": record.max_new_tokens,
-                        "gen_ai.usage.input_tokens": record.prompt_tokens,
-                        "gen_ai.usage.output_tokens": record.output_tokens,
-                        "benchd.run_id": self.run_id, "benchd.request.index": record.index,
-                        "benchd.warmup": record.warmup},
-        )
-        if record.arrival_s:
-            span.add_event("gen_ai.first_token", timestamp=self.clock.ns(record.arrival_s[0]))
-            span.set_attribute("gen_ai.response.time_to_first_chunk", record.ttft_s)
-        span.set_attributes({f"benchd.{name}": value for name, value in (
-            ("ttft_s", record.ttft_s), ("tpot_s", record.tpot_s), ("e2e_s", record.e2e_s),
-            ("queue_s", record.queue_s), ("dispatch_lag_s", record.dispatch_lag_s),
-        ) if value is not None})
-        if record.error is not None:
-            span.set_attribute("error.type", error_type(record.error))
-            span.set_status(Status(StatusCode.ERROR, record.error))
-        span.end(end_time=self.clock.ns(record.finished_s if record.finished_s is not None else record.scheduled_s))
-
-    def span(self, name: str, start_s: float, end_s: float, attributes: dict, error: str | None = None) -> None:
-        """A child of the run's span with explicit perf_counter() times (timed runs' stages)."""
-        if self.tracer is None:
-            return
-        span = self.tracer.start_span(name, context=self.run_context, kind=SpanKind.INTERNAL,
-                                      start_time=self.clock.ns(start_s),
-                                      attributes={**attributes, "benchd.run_id": self.run_id})
-        if error is not None:
-            span.set_attribute("error.type", error.split(":")[0][:100])
-            span.set_status(Status(StatusCode.ERROR, error))
-        span.end(end_time=self.clock.ns(end_s))
+        self.spans.start(t, f"benchd.run {self._workload}", {
+            "benchd.run_id": self.run_id, "benchd.loadgen.contents": self._workload, "benchd.engine": self._engine,
+            "gen_ai.request.model": self.model})
+        self.run_trace_id = self.spans.trace_id
 
     def timing(self, kind: str, series: str, seconds: float, shape: str | None, dtype: str | None) -> None:
         """A timed run's measured repetition: a training step's phase, or one call of a kernel (this run's subject
@@ -263,11 +193,7 @@ class RunTelemetry:
             if status == "succeeded":
                 self.metrics.last_success.labels(self.model, self._engine, self._workload,
                                                  self.gpu).set_to_current_time()
-        if self.run_span is not None:
-            self.run_span.set_attribute("benchd.status", status)
-            if status == "failed":
-                self.run_span.set_status(Status(StatusCode.ERROR, error))
-            self.run_span.end(end_time=self.clock.ns(t))
+        self.spans.end(t, status, error)
 
     def server_gauges(self) -> ServerGauges | None:
         """The run's benchd_server_* gauges, for what the daemon reads of its server's page."""
