@@ -33,6 +33,8 @@ from pathlib import Path
 
 from common import REFERENCE, ROOT, environment
 
+from benchd.measure.records import LatencyStats, RequestRecord, ttft_moved
+
 LLAMA = {"model": "llama-3.2-1b", "dtype": "bfloat16", "device": "cuda", "seed": 0}
 
 
@@ -67,8 +69,10 @@ def cases(duration_s: float, smoke: bool) -> dict[str, dict]:
     }
 
 
-def run(name: str, spec: dict, out: Path, force: bool = False) -> tuple[dict, float, str]:
-    """`benchd run` of the spec as a user runs it; (its summary.json, its wall time, the bound it printed)."""
+def run(name: str, spec: dict, out: Path, force: bool = False) -> tuple[dict, float, str,
+                                                                      list[tuple[str, RequestRecord]]]:
+    """`benchd run` of the spec as a user runs it; (its summary.json, its wall time, the bound it printed, its
+    requests as requests.jsonl holds them)."""
     path = out / f"{name}.json"
     path.write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -79,20 +83,28 @@ def run(name: str, spec: dict, out: Path, force: bool = False) -> tuple[dict, fl
     if not (out / name / "summary.json").exists():
         raise SystemExit(f"{name}: benchd run wrote no summary (exit {done.returncode}):\n{done.stderr[-3000:]}")
     bound = re.search(r"its stages end [^\n]*", done.stderr)
-    return json.loads((out / name / "summary.json").read_text()), wall, bound.group(0) if bound else "?"
+    rows = [json.loads(line) for line in (out / name / "requests.jsonl").read_text().splitlines() if line.strip()]
+    records = [(row["stage"], RequestRecord.from_row(row)) for row in rows]
+    return json.loads((out / name / "summary.json").read_text()), wall, bound.group(0) if bound else "?", records
 
 
 def ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1e3:.2f} ms"
 
 
-def stage_lines(stage: dict) -> list[str]:
+def moved(records: list[tuple[str, RequestRecord]], stage: str) -> str:
+    """How far dispatch lag moved the stage's TTFT p50, p90 and p99 (what spec/validity.py judges)."""
+    good = [r for name, r in records if name == stage and not r.warmup and r.ok]
+    found = ttft_moved(good, LatencyStats.of([r.ttft_s for r in good]))
+    return ", ".join(f"{name} by {ms(late - sent)} ({(late - sent) / late:.1%})" for name, late, sent in found) or "–"
+
+
+def stage_lines(stage: dict, records: list[tuple[str, RequestRecord]]) -> list[str]:
     lag, ttft, itl = (stage["dispatch_lag_s"] or {}).get("p99"), stage["ttft_s"].get("p50"), stage["itl_s"].get("p50")
     verdict = "valid" if stage["valid"] else "INVALID: " + ", ".join(i["check"] for i in stage["invalid"])
-    shares = ", ".join(f"{x / y:.0%} of {n}" for x, y, n in ((lag, ttft, "TTFT p50"), (lag, itl, "ITL p50"))
-                       if x is not None and y)
     lines = [f"  {stage['stage']}: {verdict}",
-             f"    dispatch lag p99 {ms(lag)} ({shares or 'no latency'}); TTFT p50 {ms(ttft)}, ITL p50 {ms(itl)}",
+             f"    dispatch lag p99 {ms(lag)}, moving TTFT {moved(records, stage['stage'])}; TTFT p50 {ms(ttft)}, "
+             f"ITL p50 {ms(itl)}",
              f"    requests {stage['requests']} ok, {stage['errors']} failed, {stage.get('cut', 0)} cut "
              f"({(stage.get('cut_share') or 0):.1%}); drained "
              + ("–" if stage.get("drain_s") is None else f"{stage['drain_s']:.1f} s of ≤ {stage['drain_bound_s']:.3g} s")
@@ -120,11 +132,11 @@ def main() -> None:
     kept = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.cases:
-            summary, wall, bound = run(name, specs[name], Path(scratch), args.force)
+            summary, wall, bound, records = run(name, specs[name], Path(scratch), args.force)
             lines = [f"{name}: {summary['status']}, run valid: {summary['valid']}; benchd run said {bound}; "
                      f"took {wall:.0f} s with loading"]
             for stage in summary["stages"]:
-                lines += stage_lines(stage)
+                lines += stage_lines(stage, records)
             print("\n".join(lines), flush=True)
             printed += lines
             kept[name] = summary

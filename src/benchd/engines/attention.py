@@ -13,7 +13,7 @@ from benchd.engines import varlen
 from benchd.engines.base import Choice
 from benchd.engines.varlen import VARLEN
 from benchd.spec import SpecError
-from benchd.spec.stack import ATTENTION, BATCHING_ORDER, base_attention, installed
+from benchd.spec.stack import ATTENTION, BATCHING_ORDER, base_attention, hub_kernel_cached, installed
 
 # FlashAttention-2's limits, which torch's varlen kernel is (aten::_flash_attention_forward): Ampere or newer, half
 # precision, a head dimension a multiple of 8 up to 256.
@@ -31,13 +31,13 @@ def _version(distribution: str) -> str:
 
 def kernel_source(base: str, via_kernels: bool = False) -> str:
     if via_kernels:
-        return f"transformers' kernels-hub fallback for {base} (kernels {_version('kernels')})"
+        return f"{ATTENTION[base].kernels} through transformers' kernels hub (kernels {_version('kernels')})"
     return {
         "flash_attention_3": f"flash-attn 3 (flash_attn_interface, {_version('flash_attn_3')})",
         "flash_attention_2": f"flash-attn {_version('flash_attn')}",
         VARLEN: f"torch {torch.__version__} (torch.nn.attention.varlen: FlashAttention-2, varlen)",
-        "sdpa": f"torch {torch.__version__} (scaled_dot_product_attention over a step mask)",
-        "eager": f"transformers {transformers.__version__} (eager, over a step mask)",
+        "sdpa": f"torch {torch.__version__} (scaled_dot_product_attention)",
+        "eager": f"transformers {transformers.__version__} (eager)",
     }[base]
 
 
@@ -88,7 +88,7 @@ def _resolves(base: str) -> tuple[bool, bool]:
     package = ATTENTION[base].package
     if package is None or installed(package):
         return True, False
-    return ATTENTION[base].kernels and installed("kernels"), True
+    return hub_kernel_cached(ATTENTION[base]), True
 
 
 def choose(model: torch.nn.Module, device: torch.device, named: str | None) -> Choice:

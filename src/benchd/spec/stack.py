@@ -4,6 +4,7 @@ this host can run each (decided without importing torch: the daemon never does).
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -52,24 +53,27 @@ class Attention(Method):
     plans it): masked, a mask over the step's tokens × the cache it reads, built on the host each step; repeats_kv, K
     and V repeated for every query head under grouped-query attention; batching_only, a paged kernel with no unpaged
     form (the model loads with sdpa, continuous batching switches to it); dtypes, the element types it runs (None:
-    any); kernels, transformers' kernels-hub fallback stands in for the package (the `kernels` package and the hub)."""
+    any); kernels, the hub repository of transformers' kernels-hub fallback, which stands in for the package where
+    the `kernels` package is installed and the repository is in the Hugging Face cache already (a host without the
+    hub would fail to fetch it at the engine's start)."""
 
     masked: bool = False
     repeats_kv: bool = False
     batching_only: bool = False
     dtypes: tuple[str, ...] | None = None
-    kernels: bool = False
+    kernels: str | None = None  # transformers' kernels-hub fallback for it: the hub repository
 
 
 HALF = ("bfloat16", "float16", "auto")  # FlashAttention's element types (auto: bf16 on CUDA)
 ATTENTION: dict[str, Attention] = {
     "sdpa": Attention(None, ("cpu", "cuda"), "", masked=True, repeats_kv=True),
     "eager": Attention(None, ("cpu", "cuda"), "", masked=True, repeats_kv=True),
+    # transformers' FLASH_ATTN_KERNEL_FALLBACK (modeling_flash_attention_utils.py) names the repositories
     "flash_attention_2": Attention("flash_attn", ("cuda",), "flash-attn 2 (pip install flash-attn) and a CUDA GPU",
-                                   dtypes=HALF, kernels=True),
+                                   dtypes=HALF, kernels="kernels-community/flash-attn2"),
     "flash_attention_3": Attention("flash_attn_interface", ("cuda",),
                                    "flash-attn 3 (the flash_attn_interface module, built from flash-attention's "
-                                   "hopper/) and a Hopper GPU", dtypes=HALF, kernels=True),
+                                   "hopper/) and a Hopper GPU", dtypes=HALF, kernels="kernels-community/vllm-flash-attn3"),
     "torch_varlen": Attention("torch.nn.attention.varlen", ("cuda",),
                               "torch's varlen FlashAttention (torch.nn.attention.varlen, torch 2.10 or newer), a CUDA "
                               "GPU of compute capability 8.0 or newer and bf16 or fp16 weights",
@@ -108,8 +112,19 @@ def installed(package: str) -> bool:
                for root in spec.submodule_search_locations or ())
 
 
+def hub_kernel_cached(method: Method) -> bool:
+    """Whether transformers' kernels-hub fallback can stand in for the method's package here without the network:
+    the `kernels` package installed and the repository in the Hugging Face cache."""
+    repository = method.kernels if isinstance(method, Attention) else None
+    if repository is None or not installed("kernels"):
+        return False
+    cache = os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache/huggingface"),
+                                                    "hub")
+    return Path(cache, "models--" + repository.replace("/", "--")).is_dir()
+
+
 def _missing(name: str, method: Method, device_type: str, dtype: str | None = None) -> str | None:
-    kernels = isinstance(method, Attention) and method.kernels and installed("kernels")
+    kernels = hub_kernel_cached(method)
     if method.package is not None and not installed(method.package) and not kernels:
         return f"{name} needs {method.needs}: {method.package} is not installed"
     if device_type not in method.devices:
