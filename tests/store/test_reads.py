@@ -1,0 +1,18 @@
+"""Every run the main before issue 44 stored reads the same: the current daemon answers each read of the API on a
+database that main's daemon wrote exactly as that daemon did (tests/data/write_answers.py wrote both)."""
+
+import json
+
+from tests.data.write_answers import answers, load
+from tests.helpers import ROOT
+
+FIXTURES = ROOT / "tests" / "data"
+
+
+def test_what_the_main_before_issue_44_stored_reads_the_same(tmp_path):
+    written = json.loads((FIXTURES / "answers-2d6c4ea.json").read_text())
+    now = answers(load(FIXTURES / "store-2d6c4ea.sqlite.sql", tmp_path / "benchd.db"), tmp_path)
+    assert sorted(now) == sorted(written)
+    assert len([path for path in written if path.startswith("/runs/") and "/" not in path[6:]]) == 9
+    for path, answer in written.items():
+        assert now[path] == answer, path
