@@ -80,8 +80,8 @@ ENGINE_TESTS = tests/engines tests/worker
 test: system-deps $(HELM) $(VENV)/.installed $(VENV_NEWEST)/.installed
 	$(VENV)/bin/ruff check src tests docs/generate.py
 	$(VENV)/bin/python -m pytest -q tests/test_layout.py
-	$(VENV)/bin/python -m pytest -q -rs --durations=15 $(PYTEST_PARALLEL) -m "not quiet" --deselect tests/test_layout.py
-	$(VENV)/bin/python -m pytest -q -rs -m quiet
+	$(VENV)/bin/python -m pytest -q -rfEs --durations=15 $(PYTEST_PARALLEL) -m "not quiet" --deselect tests/test_layout.py
+	$(VENV)/bin/python -m pytest -q -rfEs -m quiet
 	$(VENV_NEWEST)/bin/python -c "import transformers; print('engine tests against transformers', transformers.__version__)"
 	$(VENV_NEWEST)/bin/python -m pytest -q $(PYTEST_PARALLEL) -m "engine and not quiet" $(ENGINE_TESTS)
 	$(VENV_NEWEST)/bin/python -m pytest -q -m "engine and quiet" $(ENGINE_TESTS)

@@ -29,11 +29,21 @@ def warm_skipped_pair(manager, model: torch.nn.Module) -> None:
     io.swap_io_pairs()
     try:
         with torch.no_grad():
-            processor.model_runner.run_one_warmup(
-                model=model, num_q_tokens=cache.max_batch_tokens,
-                max_kv_read=cache.num_blocks * cache.block_size - cache.max_batch_tokens)
+            processor.model_runner.run_one_warmup(model=model, num_q_tokens=cache.max_batch_tokens,
+                                                  max_kv_read=_largest_read(cache))
     finally:
         io.swap_io_pairs()
+
+
+def _largest_read(cache) -> int:
+    """The cached tokens transformers' own warm-up reads beside the largest step: 5.17 fills the cache but for the
+    step (num_blocks × block_size); later versions, whose cache has pages and sectors instead, ask it for the longest
+    single request it can hold (model_runner.infer_max_single_request_tokens)."""
+    if hasattr(cache, "block_size"):
+        return cache.num_blocks * cache.block_size - cache.max_batch_tokens
+    from transformers.generation.continuous_batching.model_runner import infer_max_single_request_tokens
+
+    return max(0, infer_max_single_request_tokens(cache) - cache.max_batch_tokens)
 
 
 def check_warmup(manager, plan: CachePlan | None, device: torch.device) -> None:
