@@ -33,7 +33,8 @@ from pathlib import Path
 
 from common import REFERENCE, ROOT, environment
 
-from benchd.measure.records import LatencyStats, RequestRecord, ttft_moved
+from benchd.measure.records import RequestRecord
+from benchd.measure.summary import LatencyStats, ttft_moved
 
 LLAMA = {"model": "llama-3.2-1b", "dtype": "bfloat16", "device": "cuda", "seed": 0}
 

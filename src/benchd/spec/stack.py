@@ -73,7 +73,8 @@ ATTENTION: dict[str, Attention] = {
                                    dtypes=HALF, kernels="kernels-community/flash-attn2"),
     "flash_attention_3": Attention("flash_attn_interface", ("cuda",),
                                    "flash-attn 3 (the flash_attn_interface module, built from flash-attention's "
-                                   "hopper/) and a Hopper GPU", dtypes=HALF, kernels="kernels-community/vllm-flash-attn3"),
+                                   "hopper/) and a Hopper GPU", dtypes=HALF,
+                                   kernels="kernels-community/vllm-flash-attn3"),
     "torch_varlen": Attention("torch.nn.attention.varlen", ("cuda",),
                               "torch's varlen FlashAttention (torch.nn.attention.varlen, torch 2.10 or newer), a CUDA "
                               "GPU of compute capability 8.0 or newer and bf16 or fp16 weights",
