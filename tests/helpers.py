@@ -70,7 +70,9 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(90)
 
-    def wait_ready(self, timeout_s: float = 60) -> None:
+    # Three minutes: a daemon is ready once its worker has imported torch and loaded its model, which on a CI
+    # machine's cold disk, beside a podman build and another test's daemons, has taken more than a minute.
+    def wait_ready(self, timeout_s: float = 180) -> None:
         wait_for(lambda: self.http.get("/readyz").status_code == 200, timeout_s)
 
     def wait_status(self, run_id: str, *statuses: str, timeout_s: float = 120) -> dict:
@@ -195,7 +197,7 @@ def serve(tmp_path, port, **env):
         except httpx.TransportError:
             return False
 
-    wait_for(up, 60, "the daemon to be ready")
+    wait_for(up, 180, "the daemon to be ready")  # as LiveServer.wait_ready: a worker importing torch under load
     return process, url
 
 

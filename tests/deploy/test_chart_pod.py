@@ -12,7 +12,7 @@ import yaml
 
 from tests import podman
 from tests.deploy.helpers import by_kind, container, render
-from tests.deploy.test_image import base, benchd_image, until  # noqa: F401 - fixtures: the CPU image, built and cached
+from tests.deploy.test_image import until
 from tests.helpers import free_port
 
 # ---- the pod, for real ---------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 import httpx
@@ -46,22 +45,6 @@ if __name__ == "__main__":
 # Under pytest-xdist every test that builds or starts an image runs on one worker: podman's storage, the base
 # image and the tags are shared by the whole host (the chart's pod test carries the same group).
 pytestmark = pytest.mark.xdist_group("podman")
-
-
-@pytest.fixture(scope="module")
-def base():
-    reason = podman.unavailable()
-    if reason:
-        pytest.skip(reason)
-    return podman.base_image()
-
-
-@pytest.fixture(scope="module")
-def benchd_image(base) -> str:
-    """The committed Dockerfile, CPU variant: the torch of the tests' own environment (`make setup` installs
-    the CPU build), from wherever pip takes it on this host."""
-    return podman.build("localhost/benchd-test:cpu", ROOT, BASE_IMAGE=base, TORCH_INDEX="",
-                        TORCH_VERSION=version("torch"))
 
 
 def test_the_debian_mirror_is_the_one_apt_uses(tmp_path):

@@ -103,7 +103,7 @@ def test_a_broken_environment_fails_its_run_clearly_and_the_next_run_succeeds(li
         assert "ModuleNotFoundError" in failed["error"]
     after = finished(live, submit(live, spec(requests=2, output=4)))
     assert after["status"] == "succeeded", after["error"]
-    wait_for(lambda: live.http.get("/readyz").status_code == 200, 60, "the daemon to be ready again")
+    wait_for(lambda: live.http.get("/readyz").status_code == 200, 180, "the daemon to be ready again")
     assert [w["environment"] for w in live.http.get("/readyz").json()["workers"]] == ["current"]
 
 

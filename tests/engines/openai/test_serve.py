@@ -32,7 +32,7 @@ def transformers_serve(served_dir):
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) == 0
 
-    wait_for(listening, 120, "transformers serve to listen")
+    wait_for(listening, 240, "transformers serve to listen")  # imports and loads under load
     yield f"http://127.0.0.1:{port}/v1", str(served_dir)
     process.terminate()
     process.wait(30)
