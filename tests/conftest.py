@@ -3,6 +3,18 @@ import pytest
 from benchd.models.loading import load_model
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup` a test marked xdist_group must carry its group in its node id (pytest-xdist's way of
+    sending a group to one worker): where it does not, the grouping is silently gone (pytest-xdist issue 1386, on
+    pytest 9.2), and the podman tests would run on two workers at once over one storage."""
+    if not getattr(config.option, "loadgroup", False):  # set on each xdist worker under --dist loadgroup
+        return
+    lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist's loadgroup does not group under this pytest: {lost[:3]}")
+
+
 @pytest.fixture(scope="session")
 def tiny():
     """The tiny preset on CPU in float32, shared: engines never change its weights."""
