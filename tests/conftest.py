@@ -3,14 +3,26 @@ import pytest
 from benchd.models.loading import load_model
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the tests that share a module-scoped fixture (a daemon, a stored history, a browser) go to
+    one worker, as one xdist_group named after their module: spread over both, each worker made the fixture again
+    (a history of runs, a served model, a store of 70 runs), minutes of CI."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(defs and defs[-1].scope == "module" for defs in definitions.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def pytest_collection_finish(session):
     """Under `--dist loadgroup` a test marked xdist_group must carry its group in its node id (pytest-xdist's way of
     sending a group to one worker): where it does not, the grouping is silently gone (pytest-xdist issue 1386, on
     pytest 9.2), and the podman tests would run on two workers at once over one storage."""
-    if not getattr(config.option, "loadgroup", False):  # set on each xdist worker under --dist loadgroup
+    if not getattr(session.config.option, "loadgroup", False):  # set on each xdist worker under --dist loadgroup
         return
-    lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
     if lost:
         raise pytest.UsageError(f"pytest-xdist's loadgroup does not group under this pytest: {lost[:3]}")
 
