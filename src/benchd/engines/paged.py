@@ -137,14 +137,8 @@ def paged_in_place(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     instead, each new token written after its sequence's cached ones. A sliding-window layer keeps transformers' own
     update (it reads before it writes: a chunk may overwrite its own window in the ring of blocks) and a step with
     nothing cached its own K/V: both hand the kernel K/V packed by sequence."""
-    if cache is None:
-        raise ValueError("paged|triton_paged runs inside continuous batching, on its paged cache")
-    if kwargs.get("s_aux") is not None:
-        raise ValueError("paged|triton_paged has no attention sinks (s_aux), which this model uses")
-    window = getattr(module, "sliding_window", None)
-    layer_type = "sliding_attention" if window else "full_attention"
-    if isinstance(cu_seq_lens_k, dict):
-        cu_seq_lens_k, max_seqlen_k = cu_seq_lens_k[layer_type], max_seqlen_k[layer_type]
+    window, cu_seq_lens_k, max_seqlen_k = varlen.layer_step(PAGED, module, cache, cu_seq_lens_k, max_seqlen_k,
+                                                            kwargs)
     group, in_group = cache.layer_index_to_group_indices[module.layer_idx]
     block_table = kwargs.get("block_table")
     if block_table is not None:

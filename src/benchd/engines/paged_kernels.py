@@ -60,6 +60,33 @@ def _attend(acc, m_i, l_i, q, k_ptr, v_ptr, index_ptr, key_base, lo, hi, qpos, r
 
 
 @triton.jit
+def _attend_rows(q_ptr, k_ptr, v_ptr, index_ptr, key_base, lo, hi, q_start, token, head, rows_ok, qpos, kv_head,
+                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, qk_scale, window,
+                 BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, TILE: tl.constexpr,
+                 INDEXED: tl.constexpr, WINDOWED: tl.constexpr, PAGE: tl.constexpr):
+    """A tile's query rows (its tokens × the heads of a group) loaded and attended: (acc, row maxima, row sums)."""
+    offs_d = tl.arange(0, D_PAD)
+    q_rows = (q_start + token).to(tl.int64)
+    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+                mask=rows_ok[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0)
+    acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    return _attend(acc, m_i, l_i, q, k_ptr, v_ptr, index_ptr, key_base, lo, hi, qpos, rows_ok, kv_head,
+                   stride_kt, stride_kh, stride_vt, stride_vh, qk_scale, window, HEAD_DIM, D_PAD, TILE, INDEXED,
+                   WINDOWED, PAGE)
+
+
+@triton.jit
+def _store_rows(out_ptr, out, q_start, token, head, rows_ok, stride_ot, stride_oh, HEAD_DIM: tl.constexpr,
+                D_PAD: tl.constexpr):
+    offs_d = tl.arange(0, D_PAD)
+    q_rows = (q_start + token).to(tl.int64)
+    tl.store(out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=rows_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
+
+
+@triton.jit
 def decode(out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, q_ptr, k_ptr, v_ptr, index_ptr, cu_q_ptr, cu_k_ptr,
            qk_scale, window, split_keys, splits, table_stride,
            stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
@@ -88,26 +115,17 @@ def decode(out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, q_ptr, k_ptr, v_ptr, i
     qpos = n_k - n_q + token
     if WINDOWED:
         lo = tl.maximum(lo, n_k - n_q - window)
-    offs_d = tl.arange(0, D_PAD)
-    d_ok = offs_d < HEAD_DIM
-    q_rows = (q_start + token).to(tl.int64)
-    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-                mask=rows_ok[:, None] & d_ok[None, :], other=0.0)
-    acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, index_ptr, key_base, lo, hi, qpos, rows_ok, kv_head,
-                            stride_kt, stride_kh, stride_vt, stride_vh, qk_scale, window,
-                            HEAD_DIM, D_PAD, TILE, INDEXED, WINDOWED, PAGE)
+    acc, m_i, l_i = _attend_rows(q_ptr, k_ptr, v_ptr, index_ptr, key_base, lo, hi, q_start, token, head, rows_ok,
+                                 qpos, kv_head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                                 qk_scale, window, BLOCK_M, HEAD_DIM, D_PAD, TILE, INDEXED, WINDOWED, PAGE)
     if PARTIAL:  # [sequence, K/V head, split, row]: combine merges the splits
         part = ((seq * tl.num_programs(1) + kv_head) * splits + split).to(tl.int64) * BLOCK_M + r
-        tl.store(part_acc_ptr + part[:, None] * D_PAD + offs_d[None, :], acc)
+        tl.store(part_acc_ptr + part[:, None] * D_PAD + tl.arange(0, D_PAD)[None, :], acc)
         tl.store(part_m_ptr + part, m_i)
         tl.store(part_l_ptr + part, l_i)
     else:
-        out = acc / l_i[:, None]
-        tl.store(out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=rows_ok[:, None] & d_ok[None, :])
+        _store_rows(out_ptr, acc / l_i[:, None], q_start, token, head, rows_ok, stride_ot, stride_oh, HEAD_DIM,
+                    D_PAD)
 
 
 @triton.jit
@@ -139,12 +157,9 @@ def combine(out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, cu_q_ptr, cu_k_ptr, s
         l_all += weight * tl.load(part_l_ptr + part)
         acc += weight[:, None] * tl.load(part_acc_ptr + part[:, None] * D_PAD + offs_d[None, :])
     token = r // GROUP
-    head = kv_head * GROUP + r % GROUP
     rows_ok = (r < QTOK * GROUP) & (token < n_q)
-    q_rows = (q_start + token).to(tl.int64)
-    out = acc / l_all[:, None]
-    tl.store(out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=rows_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
+    _store_rows(out_ptr, acc / l_all[:, None], q_start, token, kv_head * GROUP + r % GROUP, rows_ok, stride_ot,
+                stride_oh, HEAD_DIM, D_PAD)
 
 
 @triton.jit
@@ -180,17 +195,7 @@ def prefill(out_ptr, q_ptr, k_ptr, v_ptr, index_ptr, cu_q_ptr, cu_k_ptr, num_seq
     lo = 0
     if WINDOWED:
         lo = tl.maximum(0, n_k - n_q + first_token - window)
-    offs_d = tl.arange(0, D_PAD)
-    d_ok = offs_d < HEAD_DIM
-    q_rows = (q_start + token).to(tl.int64)
-    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-                mask=rows_ok[:, None] & d_ok[None, :], other=0.0)
-    acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, index_ptr, key_base, lo, hi, qpos, rows_ok, kv_head,
-                            stride_kt, stride_kh, stride_vt, stride_vh, qk_scale, window,
-                            HEAD_DIM, D_PAD, TILE, INDEXED, WINDOWED, 0)
-    out = acc / l_i[:, None]
-    tl.store(out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=rows_ok[:, None] & d_ok[None, :])
+    acc, _, l_i = _attend_rows(q_ptr, k_ptr, v_ptr, index_ptr, key_base, lo, hi, q_start, token, head, rows_ok,
+                               qpos, kv_head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                               qk_scale, window, BLOCK_M, HEAD_DIM, D_PAD, TILE, INDEXED, WINDOWED, 0)
+    _store_rows(out_ptr, acc / l_i[:, None], q_start, token, head, rows_ok, stride_ot, stride_oh, HEAD_DIM, D_PAD)
