@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from common import environment
 
-from benchd.engines import GenerationRequest, varlen
+from benchd.engines import GenerationRequest, paged, varlen
 from benchd.engines.transformers.engine import TransformersEngine
 from benchd.models.loading import load_model
 from benchd.spec import validate_spec
@@ -84,7 +84,8 @@ def sharpen(model: torch.nn.Module) -> None:
         model.model.norm.weight.mul_(30)
 
 
-def model_check(requests: int, new_tokens: int, model_ref: str = "llama-3.2-1b", device: str = "cuda") -> dict:
+def model_check(requests: int, new_tokens: int, model_ref: str = "llama-3.2-1b", device: str = "cuda",
+                only: list[str] | None = None) -> dict:
     """The same prompts through plain generate() (the model's own sdpa over each prompt, unpaged: the reference)
     and through benchd's continuous-batching engine under each paged attention: the first token's logits of each
     prompt alone (a chunked prefill: 256 tokens a step), then every prompt at once, greedy, new_tokens each."""
@@ -106,7 +107,12 @@ def model_check(requests: int, new_tokens: int, model_ref: str = "llama-3.2-1b",
     variants = {"paged|sdpa": ("paged|sdpa", {}),
                 "paged|torch_varlen": ("paged|torch_varlen", {varlen.VARLEN: packed_kernel}),
                 # the glue with the reference in the kernel's place: what is the kernel's and what the glue's
-                "paged|torch_varlen, reference kernel": ("paged|torch_varlen", {varlen.VARLEN: varlen.reference})}
+                "paged|torch_varlen, reference kernel": ("paged|torch_varlen", {varlen.VARLEN: varlen.reference}),
+                # benchd's in-place kernels (issue 50): Triton's on a GPU, the reference on a CPU
+                "paged|triton_paged": ("paged|triton_paged", {})}
+    paged.KERNEL[paged.PAGED] = paged.attend if cuda else paged.reference
+    if only:
+        variants = {label: variants[label] for label in ["paged|sdpa", *only] if label in variants}
     logits_of = {}
     for label, (implementation, kernels) in variants.items():
         varlen.KERNEL.clear()
@@ -144,7 +150,9 @@ def model_check(requests: int, new_tokens: int, model_ref: str = "llama-3.2-1b",
 
 
 def make_engine(loaded, implementation: str, new_tokens: int, device: str) -> TransformersEngine:
-    options = {"use_cuda_graph": False, "max_batch_tokens": 256} if device == "cuda" else \
+    # synchronous, so that the head's last call is the prompt's last chunk (async batching runs the next step's
+    # forward before the last one's tokens are read)
+    options = {"use_cuda_graph": False, "use_async_batching": False, "max_batch_tokens": 256} if device == "cuda" else \
         {"block_size": 16, "num_blocks": 1024, "max_batch_tokens": 64}
     spec = validate_spec({"name": "check", "model": loaded.ref, "device": device, "transformers": options,
                           "workload": {"ignore_eos": True, "output_tokens": {"dist": "fixed", "value": new_tokens}}})
@@ -178,13 +186,23 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--smoke", action="store_true", help="the tiny model on the CPU, the reference as kernel")
+    parser.add_argument("--model-only", nargs="*", metavar="VARIANT",
+                        help="only the model's check, of these variants beside paged|sdpa (all when none named)")
+    parser.add_argument("--model", default="llama-3.2-1b")
     args = parser.parse_args()
     if args.smoke:
         from benchd.engines import attention
         attention.runs_here = lambda base, model, device: None  # the CPU has no FlashAttention: the glue alone
-        print(json.dumps(model_check(8, 4, "tiny", "cpu"), indent=1))
+        print(json.dumps(model_check(8, 4, "tiny", "cpu", args.model_only), indent=1))
         return
     print(environment())
+    if args.model_only is not None:
+        model = model_check(args.requests, args.new_tokens, args.model, only=args.model_only)
+        print(json.dumps(model, indent=1))
+        out = Path(os.environ.get("OUT", "."))
+        (out / f"attention_model_{args.model}.json").write_text(json.dumps({"environment": environment(),
+                                                                            "model": model}, indent=1))
+        return
     import inspect
 
     from torch.nn.attention.varlen import varlen_attn

@@ -109,6 +109,8 @@ def where_time_goes(profile, wall_s: float, gpu: bool, top: int = 12) -> dict:
 
 def variant(loaded, base: dict, name: str, cost: ModelCost, speed, warmup: int, profile: bool = False) -> dict:
     data = json.loads(json.dumps(base))
+    if "@" in name:  # continuous@paged|triton_paged: that attention
+        data["attn_implementation"] = name.split("@", 1)[1]
     if name.startswith("static-"):
         data |= {"engine": "static", "static": {"batch_size": int(name.split("-", 1)[1])}}
     spec = parse_spec(data)

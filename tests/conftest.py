@@ -1,4 +1,10 @@
+import os
+
 import pytest
+
+# Triton's kernels (benchd/engines/paged_kernels.py) run through its interpreter here, there being no GPU: set before
+# anything imports triton (torch and torchao may), which decides then how its own library's functions run.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from benchd.models.loading import load_model
 

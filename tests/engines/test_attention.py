@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from benchd.engines import GenerationRequest, attention, varlen
+from benchd.engines import GenerationRequest, attention, paged, varlen
 from benchd.engines.base import Choice
 from benchd.engines.transformers.engine import TransformersEngine
 from benchd.engines.transformers.spec import TransformersOptions
@@ -113,14 +113,18 @@ def test_the_reference_is_the_attention_written_out():
 
 
 def test_the_best_installed_attention_is_chosen_for_the_device(tiny, monkeypatch):
-    """Order: flash-attn 3, flash-attn 2, torch's varlen kernel, paged sdpa; the CPU runs paged sdpa. Each is taken
-    where its package is found and the device runs it; what the spec names is taken as named."""
+    """Order: flash-attn 3, flash-attn 2, benchd's Triton kernels, torch's varlen kernel, paged sdpa; the CPU runs
+    paged sdpa. Each is taken where its package is found and the device runs it; what the spec names is taken as
+    named."""
     cuda = torch.device("cuda", 0)
-    runs = {"flash_attention_3": "not a Hopper GPU", "flash_attention_2": None, varlen.VARLEN: None, "sdpa": None}
+    runs = {"flash_attention_3": "not a Hopper GPU", "flash_attention_2": None, paged.PAGED: None, varlen.VARLEN: None,
+            "sdpa": None}
     monkeypatch.setattr(attention, "runs_here", lambda base, model, device: runs.get(base))
-    found = {"flash_attention_3": (True, False), "flash_attention_2": (False, False), varlen.VARLEN: (True, False),
-             "sdpa": (True, False)}
+    found = {"flash_attention_3": (True, False), "flash_attention_2": (False, False), paged.PAGED: (True, False),
+             varlen.VARLEN: (True, False), "sdpa": (True, False)}
     monkeypatch.setattr(attention, "_resolves", lambda base: found[base])
+    assert attention.choose(tiny.model, cuda, None).implementation == f"paged|{paged.PAGED}"
+    found[paged.PAGED] = (False, False)  # no Triton
     assert attention.choose(tiny.model, cuda, None).implementation == VARLEN
     found["flash_attention_2"] = (True, True)  # through transformers' kernels hub
     choice = attention.choose(tiny.model, cuda, None)
@@ -141,9 +145,12 @@ def test_the_daemon_predicts_the_workers_choice_without_torch(monkeypatch):
     assert stack.installed("torch.nn.attention.varlen") and not stack.installed("torch.nn.no_such_module")
     assert stack.batching_attention("cpu") == "sdpa"
     assert stack.batching_attention("cuda", "float32") == "sdpa"  # FlashAttention runs half precision
-    have = {"flash_attn_interface": False, "flash_attn": False, "kernels": False, "torch.nn.attention.varlen": True}
+    have = {"flash_attn_interface": False, "flash_attn": False, "kernels": False, "triton": False,
+            "torch.nn.attention.varlen": True}
     monkeypatch.setattr(stack, "installed", lambda package: have[package])
     assert stack.batching_attention("cuda") == "torch_varlen"
+    have["triton"] = True
+    assert stack.batching_attention("cuda") == "triton_paged"
     have["flash_attn"] = True
     assert stack.batching_attention("cuda", "bfloat16") == "flash_attention_2"
 

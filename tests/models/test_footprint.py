@@ -4,6 +4,7 @@ against the worst step measured on the CPU, and the planned sizes run by the rea
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -186,6 +187,26 @@ def test_a_varlen_kernels_plan_has_no_mask_and_grows_with_the_device():
     small, large = (plan_cache(shape, 2, weights, gib << 30, 5120, "torch_varlen") for gib in (70, 130))
     assert small.total <= 70 << 30 and large.total <= 130 << 30 and large.num_blocks > small.num_blocks * 1.8
     assert large.max_batch_tokens * (large.cache_tokens + large.max_batch_tokens) > MASK_ELEMENTS
+
+
+def test_an_in_place_kernels_plan_gathers_nothing_but_a_windows_worth():
+    """benchd's Triton kernels read the cache where it lies: a step holds no gathered K/V, only the decode splits'
+    partials (the attention's step_bytes), so the same memory holds a larger cache than torch_varlen's; a model
+    with sliding-window layers still gathers each request's window there."""
+    from benchd.spec.stack import ATTENTION
+
+    figures = {name: cache_figures(TINY, 2, 1_000_000, name, graphs=True, io_pairs=2, block_size=256,
+                                   num_blocks=1000, batch_tokens=2048, requests=64)
+               for name in ("torch_varlen", "triton_paged")}
+    read, per_read = 256_000 + 2048, 2 * 2 * 16 * 2
+    assert figures["torch_varlen"].step - figures["triton_paged"].step == \
+        per_read * read - ATTENTION["triton_paged"].step_bytes
+    windowed = cache_figures(replace(TINY, window=100), 2, 1_000_000, "triton_paged", True, 2, 256, 1000, 2048, 64)
+    assert windowed.step - figures["triton_paged"].step == per_read * (64 * 100 + 2048)
+    preset = PRESETS["llama-3.2-1b"]
+    shape, weights = _preset_shape(preset), parameter_count(preset) * 2
+    varlen, paged = (plan_cache(shape, 2, weights, 70 << 30, 5120, name) for name in ("torch_varlen", "triton_paged"))
+    assert paged.total <= 70 << 30 and paged.num_blocks > varlen.num_blocks
 
 
 def test_async_batching_is_benchds_default_where_the_attention_has_no_mask():

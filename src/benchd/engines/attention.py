@@ -9,8 +9,9 @@ import inspect
 import torch
 import transformers
 
-from benchd.engines import varlen
+from benchd.engines import paged, varlen
 from benchd.engines.base import Choice
+from benchd.engines.paged import PAGED
 from benchd.engines.varlen import VARLEN
 from benchd.spec import SpecError
 from benchd.spec.stack import ATTENTION, BATCHING_ORDER, base_attention, hub_kernel_cached, installed
@@ -36,6 +37,7 @@ def kernel_source(base: str, via_kernels: bool = False) -> str:
         "flash_attention_3": f"flash-attn 3 (flash_attn_interface, {_version('flash_attn_3')})",
         "flash_attention_2": f"flash-attn {_version('flash_attn')}",
         VARLEN: f"torch {torch.__version__} (torch.nn.attention.varlen: FlashAttention-2, varlen)",
+        PAGED: f"benchd's Triton kernels (engines/paged_kernels.py), Triton {_version('triton')}",
         "sdpa": f"torch {torch.__version__} (scaled_dot_product_attention)",
         "eager": f"transformers {transformers.__version__} (eager)",
     }[base]
@@ -60,11 +62,11 @@ def runs_here(base: str, model: torch.nn.Module, device: torch.device) -> str | 
     head_dim = _head_dim(config)
     if head_dim % 8 or head_dim > FLASH_HEAD_DIM:
         return f"it needs a head dimension that is a multiple of 8 up to {FLASH_HEAD_DIM}, not {head_dim}"
-    if base != VARLEN and not getattr(model, "_supports_flash_attn", False):
+    if base not in (VARLEN, PAGED) and not getattr(model, "_supports_flash_attn", False):
         return f"{type(model).__name__} does not support flash attention in transformers"
-    if base == VARLEN:
+    if base in (VARLEN, PAGED):
         if getattr(config, "attn_logit_softcapping", None):
-            return "torch's varlen kernel has no logit soft-capping, which this model's attention applies"
+            return f"{base}'s kernel has no logit soft-capping, which this model's attention applies"
         if not batching_takes_registered():
             return (f"transformers {transformers.__version__}'s continuous batching runs only its own "
                     "implementations (sdpa, paged|eager, flash), not a registered one")
@@ -108,6 +110,14 @@ def choose(model: torch.nn.Module, device: torch.device, named: str | None) -> C
         if available and runs_here(base, model, device) is None:
             return Choice(f"paged|{base}", kernel_source(base, via_kernels))
     raise AssertionError("paged sdpa runs on every device")  # BATCHING_ORDER ends with it
+
+
+def register(implementation: str | None) -> None:
+    """benchd's own paged kernel behind the implementation, registered with transformers, where it is one."""
+    if implementation == f"paged|{VARLEN}":
+        varlen.register()
+    elif implementation == f"paged|{PAGED}":
+        paged.register()
 
 
 def adopted(implementation: str) -> Choice:

@@ -66,14 +66,7 @@ def paged_varlen(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
     for flash-attn's kernels; torch 2.13's varlen_attn could read the pages in place through a block table, which
     torch 2.11's lacks (docs/benchmarks/roofline.md: the gather's share). No mask: transformers builds none for an
     implementation outside paged|sdpa and paged|eager (continuous_batching/utils.py, attn_mask_is_needed)."""
-    if cache is None:
-        raise ValueError("paged|torch_varlen runs inside continuous batching, on its paged cache")
-    if kwargs.get("s_aux") is not None:
-        raise ValueError("paged|torch_varlen has no attention sinks (s_aux), which this model uses")
-    window = getattr(module, "sliding_window", None)
-    layer_type = "sliding_attention" if window else "full_attention"
-    if isinstance(cu_seq_lens_k, dict):
-        cu_seq_lens_k, max_seqlen_k = cu_seq_lens_k[layer_type], max_seqlen_k[layer_type]
+    window, cu_seq_lens_k, max_seqlen_k = layer_step(VARLEN, module, cache, cu_seq_lens_k, max_seqlen_k, kwargs)
     key, value = cache.update(key_states=key, value_states=value, layer_idx=module.layer_idx,
                               read_index=kwargs["read_index"], write_index=kwargs["write_index"])  # [Tk, Hkv, D]
     # token-major and contiguous, as FlashAttention reads them (a step with nothing cached hands its own K/V back
@@ -82,6 +75,22 @@ def paged_varlen(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
                          cu_seq_lens_q, cu_seq_lens_k, max_seqlen_q, max_seqlen_k, module.scaling,
                          window - 1 if window else -1)
     return out, None
+
+
+def layer_step(name: str, module: torch.nn.Module, cache, cu_seq_lens_k, max_seqlen_k,
+               kwargs: dict) -> tuple[int | None, torch.Tensor, int]:
+    """(the layer's sliding window or None, its cumulative key lengths, its longest keys): a model with
+    sliding-window layers hands each layer type its own; a step outside continuous batching, or a model with
+    attention sinks, is refused with the implementation's name."""
+    if cache is None:
+        raise ValueError(f"paged|{name} runs inside continuous batching, on its paged cache")
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(f"paged|{name} has no attention sinks (s_aux), which this model uses")
+    window = getattr(module, "sliding_window", None)
+    if isinstance(cu_seq_lens_k, dict):
+        layer_type = "sliding_attention" if window else "full_attention"
+        cu_seq_lens_k, max_seqlen_k = cu_seq_lens_k[layer_type], max_seqlen_k[layer_type]
+    return window, cu_seq_lens_k, max_seqlen_k
 
 
 def register() -> None:

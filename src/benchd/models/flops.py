@@ -48,6 +48,14 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
     return None
 
 
+def sliding_window(config: dict) -> int:
+    """A decoder config's sliding window where any of its layers slides, else 0: as transformers groups layers
+    (continuous_batching/cache.py), by layer_types where the config names them, else all slide when it has one."""
+    window = config.get("sliding_window") or 0
+    types = config.get("layer_types")
+    return int(window) if types is None or "sliding_attention" in types else 0
+
+
 @dataclass(frozen=True, slots=True)
 class Shape:
     """The dimensions of a Llama-style decoder that FLOPs and memory depend on."""
@@ -60,6 +68,7 @@ class Shape:
     head_dim: int
     vocab: int
     gated_mlp: bool = True  # SwiGLU: gate, up and down projections
+    window: int = 0  # the sliding window of a model with sliding-window layers (0: none)
 
     @classmethod
     def of(cls, config) -> Shape:
@@ -68,7 +77,9 @@ class Shape:
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
         return cls(hidden=c.hidden_size, ffn=c.intermediate_size, layers=c.num_hidden_layers, heads=heads,
                    kv_heads=getattr(c, "num_key_value_heads", None) or heads, head_dim=head_dim,
-                   vocab=c.vocab_size, gated_mlp=getattr(c, "hidden_act", "silu") in ("silu", "swish"))
+                   vocab=c.vocab_size, gated_mlp=getattr(c, "hidden_act", "silu") in ("silu", "swish"),
+                   window=sliding_window({"sliding_window": getattr(c, "sliding_window", None),
+                                          "layer_types": getattr(c, "layer_types", None)}))
 
 
     def sharded(self, ranks: int) -> Shape:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchd.models.flops import Shape, memory_breakdown
+from benchd.models.flops import Shape, memory_breakdown, sliding_window
 from benchd.models.presets import PRESETS, Preset, parameter_count
 from benchd.spec import (
     AttentionKernel,
@@ -94,7 +94,8 @@ def _dir_shape(path: Path) -> Shape | None:
         return Shape(hidden=hidden, ffn=int(config.get("intermediate_size") or 4 * hidden),
                      layers=int(config["num_hidden_layers"]), heads=heads,
                      kv_heads=int(config.get("num_key_value_heads") or heads),
-                     head_dim=int(config.get("head_dim") or hidden // heads), vocab=int(config["vocab_size"]))
+                     head_dim=int(config.get("head_dim") or hidden // heads), vocab=int(config["vocab_size"]),
+                     window=sliding_window(config))
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
 

@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 
 Quantization = Literal["none", "int8_weight_only", "int4_weight_only", "int8_dynamic", "float8", "bnb_8bit",
                        "bnb_4bit"]
-# transformers' names, and torch_varlen (torch's own varlen FlashAttention, registered by benchd: engines/varlen.py);
-# the paged variants are what continuous batching runs (it turns sdpa into paged|sdpa itself).
-AttnImplementation = Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3", "torch_varlen", "paged|sdpa",
-                             "paged|eager", "paged|flash_attention_2", "paged|flash_attention_3", "paged|torch_varlen"]
+# transformers' names, torch_varlen (torch's own varlen FlashAttention, registered by benchd: engines/varlen.py) and
+# triton_paged (benchd's kernels reading the paged cache in place: engines/paged.py); the paged variants are what
+# continuous batching runs (it turns sdpa into paged|sdpa itself).
+AttnImplementation = Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3", "torch_varlen",
+                             "triton_paged", "paged|sdpa", "paged|eager", "paged|flash_attention_2",
+                             "paged|flash_attention_3", "paged|torch_varlen", "paged|triton_paged"]
 # torch.compile modes for static generate() (a static cache, transformers' CompileConfig); continuous batching has its
 # own compile levels (transformers.compile_level).
 CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -52,7 +54,9 @@ class Attention(Method):
     """An attention implementation, and what continuous batching's step holds for it (engines/transformers/plan.py
     plans it): masked, a mask over the step's tokens × the cache it reads, built on the host each step; repeats_kv, K
     and V repeated for every query head under grouped-query attention; batching_only, a paged kernel with no unpaged
-    form (the model loads with sdpa, continuous batching switches to it); dtypes, the element types it runs (None:
+    form (the model loads with sdpa, continuous batching switches to it); in_place, it reads the cache where it lies
+    (no K/V gathered for the step but a sliding-window layer's) and holds step_bytes whatever the step's size (its
+    decode splits' partials, at most); dtypes, the element types it runs (None:
     any); kernels, the hub repository of transformers' kernels-hub fallback, which stands in for the package where
     the `kernels` package is installed and the repository is in the Hugging Face cache already (a host without the
     hub would fail to fetch it at the engine's start)."""
@@ -60,6 +64,8 @@ class Attention(Method):
     masked: bool = False
     repeats_kv: bool = False
     batching_only: bool = False
+    in_place: bool = False
+    step_bytes: int = 0
     dtypes: tuple[str, ...] | None = None
     kernels: str | None = None  # transformers' kernels-hub fallback for it: the hub repository
 
@@ -79,12 +85,19 @@ ATTENTION: dict[str, Attention] = {
                               "torch's varlen FlashAttention (torch.nn.attention.varlen, torch 2.10 or newer), a CUDA "
                               "GPU of compute capability 8.0 or newer and bf16 or fp16 weights",
                               batching_only=True, dtypes=HALF),
+    "triton_paged": Attention("triton", ("cuda",),
+                              "Triton (with torch's CUDA builds), a CUDA GPU of compute capability 8.0 or newer and "
+                              "bf16 or fp16 weights", batching_only=True, in_place=True, step_bytes=128 << 20,
+                              dtypes=HALF),
 }
 # Continuous batching's attention where the spec names none, best first (engines/attention.py chooses, in the
-# worker, the first its device runs): a FlashAttention package, else torch's own varlen kernel, else paged sdpa.
-# Each but sdpa attends the packed step by sequence (no mask, no repeated K/V): on an H200 the reference workload
-# spent 41 % of each step in paged sdpa's masked attention (docs/benchmarks/roofline.md).
-BATCHING_ORDER = ("flash_attention_3", "flash_attention_2", "torch_varlen", "sdpa")
+# worker, the first its device runs): a FlashAttention package (transformers reads the cache in place on decode
+# steps with flash_attn_with_kvcache), else benchd's Triton kernels reading it in place, else torch's own varlen
+# kernel over a gathered copy, else paged sdpa. Each but sdpa attends the packed step by sequence (no mask, no
+# repeated K/V): on an H200 the reference workload spent 41 % of each step in paged sdpa's masked attention
+# (docs/benchmarks/roofline.md); on an H100 the Triton kernels took the reference's decode step's attention from
+# 930 µs to 98 and its output from 7,851 to 17,703 tok/s (docs/benchmarks/paged-attention.md).
+BATCHING_ORDER = ("flash_attention_3", "flash_attention_2", "triton_paged", "torch_varlen", "sdpa")
 
 
 def base_attention(name: str) -> str:

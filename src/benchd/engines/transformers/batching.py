@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
+from benchd.engines.paged import PAGED
 from benchd.engines.transformers.memory import CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS
 from benchd.engines.transformers.plan import CachePlan, chosen, io_pairs, plan_cache
 from benchd.engines.transformers.spec import TransformersOptions
@@ -54,6 +55,21 @@ def cb_config(options: TransformersOptions, device_type: str, plan: CachePlan | 
     if "block_size" in kwargs:
         kwargs[SIZE_FIELD] = kwargs.pop("block_size")
     return ContinuousBatchingConfig(**kwargs)
+
+
+def decode_by_block_table(config: ContinuousBatchingConfig, attention: str | None, longest: int) -> None:
+    """transformers' decode fast path for benchd's in-place kernel (engines/paged.py): a step of decode rows alone
+    then comes with a block table (each sequence's blocks) instead of a read index (each of its tokens' rows), which
+    transformers 5.17 builds in Python and copies to the device every step: 98,304 rows for a decode step of the
+    reference workload, where the H100's kernels ran 29 % of the time (docs/benchmarks/paged-attention.md). transformers
+    turns the path on for flash-attn's kernels alone (initialization.py: ensure_decode_fast_path_is_available);
+    here it is set on the resolved configuration before the cache is made, for requests up to the workload's
+    longest (a longer one, which cannot come, would go by the read index). transformers turns it off again for a
+    model with sliding-window layers."""
+    if attention != f"paged|{PAGED}" or config.max_blocks_per_request:
+        return
+    blocks = -(-longest // getattr(config, SIZE_FIELD)) + 1
+    config.max_blocks_per_request = blocks + blocks % 2  # even, as transformers sizes it from a workload's hints
 
 
 def device_memory(device: torch.device) -> tuple[int, int, int]:

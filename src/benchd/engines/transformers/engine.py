@@ -12,15 +12,23 @@ import torch
 import transformers
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
-from benchd.engines import attention, varlen
+from benchd.engines import attention
 from benchd.engines.base import EngineFailure, EngineLoad, GenerationRequest, TokenSink
 from benchd.engines.handoff import Handoff
 from benchd.engines.oom import failure_of
 from benchd.engines.transformers import warmup
-from benchd.engines.transformers.batching import SIZE_FIELD, cb_config, cpu_threads, device_memory, gpu_plan
+from benchd.engines.transformers.batching import (
+    SIZE_FIELD,
+    cb_config,
+    cpu_threads,
+    decode_by_block_table,
+    device_memory,
+    gpu_plan,
+)
+from benchd.engines.transformers.hooks import count_steps, handoff_hooks
 from benchd.engines.transformers.paged_cache import accepted_blocks, forget_prefixes, kv_blocks
 from benchd.engines.transformers.spec import TransformersOptions, TransformersSpec
-from benchd.measure.roofline import StepLog, row_work
+from benchd.measure.roofline import StepLog
 from benchd.models.loading import LoadedModel, greedy_config
 from benchd.spec import SpecError, Workload, traces
 from benchd.spec.stack import base_attention
@@ -32,43 +40,6 @@ log = logging.getLogger("benchd.engines")
 # takes: 2.5 µs a request and token read one at a time, 0.7 µs five at a time. On an H100 (reference workload,
 # bench/gpu_overhead.py) the generation thread waited 0.18–0.24 s of a 24 s run for the GIL at 50 ms, 0.06 s here.
 LIVE_POLL_S = 0.5
-
-def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
-    """Where the generation thread gives way to a due send: before each decoder layer (the first list of modules:
-    a forward pass of a small model on a CPU is milliseconds), and before and after each forward pass (sampling and
-    scheduling lie between)."""
-    layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), [])
-    return [*(layer.register_forward_pre_hook(handoff.give_way) for layer in layers),
-            model.register_forward_pre_hook(handoff.give_way), model.register_forward_hook(handoff.give_way)]
-
-
-def count_steps(manager, steps: StepLog) -> None:
-    """Each step the batching loop schedules, appended to steps as it is scheduled: the scheduler's answer wrapped on
-    this manager's batch processors (a forward hook would miss every step a CUDA graph replays). Costs a pass over
-    the step's rows in the generation thread (µs for hundreds of rows)."""
-    create = manager._create_batch_processor
-
-    def created():
-        processor = create()  # a processor made before (at warm-up) is reset and returned again: wrapped once
-        schedule = processor.scheduler.schedule_batch
-        if getattr(schedule, "benchd_steps", None) is steps:
-            return processor
-
-        def scheduled(*args, **kwargs):
-            answer = schedule(*args, **kwargs)
-            rows = answer[0]
-            if rows:  # None: the cache is full (offloaded, then asked again); empty: no step
-                work = [row_work(row.state.position_offset, row.query_length, len(row.state.initial_tokens),
-                                 row.has_new_token) for row in rows]
-                steps.add(*(sum(column) for column in zip(*work)))
-            return answer
-
-        scheduled.benchd_steps = steps
-        processor.scheduler.schedule_batch = scheduled
-        return processor
-
-    manager._create_batch_processor = created
-
 
 @dataclass(slots=True)
 class _Stream:
@@ -91,8 +62,7 @@ class TransformersEngine:
         named = attn_implementation is not None or not options.library_defaults
         self.attention = attention.choose(loaded.model, loaded.device, attn_implementation) if named else None
         self._attention = self.attention.implementation if self.attention is not None else None
-        if self._attention == f"paged|{varlen.VARLEN}":
-            varlen.register()
+        attention.register(self._attention)
         self._attention_before: str | None = None
         planned = loaded.device.type == "cuda" and not options.library_defaults
         self._options, self._workload = options, workload
@@ -201,6 +171,8 @@ class TransformersEngine:
                                                        continuous_batching_config=self._config,
                                                        workload_hints=self._hints)
         count_steps(self._manager, self.steps)
+        decode_by_block_table(self._manager.continuous_batching_config, self._attention,
+                              sum(traces.longest(self._workload)))
         self._fit_transformers_check()
 
     def _fit_transformers_check(self) -> None:

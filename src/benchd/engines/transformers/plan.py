@@ -76,20 +76,27 @@ def cache_figures(shape: Shape, element: int, weights: int, attention: str, grap
     read = n + m  # a step reads the cache and its own tokens
     head_bytes = shape.head_dim * element
     kv_cache = (num_blocks + 2) * block_size * 2 * shape.layers * shape.kv_heads * head_bytes  # 2 spare blocks
-    masked = ATTENTION[attention].masked
+    method = ATTENTION[attention]
+    masked = method.masked
     masks = io_pairs * ((m * read * element if masked else 0) + 8 * (read + m))  # + read and write indices
     # Per layer, paged attention gathers K and V of every token it reads, and sdpa and eager repeat them for
     # each query head (grouped-query attention); eager also holds the scores and their float32 softmax. A
-    # FlashAttention kernel (flash-attn's, torch's varlen) reads the gathered K/V once, by sequence.
+    # FlashAttention kernel (flash-attn's, torch's varlen) reads the gathered K/V once, by sequence. A kernel that
+    # reads the cache in place gathers nothing (but for a sliding-window layer, the window of each request) and
+    # holds its step_bytes instead.
+    gathered = read
+    if method.in_place:
+        gathered = min(read, requests * shape.window + m) if shape.window else 0
     per_read = 2 * shape.kv_heads * head_bytes
-    if ATTENTION[attention].repeats_kv and shape.heads != shape.kv_heads:
+    if method.repeats_kv and shape.heads != shape.kv_heads:
         per_read += 2 * shape.heads * head_bytes
     if attention == "eager":
         per_read += shape.heads * m * (2 * element + LOGIT_BYTES)
     elif masked and device_type == "cpu":  # a CPU's sdpa holds float32 scores per KV-head group (tiny: 7.9 B an
         per_read += shape.kv_heads * m * LOGIT_BYTES  # element of the mask measured, tests/models/test_models.py)
     per_token = (3 * shape.hidden + (shape.heads + 2 * shape.kv_heads) * shape.head_dim + 3 * shape.ffn) * element
-    step = per_read * read + per_token * m + min(requests, m) * shape.vocab * (element + LOGIT_BYTES)
+    step = per_read * gathered + per_token * m + min(requests, m) * shape.vocab * (element + LOGIT_BYTES) + \
+        method.step_bytes
     if masked and m * read > MASK_ELEMENTS:
         step += m * read * BEYOND_MASK_BYTES
     pool = int(step * GRAPH_POOL_MARGIN) if graphs else step
