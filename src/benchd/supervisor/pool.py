@@ -157,13 +157,16 @@ class WorkerPool:
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                environment: str = CURRENT, wait_s: float = 0.0, trace_id: str | None = None,
-               confine: dict | None = None, deadline: Deadline | None = None) -> None:
+               confine: dict | None = None, deadline: Deadline | None = None,
+               beat: Callable[[], None] = lambda: None) -> None:
         """Hand the run to the device's worker (which names its device its own way: cpu, or cuda for its only
         visible GPU), waiting up to wait_s for one being (re)started; a worker of another environment than the
         run's (its own did not start: arrange) fails the run with why. environment: the run's (RunSpec's
-        worker_environment). confine, deadline: WorkerHandle.submit's."""
+        worker_environment). confine, deadline: WorkerHandle.submit's; beat(): called as it waits (the caller's
+        loop moves)."""
         waited_until = time.perf_counter() + wait_s
         while True:
+            beat()
             worker = self.worker_for(device)
             if worker is not None and worker.environment != environment:
                 failed, why = self.failures.get(worker.slot.key, (None, None))
