@@ -273,11 +273,11 @@ class Store:
         return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
 
     def latest_runs(self, workload: str, label: str | None, limit: int) -> list[str]:
-        """The newest succeeded runs of a workload (with that label, when given)."""
+        """The newest succeeded runs of a workload (with that label, when given), by the store's sequence."""
         query = runs.select().where(runs.c.workload == workload, runs.c.status == "succeeded")
         if label is not None:
             query = query.where(runs.c.label == label)
-        return [row["id"] for row in self._read(query.order_by(runs.c.created_at.desc()).limit(limit))]
+        return [row["id"] for row in self._read(query.order_by(runs.c.seq.desc()).limit(limit))]
 
     def baseline(self, workload: str) -> str | None:
         rows = self._read(sa.select(baselines.c.run_id).where(baselines.c.workload == workload))
