@@ -41,6 +41,7 @@ from benchd.protocol.messages import (
 )
 from benchd.protocol.metadata import RunMetadata
 from benchd.supervisor import orphans
+from benchd.supervisor.builds import public
 from benchd.supervisor.environments import CURRENT_INTERPRETER, ForeignProcess, Interpreter
 from benchd.worker import entry
 
@@ -180,10 +181,11 @@ class WorkerHandle:
         if isinstance(self._process, ForeignProcess):
             try:
                 self._conn = self._process.start()
-            except OSError as error:  # the interpreter cannot be executed: its death, as a crash is
+            except OSError as error:  # no interpreter to execute, an import path not private: its death, as a crash
                 self._conn = None
-                self._end(Death("start", f"the worker could not start in environment {self.environment!r} "
-                                         f"({self.interpreter.python}): {error}"))
+                log.error("%s could not start (%s): %s", self.name, self.interpreter.python, error)
+                self._end(Death("start", f"the worker could not start in environment {self.environment!r}: "
+                                         f"{public(str(error))}"))
                 return
         else:
             self._process.start()

@@ -50,6 +50,7 @@ class WorkerPool:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._closing = True
+        self.environments.stop()  # a build in progress ends with the daemon
         for worker in list(self.workers.values()):
             worker.stop(timeout_s)
 
