@@ -5,10 +5,12 @@ and a failed build says why without the host's paths or the index's URL."""
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 
 import benchd
 from benchd.supervisor.environments import EnvironmentProblem, Environments, ForeignProcess, Interpreter
+from benchd.supervisor.handle import WorkerSettings
+from benchd.supervisor.paths import WORKER_PATH
 from tests.helpers import daemon, spec, submit, wait_for
 from tests.supervisor.helpers import StallingIndex
 
@@ -51,9 +55,45 @@ def test_a_sitecustomize_another_user_planted_never_runs_in_a_worker(tmp_path):
         said = log.read_text()
         assert worker.exitcode == 1 and "No module named" in said  # it ran, through site, to its first import
         assert "PLANTED" not in said, said
-        assert (tmp_path / "environments" / "worker-path").stat().st_mode & 0o777 == 0o700
+        assert (tmp_path / "environments" / WORKER_PATH).stat().st_mode & 0o777 == 0o700
     finally:
         shutil.rmtree(planted, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_cwd(monkeypatch):
+    """The working directory is one every user may write (as a daemon started from /tmp's would be), and user nobody
+    has planted a benchd package and a multiprocessing package in it."""
+    shared = Path(tempfile.mkdtemp(prefix="benchd-shared-"))
+    shared.chmod(0o777)
+    try:
+        for package in ("benchd", "multiprocessing"):
+            as_nobody(f"mkdir {shared}/{package} && echo \"{PLANT}\" > {shared}/{package}/__init__.py")
+        monkeypatch.chdir(shared)
+        yield shared
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_a_package_planted_in_the_working_directory_is_not_what_a_worker_imports(tmp_path, shared_cwd, capfd,
+                                                                                 monkeypatch):
+    # A worker of another environment: `python -m benchd.worker.entry` would import benchd from there first.
+    log = tmp_path / "worker.log"
+    worker = ForeignProcess(Environments({"bare": BARE}, tmp_path / "environments").interpreter("bare"), "cpu",
+                            str(log), {})
+    worker.start().close()
+    worker.join(60)
+    assert "No module named" in log.read_text() and "PLANTED" not in log.read_text(), log.read_text()
+    # One of the daemon's own (multiprocessing's spawn): `python -c` would import multiprocessing from there first.
+    from benchd.supervisor.pool import WorkerPool
+
+    monkeypatch.setenv("PYTHONSAFEPATH", "")  # restored after the test: the pool sets it for the daemon's life
+    WorkerPool([], WorkerSettings(log_dir=tmp_path / "workers")).start()
+    child = multiprocessing.get_context("spawn").Process(target=print, args=("the child ran",))
+    child.start()
+    child.join(60)
+    said = capfd.readouterr()
+    assert child.exitcode == 0 and "the child ran" in said.out and "PLANTED" not in said.err, said.err
 
 
 def test_an_import_path_another_user_owns_or_may_write_starts_no_worker(tmp_path):
@@ -69,7 +109,7 @@ def test_an_import_path_another_user_owns_or_may_write_starts_no_worker(tmp_path
     mine = tmp_path / "mine"
     mine.mkdir(mode=0o700)
     Environments({"bare": BARE}, mine).interpreter("bare")
-    os.chmod(mine / "worker-path", 0o777)
+    os.chmod(mine / WORKER_PATH, 0o777)
     with pytest.raises(EnvironmentProblem, match=r"BENCHD_ENVIRONMENTS_DIR can be written by others \(mode 777\)"):
         Environments({"bare": BARE}, mine).interpreter("bare")
 
@@ -100,7 +140,7 @@ def test_a_build_holds_its_folder_alone_and_ends_with_the_daemon(tmp_path, monke
         with daemon(tmp_path, environments=environments, environments_dir=str(tmp_path / "built")) as server:
             submit(server, {**spec(requests=2, output=4), "environment": "slow"})
             assert index.asked.wait(120), "the build never asked the index"
-            (venv,) = [p for p in (tmp_path / "built").iterdir() if p.is_dir() and p.name != "worker-path"]
+            (venv,) = [p for p in (tmp_path / "built").iterdir() if p.is_dir() and p.name != WORKER_PATH]
             (pip,) = pips(venv)
             # pip holds the build's lock itself: were the daemon killed now, its folder stays the orphan's.
             assert holds(pip, venv.with_suffix(".lock"))

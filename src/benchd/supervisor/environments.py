@@ -246,14 +246,14 @@ class ForeignProcess:
             raise UnsafePath("no directory for the worker's import path (BENCHD_ENVIRONMENTS_DIR)")
         path = worker_path(self.interpreter.state)  # checked again at each start: UnsafePath, the worker's death
         ours, theirs = socket.socketpair()
-        env = {**os.environ, **self.env}
+        # PYTHONSAFEPATH: `python -m` would put the working directory first on its path, ahead of that private one.
+        env = {**os.environ, **self.env, "PYTHONSAFEPATH": "1"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)
-        # Its working directory is that private one too: `python -m` puts it first on the import path.
         with open(self.log_path, "a") as log:  # what it says before it takes its log itself (an import failing)
             self._popen = subprocess.Popen(
                 [self.interpreter.python, "-m", "benchd.worker.entry", str(theirs.fileno()), self.slot_key,
                  self.log_path], pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, cwd=path)
+                stderr=subprocess.STDOUT)
         theirs.close()
         return Connection(ours.detach())
 

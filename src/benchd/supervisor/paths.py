@@ -2,7 +2,8 @@
 benchd package a worker of another environment runs, the venvs built from requirements): made private (0700) under
 the daemon's own state (BENCHD_ENVIRONMENTS_DIR), and their owner and mode checked before a worker starts from them,
 so that nothing another local user can write (a sitecustomize.py, a .pth, a package of the same name) runs in a
-worker with the daemon's rights."""
+worker with the daemon's rights. (The working directory is never on a worker's path: PYTHONSAFEPATH, in
+supervisor/pool.py and ForeignProcess.)"""
 
 from __future__ import annotations
 
