@@ -254,13 +254,23 @@ class Store:
         ) if value is not None]
         return pages.page(self, runs, pages.RUN_FIELDS, conditions, limit, offset, page_max=page_max_bytes)
 
+    def _landed(self, run_id: str) -> None:
+        """A run's records are read once its own writes are in the database: while its end waits in the journal or
+        in memory, they may lack its last ones (StoreUnavailable: a 503 with Retry-After, never a short answer)."""
+        if self.unapplied.run(run_id) is not None:
+            raise StoreUnavailable(f"run {run_id}'s latest writes are not in the database yet (the store: "
+                                   f"{self.refusal() or self.spool.status.last_error or 'applying them'}): its "
+                                   "records follow them")
+
     def request_rows(self, run_id: str) -> list[dict[str, Any]]:
+        self._landed(run_id)
         query = (requests.select().where(requests.c.run_id == run_id)
                  .order_by(requests.c.stage_index, requests.c.gpu, requests.c["index"]))
         return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
 
     def records(self, run_id: str, stage_index: int = 0, gpu: str | None = None) -> list[RequestRecord]:
         """A stage's records as measured (stamps relative to the stage's start): every GPU's, or one's."""
+        self._landed(run_id)
         query = requests.select().where(requests.c.run_id == run_id, requests.c.stage_index == stage_index)
         if gpu is not None:
             query = query.where(requests.c.gpu == gpu)
@@ -268,6 +278,7 @@ class Store:
         return [RequestRecord.from_row(row) for row in self._read(query)]
 
     def timing_rows(self, run_id: str) -> list[dict[str, Any]]:
+        self._landed(run_id)
         query = (timings.select().where(timings.c.run_id == run_id)
                  .order_by(timings.c.stage_index, timings.c.series, timings.c["index"]))
         return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
