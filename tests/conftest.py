@@ -47,6 +47,24 @@ def tiny_dir(tmp_path_factory, tiny):
     return path
 
 
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real filesystem of 32 MiB (a tmpfs mounted for the test: CI runs as root) to fill under a daemon; skipped,
+    with why, where nothing can be mounted."""
+    import subprocess
+
+    mount = tmp_path / "small-fs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"no tmpfs can be mounted here (mount: {done.stderr.strip() or done.returncode})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
 @pytest.fixture(scope="session")
 def postgres_server():
     """A real PostgreSQL server (Debian's package), started for the session on a loopback port."""

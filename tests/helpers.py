@@ -1,5 +1,6 @@
 """Specs, live servers and helpers shared by the tests."""
 
+import errno
 import os
 import socket
 import subprocess
@@ -84,6 +85,20 @@ class LiveServer:
 
         wait_for(reached, timeout_s, f"run {run_id} to reach {statuses}")
         return found
+
+
+def fill(directory: Path) -> Path:
+    """Fill a filesystem (small_fs) to its last byte: the file that holds it, to unlink for space again."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for size in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError as error:
+                if error.errno != errno.ENOSPC:
+                    raise
+    return filler
 
 
 def wait_for(condition, timeout_s: float = 60, what: str = "condition") -> None:

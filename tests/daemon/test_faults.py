@@ -27,8 +27,10 @@ def test_postgresql_down_and_back_during_a_run_loses_no_request(tmp_path):
             assert server.http.get(f"/runs/{run_id}").status_code == 503  # reads wait for the database
             time.sleep(4.0)  # the run ends while the database is down
             pg.start()
-            run = server.wait_status(run_id, "succeeded", timeout_s=60)
+            run = server.wait_status(run_id, "succeeded", timeout_s=60)  # its end read from the journal at once
             stage = run["summary"][0]
+            # its records once the database has them all (503 with Retry-After until then, never a short list)
+            wait_for(lambda: server.http.get(f"/runs/{run_id}/requests").status_code == 200, 60, "its records")
             rows = server.http.get(f"/runs/{run_id}/requests").json()
             assert stage["requests"] > 100 and len(rows) == stage["requests"] + stage["errors"]
             assert all(r["arrival_s"] and sum(r["arrival_tokens"]) == 16 for r in rows if r["error"] is None)

@@ -101,3 +101,28 @@ def history_page(store, active: bool) -> list[ChangePoint]:
 
     store.flush(10)
     return history.list_change_points(store, "w", active=active).items
+
+
+def test_a_clock_jump_moves_no_runs_place_and_no_change_points_direction(tmp_path, monkeypatch):
+    """Ten runs stamped a year ahead (a clock corrected after), then six real ones, slower: the store's sequence
+    keeps them in the order they ran, so the listing is newest first and the change point says worse."""
+    from datetime import timedelta
+
+    from benchd.daemon.history import History
+    from benchd.measure.history import HistorySettings
+    from benchd.store import database
+    from benchd.store.database import Store
+
+    store = Store(f"sqlite:///{tmp_path}/benchd.db", spool_dir=tmp_path / "spool", node="n1")
+    store.start()
+    assert store.wait_ready(30)
+    real = database.now
+    itl = [float(v) for v in 0.010 * noise(16, 0.02, 5)]
+    for i, value in enumerate(itl):
+        monkeypatch.setattr(database, "now", (lambda: real() + timedelta(days=365)) if i < 10 else real)
+        write_run(store, i, "current", value * (1.08 if i >= 10 else 1.0))
+    assert store.flush(10)
+    assert [r["id"] for r in store.list_runs(limit=3).items] == ["run015", "run014", "run013"]
+    found = History(HistorySettings(confirm=False), store, None, "n1", set()).analyse("w")
+    assert found and {c.run_id for c in found} == {"run010"} and {c.direction for c in found} == {"worse"}
+    store.close()

@@ -18,7 +18,7 @@ from benchd.spec.matrix import parse_matrix
 from benchd.store import migrate
 from benchd.store.database import Store, StoreUnavailable
 from benchd.store.writer import StageRequests
-from tests.helpers import ROOT, PostgresServer, daemon, make_spec, own, wait_for, whole
+from tests.helpers import ROOT, PostgresServer, daemon, fill, make_spec, own, wait_for, whole
 from tests.openai_server import OpenAIServer
 
 FIXTURES = ROOT / "tests" / "data"
@@ -320,11 +320,46 @@ def test_writes_wait_in_the_journal_while_postgresql_is_down(tmp_path, outcome):
         assert store.health.state == "degraded" and store.health.pending > 0
         with pytest.raises(StoreUnavailable):
             store.get_run("before")
+        # A run whose writes wait in the journal is read from them (its URL answers from the moment it is queued).
+        during = store.get_run("during")
+        assert during["status"] == "succeeded" and during["summary"][0]["requests"] == 5 and during["node"]
         server.start()
         assert store.flush(30)
         assert store.health.state == "ok" and store.get_run("during")["status"] == "succeeded"
         assert len(store.request_rows("during")) == 7
         store.close()
+
+
+def test_a_journal_on_a_full_disk_holds_writes_in_memory_until_it_takes_them(small_fs, tmp_path, outcome):
+    """The journal on a small real filesystem, filled (the database elsewhere): no write raises, each is held in
+    memory in order and applied, the store says why it takes none, the journal keeps no torn line, and once space
+    is freed it takes writes again; a restart finds everything."""
+    url, spool = f"sqlite:///{tmp_path}/benchd.db", small_fs / "spool"
+    store = Store(url, spool_dir=spool)
+    store.start()
+    assert store.wait_ready(30)
+    spec = outcome.spec.model_dump(mode="json")
+    store.create_run("r0", spec)
+    filler = fill(small_fs)
+    for i in range(1, 6):  # the journal's last page takes one or two
+        store.create_run(f"r{i}", spec)
+    assert "No space left on device (ENOSPC)" in store.refusal() and store.health.held > 0
+    store.mark_running("r1")
+    finish(store, "r1", outcome)
+    assert store.flush(10) and store.health.held == 0  # all in the database, none on disk
+    assert store.refusal() is not None  # still: the disk takes nothing
+    lines = (spool / "journal.jsonl").read_bytes().splitlines(keepends=True)
+    assert all(line.endswith(b"\n") and json.loads(line) for line in lines)  # a line cut short was cut off
+    filler.unlink()
+    wait_for(lambda: store.refusal() is None, 10, "the journal to take writes")
+    store.create_run("r6", spec)
+    store.close()
+    reopened = Store(url, spool_dir=spool)
+    reopened.start()
+    assert reopened.wait_ready(30)  # recovery: the queued ones (their queue was in memory) cancelled
+    assert [reopened.get_run(f"r{i}")["status"] for i in range(7)] == ["cancelled", "succeeded", *["cancelled"] * 5]
+    assert len(reopened.request_rows("r1")) == 7
+    reopened.close()
 
 
 def test_a_journal_left_by_a_killed_process_is_applied_at_the_next_start(tmp_path, outcome):

@@ -1,10 +1,11 @@
 """What the environments' tests share: a wheel that installs without an index, an interpreter speaking another
-protocol, a run waited for to its end."""
+protocol, a run waited for to its end, an index that stalls a build as long as a test wants."""
 
 from __future__ import annotations
 
 import shutil
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -50,3 +51,30 @@ def other_protocol(where: Path) -> Path:
 
 def finished(server, run_id: str) -> dict:
     return server.wait_status(run_id, "succeeded", "failed", timeout_s=180)
+
+
+class StallingIndex:
+    """A package index that holds each request until released, then has nothing: a build as long as a test wants."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.asked, self.release = threading.Event(), threading.Event()
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                index.asked.set()
+                index.release.wait(120)
+                self.send_error(404)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/simple"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()

@@ -8,13 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from benchd.spec.matrix import interleaved
 from tests.helpers import ROOT, daemon, spec, submit, wait_for
-from tests.supervisor.helpers import NEWEST, finished, probe_wheel
+from tests.supervisor.helpers import NEWEST, StallingIndex, finished, probe_wheel
 
 # ---- a regression watch across versions: a declared schedule's matrix, the candidate against the daemon's own ----
 
@@ -165,33 +164,6 @@ def test_benchd_run_here_takes_the_environments_the_settings_declare(tmp_path):
 
     values = [r[0] for r in summary_rows(MatrixComparison.model_validate(row["comparison"]))]  # the CLI's, the page's
     assert f"transformers {transformers.__version__}" in values[0] and f"transformers {newest_version}" in values[1]
-
-
-class StallingIndex:
-    """A package index that holds each request until released, then has nothing: a build as long as a test wants."""
-
-    def __init__(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        self.asked, self.release = threading.Event(), threading.Event()
-        index = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                index.asked.set()
-                index.release.wait(120)
-                self.send_error(404)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/simple"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
 
 
 @pytest.mark.engine

@@ -61,3 +61,20 @@ def test_generic_families_keep_their_place_and_an_unregistered_one_goes():
     assert "benchd_gone" not in page_text
     assert page_text == generate_latest(registry).decode()
     assert page_text.index("benchd_test_level") < page_text.index("benchd_before")
+
+
+def test_label_values_reach_prometheus_without_control_or_bidi_characters():
+    """A matrix's values are its variants' labels (benchd_matrix_variant_*{variant=…}), and a client chooses them:
+    CR, ESC, BEL, U+2028 and a bidi override reach the page escaped, so the page still parses line by line and the
+    series is removed by the value it was set with."""
+    registry = NodeRegistry("n")
+    metrics = Metrics(registry)
+    hostile = "label=a\rb\x1b[2J\x07\u2028c\u202eexe.txt"
+    metrics.variant_throughput.labels("w", hostile).set(1.0)
+    text = page(registry, False).decode()
+    assert not any(c in text for c in "\r\x1b\x07\u2028\u202e")
+    (sample,) = [s for f in text_string_to_metric_families(page(registry, True).decode())
+                 if f.name == "benchd_matrix_variant_output_tokens_per_second" for s in f.samples]
+    assert sample.labels["variant"] == "label=a\\x0db\\x1b[2J\\x07\\u2028c\\u202eexe.txt"
+    metrics.variant_throughput.remove("w", hostile)
+    assert "benchd_matrix_variant_output_tokens_per_second{" not in page(registry, False).decode()

@@ -58,7 +58,15 @@ class Services:
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against
         the limits, the device's memory and speed (422; 503 while a timed run's device is not measured yet, or while
-        every trace reader is busy), and the store's spool (429 while it is full)."""
+        every trace reader is busy), the daemon and its store (503 while the run loop has stopped, or the store takes
+        no writes: nothing starts then; 429 while the spool is full)."""
+        if (failing := self.daemon.failing()) is not None:  # no loop would take it: never a 202 that will not run
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"{failing}: the daemon must be restarted",
+                                headers={"Retry-After": str(RETRY_AFTER_S)})
+        if (refusal := self.store.refusal()) is not None:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                f"{refusal}: no run starts until it takes writes again (the daemon retries by itself)",
+                                headers={"Retry-After": str(RETRY_AFTER_S)})
         spec = self.daemon.resolve(spec)
         try:
             admit(spec, self.settings, self.memory, self.daemon.pool.slots, loc, self.daemon.pool.speed)

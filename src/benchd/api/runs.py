@@ -111,7 +111,8 @@ def get_run(run_id: str, services: ServicesDep) -> RunView:
 def cancel_run(run_id: str, services: ServicesDep) -> CancelResult:
     """Cancel a queued run, or stop a running one (it keeps what it measured)."""
     row = _run_or_404(services, run_id)
-    result = services.daemon.cancel(run_id)
+    # Its end stored (or held while the store takes no writes) is its end, though its loop may not have let go yet.
+    result = services.daemon.cancel(run_id) if row["status"] not in TERMINAL else None
     if result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"run {run_id} has already ended ({row['status']})")
     return CancelResult(id=run_id, status=result)

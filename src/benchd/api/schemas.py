@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, TrainStepSummary
@@ -170,11 +170,20 @@ class WorkerView(Documented):
     """Its device's speed as measured at its start: matmul_flops_per_s by dtype, copy_bytes_per_s, …"""
 
 
+class Liveness(Documented):
+    status: Literal["ok", "failing"]
+    """ok, or failing: the daemon must be restarted."""
+    reason: str | None = None
+    """Why it is failing."""
+
+
 class Readiness(Documented):
     ready: bool
-    """Runs execute, and every worker answers and has tried the daemon's model."""
+    """Runs execute, every worker answers and has tried the daemon's model, and the store takes writes."""
+    reasons: list[str]
+    """Why it is not ready (empty when it is)."""
     alive: bool
-    """The run loop and the schedules run."""
+    """The run loop, the schedules and the store's writer run, and the run loop moves (/healthz)."""
     model: str
     """The daemon's model (BENCHD_MODEL)."""
     queued: int
@@ -195,6 +204,8 @@ class Readiness(Documented):
     """The journal's size, in bytes."""
     store_error: str | None
     """Why the database is unreachable, while it is."""
+    store_held_writes: int
+    """Writes held in memory while the journal takes none (its disk full, failing or read-only)."""
 
 
 class ScheduleIn(Strict):

@@ -185,7 +185,7 @@ class History:
             return
         active = history.list_change_points(self.store, node=self.node, active=True, limit=STORED_MAX).items
         by_workload: dict[str, list[ChangePoint]] = {}
-        for change in active:
+        for change in reversed(active):  # oldest first
             by_workload.setdefault(change.workload, []).append(change)
         for workload, changes in by_workload.items():
             comparisons.latest_changes(self.metrics, workload, changes)

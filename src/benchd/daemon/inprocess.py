@@ -69,8 +69,9 @@ class LocalPool:
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                environment: str = CURRENT, wait_s: float = 0.0, trace_id: str | None = None,
-               confine: dict | None = None, deadline: Deadline | None = None) -> None:
-        """deadline: not kept (nothing here can end a call in progress: the process is the caller's)."""
+               confine: dict | None = None, deadline: Deadline | None = None, beat=lambda: None) -> None:
+        """deadline: not kept (nothing here can end a call in progress: the process is the caller's); nothing is
+        waited for (beat)."""
         if environment != CURRENT:
             sink.died(f"environment {environment!r}: a run in this process runs in its own environment only")
             return

@@ -48,9 +48,10 @@ class Part:
 class Lifecycle:
     def __init__(self, pool: WorkerPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
                  store: Store | None = None, faults: dict | None = None, threshold: float = THRESHOLD,
-                 confidence: float = CONFIDENCE) -> None:
+                 confidence: float = CONFIDENCE, on_beat: Callable[[], None] = lambda: None) -> None:
         self.pool, self.telemetry, self.hardware, self.store, self.faults = pool, telemetry, hardware, store, faults
         self.threshold, self.confidence = threshold, confidence
+        self.on_beat = on_beat  # the caller's loop moves: called as the run is waited for (daemon/service.py)
 
     def execute(self, run_id: str, spec: RunSpec, device: str, stop: StopSignal,
                 on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None,
@@ -91,7 +92,8 @@ class Lifecycle:
                                  environment=environment, wait_s=settings.start_timeout_s,
                                  trace_id=observer.run_trace_id, confine=confine,
                                  deadline=lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,
-                                                                        settings.deadline_slack_s))
+                                                                        settings.deadline_slack_s),
+                                 beat=self.on_beat)
             late = self._wait(run_id, parts, stop, started, deadline_s)
         except Exception as error:  # the run's one boundary in the daemon: the failure is recorded, measures kept
             log.exception("run %s failed in the daemon", run_id)
@@ -157,6 +159,7 @@ class Lifecycle:
         told: float | None = None  # when the workers were told to stop
         late = False
         while True:
+            self.on_beat()
             now = time.perf_counter()
             # The deadline counts from when requests start: loading a model is bounded by the worker's own watch.
             running = [t for p in parts for name, t in p.ingest.phases if name == "run"]

@@ -1,12 +1,15 @@
 """The daemon's parts put together: the run queue, the one thread that runs what it holds, the schedules, the worker
 pool and the hooks after each run. Each long-lived thread has one loop whose body is guarded: what goes wrong in a
 run or a tick is recorded (the run failed, with the stage it failed in; the tick logged and counted in
-benchd_internal_errors_total) and the loop goes on."""
+benchd_internal_errors_total) and the loop goes on. The run loop beats as it waits (for a run, for its workers), so
+liveness can tell a loop that died or stopped from one that works; while the store takes no writes it starts no
+run."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from benchd.daemon.followup import Hooks
 from benchd.daemon.history import History
@@ -47,7 +50,8 @@ class Daemon:
         self.pool.environments.on_prepared = self.queue.wake
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
-                                   settings.compare_confidence)
+                                   settings.compare_confidence, on_beat=self._beat)
+        store.spool.on_writable = self.queue.wake
         self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error,
                                    self.submit_scheduled_matrix, self.skipped)
         self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,
@@ -59,18 +63,46 @@ class Daemon:
                            self.history)
         self._thread = threading.Thread(target=self._loop, name="benchd-runs", daemon=True)
         self._closing = threading.Event()
+        self._beaten = time.monotonic()  # the run loop's last beat
 
     # ---- state -------------------------------------------------------------------------------------
 
+    def _beat(self) -> None:
+        self._beaten = time.monotonic()
+
+    def failing(self) -> str | None:
+        """Why the daemon cannot work and must be restarted (liveness): a long-lived loop that died, or a run loop
+        that has not beaten within BENCHD_LIVENESS_TIMEOUT_S; None while it works."""
+        if not self._thread.is_alive():
+            return "the run loop has stopped"
+        if (silent := time.monotonic() - self._beaten) > self.settings.liveness_timeout_s:
+            return (f"the run loop has not moved for {silent:.0f} s (BENCHD_LIVENESS_TIMEOUT_S: "
+                    f"{self.settings.liveness_timeout_s:g} s)")
+        if not self.schedules.alive:
+            return "the schedules' loop has stopped"
+        if not self.store.alive:
+            return "the store's writer has stopped"
+        return None
+
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and self.schedules.alive
+        return self.failing() is None
+
+    def unready(self) -> list[str]:
+        """Why runs cannot execute now (readiness): empty once every worker answers and has tried the daemon's
+        model, the loops work, and the store takes writes."""
+        reasons = [why for why in (self.failing(), self.store.refusal()) if why is not None]
+        if (error := self.pool.load_error()) is not None:
+            reasons.append(f"the daemon's model did not load: {error}")
+        elif not self.pool.ready:
+            reasons.append("a worker is starting or has not loaded the daemon's model yet")
+        return reasons
 
     @property
     def ready(self) -> bool:
         """Runs execute, and every worker answers and has tried the daemon's model (a failed load leaves the daemon
         unready: /readyz says why)."""
-        return self.alive and self.pool.ready and self.pool.load_error() is None
+        return not self.unready()
 
     def skipped(self, reason: str) -> None:
         """A schedule's tick that queued nothing (busy, queue_full)."""
@@ -153,7 +185,8 @@ class Daemon:
 
     def _loop(self) -> None:
         while not self._closing.is_set():
-            job = self.queue.take(timeout_s=1.0, ready=self._environments_ready)
+            self._beat()
+            job = self.queue.take(timeout_s=1.0, ready=self._startable)
             if job is None:
                 continue
             try:
@@ -161,9 +194,14 @@ class Daemon:
             except Exception as error:  # the loop's one boundary: the run fails, the next one runs
                 log.exception("run %s failed in the daemon", job.run_id)
                 self.internal_error("runs")
-                self._end(job, "failed", f"{type(error).__name__}: {error}", "daemon")
+                self._end(job, "failed", f"{type(error).__name__}: {error}", "daemon")  # the store never raises
             finally:
                 self.queue.done()
+
+    def _startable(self, specs: list[RunSpec]) -> bool:
+        """A run starts while the store takes writes (else it keeps its place: store/spool.py) and its environment
+        can start workers."""
+        return self.store.refusal() is None and self._environments_ready(specs)
 
     def _environments_ready(self, specs: list[RunSpec]) -> bool:
         """Whether the runs' environments can start workers now: one that must be built first is built on a thread

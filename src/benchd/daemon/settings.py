@@ -208,6 +208,11 @@ class Settings(BaseSettings):
     spool_dir: Path = Path("benchd-spool")
     spool_max_bytes: Annotated[int, Field(ge=1 << 20)] = 256 << 20  # journaled writes waiting, at most
     store_start_timeout_s: Annotated[float, Field(ge=0)] = 10.0  # waited at start for migrations and recovery
+    # /healthz fails (the chart's liveness probe restarts the daemon, the image's HEALTHCHECK marks it unhealthy) once
+    # the run loop has not moved for this long. It beats every second while idle and as it waits for a run or a worker;
+    # its longest steps between beats are a worker stopped for another arrangement (30 s) and a matrix's writes flushed
+    # before its comparison (30 s).
+    liveness_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     # When set, POST, PUT and DELETE need Authorization: Bearer <token> (and, with reads.need_token, every GET but
     # /healthz, /readyz and /metrics).
     api_token: SecretStr | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -125,11 +126,16 @@ def _cached(cache: Path | None) -> dict[str, dict[str, Any]]:
 
 
 def _store(cache: Path, known: dict[str, dict[str, Any]]) -> None:
-    """Written whole and renamed into place: a worker reading it beside sees the old file or the new one."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
+    """Written whole and renamed into place: a worker reading it beside sees the old file or the new one. A disk
+    that takes no writes (full, failing, read-only) keeps no cache: the next worker measures again."""
     partial = cache.with_name(f"{cache.name}.{os.getpid()}")
-    partial.write_text(json.dumps(known, indent=1))
-    partial.replace(cache)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(known, indent=1))
+        partial.replace(cache)
+    except OSError as error:
+        print(f"benchd: the device's speed was not cached ({error})", file=sys.stderr, flush=True)
+        partial.unlink(missing_ok=True)
 
 
 def _probe(device: str, name: str = "", driver: str = "") -> DeviceSpeed:

@@ -17,6 +17,7 @@ from benchd.measure.result import StageResult
 from benchd.measure.summary import summarize
 from benchd.spec import GenerateSpec, validate_spec
 from benchd.store import migrate, pages
+from benchd.store.journal import dumps
 from benchd.store.operations import (
     CreateMatrix,
     CreateRun,
@@ -30,7 +31,8 @@ from benchd.store.operations import (
 )
 from benchd.store.pages import Page
 from benchd.store.schema import baselines, matrices, requests, runs, schedules, timings
-from benchd.store.spool import Spool, SpoolState, dumps, unreachable
+from benchd.store.spool import Spool, SpoolState, unreachable
+from benchd.store.unapplied import Unapplied
 from benchd.store.writer import RequestWriter
 
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
@@ -71,7 +73,8 @@ class Store:
             # pysqlite begins transactions itself, and not before DDL: benchd begins them, so that a migration
             # that fails leaves the database as it was (SQLAlchemy's recipe for SQLite).
             sa.event.listen(self.engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN"))
-        self.spool = Spool(Path(spool_dir), self._apply, spool_max_bytes, on_error)
+        self.unapplied = Unapplied()
+        self.spool = Spool(Path(spool_dir), self._apply, spool_max_bytes, on_error, self.unapplied)
         self.recovered: int | None = None  # runs a crash had left running, once recovery ran
 
     def start(self) -> None:
@@ -90,6 +93,16 @@ class Store:
     @property
     def health(self) -> SpoolState:
         return self.spool.status
+
+    @property
+    def alive(self) -> bool:
+        """Its writer runs (store/spool.py)."""
+        return self.spool.alive
+
+    def refusal(self) -> str | None:
+        """Why the store takes no writes now (its journal's disk is full, failing or read-only): what it is given
+        meanwhile is held in memory, and the daemon starts and admits no run; None while it takes them."""
+        return self.spool.status.journal_error
 
     def close(self, timeout_s: float = 10.0) -> None:
         self.spool.close(timeout_s)
@@ -144,9 +157,10 @@ class Store:
 
     def _visible(self, op: Operation) -> None:
         """A run's state changes are read back at once by clients: wait (briefly) until the database has it,
-        unless it is known to be down (then the journal holds it and the caller goes on)."""
+        unless it is known to be down or the journal takes no writes (the caller goes on; reads of the run answer
+        from what is not applied yet meanwhile: store/unapplied.py)."""
         seq = self.spool.submit(op.as_json())
-        if self.spool.status.state != "degraded":
+        if self.spool.status.state != "degraded" and self.spool.takes_writes():
             self.spool.wait(seq, VISIBLE_WAIT_S)
 
     def _apply(self, op: dict[str, Any]) -> None:
@@ -212,8 +226,24 @@ class Store:
             raise
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._read(runs.select().where(runs.c.id == run_id))
-        return rows[0] if rows else None
+        """As the database has it, with what its writes not applied yet set (from the moment it is queued)."""
+        for _ in range(3):  # read again where a write was applied meanwhile: the two would not agree
+            version = self.unapplied.version
+            try:
+                rows, down = self._read(runs.select().where(runs.c.id == run_id)), None
+            except StoreUnavailable as error:
+                rows, down = [], error
+            held = self.unapplied.run(run_id)
+            if version == self.unapplied.version:
+                break
+        if down is not None and (held is None or "created_at" not in held):
+            raise down
+        if held is None:
+            return rows[0] if rows else None
+        if not rows and "created_at" not in held:  # its row was never written (an update of a run not stored)
+            return None
+        base = rows[0] if rows else {**{c.name: None for c in runs.c}, "node": self.node, "pod": self.pod}
+        return {**base, **held}
 
     def list_runs(self, status: str | None = None, model: str | None = None, workload: str | None = None,
                   schedule: str | None = None, limit: int = 50, offset: int = 0,
@@ -224,13 +254,23 @@ class Store:
         ) if value is not None]
         return pages.page(self, runs, pages.RUN_FIELDS, conditions, limit, offset, page_max=page_max_bytes)
 
+    def _landed(self, run_id: str) -> None:
+        """A run's records are read once its own writes are in the database: while its end waits in the journal or
+        in memory, they may lack its last ones (StoreUnavailable: a 503 with Retry-After, never a short answer)."""
+        if self.unapplied.run(run_id) is not None:
+            raise StoreUnavailable(f"run {run_id}'s latest writes are not in the database yet (the store: "
+                                   f"{self.refusal() or self.spool.status.last_error or 'applying them'}): its "
+                                   "records follow them")
+
     def request_rows(self, run_id: str) -> list[dict[str, Any]]:
+        self._landed(run_id)
         query = (requests.select().where(requests.c.run_id == run_id)
                  .order_by(requests.c.stage_index, requests.c.gpu, requests.c["index"]))
         return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
 
     def records(self, run_id: str, stage_index: int = 0, gpu: str | None = None) -> list[RequestRecord]:
         """A stage's records as measured (stamps relative to the stage's start): every GPU's, or one's."""
+        self._landed(run_id)
         query = requests.select().where(requests.c.run_id == run_id, requests.c.stage_index == stage_index)
         if gpu is not None:
             query = query.where(requests.c.gpu == gpu)
@@ -238,16 +278,17 @@ class Store:
         return [RequestRecord.from_row(row) for row in self._read(query)]
 
     def timing_rows(self, run_id: str) -> list[dict[str, Any]]:
+        self._landed(run_id)
         query = (timings.select().where(timings.c.run_id == run_id)
                  .order_by(timings.c.stage_index, timings.c.series, timings.c["index"]))
         return [{k: v for k, v in row.items() if k != "run_id"} for row in self._read(query)]
 
     def latest_runs(self, workload: str, label: str | None, limit: int) -> list[str]:
-        """The newest succeeded runs of a workload (with that label, when given)."""
+        """The newest succeeded runs of a workload (with that label, when given), by the store's sequence."""
         query = runs.select().where(runs.c.workload == workload, runs.c.status == "succeeded")
         if label is not None:
             query = query.where(runs.c.label == label)
-        return [row["id"] for row in self._read(query.order_by(runs.c.created_at.desc()).limit(limit))]
+        return [row["id"] for row in self._read(query.order_by(runs.c.seq.desc()).limit(limit))]
 
     def baseline(self, workload: str) -> str | None:
         rows = self._read(sa.select(baselines.c.run_id).where(baselines.c.workload == workload))

@@ -39,8 +39,8 @@ MAX_STACKS = 200  # runs whose stack one read returns at most
 def series_runs(store: Store, workload: str, limit: int, node: str | None = None,
                 device: str | None = None) -> list[SeriesRun]:
     """The newest `limit` succeeded generation runs of the workload (those of a matrix are its experiment, not the
-    history), oldest first; JSON fields are read by the database (device_name, throttled_fraction), so a run costs
-    a row of numbers whatever its metadata holds."""
+    history), oldest first, in the order the store took them (a clock that jumped moves none); JSON fields are read
+    by the database (device_name, throttled_fraction), so a run costs a row of numbers whatever its metadata holds."""
     device_name = runs.c.run_metadata["device_name"].as_string()
     # throttled_fraction: the input of the clock-state hook (measure/history.py, clock_state)
     query = (sa.select(runs.c.id, runs.c.created_at, runs.c.node, runs.c.valid, device_name.label("device"),
@@ -53,7 +53,7 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
         query = query.where(runs.c.node == node)
     if device is not None:
         query = query.where(device_name == device)
-    rows = store._read(query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(min(limit, MAX_RUNS)))
+    rows = store._read(query.order_by(runs.c.seq.desc()).limit(min(limit, MAX_RUNS)))
     return [SeriesRun(run_id=r["id"], at=r["created_at"], node=r["node"] or "", device=r["device"] or "",
                       valid=r["valid"], throttled_fraction=r["throttled_fraction"],
                       figures={name: r[name] for name in _COLUMNS}) for r in reversed(rows)]
@@ -79,13 +79,14 @@ def workloads(store: Store) -> list[str]:
 def list_change_points(store: Store, workload: str | None = None, figure: str | None = None,
                        node: str | None = None, active: bool | None = None, limit: int = 50,
                        offset: int = 0) -> Changes:
-    """Newest first (by the change's time)."""
+    """Newest first: by the place of the run a change starts at (the store's sequence, not a clock)."""
     conditions = [column == value for column, value in (
         (change_points.c.workload, workload), (change_points.c.figure, figure), (change_points.c.node, node),
         (change_points.c.active, active)) if value is not None]
     query = change_points.select().where(*conditions)
     total = store._read(sa.select(sa.func.count().label("n")).select_from(query.subquery()))[0]["n"]
-    rows = store._read(query.order_by(change_points.c.at.desc(), change_points.c.figure, change_points.c.id)
+    place = sa.select(runs.c.seq).where(runs.c.id == change_points.c.run_id).scalar_subquery()
+    rows = store._read(query.order_by(place.desc(), change_points.c.figure, change_points.c.id)
                        .limit(limit).offset(offset))
     return Changes(items=[_view(r) for r in rows], total=total)
 

@@ -56,6 +56,14 @@ def dates(values: dict[str, Any], *keys: str) -> dict[str, Any]:
     return out
 
 
+def next_seq(db: sa.Connection, table: sa.Table) -> dict[str, Any]:
+    """A new row's place (its seq): PostgreSQL's sequence numbers it (the column's default); on SQLite one more than
+    the highest, within the insert, which holds the database's only write lock."""
+    if db.dialect.name == "postgresql":
+        return {}
+    return {"seq": sa.select(sa.func.coalesce(sa.func.max(table.c.seq), 0) + 1).scalar_subquery()}
+
+
 # ---- runs ------------------------------------------------------------------------------------------
 
 
@@ -67,7 +75,7 @@ class CreateRun(Operation):
     def apply(self, db: sa.Connection, node: Node) -> None:
         row = dates(self.run, "created_at")
         if db.execute(sa.select(runs.c.id).where(runs.c.id == row["id"])).first() is None:
-            db.execute(runs.insert().values(**row, node=node.node, pod=node.pod))
+            db.execute(runs.insert().values(**row, node=node.node, pod=node.pod, **next_seq(db, runs)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +161,7 @@ class CreateMatrix(Operation):
     def apply(self, db: sa.Connection, node: Node) -> None:
         row = dates(self.row, "created_at")
         if db.execute(sa.select(matrices.c.id).where(matrices.c.id == row["id"])).first() is None:
-            db.execute(matrices.insert().values(**row, node=node.node))
+            db.execute(matrices.insert().values(**row, node=node.node, **next_seq(db, matrices)))
 
 
 @dataclass(frozen=True, slots=True)

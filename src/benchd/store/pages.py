@@ -40,12 +40,13 @@ def _bytes(column) -> sa.ColumnElement:
 
 def page(store: Store, table: sa.Table, fields: dict[str, sa.Column], conditions: list, limit: int, offset: int,
          field_max: int = FIELD_MAX_BYTES, page_max: int = PAGE_MAX_BYTES) -> Page:
-    """Newest first. First each row's id and its fields' sizes; then the rows that fit page_max, each field over
-    field_max left out (null). At least one row a page, whatever its size, so that paging always moves on."""
+    """Newest first (by the store's sequence, not a clock). First each row's id and its fields' sizes; then the rows
+    that fit page_max, each field over field_max left out (null). At least one row a page, whatever its size, so that
+    paging always moves on."""
     total = store._read(sa.select(sa.func.count().label("n")).select_from(table).where(*conditions))[0]["n"]
     sizes = store._read(sa.select(table.c.id, *[_bytes(c).label(name) for name, c in fields.items()],
                                   _bytes(table.c.error).label("error")).where(*conditions)
-                        .order_by(table.c.created_at.desc(), table.c.id).limit(limit).offset(offset))
+                        .order_by(table.c.seq.desc()).limit(limit).offset(offset))
     chosen, used = [], 0
     for row in sizes:
         shown = {name for name in fields if row[name] <= field_max}

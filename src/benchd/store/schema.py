@@ -36,6 +36,9 @@ runs = sa.Table(
     sa.Column("node", sa.String(253), index=True),  # the node (host) that ran it: daemons may share a database
     sa.Column("pod", sa.String(253)),
     sa.Column("matrix_id", sa.String(32), index=True),  # the matrix it is a variant's run of
+    # Its place in the order the store took runs (one more each insert: operations.py), what listings and histories
+    # are ordered by; created_at is a clock's, which can jump.
+    sa.Column("seq", sa.BigInteger, unique=True),
     sa.Column("created_at", TIMESTAMP, nullable=False, index=True),
     sa.Column("started_at", TIMESTAMP),
     sa.Column("finished_at", TIMESTAMP),
@@ -135,6 +138,7 @@ matrices = sa.Table(
     sa.Column("comparison", JSON),
     sa.Column("error", sa.Text),
     sa.Column("node", sa.String(253), index=True),
+    sa.Column("seq", sa.BigInteger, unique=True),  # as a run's
     sa.Column("created_at", TIMESTAMP, nullable=False, index=True),
     sa.Column("started_at", TIMESTAMP),
     sa.Column("finished_at", TIMESTAMP),
@@ -162,5 +166,6 @@ change_points = sa.Table(
     sa.Column("detected_at", TIMESTAMP, nullable=False),
     sa.Column("withdrawn_at", TIMESTAMP),
 )
-# A workload's history is read by workload and time: every run of the window, newest first.
+# A workload's history is read by workload and place: every run of the window, newest first.
 sa.Index("ix_runs_workload_created_at", runs.c.workload, runs.c.created_at)
+sa.Index("ix_runs_workload_seq", runs.c.workload, runs.c.seq)

@@ -1,27 +1,29 @@
 """The store's write path: every write is an operation appended to an on-disk journal, then applied in order by
 one thread that retries with backoff while the database is unreachable, so an outage delays writes, never loses
-them, and a process killed with -9 finds what it had journaled when it starts again."""
+them, and a process killed with -9 finds what it had journaled when it starts again. A journal that cannot take a
+write (a full disk, an I/O error, a read-only remount) never fails its caller: the operation is held in memory, in
+order, applied when the database takes it and journaled when the disk does again; meanwhile the store says it takes
+no writes (takes_writes), and the daemon starts no run and admits none."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import orjson
 import sqlalchemy.exc as sa_exc
+
+from benchd.store.journal import Journal, disk_error
 
 log = logging.getLogger("benchd.store")
 
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)  # between retries of an unreachable database
-COMPACT_BYTES = 1 << 20  # a fully applied journal larger than this is truncated
+JOURNAL_RETRY_S = 1.0  # between tries of a journal that could not take a write
 READY = "ready"  # not journaled: the point after the earlier process's operations
 
 
@@ -34,11 +36,15 @@ def unreachable(error: BaseException) -> bool:
     return isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated
 
 
+HELD = None  # a _Pending's end while the journal has not taken it: held in memory
+UNJOURNALED = -1  # READY's end: never journaled
+
+
 @dataclass(slots=True)
 class _Pending:
     seq: int
     op: dict[str, Any]
-    end: int  # the journal offset just after this operation's line
+    end: int | None  # the journal offset just after this operation's line; HELD, UNJOURNALED
 
 
 @dataclass(slots=True)
@@ -48,65 +54,16 @@ class SpoolState:
     journal_bytes: int = 0  # written but not yet applied
     last_error: str | None = None
     rejected: int = 0  # operations the database refused for their data (kept in rejected.jsonl)
+    journal_error: str | None = None  # why the journal takes no writes, while it does not
+    held: int = 0  # operations held in memory meanwhile
 
 
-def dumps(value: Any) -> bytes:
-    """JSON as json.dumps writes it compactly (NaN and infinities, which JSON lacks, become null)."""
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+class Watch(Protocol):
+    """Told of each operation under the spool's lock: as it is submitted, and once applied (or set aside)."""
 
+    def submitted(self, seq: int, op: dict[str, Any]) -> None: ...
 
-class Journal:
-    """journal.jsonl: one operation per line; cursor: the offset of the first line not yet applied."""
-
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / "journal.jsonl"
-        self.cursor_path = directory / "cursor"
-        self.rejected_path = directory / "rejected.jsonl"
-        self.file = self.path.open("ab")
-        self.size = self.file.tell()
-        self.cursor = int(self.cursor_path.read_text()) if self.cursor_path.exists() else 0
-
-    @property
-    def unapplied_bytes(self) -> int:
-        return self.size - self.cursor
-
-    def unapplied(self) -> list[tuple[dict[str, Any], int]]:
-        """Operations after the cursor, with the offset each ends at (a torn last line is dropped)."""
-        out, offset = [], self.cursor
-        with self.path.open("rb") as f:
-            f.seek(self.cursor)
-            for line in f:
-                offset += len(line)
-                if not line.endswith(b"\n"):
-                    break  # the process died mid-write: that operation never returned to its caller
-                out.append((json.loads(line), offset))
-        return out
-
-    def append(self, op: dict[str, Any]) -> int:
-        # orjson: one C call holds the GIL for the whole operation, and json took 33 ms for the 65,536 token stamps
-        # of 256 requests finishing together (scrapes and ingestion waited); orjson 1.8 ms, the same text.
-        self.file.write(dumps(op) + b"\n")
-        self.file.flush()  # in the kernel's hands: a killed process loses nothing
-        self.size = self.file.tell()
-        return self.size
-
-    def applied(self, end: int) -> None:
-        if end == self.size and end > COMPACT_BYTES:  # everything applied: start the file again
-            self.file.truncate(0)
-            self.file.seek(0)
-            self.size = end = 0
-        self.cursor = end
-        tmp = self.cursor_path.with_suffix(".tmp")
-        tmp.write_text(str(end))
-        os.replace(tmp, self.cursor_path)
-
-    def reject(self, op: dict[str, Any], reason: str) -> None:
-        with self.rejected_path.open("a") as f:
-            f.write(json.dumps({"reason": reason, "op": op}) + "\n")
-
-    def close(self) -> None:
-        self.file.close()
+    def applied(self, seq: int, op: dict[str, Any]) -> None: ...
 
 
 class Spool:
@@ -115,12 +72,15 @@ class Spool:
     (recovery), then the operations submitted since."""
 
     def __init__(self, directory: Path, apply: Callable[[dict[str, Any]], None], max_bytes: int,
-                 on_error: Callable[[str], None] = lambda component: None) -> None:
+                 on_error: Callable[[str], None] = lambda component: None, watch: Watch | None = None) -> None:
         self.directory = directory
         self.journal: Journal | None = None  # opened by start(): a store only read from writes no files
-        self.apply, self.max_bytes, self.on_error = apply, max_bytes, on_error
+        self.apply, self.max_bytes, self.on_error, self.watch = apply, max_bytes, on_error, watch
         self.status = SpoolState()
         self._pending: deque[_Pending] = deque()
+        self._held: deque[_Pending] = deque()  # those the journal has not taken, in order (each also in _pending)
+        self._journal_retry = 0.0  # time.monotonic() of the next try, while the journal takes no writes
+        self.on_writable: Callable[[], None] = lambda: None  # the journal takes writes again
         self._buffers: dict[str, Callable[[], dict[str, Any] | None]] = {}  # drained into operations each pass
         self._seq = 0
         self._applied = 0
@@ -142,17 +102,38 @@ class Spool:
             self._pending.append(_Pending(self._seq, op, end))
         # What the earlier process journaled is applied before on_ready (recovery), and new operations after it.
         self._seq += 1
-        self._pending.append(_Pending(self._seq, {"op": READY}, -1))
+        self._pending.append(_Pending(self._seq, {"op": READY}, UNJOURNALED))
         self._thread.start()
 
     def submit(self, op: dict[str, Any]) -> int:
-        """Journal the operation (durable once this returns) and queue it; its sequence number."""
+        """Journal the operation (durable once this returns, unless the journal takes no writes: then it is held in
+        memory, behind those held before it) and queue it; its sequence number. Never raises for the disk."""
         with self._cond:
-            end = self.journal.append(op)
             self._seq += 1
-            self._pending.append(_Pending(self._seq, op, end))
+            item = _Pending(self._seq, op, HELD)
+            if not self._held:
+                try:
+                    item.end = self.journal.append(op)
+                    self.status.journal_error = None
+                except OSError as error:
+                    self._journal_failed(error)
+            if item.end is HELD:
+                self._held.append(item)
+            self._pending.append(item)
+            self.status.held = len(self._held)
+            if self.watch is not None:
+                self.watch.submitted(item.seq, op)
             self._cond.notify_all()
             return self._seq
+
+    @property
+    def alive(self) -> bool:
+        """The thread that applies runs (or has not started yet, or was closed)."""
+        return self._closing or self._thread.ident is None or self._thread.is_alive()
+
+    def takes_writes(self) -> bool:
+        """Whether the journal takes writes (what the store is given is durable at once)."""
+        return self.status.journal_error is None
 
     def wait(self, seq: int, timeout_s: float) -> bool:
         """Whether the operation was applied within timeout_s (it stays journaled either way)."""
@@ -191,6 +172,9 @@ class Spool:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        if self._held:
+            log.error("%d writes held in memory while the journal took none are lost (%s)", len(self._held),
+                      self.status.journal_error)
         if self.journal is not None:
             self.journal.close()
 
@@ -201,6 +185,8 @@ class Spool:
             return
         while True:
             self._drain_buffers()
+            if self._journal_held():
+                self.on_writable()
             with self._cond:
                 self._refresh()
                 if not self._pending:
@@ -233,9 +219,14 @@ class Spool:
         self._backoff = 0
         with self._cond:
             self._pending.popleft()
-            if item.end >= 0:
+            if item.end is HELD:  # in the database: it need not be journaled any more
+                self._held.popleft()
+                self.status.held = len(self._held)
+            elif item.end >= 0:
                 self.journal.applied(item.end)
             self._applied = item.seq
+            if self.watch is not None:
+                self.watch.applied(item.seq, item.op)
             self.status.state, self.status.last_error = "ok", None
             self._cond.notify_all()
 
@@ -250,6 +241,35 @@ class Spool:
         self._backoff += 1
         with self._cond:
             self._cond.wait_for(lambda: self._closing, delay)
+
+    def _journal_failed(self, error: OSError) -> None:
+        """Under the lock: the journal did not take a write."""
+        if self.status.journal_error is None:
+            log.error("the write journal %s takes no writes (%s): writes are held in memory, no run starts until "
+                      "it does again", self.journal.path, error)
+        self.status.journal_error = f"the write journal takes no writes: {disk_error(error)}"
+        self._journal_retry = time.monotonic() + JOURNAL_RETRY_S
+
+    def _journal_held(self) -> bool:
+        """On the spool's thread: the operations held in memory journaled, in order, once the journal takes writes
+        again (tried at most every JOURNAL_RETRY_S); whether it has just come back."""
+        with self._cond:
+            if self.status.journal_error is None or time.monotonic() < self._journal_retry:
+                return False
+            try:
+                if not self._held:  # all of them applied meanwhile: whether the disk takes a write now
+                    self.journal.probe()
+                while self._held:
+                    self._held[0].end = self.journal.append(self._held[0].op)
+                    self._held.popleft()
+                    self.status.held = len(self._held)
+            except OSError as error:
+                self._journal_failed(error)
+                return False
+            self.status.journal_error = None
+            log.warning("the write journal takes writes again")
+            self._cond.notify_all()
+            return True
 
     def _until_ok(self, step: Callable[[], None]) -> bool:
         """Start-up steps (migrations, recovery) are retried until they succeed (the daemon serves meanwhile);

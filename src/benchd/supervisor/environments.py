@@ -6,32 +6,30 @@ daemon's own benchd package, put first on its path, over that environment's torc
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
+import logging
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from benchd.spec.requirements import environment_name
+from benchd.supervisor.builds import BUILD_TIMEOUT_S, BUILT, Builder, BuildFailed, public
+from benchd.supervisor.paths import UnsafePath, private, worker_path
+
+log = logging.getLogger("benchd.environments")
 
 CURRENT = "current"  # the daemon's own environment: the default of a spec's `environment`
-BUILD_TIMEOUT_S = 1800.0
 # A build made ahead of a run (prepare) that failed answers the runs needing it for this long, each failing with why,
 # before a run's need starts another.
 FAILED_HOLD_S = 60.0
-LOG_TAIL_LINES = 20
-BUILT = ".built"  # written in a venv once its requirements installed: the cache's mark of a finished build
 # A requirement that is a bare project name ("transformers") means its newest release on the index: asked of the index
 # (`pip index versions`) at most this often, the answer pinned (transformers==X.Y.Z) and the venv keyed by it, so a
 # new release is built into a venv of its own when a run first needs it after the release.
@@ -53,10 +51,12 @@ class EnvironmentProblem(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Interpreter:
-    """How a worker of an environment starts: python None is the daemon's own interpreter (multiprocessing's spawn)."""
+    """How a worker of an environment starts: python None is the daemon's own interpreter (multiprocessing's spawn);
+    state: the environments' directory, where its import path is kept private (supervisor/paths.py)."""
 
     environment: str
     python: str | None = None
+    state: Path | None = None
 
 
 CURRENT_INTERPRETER = Interpreter(CURRENT)
@@ -76,6 +76,11 @@ class Environments:
         self._preparing: set[str] = set()
         self._state = threading.Lock()
         self.on_prepared: Callable[[], None] = lambda: None  # a preparation ended (the run queue looks again)
+        self.builder = Builder()
+
+    def stop(self) -> None:
+        """The daemon stops: a build in progress ends with it (supervisor/builds.py)."""
+        self.builder.stop()
 
     def adopt(self, requirements: list[str]) -> str:
         """A spec's own requirements (its `requirements`), declared under the name they build (requirements-<hash>):
@@ -122,27 +127,38 @@ class Environments:
         return False
 
     def _prepare(self, name: str) -> None:
-        try:
-            found: Interpreter | EnvironmentProblem = self._resolve(name)
+        try:  # on a thread of its own: it may wait for another builder of the same venv as long as a build takes
+            found: Interpreter | EnvironmentProblem = self._resolve(name, BUILD_TIMEOUT_S)
         except EnvironmentProblem as problem:
             found = problem
         except Exception as error:  # the build's boundary: the run that needs it fails with this
-            found = EnvironmentProblem(f"environment {name!r}: {type(error).__name__}: {error}")
+            log.exception("preparing environment %s failed", name)
+            found = EnvironmentProblem(f"environment {name!r}: {type(error).__name__}: {public(str(error))}")
         with self._state:
             self._prepared[name] = (time.monotonic(), found)
             self._preparing.discard(name)
         self.on_prepared()
 
-    def _resolve(self, name: str) -> Interpreter:
+    def _resolve(self, name: str, wait_s: float = 0.0) -> Interpreter:
+        """wait_s: how long a build may wait for another builder of its venv (supervisor/builds.py)."""
         if (problem := self.problem(name)) is not None:
             raise EnvironmentProblem(problem)
         if name == CURRENT:
             return Interpreter(CURRENT)
+        if self.cache_dir is None:
+            raise EnvironmentProblem(f"environment {name!r}: no directory for its workers' import path "
+                                     "(BENCHD_ENVIRONMENTS_DIR)")
+        try:
+            worker_path(self.cache_dir)  # private, or the run fails here with why
+        except UnsafePath as error:
+            raise EnvironmentProblem(f"environment {name!r}: {error}") from None
         declared = self.declared[name]
-        python = declared if isinstance(declared, str) else self._built(name, self.pinned(name, declared))
+        python = declared if isinstance(declared, str) else self._built(name, self.pinned(name, declared), wait_s)
         if not os.access(python, os.X_OK) or os.path.isdir(python):
-            raise EnvironmentProblem(f"environment {name!r}: no interpreter at {python}")
-        return Interpreter(name, python)
+            log.error("environment %s: no interpreter at %s", name, python)
+            raise EnvironmentProblem(f"environment {name!r}: no interpreter at its path"
+                                     f"{' (BENCHD_ENVIRONMENTS)' if isinstance(declared, str) else ''}")
+        return Interpreter(name, python, self.cache_dir)
 
     # ---- requirements, built into a venv --------------------------------------------------------------------------
 
@@ -192,54 +208,18 @@ class Environments:
             raise EnvironmentProblem("no directory to build environments in (BENCHD_ENVIRONMENTS_DIR)")
         return self.cache_dir / self.key(requirements)
 
-    def _built(self, name: str, requirements: list[str]) -> str:
+    def _built(self, name: str, requirements: list[str], wait_s: float = 0.0) -> str:
+        """The venv's interpreter, built first unless it is (supervisor/builds.py), in a directory of the daemon's
+        own (supervisor/paths.py: a venv is on its workers' import path)."""
         venv = self.venv(requirements)
-        python = str(venv / "bin" / "python")
-        with self._lock:
-            if not (venv / BUILT).exists():
-                self._build(name, requirements, venv)
-        return python
-
-    def _build(self, name: str, requirements: list[str], venv: Path) -> None:
-        """A venv without pip whose site-packages ends with the daemon's (so torch and the rest are there unless the
-        requirements install their own, which come first), the requirements installed by the daemon's pip (uv where
-        the daemon has none); its log beside it (<key>.log), kept."""
-        shutil.rmtree(venv, ignore_errors=True)  # an earlier build that did not finish
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        log_path = venv.with_suffix(".log")
-        python = str(venv / "bin" / "python")
-        installer = _installer(python)
-        with log_path.open("w") as log:
-            log.write(f"environment {name}: {json.dumps(requirements)} on {sys.prefix}\n")
-            log.flush()
-            try:
-                self._step([sys.executable, "-m", "venv", "--without-pip", str(venv)], log, name, log_path)
-                site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                           capture_output=True, text=True, check=True).stdout.strip())
-                # addsitedir, not a bare path: the base's own .pth files (editable installs) count too
-                bases = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-                (site / "_benchd_base.pth").write_text(
-                    "".join(f"import site; site.addsitedir({base!r})\n" for base in bases))
-                self._step([*installer, *requirements], log, name, log_path)
-            except (OSError, subprocess.CalledProcessError) as error:
-                log.write(f"{error}\n")
-                raise EnvironmentProblem(f"environment {name!r}: the build could not run: {error}") from None
-        (venv / BUILT).write_text(json.dumps(requirements))
-
-    @staticmethod
-    def _step(command: list[str], log, name: str, log_path: Path) -> None:
-        log.write(f"$ {' '.join(command)}\n")
-        log.flush()
-        try:
-            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=BUILD_TIMEOUT_S).returncode
-        except subprocess.TimeoutExpired:
-            code = None
-        if code != 0:
-            log.flush()
-            raise EnvironmentProblem(f"environment {name!r}: building it failed ("
-                                     f"{'timed out' if code is None else f'exit code {code}'}; log {log_path}):\n"
-                                     f"{tail(log_path)}")
+        if not (venv / BUILT).exists():
+            with self._lock:
+                try:
+                    private(self.cache_dir, self.cache_dir)
+                    self.builder.build(name, requirements, venv, wait_s)
+                except (BuildFailed, UnsafePath) as error:
+                    raise EnvironmentProblem(f"environment {name!r}: {error}") from None
+        return str(venv / "bin" / "python")
 
 
 def _fresh(prepared: tuple[float, Interpreter | EnvironmentProblem]) -> bool:
@@ -249,56 +229,7 @@ def _fresh(prepared: tuple[float, Interpreter | EnvironmentProblem]) -> bool:
     return time.monotonic() - prepared[0] < held
 
 
-def _installer(python: str) -> list[str]:
-    """The daemon's pip, run for the venv's interpreter: it counts what the venv sees through the base's path (the
-    .pth above) as installed, so a requirement's dependencies the daemon has (torch, numpy, huggingface-hub) are
-    not installed again. uv reads only the venv's own site-packages: it would install every dependency a second
-    time (a second torch for a requirement that needs one, from an index an offline node cannot reach). uv only
-    where the daemon's Python has no pip; its log says so."""
-    if _has_pip():
-        return [sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check", "--no-input"]
-    if (uv := shutil.which("uv")) is not None:
-        return [uv, "pip", "install", "--python", python]
-    raise EnvironmentProblem("no installer: the daemon's Python has no pip, and no uv is on PATH")
-
-
-def _has_pip() -> bool:
-    """By its metadata, not importlib.util.find_spec("pip"): setuptools' distutils shim takes a lookup of "pip" for
-    pip starting, and from then on hands this process the standard library's distutils (torch's inductor then fails
-    to compile: tests/daemon/test_matrix.py caught it)."""
-    try:
-        importlib.metadata.version("pip")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with path.open(errors="replace") as f:
-            return "".join(deque(f, maxlen=lines)).rstrip()
-    except OSError:
-        return ""
-
-
 # ---- a worker of another interpreter --------------------------------------------------------------------------------
-
-
-def worker_path() -> str:
-    """PYTHONPATH for a worker of another environment: a directory that holds only a link to this daemon's benchd
-    package (no other package of the daemon's comes along), first on the path: the worker runs the daemon's code
-    and protocol, whatever benchd the environment has installed."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256(str(package).encode()).hexdigest()[:12]
-    linked = Path(os.environ.get("TMPDIR", "/tmp")) / f"benchd-worker-path-{os.getuid()}-{digest}"
-    link = linked / "benchd"
-    if not link.is_symlink() or link.resolve() != package:
-        linked.mkdir(parents=True, exist_ok=True)
-        temporary = linked / f"benchd.{os.getpid()}.{threading.get_ident()}"
-        temporary.unlink(missing_ok=True)
-        temporary.symlink_to(package)
-        temporary.replace(link)
-    return str(linked)
 
 
 class ForeignProcess:
@@ -311,9 +242,13 @@ class ForeignProcess:
 
     def start(self) -> Connection:
         """Started; the daemon's end of the pair (the worker's own end is closed here once it has it)."""
+        if self.interpreter.state is None:
+            raise UnsafePath("no directory for the worker's import path (BENCHD_ENVIRONMENTS_DIR)")
+        path = worker_path(self.interpreter.state)  # checked again at each start: UnsafePath, the worker's death
         ours, theirs = socket.socketpair()
-        env = {**os.environ, **self.env}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (worker_path(), os.environ.get("PYTHONPATH")) if p)
+        # PYTHONSAFEPATH: `python -m` would put the working directory first on its path, ahead of that private one.
+        env = {**os.environ, **self.env, "PYTHONSAFEPATH": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)
         with open(self.log_path, "a") as log:  # what it says before it takes its log itself (an import failing)
             self._popen = subprocess.Popen(
                 [self.interpreter.python, "-m", "benchd.worker.entry", str(theirs.fileno()), self.slot_key,

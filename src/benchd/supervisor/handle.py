@@ -41,6 +41,7 @@ from benchd.protocol.messages import (
 )
 from benchd.protocol.metadata import RunMetadata
 from benchd.supervisor import orphans
+from benchd.supervisor.builds import public
 from benchd.supervisor.environments import CURRENT_INTERPRETER, ForeignProcess, Interpreter
 from benchd.worker import entry
 
@@ -118,12 +119,9 @@ class WorkerHandle:
         worker before this one (this one then measures nothing); interpreter: the Python environment it runs in
         (supervisor/environments.py)."""
         self.slot, self.settings, self.on_death = slot, settings, on_death
-        self.interpreter = interpreter
-        self.environment = interpreter.environment
-        self.memory_fraction = memory_fraction
-        self.known_speed = speed
-        self.name = slot.name
-        self.log_path = settings.log_dir / f"{self.name}.log"
+        self.interpreter, self.environment = interpreter, interpreter.environment
+        self.memory_fraction, self.known_speed = memory_fraction, speed
+        self.name, self.log_path = slot.name, settings.log_dir / f"{slot.name}.log"
         self.state = "new"  # new | starting | ready | dead | stopped
         self.pid: int | None = None
         self.hello: Hello | None = None  # what it said as it started
@@ -144,8 +142,7 @@ class WorkerHandle:
         self._deadline: tuple[float, str] | None = None  # the run's: (seconds into its "run" phase, the cause)
         self._oom_before: int | None = None
         self._thread: threading.Thread | None = None
-        self._stopping = False
-        self._stop_watching = False  # killed from outside: the watch thread leaves the end to kill()
+        self._stopping = self._stop_watching = False  # the latter: killed from outside, kill() ends it, not the watch
         self._end_lock = threading.Lock()
         self._pid_file: Path | None = None
         self._log_from = 0  # where this process's lines start in its log
@@ -158,10 +155,13 @@ class WorkerHandle:
         self._conn, child = context.Pipe()
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         orphans.reap(self.settings.log_dir)  # a killed daemon's workers still holding a device
-        with self.log_path.open("a") as f:
-            f.write(f"---- {self.name} starting on {self.slot.key} in environment {self.environment} at "
-                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-            self._log_from = f.tell()  # this process's lines start here: an earlier worker's are not its cause
+        try:  # this process's lines start after its header: an earlier worker's are not its cause
+            with self.log_path.open("a") as f:
+                f.write(f"---- {self.name} starting on {self.slot.key} in environment {self.environment} at "
+                        f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+                self._log_from = f.tell()
+        except OSError as error:  # a full or failing disk: the worker starts all the same, its log says less
+            log.warning("%s: its log takes no writes (%s)", self.name, error.strerror)
         env = {**self.slot.env, "BENCHD_WORKER_NICE": str(self.settings.nice),
                "BENCHD_WORKER_DISPATCH_PRIORITY": str(self.settings.dispatch_priority),
                "BENCHD_WORKER_MEMORY_FRACTION": str(self.memory_fraction),
@@ -181,10 +181,11 @@ class WorkerHandle:
         if isinstance(self._process, ForeignProcess):
             try:
                 self._conn = self._process.start()
-            except OSError as error:  # the interpreter cannot be executed: its death, as a crash is
+            except OSError as error:  # no interpreter to execute, an import path not private: its death, as a crash
                 self._conn = None
-                self._end(Death("start", f"the worker could not start in environment {self.environment!r} "
-                                         f"({self.interpreter.python}): {error}"))
+                log.error("%s could not start (%s): %s", self.name, self.interpreter.python, error)
+                self._end(Death("start", f"the worker could not start in environment {self.environment!r}: "
+                                         f"{public(str(error))}"))
                 return
         else:
             self._process.start()

@@ -40,7 +40,12 @@ def record(log_dir: Path, name: str, pid: int) -> Path | None:
     if stat is None:
         return None
     path = log_dir / f"{name}.{pid}{SUFFIX}"
-    path.write_text(f"{pid} {stat[2]} {os.getpid()}\n")
+    try:
+        path.write_text(f"{pid} {stat[2]} {os.getpid()}\n")
+    except OSError as error:  # a full or failing disk: the worker runs, a daemon killed meanwhile cannot reap it
+        log.warning("the pid file of %s could not be written (%s)", name, error.strerror)
+        path.unlink(missing_ok=True)
+        return None
     return path
 
 

@@ -5,6 +5,7 @@ run and the next run finds a worker ready."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -45,11 +46,15 @@ class WorkerPool:
         self._closing = False
 
     def start(self) -> None:
+        # Workers start without the working directory first on their path (multiprocessing's spawn runs `python -c`,
+        # which would put it ahead of the standard library): a directory others may write is never imported from.
+        os.environ["PYTHONSAFEPATH"] = "1"
         for slot in self.slots:
             self._spawn(slot)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._closing = True
+        self.environments.stop()  # a build in progress ends with the daemon
         for worker in list(self.workers.values()):
             worker.stop(timeout_s)
 
@@ -157,13 +162,16 @@ class WorkerPool:
 
     def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
                environment: str = CURRENT, wait_s: float = 0.0, trace_id: str | None = None,
-               confine: dict | None = None, deadline: Deadline | None = None) -> None:
+               confine: dict | None = None, deadline: Deadline | None = None,
+               beat: Callable[[], None] = lambda: None) -> None:
         """Hand the run to the device's worker (which names its device its own way: cpu, or cuda for its only
         visible GPU), waiting up to wait_s for one being (re)started; a worker of another environment than the
         run's (its own did not start: arrange) fails the run with why. environment: the run's (RunSpec's
-        worker_environment). confine, deadline: WorkerHandle.submit's."""
+        worker_environment). confine, deadline: WorkerHandle.submit's; beat(): called as it waits (the caller's
+        loop moves)."""
         waited_until = time.perf_counter() + wait_s
         while True:
+            beat()
             worker = self.worker_for(device)
             if worker is not None and worker.environment != environment:
                 failed, why = self.failures.get(worker.slot.key, (None, None))

@@ -73,12 +73,13 @@ def change_points(m: Metrics, workload: str, found: list[ChangePoint], new: list
 
 
 def latest_changes(m: Metrics, workload: str, changes: list[ChangePoint]) -> None:
-    """The latest change point of each figure and GPU model as gauges; the workload's others are removed."""
+    """The latest change point of each figure and GPU model as gauges (changes: oldest first, in the series' order,
+    which no clock moves); the workload's others are removed."""
     m.touch(workload)
     for family in m.change_families:
         family.forget("workload", workload)
     latest: dict[tuple[str, str], ChangePoint] = {}
-    for change in sorted(changes, key=lambda c: c.at):
+    for change in changes:
         latest[(change.figure, change.device)] = change
     for (figure, device), change in latest.items():
         m.change_relative.labels(workload, figure, device).set(change.relative_change)

@@ -20,6 +20,20 @@ from prometheus_client.utils import floatToGoString
 MAX_SERIES = 10_000  # per family, whatever clients send
 
 
+def _escaped(char: str) -> str:
+    return char if char.isprintable() else f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def clean(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Label values as Prometheus gets them: every character Python does not print (controls such as CR, ESC and
+    BEL, the line and paragraph separators, the formatting ones: bidi overrides and isolates, zero widths) written
+    as its escape (\\x1b, \\u202e), so that no name a client sets (a matrix's values, a label, a model) splits a line,
+    moves a terminal's cursor or reorders what a dashboard shows. Printable values, nearly all, come back as given."""
+    if all(value.isprintable() for value in values):
+        return values
+    return tuple(value if value.isprintable() else "".join(map(_escaped, value)) for value in values)
+
+
 class _HistogramSeries:
     """One label set's buckets; observe() is the per-token hot path: a bisect and two additions."""
 
@@ -70,6 +84,7 @@ class HotFamily(Collector):
         raise NotImplementedError
 
     def labels(self, *values: str) -> Any:
+        values = clean(values)
         with self._lock:
             series = self.series.get(values)
             if series is None:
@@ -84,6 +99,7 @@ class HotFamily(Collector):
 
     def remove(self, *values: str) -> None:
         """Remove one series (its label values in order), if it is there: a scrape no longer finds it."""
+        values = clean(values)
         with self._lock:
             self.series.pop(values, None)
 
@@ -91,7 +107,7 @@ class HotFamily(Collector):
         """Remove every series whose label has this value; how many went."""
         if label not in self.labelnames:
             return 0
-        position = self.labelnames.index(label)
+        position, (value,) = self.labelnames.index(label), clean((value,))
         with self._lock:
             gone = [values for values in self.series if values[position] == value]
             for values in gone:
