@@ -14,7 +14,7 @@ router = APIRouter(tags=["health"], route_class=GuardedRoute)
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """The process answers."""
     return {"status": "ok"}
 
@@ -22,7 +22,7 @@ def healthz() -> dict[str, str]:
 @router.get("/readyz", response_model=Readiness, responses={503: {
     "model": Readiness, "description": "A worker is not up, the daemon's model has not loaded (or failed to), or the "
                                        "run loop stopped."}})
-def readyz(services: ServicesDep) -> JSONResponse:
+async def readyz(services: ServicesDep) -> JSONResponse:
     """Ready once every worker answers with the daemon's model loaded and runs execute. A store that is degraded
     (the database is unreachable) leaves the daemon ready: runs go on and their writes wait in the journal."""
     daemon = services.daemon
