@@ -37,3 +37,30 @@ def release() -> None:
     frozen cycle holding its tensors would otherwise keep their memory, on the device too)."""
     gc.unfreeze()
     gc.collect()
+
+
+def trim() -> None:
+    """The C heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere): what a large answer
+    allocated and freed on a pool thread stays in that thread's malloc arena otherwise, and the daemon's memory
+    ratchets up read after read."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    global _LIBC
+    if _LIBC is None:
+        name = ctypes.util.find_library("c")
+        try:
+            found = ctypes.CDLL(name) if name else None
+        except OSError:
+            found = None
+        _LIBC = found if found is not None and hasattr(found, "malloc_trim") else False
+    return _LIBC or None
+
+
+_LIBC = None
