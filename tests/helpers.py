@@ -270,10 +270,11 @@ class PostgresServer:
 
 
 def fill_store(url: str, spool_dir: Path, runs: int, workload: str = "filled", node: str = NODE,
-               step_every: int = 0) -> None:
+               step_every: int = 0, first: int = 0) -> None:
     """A store holding `runs` succeeded runs of one workload on one node, written in bulk (100k in a few seconds),
     each as the daemon stores one: its spec, first stage's figures and summary, metadata and hardware summary.
-    step_every: the figures step up and down every that many runs (a series with change points to find)."""
+    step_every: the figures step up and down every that many runs (a series with change points to find); first: the
+    index of the first run (its id and time: a minute each from 2026-01-01), to add runs to a filled store."""
     import random
     from datetime import UTC, datetime, timedelta
 
@@ -294,9 +295,9 @@ def fill_store(url: str, spool_dir: Path, runs: int, workload: str = "filled", n
     rng = random.Random(0)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     with engine.begin() as db:
-        for first in range(0, runs, 5_000):
+        for block in range(first, first + runs, 5_000):
             rows, stages = [], []
-            for i in range(first, min(first + 5_000, runs)):
+            for i in range(block, min(block + 5_000, first + runs)):
                 itl = 0.010 * (1.1 if step_every and (i // step_every) % 2 else 1.0) * rng.lognormvariate(0, 0.01)
                 figures = {"ttft_p50_s": 5 * itl, "ttft_p99_s": 9 * itl, "itl_p50_s": itl, "itl_p99_s": 2 * itl,
                            "tpot_p50_s": itl, "e2e_p99_s": 20 * itl}

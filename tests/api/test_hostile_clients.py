@@ -43,7 +43,8 @@ def roots(tmp_path_factory):
 def server(tmp_path_factory, roots):
     tmp = tmp_path_factory.mktemp("daemon")
     with daemon(tmp, model_roots=[str(roots)], api_token=TOKEN, queue_max=QUEUE, schedules=[NEVER_FITS],
-                limits={"max_trace_bytes": 16 << 20, "memory_bytes": 1 << 30}) as server:
+                limits={"max_trace_bytes": 16 << 20, "memory_bytes": 1 << 30},
+                http={"probe_port": free_port()}) as server:
         server.http.headers.update(AUTH)
         server.wait_ready()
         yield server
@@ -294,6 +295,35 @@ def test_reads_need_the_token_when_the_setting_says_so(server):
     finally:
         reads.need_token = False
     assert httpx.get(f"{server.url}/runs").status_code == 200
+
+
+def test_probes_and_scrapes_take_no_thread_of_the_pool(server, monkeypatch):
+    # Issue 48: get_services was a sync dependency, so /metrics and /readyz waited for a thread of the pool behind
+    # every client request (200 clients on GET /runs: /metrics p99 2.6 s). Here every thread is held by a listing.
+    services = server.app.state.services
+    release, holding, lock = threading.Event(), [0], threading.Lock()
+    list_runs = services.store.list_runs
+
+    def held(*args, **kwargs):
+        with lock:
+            holding[0] += 1
+        release.wait(60)
+        return list_runs(*args, **kwargs)
+
+    monkeypatch.setattr(services.store, "list_runs", held)
+    threads = services.settings.http.threads
+    probes = f"http://127.0.0.1:{services.settings.http.probe_port}"
+    with concurrent.futures.ThreadPoolExecutor(threads + 4) as pool:
+        listings = [pool.submit(httpx.get, f"{server.url}/runs", timeout=90) for _ in range(threads + 4)]
+        try:
+            wait_for(lambda: holding[0] == threads, 30, "every thread of the pool held")
+            for url in (server.url, probes):
+                for path in ("/metrics", "/readyz", "/healthz"):
+                    assert httpx.get(f"{url}{path}", timeout=10).status_code == 200, (url, path)
+            assert holding[0] == threads  # the listings beyond the pool's threads still wait for one
+        finally:
+            release.set()
+        assert all(listing.result().status_code == 200 for listing in listings)
 
 
 # ---- what a spec makes the daemon hold -------------------------------------------------------------------------
