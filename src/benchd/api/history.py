@@ -68,6 +68,9 @@ def get_history(workload: Annotated[Name, Path()], services: ServicesDep,
         deadline = time.monotonic() + reads.history_timeout_s
         try:
             runs = history.series_runs(store, workload, limit, node=node)
+            if not runs:  # succeeded runs, but none a generation run's (no figures for a history)
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no succeeded generation run of {workload}"
+                                    + (f" on node {node}" if node else ""))
             stored = history.list_change_points(store, workload, node=node, active=True, limit=1_000).items
             found = view(workload, runs, stored, limit, services.settings.compare_confidence, deadline)
             in_time(deadline)

@@ -95,9 +95,10 @@ class Http(BaseModel):
     max_connections: Annotated[int, Field(ge=1)] | None = None
     probe_max_connections: Annotated[int, Field(ge=1, le=1024)] = 32  # the probe listener's
     backlog: Annotated[int, Field(ge=1, le=4096)] = 128  # each listener's queue of connections not yet accepted
-    # Threads that run the main port's sync handlers (anyio's pool: 40 by default). Every thread that runs Python
-    # takes turns at the GIL with the probe listener's; the costly reads hold at most their slots of them.
-    threads: Annotated[int, Field(ge=4, le=256)] = 16
+    # Threads that run the main port's sync handlers (anyio's pool: 40). Each thread running a client's request takes
+    # turns at the GIL before a scrape's on the probe listener: with 4, the clients were served faster than with 16
+    # and a scrape's p99 under 200 of them fell from 105 to 49 ms (docs/benchmarks/hostile-clients.md).
+    threads: Annotated[int, Field(ge=1, le=256)] = 4
 
 
 class ValidityDefaults(ValidityRules):
