@@ -6,6 +6,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -84,6 +86,28 @@ class LiveServer:
 
         wait_for(reached, timeout_s, f"run {run_id} to reach {statuses}")
         return found
+
+
+@contextmanager
+def peak_rss(pid: int, every_s: float = 0.02) -> Iterator[list[int]]:
+    """The process's RSS sampled while the block runs: the list (its first, the RSS before) filled as it goes."""
+    import psutil
+
+    process = psutil.Process(pid)
+    found, done = [process.memory_info().rss], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            found.append(process.memory_info().rss)
+            time.sleep(every_s)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield found
+    finally:
+        done.set()
+        sampler.join()
 
 
 def wait_for(condition, timeout_s: float = 60, what: str = "condition") -> None:

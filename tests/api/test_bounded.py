@@ -8,7 +8,6 @@ import resource
 import socket
 import subprocess
 import sys
-import threading
 import time
 from types import SimpleNamespace
 
@@ -16,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.helpers import ROOT, fill_store, free_port, wait_for
+from tests.helpers import ROOT, fill_store, free_port, peak_rss, wait_for
 
 # Timings and the daemon's memory: alone on the machine (make test runs these after the rest).
 pytestmark = [pytest.mark.quiet, pytest.mark.timeout(600)]
@@ -120,23 +119,10 @@ def test_histories_are_built_a_few_at_a_time_kept_and_the_daemon_returns_to_idle
     process, main = bounded.process, bounded.main
     daemon = psutil.Process(process.pid)
     assert httpx.get(f"{main}/history/filled", params={"limit": 100}, timeout=60).status_code == 200  # imports
-    idle = daemon.memory_info().rss
-    peak, done = [idle], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak.append(daemon.memory_info().rss)
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(80) as pool:
-            answers = list(pool.map(lambda _: httpx.get(f"{main}/history/filled", params={"limit": RUNS},
-                                                        timeout=120), range(80)))
-    finally:
-        done.set()
-        sampler.join()
+    with peak_rss(process.pid) as peak, concurrent.futures.ThreadPoolExecutor(80) as pool:
+        answers = list(pool.map(lambda _: httpx.get(f"{main}/history/filled", params={"limit": RUNS}, timeout=120),
+                                range(80)))
+    idle = peak[0]
     time.sleep(1.0)
     after = daemon.memory_info().rss
     # Two builds at once (about 40 MB each here) and the answers kept (64 MiB at most): far from 80 builds' 2 GB.

@@ -13,7 +13,6 @@ import time
 from dataclasses import replace
 
 import httpx
-import psutil
 import pytest
 import sqlalchemy as sa
 
@@ -23,7 +22,7 @@ from benchd.measure.outcome import RunOutcome
 from benchd.spec import traces
 from benchd.store.database import Store, StoreUnavailable
 from benchd.store.writer import StageRequests
-from tests.helpers import NODE, daemon, free_port, make_spec, serve, spec, submit, wait_for
+from tests.helpers import NODE, daemon, free_port, make_spec, peak_rss, serve, spec, submit, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -229,24 +228,10 @@ def test_compare_refuses_repeated_and_empty_ids_and_more_requests_than_it_loads(
 def test_listing_runs_with_large_specs_does_not_swell_the_daemon(stored):
     # 60 stored specs of ~1 MB: eight GET /runs?limit=500 at once took the daemon from 184 MB to 2.14 GB.
     url, process, _ = stored
-    daemon_process = psutil.Process(process.pid)
-    before = daemon_process.memory_info().rss
-    peak, done = [before], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak.append(daemon_process.memory_info().rss)
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            pages = list(pool.map(lambda _: httpx.get(f"{url}/runs", params={"workload": "large", "limit": 500},
-                                                      timeout=120).json(), range(8)))
-    finally:
-        done.set()
-        sampler.join()
+    with peak_rss(process.pid) as peak, concurrent.futures.ThreadPoolExecutor(8) as pool:
+        pages = list(pool.map(lambda _: httpx.get(f"{url}/runs", params={"workload": "large", "limit": 500},
+                                                  timeout=120).json(), range(8)))
+    before = peak[0]
     assert max(peak) - before < 100 << 20, (before >> 20, max(peak) >> 20)
     assert all(len(page["items"]) == 30 for page in pages)
     assert all(item["spec"] is None and item["omitted"] == ["spec"] for item in pages[0]["items"])
