@@ -340,6 +340,8 @@ def fill_store(url: str, spool_dir: Path, runs: int, workload: str = "filled", n
                                                                     ("e2e_s", 15 * itl, 20 * itl))}}],
                              "run_metadata": {"device_name": "cpu", "device": "cpu", "environment": "current"},
                              "hardware": {"throttled_fraction": None}, "energy_per_token_j": 0.5 * itl})
+                if "seq" in runs_table.c:  # the store's order, where its schema has one (issue 48, 8)
+                    rows[-1]["seq"] = i + 1
                 stages.append({"run_id": run_id, "stage_index": 0, "gpu": "", **stage, **figures})
             db.execute(runs_table.insert(), rows)
             db.execute(run_stages.insert(), stages)
