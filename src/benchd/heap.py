@@ -12,6 +12,9 @@ that became garbage outlives that.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import gc
 
 GROWTH = 0.25  # CPython's own rule for a full collection: the long-lived heap grew by a quarter
@@ -48,19 +51,11 @@ def trim() -> None:
         libc.malloc_trim(0)
 
 
-def _libc():
-    import ctypes
-    import ctypes.util
-
-    global _LIBC
-    if _LIBC is None:
-        name = ctypes.util.find_library("c")
-        try:
-            found = ctypes.CDLL(name) if name else None
-        except OSError:
-            found = None
-        _LIBC = found if found is not None and hasattr(found, "malloc_trim") else False
-    return _LIBC or None
-
-
-_LIBC = None
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None

@@ -78,11 +78,11 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         # The pool of the main port's sync handlers: bounded by the setting (docs/guides/daemon.md, "Connections and
         # probes"). anyio keeps one limiter an event loop: the probe listener's loop has its own.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.http.threads
-        probes = None
-        if settings.http.probe_port is not None:
-            probes = ProbeListener(app.state.services, settings.host, settings.http.probe_port, settings.http)
-            probes.start()
+        probes = None if settings.http.probe_port is None else ProbeListener(
+            app.state.services, settings.host, settings.http.probe_port, settings.http)
         try:
+            if probes is not None:
+                probes.start()  # a port taken stops the daemon's start, its workers stopped below
             yield
         finally:
             if probes is not None:

@@ -31,7 +31,7 @@ def _view(schedule: Schedule) -> ScheduleView:
 
 PAGE = {"headers": {
     "X-Total-Count": {"description": "Schedules in all.", "schema": {"type": "integer"}},
-    "Link": {"description": 'The next page, while schedules remain: `</schedules?limit=100&offset=100>; rel="next"`.',
+    "Link": {"description": 'The next page, while schedules remain: `</schedules?limit=500&offset=500>; rel="next"`.',
              "schema": {"type": "string"}}}}
 
 
