@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -99,6 +101,28 @@ def fill(directory: Path) -> Path:
                 if error.errno != errno.ENOSPC:
                     raise
     return filler
+
+
+@contextmanager
+def peak_rss(pid: int, every_s: float = 0.02) -> Iterator[list[int]]:
+    """The process's RSS sampled while the block runs: the list (its first, the RSS before) filled as it goes."""
+    import psutil
+
+    process = psutil.Process(pid)
+    found, done = [process.memory_info().rss], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            found.append(process.memory_info().rss)
+            time.sleep(every_s)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield found
+    finally:
+        done.set()
+        sampler.join()
 
 
 def wait_for(condition, timeout_s: float = 60, what: str = "condition") -> None:
@@ -279,3 +303,61 @@ class PostgresServer:
         except subprocess.CalledProcessError:
             pass  # already stopped
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+# ---- a filled store ---------------------------------------------------------------------------------------
+
+
+def fill_store(url: str, spool_dir: Path, runs: int, workload: str = "filled", node: str = NODE,
+               step_every: int = 0, first: int = 0) -> None:
+    """A store holding `runs` succeeded runs of one workload on one node, written in bulk (100k in a few seconds),
+    each as the daemon stores one: its spec, first stage's figures and summary, metadata and hardware summary.
+    step_every: the figures step up and down every that many runs (a series with change points to find); first: the
+    index of the first run (its id and time: a minute each from 2026-01-01), to add runs to a filled store."""
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    import sqlalchemy as sa
+
+    from benchd.measure.summary import summarize
+    from benchd.store.database import Store
+    from benchd.store.schema import run_stages
+    from benchd.store.schema import runs as runs_table
+
+    store = Store(url, spool_dir, node=node)
+    store.start()
+    assert store.wait_ready(60)
+    store.close()
+    spec = make_spec(name=workload).model_dump(mode="json")
+    summary = summarize("concurrent=4", "succeeded", []).model_dump(mode="json")  # a whole one, its figures set below
+    engine = sa.create_engine(url)
+    rng = random.Random(0)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with engine.begin() as db:
+        for block in range(first, first + runs, 5_000):
+            rows, stages = [], []
+            for i in range(block, min(block + 5_000, first + runs)):
+                itl = 0.010 * (1.1 if step_every and (i // step_every) % 2 else 1.0) * rng.lognormvariate(0, 0.01)
+                figures = {"ttft_p50_s": 5 * itl, "ttft_p99_s": 9 * itl, "itl_p50_s": itl, "itl_p99_s": 2 * itl,
+                           "tpot_p50_s": itl, "e2e_p99_s": 20 * itl}
+                stage = {"stage": "concurrent=4", "status": "succeeded", "requests": 12, "errors": 0,
+                         "duration_s": 1.0, "output_tokens_per_s": 4 / itl, "requests_per_s": 12.0,
+                         "kv_cache_occupancy_peak": 0.1}
+                run_id = f"{workload[:20]}{i:07d}"
+                at = start + timedelta(minutes=i)
+                rows.append({"id": run_id, "status": "succeeded", "workload": workload, "model": "tiny",
+                             "engine": "transformers", "spec": spec, "node": node, "created_at": at,
+                             "started_at": at, "finished_at": at + timedelta(seconds=2), "valid": True,
+                             "summary": [{**summary, **stage,
+                                          **{name: {**summary[name], "count": 12, "p50": p50, "p99": p99}
+                                             for name, p50, p99 in (("ttft_s", 5 * itl, 9 * itl),
+                                                                    ("itl_s", itl, 2 * itl), ("tpot_s", itl, itl),
+                                                                    ("e2e_s", 15 * itl, 20 * itl))}}],
+                             "run_metadata": {"device_name": "cpu", "device": "cpu", "environment": "current"},
+                             "hardware": {"throttled_fraction": None}, "energy_per_token_j": 0.5 * itl})
+                if "seq" in runs_table.c:  # the store's order, where its schema has one (issue 48, 8)
+                    rows[-1]["seq"] = i + 1
+                stages.append({"run_id": run_id, "stage_index": 0, "gpu": "", **stage, **figures})
+            db.execute(runs_table.insert(), rows)
+            db.execute(run_stages.insert(), stages)
+    engine.dispose()

@@ -12,6 +12,9 @@ that became garbage outlives that.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import gc
 
 GROWTH = 0.25  # CPython's own rule for a full collection: the long-lived heap grew by a quarter
@@ -37,3 +40,22 @@ def release() -> None:
     frozen cycle holding its tensors would otherwise keep their memory, on the device too)."""
     gc.unfreeze()
     gc.collect()
+
+
+def trim() -> None:
+    """The C heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere): what a large answer
+    allocated and freed on a pool thread stays in that thread's malloc arena otherwise, and the daemon's memory
+    ratchets up read after read."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None

@@ -135,3 +135,18 @@ def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_si
     found = judge(change_point(), "succeeded", None, comparison)
     assert found.status == verdict and found.matrix_id == "m1" and found.environments == ["a", "b"]
     assert judge(change_point(), "failed", "1 of 4 runs did not succeed", comparison).status == "failed"
+
+
+def test_a_history_view_past_its_deadline_stops_with_over_budget():
+    # Issue 48: /history?limit=10000 had no time bound (3.6 s a read, 11.7 s with 798 change points).
+    import time
+
+    from benchd.measure.bootstrap import OverBudget
+    from benchd.measure.history_view import view
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    runs = [SeriesRun(f"r{i}", at + timedelta(minutes=i), "n", "H100", True, None, {"itl_s.p50": 0.01})
+            for i in range(20)]
+    assert view("w", runs, [], 20, deadline=time.monotonic() + 60).series[0].runs == 20
+    with pytest.raises(OverBudget):
+        view("w", runs, [], 20, deadline=time.monotonic() - 1)

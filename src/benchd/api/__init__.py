@@ -6,6 +6,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -14,8 +15,9 @@ from fastapi.responses import JSONResponse
 import benchd
 from benchd.api import compare, health, history, matrices, runs, schedules
 from benchd.api.admission import Memory
-from benchd.api.deps import Services, Slots
+from benchd.api.deps import Answers, Services, Slots
 from benchd.api.guard import validation_detail
+from benchd.api.probes import ProbeListener
 from benchd.api.schemas import RETRY_AFTER_S
 from benchd.daemon.schedules import DEFAULT_SCHEDULE_SPEC
 from benchd.daemon.service import Daemon
@@ -70,10 +72,21 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         app.state.services = Services(settings, store, daemon, events, registry, sampler, memory,
                                       Slots(reads.compare_slots, "comparisons", "BENCHD_READS__COMPARE_SLOTS"),
                                       Slots(reads.record_slots, "reads of a run's records",
-                                            "BENCHD_READS__RECORD_SLOTS"))
+                                            "BENCHD_READS__RECORD_SLOTS"),
+                                      Slots(reads.history_slots, "histories", "BENCHD_READS__HISTORY_SLOTS"),
+                                      Answers(reads.history_kept_bytes))
+        # The pool of the main port's sync handlers: bounded by the setting (docs/guides/daemon.md, "Connections and
+        # probes"). anyio keeps one limiter an event loop: the probe listener's loop has its own.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.http.threads
+        probes = None if settings.http.probe_port is None else ProbeListener(
+            app.state.services, settings.host, settings.http.probe_port, settings.http)
         try:
+            if probes is not None:
+                probes.start()  # a port taken stops the daemon's start, its workers stopped below
             yield
         finally:
+            if probes is not None:
+                probes.stop()
             await run_in_threadpool(daemon.stop)
             await run_in_threadpool(telemetry.shutdown)
             sampler.stop()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
@@ -43,6 +44,36 @@ class Slots:
             self._free.release()
 
 
+class Answers:
+    """Built answers kept by key while their version holds (a /history answer until its workload gets a run or an
+    analysis), the most recently used kept first within max_bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[Hashable, tuple[Hashable, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, version: Hashable) -> bytes | None:
+        with self._lock:
+            found = self._kept.get(key)
+            if found is None or found[0] != version:
+                return None
+            self._kept.move_to_end(key)
+            return found[1]
+
+    def put(self, key: Hashable, version: Hashable, body: bytes) -> None:
+        with self._lock:
+            if (old := self._kept.pop(key, None)) is not None:
+                self._bytes -= len(old[1])
+            if len(body) > self.max_bytes:
+                return
+            self._kept[key] = (version, body)
+            self._bytes += len(body)
+            while self._bytes > self.max_bytes:
+                self._bytes -= len(self._kept.popitem(last=False)[1][1])
+
+
 @dataclass(slots=True)
 class Services:
     settings: Settings
@@ -54,6 +85,8 @@ class Services:
     memory: Memory
     compares: Slots  # GET /compare
     records: Slots  # reads of a run's every record
+    histories: Slots  # GET /history answers built
+    answers: Answers  # GET /history answers kept
 
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against
@@ -80,7 +113,9 @@ class Services:
         return spec
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    """Async, so that resolving it takes no thread of the pool: a sync dependency of an async handler (/metrics,
+    /readyz) would queue it behind every client request waiting for one of the pool's 40 threads."""
     return request.app.state.services
 
 
@@ -99,7 +134,7 @@ def token_accepted(settings: Settings, authorization: str | None) -> bool:
                                                                   token.get_secret_value().encode())
 
 
-def require_token(
+async def require_token(
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

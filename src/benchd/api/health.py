@@ -29,7 +29,7 @@ async def healthz(request: Request) -> JSONResponse:
 @router.get("/readyz", response_model=Readiness, responses={503: {
     "model": Readiness, "description": "A worker is not up, the daemon's model has not loaded (or failed to), the "
                                        "store takes no writes, or a loop stopped: `reasons` says which."}})
-def readyz(services: ServicesDep) -> JSONResponse:
+async def readyz(services: ServicesDep) -> JSONResponse:
     """Ready once every worker answers with the daemon's model loaded, runs execute and the store takes writes. A
     store that is degraded (the database is unreachable) leaves the daemon ready: runs go on and their writes wait in
     the journal; a journal that takes no writes (its disk full, failing or read-only) does not: no run starts."""

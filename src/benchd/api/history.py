@@ -3,17 +3,20 @@ each, and the interleaved matrix that confirms one."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from fastapi.responses import HTMLResponse
 
+from benchd import heap
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.runs import _as_json
 from benchd.api.schemas import RETRY_AFTER_S, errors
 from benchd.daemon.history import NotConfirmable
 from benchd.daemon.queue import QueueFull
+from benchd.measure.bootstrap import OverBudget, in_time
 from benchd.measure.history import ChangePoint, FigureName
 from benchd.measure.history_view import HistoryView, view
 from benchd.report.history import changes_page, history_page
@@ -39,24 +42,48 @@ class ChangePage(Documented):
 
 # Reads only: the analysis runs after each run on the daemon's history thread (daemon/history.py), never in a
 # request; a history is what the store holds, at most `limit` runs (the newest), drawn between the change points
-# stored for it. Handlers are plain functions: FastAPI runs them on its thread pool, off the event loop.
+# stored for it. An answer is built once a version of the series (its runs, its change points, the daemon's analyses
+# of it) and kept (BENCHD_READS__HISTORY_KEPT_BYTES); building one takes one of BENCHD_READS__HISTORY_SLOTS, within
+# BENCHD_READS__HISTORY_TIMEOUT_S. Handlers are plain functions: FastAPI runs them on its thread pool.
 @router.get("/history/{workload}", response_model=HistoryView, responses={**errors(404, 422, 503), 200: HTML})
 def get_history(workload: Annotated[Name, Path()], services: ServicesDep,
                 limit: Annotated[int, Query(ge=1, le=history.MAX_RUNS)] = 500,
                 node: Annotated[str | None, Query(max_length=253)] = None,
-                format: Literal["json", "html"] = "json"):
+                format: Literal["json", "html"] = "json") -> Response:
     """The workload's series (one a GPU model and node): each headline figure's points, oldest first, its segments
     between change points, the change points with the stack between their segments, and the runs left out
-    (invalid, or under another clock state)."""
-    runs = history.series_runs(services.store, workload, limit, node=node)
-    if not runs:
+    (invalid, or under another clock state). Anonymous and up to 10,000 runs, so bounded: answers built at once
+    and the seconds one takes (503 with Retry-After past either, BENCHD_READS__HISTORY_*); an answer is built once
+    a new run or analysis of the workload, and kept."""
+    store, reads = services.store, services.settings.reads
+    version = (services.daemon.history.analyses.get(workload, 0), *history.series_version(store, workload, node))
+    if version[1] == 0:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no succeeded run of {workload}"
                             + (f" on node {node}" if node else ""))
-    stored = history.list_change_points(services.store, workload, node=node, active=True, limit=1_000).items
-    found = view(workload, runs, stored, limit, services.settings.compare_confidence)
-    if format == "html":
-        return HTMLResponse(history_page(found))
-    return found
+    media = "text/html; charset=utf-8" if format == "html" else "application/json"
+    key = (workload, node, limit, format)
+    if (body := services.answers.get(key, version)) is not None:
+        return Response(body, media_type=media)
+    with services.histories.taken():
+        deadline = time.monotonic() + reads.history_timeout_s
+        try:
+            runs = history.series_runs(store, workload, limit, node=node)
+            if not runs:  # succeeded runs, but none a generation run's (no figures for a history)
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no succeeded generation run of {workload}"
+                                    + (f" on node {node}" if node else ""))
+            stored = history.list_change_points(store, workload, node=node, active=True, limit=1_000).items
+            found = view(workload, runs, stored, limit, services.settings.compare_confidence, deadline)
+            in_time(deadline)
+            body = history_page(found).encode() if format == "html" else found.model_dump_json().encode()
+        except OverBudget:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, (
+                f"the history took more than {reads.history_timeout_s:g} s to build "
+                "(BENCHD_READS__HISTORY_TIMEOUT_S): try again when the daemon is less busy, or ask for fewer runs"),
+                headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        del runs, stored, found
+        heap.trim()  # what the build freed goes back to the system, not kept in this thread's malloc arena
+    services.answers.put(key, version, body)
+    return Response(body, media_type=media)
 
 
 @router.get("/changes", response_model=ChangePage, responses={**errors(422, 503), 200: HTML})

@@ -134,6 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from benchd.api import create_app
+    from benchd.api.connections import main_listener
     from benchd.daemon.settings import Settings
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -153,7 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(0.001)
     heap.settle()
     # uvicorn turns SIGTERM and Ctrl-C into a clean shutdown: the lifespan marks the current run interrupted.
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", **main_listener(settings.http))
     return EXIT_OK
 
 

@@ -60,6 +60,9 @@ class History:
         self._thread = threading.Thread(target=self._loop, name="benchd-history", daemon=True)
         self._lock = threading.Lock()  # one analysis or confirmation at a time
         self.analysed = threading.Event()  # set after each analysis (tests wait on it)
+        # Analyses made of each workload: a /history answer built before the latest is no longer served
+        # (api/history.py keeps them); read without a lock, an int replaced whole.
+        self.analyses: dict[str, int] = {}
 
     # ---- the thread --------------------------------------------------------------------------------
 
@@ -123,6 +126,7 @@ class History:
             if self.metrics is not None:
                 comparisons.change_points(self.metrics, workload, out, new)
             self.store.flush(10)
+            self.analyses[workload] = self.analyses.get(workload, 0) + 1
             if s.confirm and self.submit_matrix is not None:
                 for change in new:
                     try:

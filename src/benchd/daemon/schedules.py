@@ -46,6 +46,10 @@ class Schedule:
     matrix: MatrixSpec | None = None  # a matrix each interval instead of one run (declared schedules only)
 
 
+class TooManySchedules(Exception):
+    """A new schedule past BENCHD_SCHEDULES_MAX; str() says so."""
+
+
 class Schedules:
     def __init__(self, store: Store, submit: Callable[[RunSpec, str], str], busy: Callable[[str], bool],
                  on_error: Callable[[str], None] = lambda component: None,
@@ -74,11 +78,17 @@ class Schedules:
         with self._lock:
             return list(self._schedules.values())
 
-    def put(self, name: str, spec: RunSpec, interval_s: float, enabled: bool = True) -> Schedule:
-        self.store.put_schedule(name, spec.model_dump(mode="json", exclude_unset=True), interval_s, enabled)
+    def put(self, name: str, spec: RunSpec, interval_s: float, enabled: bool = True,
+            limit: int | None = None) -> Schedule:
+        """Create or replace; a new name when `limit` schedules exist already (declared ones counted) raises
+        TooManySchedules, and nothing is stored."""
         schedule = Schedule(name, spec, interval_s, enabled, time.monotonic())
         with self._lock:
+            if limit is not None and name not in self._schedules and len(self._schedules) >= limit:
+                raise TooManySchedules(f"{len(self._schedules)} schedules exist, the most this daemon keeps "
+                                       "(BENCHD_SCHEDULES_MAX): delete one, or replace one by its name")
             self._schedules[name] = schedule
+        self.store.put_schedule(name, spec.model_dump(mode="json", exclude_unset=True), interval_s, enabled)
         return schedule
 
     def declare(self, name: str, spec: RunSpec, interval_s: float, enabled: bool = True,

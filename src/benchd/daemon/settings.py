@@ -73,7 +73,32 @@ class Reads(BaseModel):
     compare_max_requests: Annotated[int, Field(ge=1)] = 200_000
     # reads of a run's every record at once: /runs/{id}/requests, /timings, /report and a matrix's /report
     record_slots: Annotated[int, Field(ge=1)] = 4
-    page_max_bytes: Annotated[int, Field(ge=1 << 16)] = 8 << 20  # a page of GET /runs or /matrices, as stored
+    page_max_bytes: Annotated[int, Field(ge=1 << 16)] = 8 << 20  # a page of GET /runs, /matrices, /schedules
+    history_slots: Annotated[int, Field(ge=1)] = 2  # /history answers built at once (each up to 10,000 runs)
+    history_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # building one; past it, a 503
+    # Built /history answers kept, until their workload gets a run or an analysis (the newest used kept first)
+    history_kept_bytes: Annotated[int, Field(ge=0)] = 64 << 20
+
+
+class Http(BaseModel):
+    """How the daemon's listeners hold connections and threads (docs/guides/daemon.md, "Connections and probes")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # /metrics, /healthz and /readyz on a port of their own too, with an event loop, a thread and connections of their
+    # own (api/probes.py): point Prometheus and the probes there. Unset: the main port only.
+    probe_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    head_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10.0  # a request head not whole by then: closed (408)
+    # Open connections of the main port at most; past it the oldest one waiting for a request head is closed. Unset:
+    # below the descriptor limit (RLIMIT_NOFILE) by 256 for the daemon's own files, the listen queue and the probe
+    # listener's connections, and at most 4,096.
+    max_connections: Annotated[int, Field(ge=1)] | None = None
+    probe_max_connections: Annotated[int, Field(ge=1, le=1024)] = 32  # the probe listener's
+    backlog: Annotated[int, Field(ge=1, le=4096)] = 128  # each listener's queue of connections not yet accepted
+    # Threads that run the main port's sync handlers (anyio's pool: 40). Each thread running a client's request takes
+    # turns at the GIL before a scrape's on the probe listener: with 4, the clients were served faster than with 16
+    # and a scrape's p99 under 200 of them fell from 105 to 49 ms (docs/benchmarks/hostile-clients.md).
+    threads: Annotated[int, Field(ge=1, le=256)] = 4
 
 
 class ValidityDefaults(ValidityRules):
@@ -220,10 +245,12 @@ class Settings(BaseSettings):
     default_schedule: bool = True  # run a small workload on the daemon's model every interval
     default_schedule_interval_s: Annotated[float, Field(gt=0)] = 60.0  # the built-in schedule's interval
     queue_max: Annotated[int, Field(ge=1)] = 16  # queued runs; beyond, POST /runs gets 429
+    schedules_max: Annotated[int, Field(ge=1)] = 256  # schedules (declared ones too); a new one beyond gets 409
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1 << 20  # a request body larger than this gets 413
     model_roots: list[Path] = []  # local directories HTTP specs may load models from
     limits: Limits = Limits()
     reads: Reads = Reads()
+    http: Http = Http()
     # The validity rules a workload leaves unset (BENCHD_VALIDITY__MIN_COMPLETION_RATIO=0.8, …): those set here
     # replace the defaults for every run this daemon takes; a workload's own `validity` still wins.
     validity: ValidityDefaults = ValidityDefaults()

@@ -11,12 +11,13 @@ import numpy as np
 
 
 class OverBudget(Exception):
-    """A comparison that did not end by its deadline (the daemon's: BENCHD_READS__COMPARE_TIMEOUT_S)."""
+    """A read that did not end by its deadline: a comparison (BENCHD_READS__COMPARE_TIMEOUT_S), a history
+    (BENCHD_READS__HISTORY_TIMEOUT_S)."""
 
 
 def in_time(deadline: float | None) -> None:
     if deadline is not None and time.monotonic() > deadline:
-        raise OverBudget("the comparison was not done by its deadline")
+        raise OverBudget("not done by its deadline")
 
 
 def resampler(runs: list[np.ndarray], rng: np.random.Generator):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from benchd.measure import changes
+from benchd.measure.bootstrap import in_time
 from benchd.measure.history import FIGURES, ChangePoint, Excluded, SegmentView, SeriesRun, segment_view, series_of
 from benchd.spec.fields import Documented
 
@@ -62,12 +63,14 @@ class HistoryView(Documented):
 
 
 def view(workload: str, runs: list[SeriesRun], stored: list[ChangePoint], limit: int,
-         confidence: float = changes.CONFIDENCE) -> HistoryView:
-    """Each series' points, its segments between the active change points stored for it, and those change points."""
+         confidence: float = changes.CONFIDENCE, deadline: float | None = None) -> HistoryView:
+    """Each series' points, its segments between the active change points stored for it, and those change points.
+    deadline: time.monotonic() past which OverBudget is raised (measure/bootstrap.py), looked at a figure each."""
     out = []
     for series in series_of(workload, runs):
         figures = []
         for name, figure in FIGURES.items():
+            in_time(deadline)
             held, values = series.values(name)
             if not held:
                 continue

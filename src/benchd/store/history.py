@@ -59,6 +59,20 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
                       figures={name: r[name] for name in _COLUMNS}) for r in reversed(rows)]
 
 
+def series_version(store: Store, workload: str, node: str | None = None) -> tuple[Any, ...]:
+    """What changes whenever the runs series_runs reads or the workload's change points change: their counts and
+    newest sequence and times (one indexed read each: the answers built from them are kept until this changes)."""
+    query = sa.select(sa.func.count().label("n"), sa.func.max(runs.c.seq).label("at")).where(
+        runs.c.workload == workload, runs.c.status == "succeeded", runs.c.matrix_id.is_(None))
+    if node is not None:
+        query = query.where(runs.c.node == node)
+    found = store._read(query)[0]
+    changes = store._read(sa.select(sa.func.count().label("n"), sa.func.max(change_points.c.detected_at).label("at"),
+                                    sa.func.max(change_points.c.withdrawn_at).label("out"))
+                          .where(change_points.c.workload == workload))[0]
+    return found["n"], found["at"], changes["n"], changes["at"], changes["out"]
+
+
 def stacks(store: Store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """Each run's metadata, hardware summary and engine, for the stack between two segments."""
     out: dict[str, dict[str, Any]] = {}
