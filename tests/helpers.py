@@ -83,7 +83,12 @@ class LiveServer:
 
         def reached() -> bool:
             found.update(self.http.get(f"/runs/{run_id}").json())
-            return found["status"] in statuses
+            if found["status"] not in statuses:
+                return False
+            # An ended run's records are read once its writes are in the database (a 503 until then): the store
+            # applies them off the run loop, and a loaded machine can take longer than the end's wait for them.
+            return found["status"] in ("queued", "running") or \
+                self.http.get(f"/runs/{run_id}/requests").status_code != 503
 
         wait_for(reached, timeout_s, f"run {run_id} to reach {statuses}")
         return found

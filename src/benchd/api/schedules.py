@@ -11,7 +11,7 @@ from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import Problem, ScheduleIn, ScheduleView, errors, links
 from benchd.daemon.schedules import Schedule, TooManySchedules
-from benchd.store.spool import dumps
+from benchd.store.journal import dumps
 
 OFFSET_MAX = 10**9
 ITEM_BYTES = 256  # a schedule's other fields, about
