@@ -128,6 +128,7 @@ def whole(spec: dict, document: dict | None = None) -> dict:
     what it was made from, where it set fields whose default changed since."""
     out = {**own(spec), **SINCE}
     if "workload" in out:
+        out["decide"] = None  # a run on every GPU's rounds (issue 51): a generation's
         workload = out["workload"]
         validity = {**VALIDITY_SINCE, **workload["validity"]}
         if "max_dispatch_lag_p99_s" not in ((document or {}).get("workload") or {}).get("validity", {}):

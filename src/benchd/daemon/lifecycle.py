@@ -17,6 +17,7 @@ from benchd.hardware.clocks import stage_clocks
 from benchd.hardware.sampler import HardwareSampler, Recording
 from benchd.measure import timeline
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
+from benchd.measure.cost import Prices
 from benchd.measure.outcome import RunOutcome
 from benchd.measure.records import RequestRecord
 from benchd.measure.result import RunResult, StageResult
@@ -49,9 +50,9 @@ class Part:
 class Lifecycle:
     def __init__(self, pool: WorkerPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
                  store: Store | None = None, faults: dict | None = None, threshold: float = THRESHOLD,
-                 confidence: float = CONFIDENCE) -> None:
+                 confidence: float = CONFIDENCE, prices: Prices | None = None) -> None:
         self.pool, self.telemetry, self.hardware, self.store, self.faults = pool, telemetry, hardware, store, faults
-        self.threshold, self.confidence = threshold, confidence
+        self.threshold, self.confidence, self.prices = threshold, confidence, prices
 
     def execute(self, run_id: str, spec: RunSpec, device: str, stop: StopSignal,
                 on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None,
@@ -116,6 +117,7 @@ class Lifecycle:
             if rounds else {}
         result = (by_gpu[slots[0].gpu] if single else merge(spec, by_gpu)) if rounds else \
             RunResult(spec=spec, status="failed", error="no round started", error_stage="daemon")
+        result.devices = [slot.gpu for slot in slots]
         if late is not None:
             result.status, result.error_stage = "failed", "run"
             result.error = (f"the run went past its limit of {late:g} s (BENCHD_LIMITS__MAX_DURATION_S per stage) "
@@ -267,7 +269,7 @@ class Lifecycle:
                 own = result.part_results.get(part_observer.gpu) if result.part_results else None
                 part_observer.run_finished(end, own.status if own else parts[i].ingest.result.status,
                                            own.error if own else parts[i].ingest.result.error)
-        result.outcome = outcome = RunOutcome.of(run_id, result)
+        result.outcome = outcome = RunOutcome.of(run_id, result, self.prices)
         observer.record(outcome)
         observer.run_finished(end, outcome.status, outcome.error)
         if self.store is not None:

@@ -47,7 +47,7 @@ class Daemon:
         self.pool.environments.on_prepared = self.queue.wake
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
-                                   settings.compare_confidence)
+                                   settings.compare_confidence, settings.prices)
         self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error,
                                    self.submit_scheduled_matrix, self.skipped)
         self.matrices = MatrixRuns(store, self.queue, self.metrics, settings.compare_threshold,

@@ -115,6 +115,7 @@ class RunResult:
     part_results: dict[str, RunResult] | None = None
     part_summaries: dict[str, list[StageSummary]] | None = None  # each GPU's, as parts["gpus"][gpu]["stages"]
     outcome: RunOutcome | None = None  # once the run has ended: its summaries and verdicts, computed once
+    devices: list[str] = field(default_factory=list)  # the GPU labels of its workers (a group's joined by +)
 
     def summaries(self) -> list[BaseModel]:
         if self.spec.kind == "generate":
