@@ -34,9 +34,8 @@ def test_cpu_workers_share_the_cores_and_bad_names_are_refused():
 
 def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
     """The workload again on both workers at once, round after round, until each one's ratio to its sibling decides
-    the effect (docs/figures.md, verdicts that decide): the slowed one is slower by more than 10 %, the other within
-    it, in as few rounds as the rule allows (three: two give no interval); every round's requests are stored under
-    its stage."""
+    the effect (docs/figures.md, verdicts that decide): the slowed one is slower by more than 10 %, the other faster
+    by as much, in as few rounds as the rule allows; every round's requests are stored under its stage."""
     faults = {"workload": "fleet", "action": "slow", "delay_s": 0.01, "devices": ["cpu:1"]}
     with daemon(tmp_path, devices=["cpu:0", "cpu:1"], faults=faults) as server:
         server.wait_ready()
@@ -48,7 +47,7 @@ def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
         parts = run["parts"]
         assert set(parts["gpus"]) == {"cpu:0", "cpu:1"}
         rounds = parts["rounds"]
-        assert 3 <= rounds <= 10 and len(run["summary"]) == rounds
+        assert 2 <= rounds <= 10 and len(run["summary"]) == rounds
         assert [s["stage"] for s in run["summary"]] == [f"concurrent=4 · round {r + 1}" for r in range(rounds)]
         for r in range(rounds):
             whole, each = run["summary"][r], [parts["gpus"][g]["stages"][r] for g in ("cpu:0", "cpu:1")]
@@ -58,9 +57,9 @@ def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
         reasons = [v["reasons"] for v in verdicts.values()]
         assert verdicts["cpu:1"]["outlier"] and not verdicts["cpu:0"]["outlier"], reasons
         assert verdicts["cpu:1"]["decision"]["verdict"] == "slower" and verdicts["cpu:0"]["decision"]["verdict"] \
-            == "within", reasons
+            == "faster", reasons
         assert verdicts["cpu:1"]["relative_throughput"] < 0.7 < verdicts["cpu:0"]["relative_throughput"]
-        assert verdicts["cpu:1"]["throughput_ci_high"] < 0.9 < verdicts["cpu:0"]["throughput_ci_low"]
+        assert verdicts["cpu:1"]["throughput_ci_high"] < 1 / 1.1 and verdicts["cpu:0"]["throughput_ci_low"] > 1.1
         assert len(verdicts["cpu:1"]["round_ratios"]) == rounds == verdicts["cpu:1"]["decision"]["rounds"]
         rows = server.http.get(f"/runs/{run['id']}/requests").json()
         each = [s for g in ("cpu:0", "cpu:1") for s in parts["gpus"][g]["stages"]]
@@ -85,9 +84,10 @@ def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
 
 def test_the_compare_threshold_reaches_every_gpus_verdict_in_one_round(tmp_path):
     """One round (decide.max_rounds 1) is judged by its own bootstrap, and BENCHD_COMPARE_THRESHOLD is its verdict's:
-    the GPU slowed as above is an outlier at the default 5 % and not at 10,000 %, which neither its throughput (a relative drop of at most 100 %) nor its TTFT p99 (the
-    slowed GPU's is a few times its sibling's) can exceed. A smaller threshold (90 %) let the TTFT reason fire on a
-    busy machine, where the slow GPU's TTFT p99 grew past twice its sibling's."""
+    the GPU slowed as above is an outlier at the default 5 % and not at 10,000 %, which neither its throughput (a
+    relative drop of at most 100 %) nor its TTFT p99 (the slowed GPU's is a few times its sibling's) can exceed. A
+    smaller threshold (90 %) let the TTFT reason fire on a busy machine, where the slow GPU's TTFT p99 grew past
+    twice its sibling's."""
     faults = {"workload": "fleet", "action": "slow", "delay_s": 0.01, "devices": ["cpu:1"]}
     with daemon(tmp_path, devices=["cpu:0", "cpu:1"], faults=faults, compare_threshold=100) as server:
         server.wait_ready()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 
 from benchd.daemon.ingest import Progress
 from benchd.measure.result import RunResult, StageResult
-from benchd.measure.sequential import against_siblings, look
+from benchd.measure.sequential import siblings
 from benchd.measure.siblings import compare_gpus, decide_gpus
 from benchd.spec import RunSpec
 from benchd.spec.decide import Decide
@@ -85,10 +85,9 @@ def round_throughputs(parts: Mapping[str, list[RunResult]]) -> list[dict[str, fl
 
 
 def decided(rounds: list[dict[str, float]], rule: Decide) -> bool:
-    """Whether every GPU's verdict is decided after these rounds (slower, or within the effect)."""
-    ratios = against_siblings(rounds)
-    return bool(ratios) and all(look(x, rule.effect, rule.alpha, rule.max_rounds).verdict != "undecided"
-                                for x in ratios.values())
+    """Whether every GPU's verdict is decided after these rounds (slower, faster, or equivalent)."""
+    found = siblings(rounds, rule.effect, rule.confidence, rule.max_rounds)
+    return bool(found) and all(decision.decided for decision, _ in found.values())
 
 
 def verdicts(whole: RunResult, threshold: float, confidence: float, rule: Decide | None = None,

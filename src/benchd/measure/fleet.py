@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.measure.cost import GoodTokens, Prices
 from benchd.measure.history import StackShift, clock_state, stack_difference, stack_of
-from benchd.measure.sequential import Decision, look
-from benchd.spec.decide import ALPHA, EFFECT
+from benchd.measure.sequential import Decision, against_reference, look
+from benchd.spec.decide import CONFIDENCE, EFFECT
 from benchd.spec.fields import Documented
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ class FleetSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     effect: Annotated[float, Field(gt=0, lt=1)] = EFFECT  # a node this much slower than the fleet's median is flagged
-    alpha: Annotated[float, Field(gt=0, lt=0.5)] = ALPHA  # each error rate of a node's verdict (over RUNS looks)
+    # 1 − the chance a node's verdict decides wrongly over its RUNS looks, spent over the judged figures too
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE
     max_age_s: Annotated[float, Field(gt=0)] = 7 * 86400.0  # runs older than this are no node's place
     refresh_s: Annotated[float, Field(gt=0)] = 60.0  # this node's place in the fleet, read again (its gauges)
 
@@ -163,7 +164,7 @@ class NodePlace(Documented):
     """Each figure over the median of the other nodes' values (1: as the fleet)."""
     decisions: dict[str, Decision]
     """Each figure's place, decided over its runs against the other nodes' median: slower (worse by more than the
-    effect: higher for a latency or energy), within, or undecided."""
+    effect: higher for a latency or energy), equivalent, faster, or inconclusive."""
     z: dict[str, float]
     """Each figure's robust z-score among the nodes: (ln value − the median's) ÷ 1.4826 MAD."""
     outlier: bool
@@ -212,8 +213,9 @@ class FleetView(Documented):
     """One a workload and GPU model."""
     effect: float
     """The effect each node's verdict decides."""
-    alpha: float
-    """Each error rate of a node's verdict (split over the judged figures and over its runs as looks)."""
+    confidence: float
+    """1 − the chance a node's verdict decides wrongly (spent over the judged figures and over its runs as
+    looks)."""
     currency: str | None
     """What the costs are in (null: no price set)."""
     truncated: bool = False
@@ -230,7 +232,8 @@ def view(runs: Sequence[FleetRun], settings: FleetSettings | None = None,
         groups.setdefault((run.workload, run.device), []).append(run)
     return FleetView(groups=[group(workload, device, members, settings, prices)
                              for (workload, device), members in sorted(groups.items())],
-                     effect=settings.effect, alpha=settings.alpha, currency=prices.currency if prices.set else None)
+                     effect=settings.effect, confidence=settings.confidence,
+                     currency=prices.currency if prices.set else None)
 
 
 def group(workload: str, device: str, runs: Sequence[FleetRun], settings: FleetSettings,
@@ -286,7 +289,7 @@ def _place(node: str, runs: list[FleetRun], invalid: int, values: dict[str, dict
     median) a round of the deciding rule, the median's own uncertainty added (from the others' spread)."""
     others = [n for n in values if n != node]
     relative, decisions, z, reasons = {}, {}, {}, []
-    alpha = settings.alpha / len(JUDGED)  # the judged figures share the error rate
+    confidence = 1 - (1 - settings.confidence) / len(JUDGED)  # the judged figures share the error rate
     for name, figure in FIGURES.items():
         own = values[node].get(name)
         peers = [values[n][name] for n in others if name in values[n]]
@@ -299,10 +302,10 @@ def _place(node: str, runs: list[FleetRun], invalid: int, values: dict[str, dict
             continue
         reference = float(np.median(peers))
         relative[name] = own / reference
-        sign = -1.0 if figure.higher_is_worse else 1.0  # ln(ratio) below 0: worse
-        rounds = [sign * math.log(r.figures[name] / reference) for r in runs
-                  if r.figures.get(name) is not None and r.figures[name] > 0]
-        decision = look(rounds, settings.effect, alpha, RUNS, _reference_variance(name, others, held, values))
+        own_runs = [r.figures[name] for r in runs if r.figures.get(name) is not None and r.figures[name] > 0]
+        estimate = against_reference(own_runs, reference, _reference_variance(name, others, held, values),
+                                     figure.higher_is_worse)
+        decision = look(estimate, len(own_runs), settings.effect, confidence, RUNS)
         decisions[name] = decision
         if figure.judged and decision.verdict == "slower":
             reasons.append(f"{figure.label} {relative[name]:.3g}× the fleet's median; its speed: "

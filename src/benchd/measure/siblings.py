@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from benchd.measure.compare import CONFIDENCE, THRESHOLD, metric_change
 from benchd.measure.records import RequestRecord
-from benchd.measure.sequential import Decision, against_siblings, look
+from benchd.measure.sequential import Decision, siblings
 from benchd.spec.decide import Decide
 
 BUCKET_S = 1.0  # throughput is resampled as tokens per bucket of the measured window
@@ -121,25 +121,26 @@ def decide_gpus(rounds: Sequence[Mapping[str, float]], parts: Mapping[str, Seque
     if len(parts) < 2:
         return []
     rng = np.random.default_rng(seed)
-    ratios = against_siblings([dict(r) for r in rounds])
+    decided = siblings([dict(r) for r in rounds], rule.effect, rule.confidence, rule.max_rounds)
     good = lambda rs: [r.ttft_s for r in rs if not r.warmup and r.ok]  # noqa: E731
     verdicts = []
     for gpu, own in parts.items():
-        decision = look(ratios.get(gpu, []), rule.effect, rule.alpha, rule.max_rounds)
-        siblings = [g for g in parts if g != gpu]
-        ttft = metric_change("ttft_s.p99", [good(r) for g in siblings for r in parts[g]], [good(r) for r in own],
+        decision, ratios = decided.get(gpu, (None, []))
+        others = [g for g in parts if g != gpu]
+        ttft = metric_change("ttft_s.p99", [good(r) for g in others for r in parts[g]], [good(r) for r in own],
                              lambda x: np.percentile(x, 99), threshold, confidence, min_samples=20,
                              higher_is_worse=True, rng=rng, resamples=RESAMPLES)
-        energies = [e for g in siblings if (e := energy_per_token.get(g)) is not None]
+        energies = [e for g in others if (e := energy_per_token.get(g)) is not None]
         own_energy = energy_per_token.get(gpu)
         relative_energy = own_energy / float(np.median(energies)) if own_energy is not None and energies else None
         throughput = [r[gpu] for r in rounds if r.get(gpu) is not None]
         verdicts.append(GPUVerdict(
             gpu=gpu, output_tokens_per_s=float(np.mean(throughput)) if throughput else 0.0,
-            relative_throughput=decision.ratio, throughput_ci_low=decision.ci_low,
-            throughput_ci_high=decision.ci_high, ttft_p99_s=ttft.b, ttft_p99_change=ttft.relative_change,
-            ttft_p99_ci_low=ttft.ci_low, ttft_p99_ci_high=ttft.ci_high, energy_per_token_j=own_energy,
-            relative_energy_per_token=relative_energy, outlier=decision.verdict == "slower",
-            reasons=[decision.says()], decision=decision,
-            round_ratios=[float(np.exp(x)) for x in ratios.get(gpu, [])]))
+            relative_throughput=decision.ratio if decision else None,
+            throughput_ci_low=decision.ci_low if decision else None,
+            throughput_ci_high=decision.ci_high if decision else None, ttft_p99_s=ttft.b,
+            ttft_p99_change=ttft.relative_change, ttft_p99_ci_low=ttft.ci_low, ttft_p99_ci_high=ttft.ci_high,
+            energy_per_token_j=own_energy, relative_energy_per_token=relative_energy,
+            outlier=decision is not None and decision.verdict == "slower",
+            reasons=[decision.says()] if decision else [], decision=decision, round_ratios=ratios))
     return verdicts
