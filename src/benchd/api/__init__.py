@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import benchd
-from benchd.api import compare, health, history, matrices, runs, schedules
+from benchd.api import compare, fleet, health, history, matrices, runs, schedules
 from benchd.api.admission import Memory
 from benchd.api.deps import Services, Slots
 from benchd.api.guard import validation_detail
@@ -70,7 +70,8 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         app.state.services = Services(settings, store, daemon, events, registry, sampler, memory,
                                       Slots(reads.compare_slots, "comparisons", "BENCHD_READS__COMPARE_SLOTS"),
                                       Slots(reads.record_slots, "reads of a run's records",
-                                            "BENCHD_READS__RECORD_SLOTS"))
+                                            "BENCHD_READS__RECORD_SLOTS"),
+                                      Slots(reads.fleet_slots, "fleet views", "BENCHD_READS__FLEET_SLOTS"))
         try:
             yield
         finally:
@@ -85,7 +86,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         summary="Continuous, exact measurement of LLM generation speed.",
         lifespan=lifespan,
     )
-    for module in (runs, matrices, schedules, compare, history, health):
+    for module in (runs, matrices, schedules, compare, history, fleet, health):
         app.include_router(module.router)
 
     @app.exception_handler(StoreUnavailable)

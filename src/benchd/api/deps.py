@@ -54,6 +54,7 @@ class Services:
     memory: Memory
     compares: Slots  # GET /compare
     records: Slots  # reads of a run's every record
+    fleets: Slots  # GET /fleet
 
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from benchd.daemon.fleet import Fleet
 from benchd.daemon.followup import Hooks
 from benchd.daemon.history import History
 from benchd.daemon.ingest import Progress
@@ -55,8 +56,10 @@ class Daemon:
         self.history = History(settings.history, store, self.metrics, settings.node_name, set(settings.environments),
                                self.submit_internal_matrix, settings.compare_confidence, self.internal_error)
         self.matrices.listeners.append(self.history.concluded)
+        self.fleet = Fleet(settings.fleet, settings.prices, store, self.metrics, settings.node_name,
+                           settings.reads.fleet_max_rows, self.internal_error)
         self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices,
-                           self.history)
+                           self.history, self.fleet)
         self._thread = threading.Thread(target=self._loop, name="benchd-runs", daemon=True)
         self._closing = threading.Event()
 
@@ -92,6 +95,7 @@ class Daemon:
         self._thread.start()
         self.schedules.start()
         self.history.start()
+        self.fleet.start()
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """The current run ends as interrupted with what it measured; queued runs are cancelled."""
@@ -101,6 +105,7 @@ class Daemon:
         self._thread.join(timeout_s)
         self.schedules.stop()
         self.history.stop()
+        self.fleet.stop()
         self.pool.stop()
 
     # ---- runs --------------------------------------------------------------------------------------

@@ -76,6 +76,10 @@ class Reads(BaseModel):
     # reads of a run's every record at once: /runs/{id}/requests, /timings, /report and a matrix's /report
     record_slots: Annotated[int, Field(ge=1)] = 4
     page_max_bytes: Annotated[int, Field(ge=1 << 16)] = 8 << 20  # a page of GET /runs or /matrices, as stored
+    fleet_slots: Annotated[int, Field(ge=1)] = 2  # fleet views built at once (GET /fleet); past them, a 503
+    # the fleet's runs one view reads at most (each node's newest 20 of a workload): past it, a 422 asking for a
+    # workload or GPU model; a node's own place is read within it too
+    fleet_max_rows: Annotated[int, Field(ge=100)] = 100_000
 
 
 class ValidityDefaults(ValidityRules):

@@ -60,6 +60,9 @@ class FleetSettings(BaseModel):
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE
     max_age_s: Annotated[float, Field(gt=0)] = 7 * 86400.0  # runs older than this are no node's place
     refresh_s: Annotated[float, Field(gt=0)] = 60.0  # this node's place in the fleet, read again (its gauges)
+    # Change points of a figure on nodes of one GPU model this close in time are one change: the fleet's when on
+    # most of its nodes (a DaemonSet rolls a new image out over hours), a node's when on few.
+    change_window_s: Annotated[float, Field(gt=0)] = 6 * 3600.0
 
 
 # ---- a run as the fleet keeps it --------------------------------------------------------------------------
@@ -222,22 +225,25 @@ class FleetView(Documented):
     """More nodes ran a workload than one view reads: the newest were read."""
 
 
-def view(runs: Sequence[FleetRun], settings: FleetSettings | None = None,
-         prices: Prices | None = None) -> FleetView:
-    """The view over the fleet's rows (any number of workloads and GPU models): a group each."""
+def view(runs: Sequence[FleetRun], settings: FleetSettings | None = None, prices: Prices | None = None,
+         only: str | None = None) -> FleetView:
+    """The view over the fleet's rows (any number of workloads and GPU models): a group each; only: that node's
+    place alone in each (the distribution is still every node's), and only the groups it is in."""
     settings = settings or FleetSettings()
     prices = prices or Prices()
     groups: dict[tuple[str, str], list[FleetRun]] = {}
     for run in runs:
         groups.setdefault((run.workload, run.device), []).append(run)
-    return FleetView(groups=[group(workload, device, members, settings, prices)
+    if only is not None:
+        groups = {key: members for key, members in groups.items() if any(r.node == only for r in members)}
+    return FleetView(groups=[group(workload, device, members, settings, prices, only)
                              for (workload, device), members in sorted(groups.items())],
                      effect=settings.effect, confidence=settings.confidence,
                      currency=prices.currency if prices.set else None)
 
 
-def group(workload: str, device: str, runs: Sequence[FleetRun], settings: FleetSettings,
-          prices: Prices) -> FleetGroup:
+def group(workload: str, device: str, runs: Sequence[FleetRun], settings: FleetSettings, prices: Prices,
+          only: str | None = None) -> FleetGroup:
     by_node: dict[str, list[FleetRun]] = {}
     for run in sorted(runs, key=lambda r: (r.at, r.run_id)):
         by_node.setdefault(run.node, []).append(run)
@@ -252,12 +258,13 @@ def group(workload: str, device: str, runs: Sequence[FleetRun], settings: FleetS
             distribution[name] = Distribution(nodes=len(known), quantiles={
                 f"{q:g}": float(np.quantile(known, q)) for q in QUANTILES})
     places = [_place(node, members, len(by_node[node]) - len(members), values, held, settings, prices)
-              for node, members in held.items()]
+              for node, members in held.items() if only is None or node == only]
     places.sort(key=lambda p: (not p.outlier, p.values.get("output_tokens_per_s", math.inf), p.node))
     everything = [r for members in held.values() for r in members]
     priced = _good(everything)
     return FleetGroup(workload=workload, device=device, nodes=len(held), runs=len(everything),
-                      distribution=distribution, places=places, outliers=[p.node for p in places if p.outlier],
+                      distribution=distribution, places=places,
+                      outliers=[p.node for p in places if p.outlier],
                       energy_per_good_token_j=priced.energy_per_good_token_j if priced else None,
                       cost_per_million_good_tokens=priced.cost_per_million(prices) if priced else None)
 
@@ -317,7 +324,8 @@ def _place(node: str, runs: list[FleetRun], invalid: int, values: dict[str, dict
     return NodePlace(
         node=node, runs=len(runs), excluded=invalid, latest=runs[-1].at, latest_run=runs[-1].run_id,
         values=values[node], relative=relative, decisions=decisions, z=z, outlier=bool(reasons), reasons=reasons,
-        stack=[s for s in stack if s.field not in NOT_STACK], state=_state(runs, [r for n in others for r in held[n]]),
+        stack=[s for s in stack if s.field not in NOT_STACK],
+        state=state_difference(runs, [r for n in others for r in held[n]]),
         good_output_tokens=good.good_output_tokens if good else None,
         energy_per_good_token_j=good.energy_per_good_token_j if good else None,
         cost_per_million_good_tokens=good.cost_per_million(prices) if good else None)
@@ -344,7 +352,7 @@ def _reference_variance(name: str, others: list[str], held: dict[str, list[Fleet
     return math.pi / 2 * max(between, within) / len(own)
 
 
-def _state(runs: list[FleetRun], peers: list[FleetRun]) -> list[str]:
+def state_difference(runs: list[FleetRun], peers: list[FleetRun]) -> list[str]:
     """Where the node's clocks or host load differ from the other nodes' runs: its clock state, the mean SM clock
     over its maximum (5 % apart), the host's CPU (20 points apart)."""
     out = []
