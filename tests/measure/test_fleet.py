@@ -10,6 +10,8 @@ import pytest
 from benchd.hardware.sampler import GPUSummary, HardwareSummary
 from benchd.measure.cost import GoodTokens, Prices, good_tokens
 from benchd.measure.fleet import FleetRun, FleetSettings, view
+from benchd.measure.fleet_changes import classify
+from benchd.measure.history import ChangePoint, SegmentView, StackShift
 from benchd.measure.summary import LatencyStats, StageSummary
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -122,3 +124,34 @@ def test_a_good_tokens_cost_counts_the_runs_devices_and_never_understates():
     assert GoodTokens(good_output_tokens=0, output_tokens=5, devices=1, device_seconds=1, energy_j=1,
                       energy_per_good_token_j=None).cost_per_million(Prices(gpu_hour=1)) is None
     assert good_tokens([stage().model_copy(update={"good_output_tokens": None})], None, [""]) is None
+
+
+def change(node: str, at: datetime, figure="output_tokens_per_s", stack=(), relative=-0.2):
+    segment = SegmentView(runs=5, first_run="a", last_run="b", start=at, end=at, mean=1.0, ci_low=0.9, ci_high=1.1)
+    return ChangePoint(id=f"{node}-{at:%H%M}", workload="reference", device="NVIDIA H200", node=node, figure=figure,
+                       run_id="r", at=at, direction="worse", relative_change=relative, ci_low=relative - 0.05,
+                       ci_high=relative + 0.05, p_value=1e-5, confidence=0.95, before=segment, after=segment,
+                       stack=[StackShift(field=f, before=b, after=a) for f, b, a in stack], detected_at=at)
+
+
+def test_a_change_on_every_node_at_once_is_the_stacks_and_one_on_a_node_alone_is_the_nodes():
+    runs = fleet(nodes=5, runs=3, slow={"node-4": 0.8})
+    upgrade = [("transformers_version", "5.17.0", "5.18.0"), ("host", "x", "y")]
+    at = T0 + timedelta(hours=3)
+    together = [change(f"node-{n}", at + timedelta(minutes=20 * n), stack=upgrade) for n in range(4)]
+    alone = change("node-4", T0 + timedelta(days=1), stack=[("driver_version", "580.95", "570.10")])
+    found = classify([*together, alone], runs, window_s=6 * 3600)
+    node, stack = found
+    assert stack.scope == "fleet" and stack.nodes == ["node-0", "node-1", "node-2", "node-3"]
+    assert stack.nodes_seen == 5 and [s.field for s in stack.stack] == ["transformers_version"]
+    assert stack.explanation.startswith("output tok/s −20.0 %".replace("−", "-") + " on 4 of the 5 NVIDIA H200 nodes")
+    assert "the stack changed on them: transformers 5.17.0 → 5.18.0" in stack.explanation
+    assert node.scope == "node" and node.nodes == ["node-4"] and node.change_points == [alone.id]
+    assert "driver 580.95 → 570.10 (theirs → its own)" in node.differs
+    assert "clock state slowed (the fleet's: nominal)" in node.differs
+    assert "on node-4 alone, of the 5 NVIDIA H200 nodes: the node changed" in node.explanation
+    # Far apart in time, the same change on two nodes is two nodes' changes; a withdrawn one is no change.
+    apart = classify([change("node-0", T0), change("node-1", T0 + timedelta(hours=7))], runs, window_s=6 * 3600)
+    assert [c.scope for c in apart] == ["node", "node"]
+    withdrawn = change("node-2", T0).model_copy(update={"active": False})
+    assert classify([withdrawn], runs, 3600) == []
