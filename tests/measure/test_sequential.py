@@ -47,6 +47,8 @@ def test_a_gpu_at_085_is_flagged_in_a_few_rounds():
 def test_a_look_says_what_it_decided_and_why_not():
     few = look(paired([1.0], [0.5]), 1)
     assert few.verdict == "inconclusive" and few.ci_low is None and "too few" in few.says()
+    wide = look(paired([1.0, 1.0], [0.001, 1000.0]), 2)  # t with one degree of freedom: past a float's range
+    assert wide.verdict == "inconclusive" and wide.reason == "interval too wide after 2 rounds"
     slow = look(paired([1.0, 1.0, 1.0], [0.5, 0.52, 0.49]), 3)
     assert slow.verdict == "slower" and slow.ci_high < 1 / 1.1 and slow.confidence == pytest.approx(0.995)
     assert slow.says().startswith("output tok/s 0.503× [") and slow.says().endswith("slower by more than 10%")

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.measure.cost import GoodTokens, Prices
-from benchd.measure.history import StackShift, clock_state, stack_difference, stack_of
+from benchd.measure.history import StackShift, clock_state, stack_of
 from benchd.measure.sequential import Decision, against_reference, look
 from benchd.spec.decide import CONFIDENCE, EFFECT
 from benchd.spec.fields import Documented
@@ -318,13 +318,12 @@ def _place(node: str, runs: list[FleetRun], invalid: int, values: dict[str, dict
             reasons.append(f"{figure.label} {relative[name]:.3g}× the fleet's median; its speed: "
                            + decision.says("the fleet's ÷ its own") if figure.higher_is_worse
                            else decision.says(f"{figure.label} ÷ the fleet's median"))
-    others_stacks = [r.stack for n in others for r in held[n][-1:]]
-    stack = stack_difference(others_stacks, [r.stack for r in runs[-1:]]) if others_stacks else []
+    stack = apart([r.stack for n in others for r in held[n][-1:]], runs[-1].stack)
     good = _good(runs)
     return NodePlace(
         node=node, runs=len(runs), excluded=invalid, latest=runs[-1].at, latest_run=runs[-1].run_id,
         values=values[node], relative=relative, decisions=decisions, z=z, outlier=bool(reasons), reasons=reasons,
-        stack=[s for s in stack if s.field not in NOT_STACK],
+        stack=stack,
         state=state_difference(runs, [r for n in others for r in held[n]]),
         good_output_tokens=good.good_output_tokens if good else None,
         energy_per_good_token_j=good.energy_per_good_token_j if good else None,
@@ -333,6 +332,19 @@ def _place(node: str, runs: list[FleetRun], invalid: int, values: dict[str, dict
 
 # Fields of a run's stack that differ from node to node by nature: no explanation of a node apart.
 NOT_STACK = {"host", "gpus", "label"}
+
+
+def apart(peers: list[dict[str, str]], own: dict[str, str]) -> list[StackShift]:
+    """Where a node's stack differs from what most of its peers have (more than half of them: a field they do not
+    agree on explains nothing), before: theirs, after: its own."""
+    out = []
+    for key in dict.fromkeys([*(k for s in peers for k in s), *own]):
+        if key in NOT_STACK:
+            continue
+        value, count = Counter(s.get(key) for s in peers).most_common(1)[0] if peers else (None, 0)
+        if count * 2 > len(peers) and own.get(key) != value:
+            out.append(StackShift(field=key, before=value, after=own.get(key)))
+    return out
 
 
 def _reference_variance(name: str, others: list[str], held: dict[str, list[FleetRun]],

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from benchd.measure.statistics import Decision as StatisticsDecision
 from benchd.measure.statistics import Estimate, Sequential, Verdict, paired, t_quantile
 from benchd.spec.decide import CONFIDENCE, EFFECT, MAX_ROUNDS
 from benchd.spec.fields import Documented
@@ -60,7 +61,10 @@ def look(estimate: Estimate | None, rounds: int, effect: float = EFFECT, confide
     ln(ratio), below 0 worse: statistics.Sequential's decision, as stored."""
     rule = Sequential(threshold=effect, confidence=confidence, looks=max_rounds, higher_is_worse=False,
                       taken=min(max(rounds, 1), max_rounds) - 1)
-    found = rule.look(estimate)
+    try:
+        found = rule.look(estimate)
+    except OverflowError:  # an interval wider than a float holds (two rounds far apart, t with 1 df): none yet
+        found = StatisticsDecision("inconclusive", f"interval too wide after {rounds} rounds")
     interval = found.interval
     return Decision(verdict=found.verdict, ratio=interval.ratio if interval else (
         estimate.ratio if estimate is not None else None), ci_low=interval.low if interval else None,
