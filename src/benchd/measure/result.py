@@ -185,4 +185,5 @@ class RunResult:
             "capacity": found.model_dump(mode="json") if found is not None else None,
             "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
             "parts": self.parts,
+            "good_tokens": outcome.good_tokens.model_dump(mode="json") if outcome.good_tokens else None,
         }

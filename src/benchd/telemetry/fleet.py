@@ -9,10 +9,13 @@ from benchd.telemetry.metrics import Metrics
 
 
 def places(m: Metrics, workload: str, found: list[tuple[FleetGroup, NodePlace]]) -> None:
-    """The node's places in one workload's fleet, one a GPU model it ran it on; the workload's earlier ones go."""
-    m.touch(workload)
+    """The node's places in one workload's fleet, one a GPU model it ran it on; the workload's earlier ones go. Only
+    a workload with live series gets them (BENCHD_METRICS__MAX_WORKLOADS: one evicted since its last run has none):
+    reading the fleet never makes a workload recent."""
     for family in m.fleet_families:
         family.forget("workload", workload)
+    if not m.tracks(workload):
+        return
     for group, place in found:
         _place(m, group, place)
 

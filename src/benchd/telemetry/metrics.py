@@ -342,6 +342,11 @@ class Metrics:
     def spans_lost(self, reason: str, n: int) -> None:
         self.spans_dropped.labels(reason).inc(n)
 
+    def tracks(self, workload: str) -> bool:
+        """Whether the workload has live series (a run of it started, and it was not evicted since)."""
+        with self._lock:
+            return workload in self._workloads
+
     def touch(self, workload: str) -> None:
         """A run of this workload starts: it becomes the most recent; beyond max_workloads the least recent
         workload's series are removed from every family (never the one starting)."""
