@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=18433)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout's TERM still prints what was measured
     begun = time.perf_counter()
     gpus = cuda_gpus()
     cpu = not gpus
@@ -102,8 +104,8 @@ def main() -> int:
         try:
             if load is not None:
                 time.sleep(8)  # its context up and the loop running
-            once(f"slowed: the last GPU under an 8192² bf16 matmul loop", {"name": "decide-slowed",
-                                                                          "decide": decide})
+            once("slowed: the last GPU under an 8192² bf16 matmul loop", {"name": "decide-slowed",
+                                                                         "decide": decide})
         finally:
             if load is not None:
                 load.kill()
