@@ -47,7 +47,7 @@ def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
         parts = run["parts"]
         assert set(parts["gpus"]) == {"cpu:0", "cpu:1"}
         rounds = parts["rounds"]
-        assert 2 <= rounds <= 10 and len(run["summary"]) == rounds
+        assert 2 <= rounds <= 30 and len(run["summary"]) == rounds
         assert [s["stage"] for s in run["summary"]] == [f"concurrent=4 · round {r + 1}" for r in range(rounds)]
         for r in range(rounds):
             whole, each = run["summary"][r], [parts["gpus"][g]["stages"][r] for g in ("cpu:0", "cpu:1")]

@@ -136,8 +136,8 @@ class GenerateSpec(SpecBase):
     workload: Workload = Field(default_factory=Workload)
     """What is sent and how: arrivals, lengths, when each stage stops, warm-up, the SLO and validity's rules."""
     decide: Decide | None = None
-    """placement every_gpu: how its GPUs' verdicts decide (the effect, each error rate, the most rounds and the time
-    budget); unset: the defaults (rounds until each GPU is decided, up to 10 rounds or 300 s)."""
+    """placement every_gpu: how its GPUs' verdicts decide (the effect, the confidence, the most rounds and the time
+    budget); unset: the defaults (rounds until each GPU is decided, up to 30 rounds or 300 s)."""
 
     @model_validator(mode="after")
     def _dataset(self) -> GenerateSpec:
