@@ -9,8 +9,9 @@ import pytest
 
 from benchd.hardware.sampler import GPUSummary, HardwareSummary
 from benchd.measure.cost import GoodTokens, Prices, good_tokens
-from benchd.measure.fleet import FleetRun, FleetSettings, view
+from benchd.measure.fleet import FleetRun, FleetSettings
 from benchd.measure.fleet_changes import classify
+from benchd.measure.fleet_place import view
 from benchd.measure.history import ChangePoint, SegmentView, StackShift
 from benchd.measure.summary import LatencyStats, StageSummary
 

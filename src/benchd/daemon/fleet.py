@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 from benchd.daemon.queue import Job
 from benchd.measure.cost import Prices
-from benchd.measure.fleet import FleetSettings, view
+from benchd.measure.fleet import FleetSettings
 from benchd.measure.fleet_changes import FleetReport, classify
+from benchd.measure.fleet_place import view
 from benchd.measure.result import RunResult
 from benchd.store import fleet, history
 from benchd.store.database import Store

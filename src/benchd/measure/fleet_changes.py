@@ -12,7 +12,8 @@ from typing import Literal
 
 import numpy as np
 
-from benchd.measure.fleet import NOT_STACK, FleetRun, FleetView, state_difference
+from benchd.measure.fleet import FleetRun, FleetView
+from benchd.measure.fleet_place import NOT_STACK, peer_state, state_difference
 from benchd.measure.history import FIGURES, ChangePoint, StackShift, stack_difference
 from benchd.spec.fields import Documented
 
@@ -130,7 +131,7 @@ def _node_differs(nodes: list[str], peers: Sequence[FleetRun]) -> list[str]:
     own = sorted(mine, key=lambda r: r.at)[-1:]
     shifts = stack_difference([r.stack for r in latest.values()], [r.stack for r in own])
     out = [f"{s.says()} (theirs → its own)" for s in shifts if s.field in NODE_FIELDS]
-    return out + state_difference(own, list(latest.values()))
+    return out + state_difference(own, peer_state(list(latest.values())))
 
 
 class FleetReport(FleetView):
