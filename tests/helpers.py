@@ -202,6 +202,19 @@ def serve(tmp_path, port, **env):
     return process, url
 
 
+def prometheus_query(api: str, expr: str) -> list:
+    """A PromQL instant query's result against a real Prometheus's API (…/api/v1); none while it is still starting."""
+    try:
+        response = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
+    except httpx.TransportError:
+        return []
+    if response.status_code == 503:
+        return []
+    body = response.json()
+    assert body["status"] == "success", (expr, body)
+    return body["data"]["result"]
+
+
 # ---- PostgreSQL ---------------------------------------------------------------------------------------
 
 

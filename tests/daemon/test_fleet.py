@@ -12,12 +12,11 @@ import shutil
 import subprocess
 import sys
 
-import httpx
 import pytest
 import yaml
 
 from tests.deploy.test_deploy import RULES, dashboards, promql
-from tests.helpers import ROOT, daemon, free_port, spec, wait_for
+from tests.helpers import ROOT, daemon, free_port, prometheus_query, spec, wait_for
 
 NODES = ("node-a", "node-b", "node-c")
 SLOWED = "node-c"
@@ -108,15 +107,7 @@ def prometheus(tmp_path, ports: list[int], device: str) -> None:
     api = f"http://127.0.0.1:{port}/api/v1"
 
     def query(expr: str) -> list:
-        try:
-            response = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
-        except httpx.TransportError:
-            return []
-        if response.status_code == 503:
-            return []
-        body = response.json()
-        assert body["status"] == "success", (expr, body)
-        return body["data"]["result"]
+        return prometheus_query(api, expr)
 
     try:
         # (A CPU worker has no GPU energy: the energy per good token is the one figure these nodes lack.)

@@ -21,7 +21,7 @@ from benchd.api import create_app
 from benchd.daemon.settings import Settings
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.hardware.helpers import reader
-from tests.helpers import LiveServer, free_port, spec, wait_for
+from tests.helpers import LiveServer, free_port, prometheus_query, spec, wait_for
 from tests.otlp import HTTPReceiver
 
 ROOT = Path(__file__).parents[2]
@@ -323,15 +323,7 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                 started = time.time()
 
                 def query(expr: str) -> list:
-                    try:
-                        response = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
-                    except httpx.TransportError:
-                        return []
-                    if response.status_code == 503:  # Prometheus is still starting (a loaded machine)
-                        return []
-                    body = response.json()
-                    assert body["status"] == "success", (expr, body)
-                    return body["data"]["result"]
+                    return prometheus_query(api, expr)
 
                 rules = [rule["record"] for path in RULES.glob("*.yml")
                          for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]

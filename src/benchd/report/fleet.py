@@ -8,21 +8,14 @@ import re
 
 from benchd.measure.fleet import FIGURES, FleetGroup, NodePlace
 from benchd.measure.fleet_changes import FleetChange, FleetReport
-from benchd.report import charts
+from benchd.report.history import value as figure_value
 from benchd.report.html import esc, section, shell, table, verdict_pill
 
 
 def value(name: str, v: float | None) -> str:
+    """A fleet figure as the history's pages write it (a fraction as a percentage)."""
     unit = FIGURES[name].unit if name in FIGURES else ""
-    if v is None:
-        return "–"
-    if unit == "s":
-        return charts.seconds(v)
-    if unit == "J":
-        return f"{v:.3g} J"
-    if unit == "":
-        return f"{v:.1%}"
-    return f"{v:,.1f}" if v >= 100 else f"{v:.3g}"
+    return f"{v:.1%}" if unit == "" and v is not None else figure_value(unit, v)
 
 
 def money(v: float | None, currency: str | None) -> str:
