@@ -350,8 +350,53 @@ def table_panel(title: str, columns: list[tuple[str, str, str]], description: st
     }
 
 
+# Each node's place among the nodes of its GPU model (benchd_fleet_node_*: each daemon reads its own from the shared
+# store and exports it, docs/guides/fleet.md): a row per node and GPU model.
+def place(metric: str, figure: str | None = None) -> str:
+    selector = FLEET + (f', figure="{figure}"' if figure else "")
+    return f"max by (hostname, device) ({metric}{{{selector}}})"
+
+
+FLEET_PLACE = [
+    ("tok/s per GPU", "none", place("benchd_fleet_node_value", "output_tokens_per_s")),
+    ("÷ the fleet's median", "none", place("benchd_fleet_node_relative_ratio", "output_tokens_per_s")),
+    ("interval low", "none", place("benchd_fleet_node_interval_low_ratio", "output_tokens_per_s")),
+    ("interval high", "none", place("benchd_fleet_node_interval_high_ratio", "output_tokens_per_s")),
+    ("ITL p50 ÷ the fleet's", "none", place("benchd_fleet_node_relative_ratio", "itl_s.p50")),
+    ("outlier", "none", place("benchd_fleet_node_outlier")),
+    ("J / good token", "J", place("benchd_fleet_node_energy_per_good_token_joules")),
+    ("cost / M good tokens", "none", place("benchd_fleet_node_cost_per_million_good_tokens")),
+    ("nodes", "none", place("benchd_fleet_nodes")),
+]
+# The distribution across the nodes of a GPU model: deliberately over the nodes (the one place the fleet's
+# dashboard merges them), each node's value the median of its newest runs.
+ACROSS = [(f'quantile by (device) ({q}, benchd_fleet_node_value{{{FLEET}, figure="output_tokens_per_s"}})',
+           f"{name} {{{{device}}}}") for q, name in (("0.1", "p10"), ("0.5", "median"), ("0.9", "p90"))]
+
+
 def fleet() -> dict:
     layout = Layout()
+    layout.add(table_panel(
+        "$workload: each node against the other nodes of its GPU model", FLEET_PLACE,
+        "From the shared store: each node's newest runs (at most 20) against the median of the other nodes of its "
+        "GPU model, decided by the deciding rule (interval: output tok/s ÷ the others' median at each look's "
+        "confidence); an outlier is decided worse by more than the effect (10 %) in output tok/s or ITL p50. "
+        "GET /fleet?format=html names what sets an outlier apart.", red_at={"outlier": 1}), width=24)
+    layout.add(prom_panel("Output tok/s per GPU across the nodes", "none", [
+        *ACROSS, (place("benchd_fleet_node_value", "output_tokens_per_s"), "{{hostname}} {{device}}")],
+        description="Each node's value (the median of its newest runs) and the distribution across the nodes of "
+                    "each GPU model (p10, median, p90 over the nodes)."))
+    layout.add(prom_panel("Each node ÷ the fleet's median", "none", [
+        (place("benchd_fleet_node_relative_ratio", "output_tokens_per_s"), "tok/s {{hostname}} {{device}}"),
+        (place("benchd_fleet_node_interval_high_ratio", "output_tokens_per_s"), "high {{hostname}} {{device}}"),
+    ], description="Below 1 / 1.1 with its interval's high end there too: decided slower by more than 10 %."))
+    layout.add(prom_panel("What a good token costs", "none", [
+        (place("benchd_fleet_node_cost_per_million_good_tokens"), "per million {{hostname}} {{device}}"),
+    ], description="Each node's newest runs: device-hours and kWh at the daemon's prices (BENCHD_PRICES__*) per "
+                   "million output tokens of requests meeting the SLO."))
+    layout.add(prom_panel("Energy per good token", "J", [
+        (place("benchd_fleet_node_energy_per_good_token_joules"), "{{hostname}} {{device}}"),
+    ]))
     layout.add(table_panel(
         "$workload on every node and GPU", fleet_figures("$__range"),
         "Over the dashboard's time range: latency percentiles from the histograms, the latest run's output tok/s "

@@ -172,6 +172,7 @@ def whole(spec: dict, document: dict | None = None) -> dict:
     what it was made from, where it set fields whose default changed since."""
     out = {**own(spec), **SINCE}
     if "workload" in out:
+        out["decide"] = None  # a run on every GPU's rounds (issue 51): a generation's
         workload = out["workload"]
         validity = {**VALIDITY_SINCE, **workload["validity"]}
         if "max_dispatch_lag_p99_s" not in ((document or {}).get("workload") or {}).get("validity", {}):
@@ -243,6 +244,19 @@ def serve(tmp_path, port, **env):
 
     wait_for(up, 180, "the daemon to be ready")  # as LiveServer.wait_ready: a worker importing torch under load
     return process, url
+
+
+def prometheus_query(api: str, expr: str) -> list:
+    """A PromQL instant query's result against a real Prometheus's API (…/api/v1); none while it is still starting."""
+    try:
+        response = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
+    except httpx.TransportError:
+        return []
+    if response.status_code == 503:
+        return []
+    body = response.json()
+    assert body["status"] == "success", (expr, body)
+    return body["data"]["result"]
 
 
 # ---- PostgreSQL ---------------------------------------------------------------------------------------

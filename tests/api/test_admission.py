@@ -78,6 +78,10 @@ def test_what_could_not_finish_or_fit_is_refused_before_it_is_queued(tmp_path):
         assert closed.json()["bound_s"] is None  # its pace is the engine's
         drains = {"workload": {"stop": {"duration_s": 5, "drain_s": 601}}}
         assert "BENCHD_LIMITS__MAX_DURATION_S" in problems(post(drains))["body.workload.stop.drain_s"]
+        rounds = {"placement": "every_gpu", "decide": {"budget_s": 10**6}}
+        assert "BENCHD_LIMITS__MAX_RUN_DURATION_S" in problems(post(rounds))["body.decide.budget_s"]
+        alone = problems(post({"decide": {"max_rounds": 3}}))
+        assert "decides a run on every GPU" in next(iter(alone.values()))
         big = post({"model": "llama-3.1-8b"})
         assert "needs about 3" in problems(big)["body.model"]  # 8B in float32 on a CPU: 32 GB
         assert "BENCHD_LIMITS__MEMORY_BYTES" in problems(big)["body.model"]

@@ -251,10 +251,9 @@ def test_prometheus_fires_benchd_change_point_and_the_dashboard_marks_it(switche
     import json
     import shutil
 
-    import httpx
     import yaml
 
-    from tests.helpers import free_port
+    from tests.helpers import free_port, prometheus_query
 
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -271,15 +270,7 @@ def test_prometheus_fires_benchd_change_point_and_the_dashboard_marks_it(switche
     api = f"http://127.0.0.1:{port}/api/v1"
 
     def query(expr: str) -> list:
-        try:
-            response = httpx.get(f"{api}/query", params={"query": expr}, timeout=10)
-        except httpx.TransportError:
-            return []
-        if response.status_code == 503:
-            return []
-        body = response.json()
-        assert body["status"] == "success", (expr, body)
-        return body["data"]["result"]
+        return prometheus_query(api, expr)
 
     try:
         wait_for(lambda: query(f'ALERTS{{alertname="BenchdChangePoint", workload="{WORKLOAD}", '

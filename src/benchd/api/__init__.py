@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import benchd
-from benchd.api import compare, health, history, matrices, runs, schedules
+from benchd.api import compare, fleet, health, history, matrices, runs, schedules
 from benchd.api.admission import Memory
 from benchd.api.deps import Answers, Services, Slots
 from benchd.api.guard import validation_detail
@@ -74,7 +74,8 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
                                       Slots(reads.record_slots, "reads of a run's records",
                                             "BENCHD_READS__RECORD_SLOTS"),
                                       Slots(reads.history_slots, "histories", "BENCHD_READS__HISTORY_SLOTS"),
-                                      Answers(reads.history_kept_bytes))
+                                      Answers(reads.history_kept_bytes),
+                                      Slots(reads.fleet_slots, "fleet views", "BENCHD_READS__FLEET_SLOTS"))
         # The pool of the main port's sync handlers: bounded by the setting (docs/guides/daemon.md, "Connections and
         # probes"). anyio keeps one limiter an event loop: the probe listener's loop has its own.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.http.threads
@@ -98,7 +99,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         summary="Continuous, exact measurement of LLM generation speed.",
         lifespan=lifespan,
     )
-    for module in (runs, matrices, schedules, compare, history, health):
+    for module in (runs, matrices, schedules, compare, history, fleet, health):
         app.include_router(module.router)
 
     @app.exception_handler(StoreUnavailable)

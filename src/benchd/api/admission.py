@@ -321,9 +321,13 @@ def _memory_problems(spec: RunSpec, settings: Settings, memory: Memory, slot: Sl
 
 
 def _arrival_problems(spec: GenerateSpec, settings: Settings, loc: tuple) -> list[dict]:
-    """A capacity search's reach and a trace's file: what the stage list above cannot see."""
+    """A capacity search's reach, a trace's file and a run's rounds: what the stage list above cannot see."""
     arrivals, limits, where = spec.workload.arrivals, settings.limits, (*loc, "workload", "arrivals")
     problems = []
+    rounds = spec.rounds()
+    if rounds is not None and rounds.budget_s > limits.max_run_duration_s:
+        problems.append(problem((*loc, "decide", "budget_s"), f"{rounds.budget_s:g} s of rounds exceed the limit of "
+                                f"{limits.max_run_duration_s:g} s a run (BENCHD_LIMITS__MAX_RUN_DURATION_S)"))
     if isinstance(arrivals, Capacity):
         if spec.placement == "every_gpu":
             problems.append(problem((*loc, "placement"), "a capacity search runs on one device: each GPU's search "

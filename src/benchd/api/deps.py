@@ -87,6 +87,7 @@ class Services:
     records: Slots  # reads of a run's every record
     histories: Slots  # GET /history answers built
     answers: Answers  # GET /history answers kept
+    fleets: Slots  # GET /fleet
 
     def admit(self, spec: RunSpec, loc: tuple = ()) -> RunSpec:
         """The spec as it will run (the daemon's model, dtype and device where it names none), checked against

@@ -89,6 +89,9 @@ class RunView(Documented):
     """The verdict: every stage valid (a generate run); null: a timed run, or stored before verdicts were kept."""
     capacity_requests_per_s: float | None = None
     """A capacity search's figure: the highest rate found to meet the SLO, in requests a second."""
+    good_tokens: dict[str, Any] | None = None
+    """What a good token cost: its good output tokens, devices, window and energy, the energy a good token and the
+    cost a million at the prices of the daemon that ran it (measure/cost.py's GoodTokens)."""
     created_at: datetime
     """When it was queued."""
     started_at: datetime | None

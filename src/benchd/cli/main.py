@@ -289,9 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--json", action="store_true", help="print JSON")
     baseline.set_defaults(handler=results.cmd_baseline)
 
-    from benchd.cli import history
+    from benchd.cli import fleet, history
 
     history.add_parser(commands, _command)
+    fleet.add_parser(commands, _command)
     return parser
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from benchd.daemon.fleet import Fleet
 from benchd.daemon.history import History
 from benchd.daemon.matrices import MatrixRuns
 from benchd.daemon.queue import Job
@@ -25,16 +26,19 @@ log = logging.getLogger("benchd.daemon.followup")
 class Hooks:
     def __init__(self, settings: Settings, store: Store, events: RunEvents, schedules: Schedules,
                  metrics: Metrics | None, on_error: Callable[[str], None] = lambda component: None,
-                 matrices: MatrixRuns | None = None, history: History | None = None) -> None:
+                 matrices: MatrixRuns | None = None, history: History | None = None,
+                 fleet: Fleet | None = None) -> None:
         self.settings, self.store, self.events, self.schedules = settings, store, events, schedules
         self.metrics, self.on_error, self.matrices, self.history = metrics, on_error, matrices, history
+        self.fleet = fleet
 
     def after(self, job: Job, result: RunResult, summaries: list[dict]) -> None:
         """Each hook on its own: one that fails is logged and counted, and the others still run."""
         for name, hook in (("schedules", lambda: self.schedules.ran(job.schedule, job.run_id)),
                            ("regression", lambda: self._regression(job, result)),
                            ("matrix", lambda: self._matrix(job, result)),
-                           ("history", lambda: self._history(job, result))):
+                           ("history", lambda: self._history(job, result)),
+                           ("fleet", lambda: self.fleet.ran(job, result) if self.fleet is not None else None)):
             try:
                 hook()
             except Exception:  # a hook's boundary: the run is stored already, the daemon goes on

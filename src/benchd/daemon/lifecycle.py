@@ -8,21 +8,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from benchd.daemon.every_gpu import ProgressSum, merge, verdicts
+from benchd.daemon.every_gpu import ProgressSum, decided, merge, round_throughputs, stitch, verdicts
 from benchd.daemon.ingest import Progress, RunIngest
 from benchd.daemon.server_scrape import ServerScrape
 from benchd.hardware.clocks import stage_clocks
 from benchd.hardware.sampler import HardwareSampler, Recording
 from benchd.measure import timeline
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
+from benchd.measure.cost import Prices
 from benchd.measure.outcome import RunOutcome
 from benchd.measure.records import RequestRecord
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.timeline import StageSpan
 from benchd.models.duration import kernel_deadline, run_bound_s
 from benchd.spec import GenerateSpec, RunSpec
+from benchd.spec.decide import Decide
 from benchd.stopping import StopSignal
 from benchd.store.database import Store
 from benchd.store.writer import RequestWriter, StageRequests
@@ -48,19 +50,20 @@ class Part:
 class Lifecycle:
     def __init__(self, pool: WorkerPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
                  store: Store | None = None, faults: dict | None = None, threshold: float = THRESHOLD,
-                 confidence: float = CONFIDENCE, on_beat: Callable[[], None] = lambda: None) -> None:
+                 confidence: float = CONFIDENCE, prices: Prices | None = None,
+                 on_beat: Callable[[], None] = lambda: None) -> None:
         self.pool, self.telemetry, self.hardware, self.store, self.faults = pool, telemetry, hardware, store, faults
-        self.threshold, self.confidence = threshold, confidence
+        self.threshold, self.confidence, self.prices = threshold, confidence, prices
         self.on_beat = on_beat  # the caller's loop moves: called as the run is waited for (daemon/service.py)
 
     def execute(self, run_id: str, spec: RunSpec, device: str, stop: StopSignal,
                 on_progress: Callable[[Progress], None] | None = None, deadline_s: float | None = None,
                 confine: dict | None = None) -> RunResult:
         """Run the spec on the device's worker, or its tensor-parallel group's (placement every_gpu: on every one at
-        once) and return what it left, whatever happens; with a store, every request is written as it finishes and
-        the run's end once known. confine: the spec's paths its worker re-checks against the roots as it loads
-        (benchd.models.confinement); a kernel run is also ended by its worker's supervisor past its deadline
-        (benchd.models.duration)."""
+        once, round after round until each GPU's verdict decides: spec.rounds()) and return what it left, whatever
+        happens; with a store, every request is written as it finishes and the run's end once known. confine: the
+        spec's paths its worker re-checks against the roots as it loads (benchd.models.confinement); a kernel run
+        is also ended by its worker's supervisor past its deadline (benchd.models.duration)."""
         environment = spec.worker_environment
         if spec.requirements is not None:  # its own: declared under their name, built when a worker first needs it
             self.pool.environments.adopt(spec.requirements)
@@ -68,57 +71,103 @@ class Lifecycle:
         single = len(slots) == 1
         observer = self.telemetry.for_run(run_id, spec.subject, spec.runner, spec.name, slots[0].gpu if single else "",
                                           spec)
+        observers = [observer if single else observer.part(slot.gpu) for slot in slots]
         writer = self.store.requests_writer(run_id) if self.store is not None else None
-        progress = ProgressSum(on_progress, len(slots))
-        parts = []
-        for i, slot in enumerate(slots):
-            part_observer = observer if single else observer.part(slot.gpu)
-            finished = self._writes(writer, slot.gpu if not single else "") if writer is not None else None
-            parts.append(Part(slot.key, slot.gpu, part_observer,
-                              RunIngest(spec, part_observer, finished, progress.of(i) if on_progress else None)))
+        rule = spec.rounds() if isinstance(spec, GenerateSpec) and not single else None
+        rounds: list[list[Part]] = []
         recording: Recording | None = None
         scrape: ServerScrape | None = None
+        late: float | None = None
         started = time.perf_counter()
         try:
             recording = self.hardware.begin() if self.hardware is not None else None
             started = time.perf_counter()
             scrape = self._scrape(spec, observer)
-            observer.run_started(started)
+            for part_observer in observers:
+                part_observer.run_started(started)
             settings = self.pool.settings
-            for part in parts:
-                if part.observer is not observer:
-                    part.observer.run_started(started)
-                self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
-                                 environment=environment, wait_s=settings.start_timeout_s,
-                                 trace_id=observer.run_trace_id, confine=confine,
-                                 deadline=lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,
-                                                                        settings.deadline_slack_s),
-                                 beat=self.on_beat)
-            late = self._wait(run_id, parts, stop, started, deadline_s)
+            deadline = lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,  # noqa: E731
+                                                     settings.deadline_slack_s)
+            while True:
+                begun = time.perf_counter()
+                parts = self._round(run_id, spec, slots, observers, writer, on_progress, len(rounds), rule)
+                rounds.append(parts)
+                for part in parts:
+                    self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
+                                     environment=environment, wait_s=settings.start_timeout_s,
+                                     trace_id=observer.run_trace_id, confine=confine, deadline=deadline,
+                                     beat=self.on_beat)
+                late = self._wait(run_id, parts, stop, started, deadline_s)
+                if not self._another_round(rule, rounds, stop, late, started, begun):
+                    break
         except Exception as error:  # the run's one boundary in the daemon: the failure is recorded, measures kept
             log.exception("run %s failed in the daemon", run_id)
             late = None
-            for part in parts:
+            for part in rounds[-1] if rounds else []:
                 if not part.ingest.ended.is_set():
                     result = part.ingest.result
                     result.status, result.error, result.error_stage = ("failed", f"{type(error).__name__}: {error}",
                                                                         "daemon")
-        for part in parts:
+        everything = [part for parts in rounds for part in parts]
+        for part in everything:
             result = part.ingest.result
             if result.status == "running":  # the worker never answered (the daemon is stopping)
                 result.status, result.error_stage = "interrupted", "worker"
             result.judge()
         if recording is not None:
-            self._clocks(run_id, recording, parts)
-        result = parts[0].ingest.result if single else merge(spec, {p.gpu: p.ingest.result for p in parts})
+            self._clocks(run_id, recording, everything)
+        by_gpu = {slot.gpu: stitch([parts[i].ingest.result for parts in rounds]) for i, slot in enumerate(slots)} \
+            if rounds else {}
+        result = (by_gpu[slots[0].gpu] if single else merge(spec, by_gpu)) if rounds else \
+            RunResult(spec=spec, status="failed", error="no round started", error_stage="daemon")
+        result.devices = [slot.gpu for slot in slots]
         if late is not None:
             result.status, result.error_stage = "failed", "run"
             result.error = (f"the run went past its limit of {late:g} s (BENCHD_LIMITS__MAX_DURATION_S per stage) "
                             "and was stopped")
         if scrape is not None:
             scrape.stop()
-        self._finish(run_id, result, parts, observer, recording, started, writer, scrape)
+        self._finish(run_id, result, everything, observer, observers, recording, started, writer, scrape,
+                     rule, len(rounds))
         return result
+
+    def _round(self, run_id: str, spec: RunSpec, slots: list, observers: list[RunTelemetry],
+               writer: RequestWriter | None, on_progress: Callable[[Progress], None] | None, r: int,
+               rule: Decide | None) -> list[Part]:
+        """Round r's parts, one a slot: each with an ingest of its own, its requests written under the stages
+        they will have in the whole (round r's stage i: r·S + i) and its progress told as the round's."""
+        count = spec.workload.stage_count() if isinstance(spec, GenerateSpec) else 1
+        offset = r * count
+        told = on_progress
+        if on_progress is not None and rule is not None:
+            def told(p: Progress) -> None:
+                on_progress(replace(p, stage=f"{p.stage} · round {r + 1}", stage_index=offset + p.stage_index,
+                                    stages=count * rule.max_rounds))
+        progress = ProgressSum(told, len(slots))
+        single = len(slots) == 1
+        parts = []
+        for i, slot in enumerate(slots):
+            finished = self._writes(writer, "" if single else slot.gpu, offset, r if rule is not None else None) \
+                if writer is not None else None
+            parts.append(Part(slot.key, slot.gpu, observers[i],
+                              RunIngest(spec, observers[i], finished, progress.of(i) if told else None)))
+        return parts
+
+    @staticmethod
+    def _another_round(rule: Decide | None, rounds: list[list[Part]], stop: StopSignal, late: float | None,
+                       started: float, begun: float) -> bool:
+        """Whether the GPUs go another round: their verdicts not all decided yet, every part of this round
+        succeeded, the run neither stopped nor late, rounds left, and another as long as this one ends within the
+        budget."""
+        if rule is None or late is not None or stop.is_set() or len(rounds) >= rule.max_rounds:
+            return False
+        if any(part.ingest.result.status != "succeeded" for part in rounds[-1]):
+            return False
+        now = time.perf_counter()
+        if now - started + (now - begun) > rule.budget_s:
+            return False
+        results = {part.gpu: [parts[i].ingest.result for parts in rounds] for i, part in enumerate(rounds[0])}
+        return not decided(round_throughputs(results), rule)
 
     @staticmethod
     def _clocks(run_id: str, recording: Recording, parts: list[Part]) -> None:
@@ -143,12 +192,16 @@ class Lifecycle:
         return ServerScrape(*page, observer.server_gauges()).start()
 
     @staticmethod
-    def _writes(writer: RequestWriter, gpu: str) -> Callable[[StageResult, RequestRecord], None]:
+    def _writes(writer: RequestWriter, gpu: str, offset: int = 0,
+                round_: int | None = None) -> Callable[[StageResult, RequestRecord], None]:
+        """Each request as it finishes, under its stage's index in the whole run (offset: a round's first) and
+        its label there (stitch's)."""
         keys: dict[int, StageRequests] = {}
 
         def finished(stage: StageResult, record: RequestRecord) -> None:
+            label = stage.label if round_ is None else f"{stage.label} · round {round_ + 1}"
             key = keys.get(stage.index) or keys.setdefault(
-                stage.index, StageRequests(stage.index, stage.label, stage.start_s, gpu))
+                stage.index, StageRequests(offset + stage.index, label, stage.start_s, gpu))
             writer.add(key, record)
 
         return finished
@@ -183,8 +236,9 @@ class Lifecycle:
                 return deadline_s if late else None
 
     def _finish(self, run_id: str, result: RunResult, parts: list[Part], observer: RunTelemetry,
-                recording: Recording | None, started: float, writer: RequestWriter | None,
-                scrape: ServerScrape | None = None) -> None:
+                observers: list[RunTelemetry], recording: Recording | None, started: float,
+                writer: RequestWriter | None, scrape: ServerScrape | None = None, rule: Decide | None = None,
+                rounds: int = 1) -> None:
         """Hardware, timeline, verdicts, spans, then the run's outcome (its summaries and verdicts, once) recorded by
         telemetry and written by the store: each on its own, so one failing leaves the others."""
         end = time.perf_counter()
@@ -204,7 +258,8 @@ class Lifecycle:
             log.exception("run %s: the hardware summary failed", run_id)
         if result.parts is not None:
             try:
-                result.parts["verdicts"] = verdicts(result, self.threshold, self.confidence)
+                result.parts["rounds"] = rounds
+                result.parts["verdicts"] = verdicts(result, self.threshold, self.confidence, rule, rounds)
             except Exception:  # the comparison's boundary: the run keeps its figures without it
                 log.exception("run %s: comparing its GPUs failed", run_id)
         if result.metadata is not None:
@@ -213,14 +268,17 @@ class Lifecycle:
             result.metadata.commit = result.spec.commit.model_dump() if result.spec.commit is not None else None
         for part in parts:
             part.observer.spans.requests([r for stage in part.ingest.result.stages for r in stage.records])
-            if part.observer is not observer:
-                part.observer.run_finished(end, part.ingest.result.status, part.ingest.result.error)
-        result.outcome = outcome = RunOutcome.of(run_id, result)
+        for i, part_observer in enumerate(observers):
+            if part_observer is not observer:
+                own = result.part_results.get(part_observer.gpu) if result.part_results else None
+                part_observer.run_finished(end, own.status if own else parts[i].ingest.result.status,
+                                           own.error if own else parts[i].ingest.result.error)
+        result.outcome = outcome = RunOutcome.of(run_id, result, self.prices)
         observer.record(outcome)
         observer.run_finished(end, outcome.status, outcome.error)
         if self.store is not None:
-            writer.close((StageRequests(s.index, s.label, s.start_s, "" if len(parts) == 1 else p.gpu), s.records)
-                         for p in parts for s in p.ingest.result.stages)
+            writer.close((StageRequests(s.index, s.label, s.start_s, "" if len(observers) == 1 else p.gpu),
+                          s.records) for p in parts for s in p.ingest.result.stages)
             self.store.finish_run(outcome)
 
 

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 
+from benchd.daemon.fleet import Fleet
 from benchd.daemon.followup import Hooks
 from benchd.daemon.history import History
 from benchd.daemon.ingest import Progress
@@ -50,7 +51,7 @@ class Daemon:
         self.pool.environments.on_prepared = self.queue.wake
         faults = settings.faults.model_dump() if settings.faults.workload else None
         self.lifecycle = Lifecycle(self.pool, telemetry, sampler, store, faults, settings.compare_threshold,
-                                   settings.compare_confidence, on_beat=self._beat)
+                                   settings.compare_confidence, settings.prices, on_beat=self._beat)
         store.spool.on_writable = self.queue.wake
         self.schedules = Schedules(store, self.submit, self.queue.busy, self.internal_error,
                                    self.submit_scheduled_matrix, self.skipped)
@@ -59,8 +60,10 @@ class Daemon:
         self.history = History(settings.history, store, self.metrics, settings.node_name, set(settings.environments),
                                self.submit_internal_matrix, settings.compare_confidence, self.internal_error)
         self.matrices.listeners.append(self.history.concluded)
+        self.fleet = Fleet(settings.fleet, settings.prices, store, self.metrics, settings.node_name,
+                           settings.reads.fleet_max_rows, self.internal_error)
         self.hooks = Hooks(settings, store, events, self.schedules, self.metrics, self.internal_error, self.matrices,
-                           self.history)
+                           self.history, self.fleet)
         self._thread = threading.Thread(target=self._loop, name="benchd-runs", daemon=True)
         self._closing = threading.Event()
         self._beaten = time.monotonic()  # the run loop's last beat
@@ -124,6 +127,7 @@ class Daemon:
         self._thread.start()
         self.schedules.start()
         self.history.start()
+        self.fleet.start()
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """The current run ends as interrupted with what it measured; queued runs are cancelled."""
@@ -133,6 +137,7 @@ class Daemon:
         self._thread.join(timeout_s)
         self.schedules.stop()
         self.history.stop()
+        self.fleet.stop()
         self.pool.stop()
 
     # ---- runs --------------------------------------------------------------------------------------

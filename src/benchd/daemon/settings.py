@@ -19,6 +19,8 @@ from pydantic_settings import (
 )
 
 from benchd.measure.compare import CONFIDENCE, THRESHOLD
+from benchd.measure.cost import Prices
+from benchd.measure.fleet import FleetSettings
 from benchd.measure.history import HistorySettings
 from benchd.models.memory import MEMORY_FRACTION
 from benchd.spec import NAME_MAX, GenerateSpec, Name, RunSpec
@@ -74,6 +76,10 @@ class Reads(BaseModel):
     # reads of a run's every record at once: /runs/{id}/requests, /timings, /report and a matrix's /report
     record_slots: Annotated[int, Field(ge=1)] = 4
     page_max_bytes: Annotated[int, Field(ge=1 << 16)] = 8 << 20  # a page of GET /runs, /matrices, /schedules
+    fleet_slots: Annotated[int, Field(ge=1)] = 2  # fleet views built at once (GET /fleet); past them, a 503
+    # the fleet's runs one view reads at most (each node's newest 20 of a workload): past it, a 422 asking for a
+    # workload or GPU model; a node's own place is read within it too
+    fleet_max_rows: Annotated[int, Field(ge=100)] = 100_000
     history_slots: Annotated[int, Field(ge=1)] = 2  # /history answers built at once (each up to 10,000 runs)
     history_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # building one; past it, a 503
     # Built /history answers kept, until their workload gets a run or an analysis (the newest used kept first)
@@ -262,6 +268,10 @@ class Settings(BaseSettings):
     compare_threshold: Annotated[float, Field(ge=0)] = THRESHOLD  # a change smaller than this is no regression
     compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE  # of the comparisons' bootstrap intervals
     history: HistorySettings = HistorySettings()
+    # What a good token costs (docs/figures.md): the node's price per GPU-hour (a CPU worker's hour on a node
+    # without GPUs) and per kWh of the GPUs' energy; unset, runs say their energy per good token and no cost.
+    prices: Prices = Prices()
+    fleet: FleetSettings = FleetSettings()  # each node's place among the nodes of its GPU model (docs/guides/fleet.md)
     # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
     # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))
     # means a hung driver call: the hardware series leave /metrics until a read completes.

@@ -173,7 +173,8 @@ class StackShift(Documented):
 
     def says(self) -> str:
         """transformers 5.17.0 → 5.18.0"""
-        name = {"python_version": "Python", "cuda_version": "CUDA", "driver_version": "driver"}.get(
+        name = {"python_version": "Python", "cuda_version": "CUDA", "driver_version": "driver",
+                "vbios_version": "firmware (VBIOS)"}.get(
             self.field, self.field.removesuffix("_version"))
         return f"{name} {self.before or '–'} → {self.after or '–'}" + (" (mixed)" if self.mixed else "")
 
@@ -296,8 +297,9 @@ def find(series: Series, alpha: float = changes.ALPHA, min_runs: int = changes.M
 
 # What identifies a run's stack (protocol/metadata.py's RunMetadata), in the order a difference is told.
 STACK_FIELDS = ("benchd_version", "python_version", "torch_version", "transformers_version", "cuda_version",
-                "driver_version", "device_name", "gpus", "engine", "attn_implementation", "quantization", "compile",
-                "torch_threads", "environment", "commit", "label", "model", "host")
+                "driver_version", "vbios_version", "device_name", "gpus", "engine", "attn_implementation",
+                "quantization", "compile", "torch_threads", "environment", "commit", "label", "model", "host",
+                "fault")
 
 
 def stack_of(metadata: dict | None, hardware: dict | None, engine: str | None) -> dict[str, str]:

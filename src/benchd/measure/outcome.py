@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchd.measure.capacity import CapacityResult
+from benchd.measure.cost import GoodTokens, Prices, good_tokens
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
 
@@ -37,13 +38,16 @@ class RunOutcome:
     # stored); part_summaries: each GPU's stage summaries (parts["gpus"][gpu]["stages"], typed).
     parts: dict[str, Any] | None = None
     part_summaries: dict[str, list[StageSummary]] | None = None
+    good_tokens: GoodTokens | None = None  # a generation's good tokens and what they took (measure/cost.py)
 
     @classmethod
-    def of(cls, run_id: str, result: RunResult) -> RunOutcome:
+    def of(cls, run_id: str, result: RunResult, prices: Prices | None = None) -> RunOutcome:
         summaries = result.summaries()
+        stages = [s for s in summaries if isinstance(s, StageSummary)]
         return cls(run_id, result.spec, result.status, result.error, result.error_stage, result.metadata, summaries,
                    result.valid(summaries), result.capacity(summaries), result.hardware, result.timeline,
-                   list(result.timings), result.parts, result.part_summaries)
+                   list(result.timings), result.parts, result.part_summaries,
+                   good_tokens(stages, result.hardware, result.devices, prices))
 
     @property
     def label(self) -> str | None:

@@ -115,6 +115,7 @@ class RunResult:
     part_results: dict[str, RunResult] | None = None
     part_summaries: dict[str, list[StageSummary]] | None = None  # each GPU's, as parts["gpus"][gpu]["stages"]
     outcome: RunOutcome | None = None  # once the run has ended: its summaries and verdicts, computed once
+    devices: list[str] = field(default_factory=list)  # the GPU labels of its workers (a group's joined by +)
 
     def summaries(self) -> list[BaseModel]:
         if self.spec.kind == "generate":
@@ -184,4 +185,5 @@ class RunResult:
             "capacity": found.model_dump(mode="json") if found is not None else None,
             "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
             "parts": self.parts,
+            "good_tokens": outcome.good_tokens.model_dump(mode="json") if outcome.good_tokens else None,
         }

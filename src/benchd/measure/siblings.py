@@ -1,5 +1,6 @@
 """The slow GPU found: in a run on every GPU at once, each GPU's output tok/s, TTFT p99 and J/token against the
-median of its siblings, with bootstrap intervals as measure/compare.py makes them, and a verdict."""
+median of its siblings, and a verdict: over rounds, by the deciding rule (measure/sequential.py); in one round, with
+bootstrap intervals as measure/compare.py makes them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pydantic import BaseModel
 
 from benchd.measure.compare import CONFIDENCE, THRESHOLD, metric_change
 from benchd.measure.records import RequestRecord
+from benchd.measure.sequential import Decision, siblings
+from benchd.spec.decide import Decide
 
 BUCKET_S = 1.0  # throughput is resampled as tokens per bucket of the measured window
 RESAMPLES = 2000
@@ -30,6 +33,10 @@ class GPUVerdict(BaseModel):
     relative_energy_per_token: float | None  # ÷ the median of its siblings'
     outlier: bool
     reasons: list[str] = []
+    # Over rounds: the deciding rule's verdict on its output tok/s against its siblings' median (the relative
+    # throughput and its interval above are the decision's), and each round's ratio.
+    decision: Decision | None = None
+    round_ratios: list[float] = []
 
 
 def _buckets(records: Sequence[RequestRecord], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
@@ -101,4 +108,39 @@ def compare_gpus(parts: Mapping[str, Sequence[RequestRecord]], throughput: Mappi
             throughput_ci_high=high, ttft_p99_s=ttft.b, ttft_p99_change=ttft.relative_change,
             ttft_p99_ci_low=ttft.ci_low, ttft_p99_ci_high=ttft.ci_high, energy_per_token_j=own_energy,
             relative_energy_per_token=relative_energy, outlier=bool(reasons), reasons=reasons))
+    return verdicts
+
+
+def decide_gpus(rounds: Sequence[Mapping[str, float]], parts: Mapping[str, Sequence[Sequence[RequestRecord]]],
+                energy_per_token: Mapping[str, float | None], rule: Decide, threshold: float = THRESHOLD,
+                confidence: float = CONFIDENCE, seed: int = 0) -> list[GPUVerdict]:
+    """rounds: each round's output tok/s by GPU (every GPU at once); parts: each GPU's measured records, a list a
+    round. Each GPU's ratio to its siblings' median, round by round, decided by the rule (an outlier when slower by
+    more than its effect); its TTFT p99 against its siblings' requests (each round one run of the two-stage
+    bootstrap), told but not deciding: the rule's error rates hold for the throughput alone."""
+    if len(parts) < 2:
+        return []
+    rng = np.random.default_rng(seed)
+    decided = siblings([dict(r) for r in rounds], rule.effect, rule.confidence, rule.max_rounds)
+    good = lambda rs: [r.ttft_s for r in rs if not r.warmup and r.ok]  # noqa: E731
+    verdicts = []
+    for gpu, own in parts.items():
+        decision, ratios = decided.get(gpu, (None, []))
+        others = [g for g in parts if g != gpu]
+        ttft = metric_change("ttft_s.p99", [good(r) for g in others for r in parts[g]], [good(r) for r in own],
+                             lambda x: np.percentile(x, 99), threshold, confidence, min_samples=20,
+                             higher_is_worse=True, rng=rng, resamples=RESAMPLES)
+        energies = [e for g in others if (e := energy_per_token.get(g)) is not None]
+        own_energy = energy_per_token.get(gpu)
+        relative_energy = own_energy / float(np.median(energies)) if own_energy is not None and energies else None
+        throughput = [r[gpu] for r in rounds if r.get(gpu) is not None]
+        verdicts.append(GPUVerdict(
+            gpu=gpu, output_tokens_per_s=float(np.mean(throughput)) if throughput else 0.0,
+            relative_throughput=decision.ratio if decision else None,
+            throughput_ci_low=decision.ci_low if decision else None,
+            throughput_ci_high=decision.ci_high if decision else None, ttft_p99_s=ttft.b,
+            ttft_p99_change=ttft.relative_change, ttft_p99_ci_low=ttft.ci_low, ttft_p99_ci_high=ttft.ci_high,
+            energy_per_token_j=own_energy, relative_energy_per_token=relative_energy,
+            outlier=decision is not None and decision.verdict == "slower",
+            reasons=[decision.says()] if decision else [], decision=decision, round_ratios=ratios))
     return verdicts

@@ -76,6 +76,9 @@ class StageSummary(Documented):
     """Good requests a second (those meeting the SLO's per-request objectives; 0 where the stage misses its SLO)."""
     slo_attainment: float | None = None
     """The share of measured requests that were good."""
+    good_output_tokens: int | None = None
+    """Output tokens of the good requests (those meeting the SLO's per-request objectives, every successful one
+    where it sets none; none where the stage misses its SLO): what a good token's energy and cost are over."""
     ttft_s: LatencyStats
     """Time to first token (from the scheduled time) over the measured requests that succeeded, in seconds."""
     itl_s: LatencyStats
@@ -174,6 +177,7 @@ def summarize(
              "e2e_s": LatencyStats.of([r.e2e_s for r in good])}
     goodput = attainment = met = None
     misses: list[str] = []
+    good_tokens = sum(r.output_tokens for r in good)
     if slo is not None:
         meeting = sum(r.meets(slo) for r in measured)
         attainment = meeting / len(good + failed) if good or failed else None
@@ -181,6 +185,7 @@ def summarize(
             misses = objectives.misses(slo, {k: v.p99 for k, v in stats.items()}, len(failed), len(good + failed))
             met = not misses
         goodput = rate(meeting) if met is not False else 0.0  # a stage missing its objectives has no goodput
+        good_tokens = sum(r.output_tokens for r in measured if r.meets(slo)) if met is not False else 0
     lag = LatencyStats.of([x for r in measured if (x := r.dispatch_lag_s) is not None])
     sent = [r for r in measured if r.submitted_s is not None]
     ratio = sent_rate_ratio([r.scheduled_s for r in sent], [r.submitted_s for r in sent]) if open_loop else None
@@ -206,6 +211,7 @@ def summarize(
         requests_per_s=rate(len(good)),
         goodput_requests_per_s=goodput,
         slo_attainment=attainment,
+        good_output_tokens=good_tokens,
         **stats,
         queue_s=LatencyStats.of([q for r in good if (q := r.queue_s) is not None]),
         dispatch_lag_s=lag,

@@ -15,6 +15,7 @@ class RunMetadata(BaseModel):
     transformers_version: str
     cuda_version: str | None = None
     driver_version: str | None = None
+    vbios_version: str | None = None  # the GPU's firmware (NVML's VBIOS version), of the worker's first GPU
     device: str
     device_name: str
     torch_threads: int | None = None  # torch's intra-op CPU threads for the run (a CUDA engine sets its own)
@@ -40,5 +41,8 @@ class RunMetadata(BaseModel):
     model_cost: dict | None = None
     peak_memory_bytes: int | None = None  # torch's allocator peak over the run (CUDA only)
     peak_reserved_bytes: int | None = None  # what torch's allocator held at most (CUDA graph pools included)
+    # A fault the settings injected into this run (BENCHD_FAULTS__*: tests and bench scripts): what it did, so that
+    # no figure it bent passes for the stack's.
+    fault: str | None = None
     started_at: str
     finished_at: str | None = None

@@ -49,6 +49,20 @@ def when(stamp: str | None) -> str | None:
     return text[:19] + (" UTC" if text[19:].startswith(("+00:00", "Z")) else "")
 
 
+def good_line(good: dict) -> str:
+    """good tokens 640 of 700 (91%), 0.42 J a good token, 0.031 USD a million good tokens (1 device, 12.0 s)"""
+    share = good["good_output_tokens"] / good["output_tokens"] if good["output_tokens"] else None
+    parts = [f"good tokens {good['good_output_tokens']:,} of {good['output_tokens']:,}"
+             + (f" ({share:.0%})" if share is not None else "")]
+    if good.get("energy_per_good_token_j") is not None:
+        parts.append(f"{good['energy_per_good_token_j']:.3g} J a good token")
+    if good.get("cost_per_million_good_tokens") is not None:
+        parts.append(f"{good['cost_per_million_good_tokens']:,.4g} {good.get('currency') or ''} a million good "
+                     "tokens at the daemon's prices")
+    return ", ".join(parts) + f" ({good['devices']} device{'s' * (good['devices'] != 1)}, " \
+        f"{good['device_seconds'] / max(1, good['devices']):.1f} s)"
+
+
 def run_page(run: dict, rows: list[dict]) -> str:
     """A run's report. run: as stored (store.get_run), or summary.json's keys (`metadata`, `stages`) with its
     `timeline`; rows: its request rows (a generation run) or its timing rows (a training-step or kernel run)."""
@@ -69,6 +83,8 @@ def run_page(run: dict, rows: list[dict]) -> str:
             + " · ".join(esc(x) for x in facts if x))
     error = run.get("error")
     top = [esc(hardware_line(hardware)) if hardware else "no hardware summary"]
+    if run.get("good_tokens"):
+        top.append(esc(good_line(run["good_tokens"])))
     if error:
         top.insert(0, f'<span class="error">{esc(error)}</span>')
     summary = "".join(f'<p class="note">{line}</p>' for line in top)
@@ -77,9 +93,12 @@ def run_page(run: dict, rows: list[dict]) -> str:
                    else "no timeline stored with this run")
         sections = _generation(summaries, run.get("timeline"), rows, summary, missing, spec)
         if run.get("parts"):
+            rounds = run["parts"].get("rounds") or 1
+            about = (f"every GPU at once, {rounds} rounds until each was decided (docs/figures.md, verdicts that "
+                     "decide): each GPU's output tok/s (the mean of its rounds') against the median of its siblings'"
+                     if rounds > 1 else "every GPU at once: the first stage, each against the median of its siblings")
             sections.insert(1, section("GPUs", table(GPU_COLUMNS, gpu_rows(run["parts"]), text_columns=2),
-                                       anchor="gpus", about="every GPU at once: the first stage, each against the "
-                                                             "median of its siblings"))
+                                       anchor="gpus", about=about))
     else:
         sections = _timed(kind, summaries, rows, summary)
     sections.append(_stack(run, metadata, hardware, spec))

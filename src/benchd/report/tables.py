@@ -213,6 +213,8 @@ def gpu_rows(parts: dict) -> list[list[str]]:
     for gpu, part in sorted(parts.get("gpus", {}).items()):
         stage = part["stages"][0] if part["stages"] else {}
         verdict = verdicts.get(gpu, {})
+        if verdict.get("decision"):  # over rounds: the mean of its rounds' output tok/s
+            stage = {**stage, "output_tokens_per_s": verdict["output_tokens_per_s"]}
         ttft, itl = (stage.get("ttft_s") or {}).get("p99"), (stage.get("itl_s") or {}).get("p50")
         ratio, low, high = (verdict.get(k) for k in ("relative_throughput", "throughput_ci_low", "throughput_ci_high"))
         energy = verdict.get("energy_per_token_j")
@@ -221,7 +223,8 @@ def gpu_rows(parts: dict) -> list[list[str]]:
             "–" if ttft is None else f"{ttft * 1e3:.2f}", "–" if itl is None else f"{itl * 1e3:.2f}",
             "–" if energy is None else f"{energy * 1e3:.2f}",
             "–" if ratio is None else f"{ratio:.3f}" + ("" if low is None else f" [{low:.3f}, {high:.3f}]"),
-            ("slow: " + "; ".join(verdict["reasons"])) if verdict.get("outlier") else "ok" if verdict else "–"])
+            ("slow: " + "; ".join(verdict["reasons"])) if verdict.get("outlier") else
+            ("ok: " + "; ".join(verdict["reasons"])) if verdict.get("decision") else "ok" if verdict else "–"])
     return rows
 
 

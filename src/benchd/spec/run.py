@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from benchd.spec.decide import Decide
 from benchd.spec.engines import engine_record, engines
 from benchd.spec.fields import LABEL_MAX, MODEL_MAX, Name
 from benchd.spec.fields import Strict as _Strict
@@ -134,13 +135,26 @@ class GenerateSpec(SpecBase):
     engine: str  # each engine's spec: Literal[its name]
     workload: Workload = Field(default_factory=Workload)
     """What is sent and how: arrivals, lengths, when each stage stops, warm-up, the SLO and validity's rules."""
+    decide: Decide | None = None
+    """placement every_gpu: how its GPUs' verdicts decide (the effect, the confidence, the most rounds and the time
+    budget); unset: the defaults (rounds until each GPU is decided, up to 30 rounds or 300 s)."""
 
     @model_validator(mode="after")
     def _dataset(self) -> GenerateSpec:
         if self.workload.dataset is not None and self.engine_record.loads_model:
             readers = " or ".join(r.name for r in engines().values() if not r.loads_model)
             raise ValueError(f"workload.dataset: text datasets are read by the {readers} engine only")
+        if self.decide is not None and self.placement != "every_gpu":
+            raise ValueError("decide: decides a run on every GPU (placement every_gpu): each GPU against its "
+                             "siblings")
         return self
+
+    def rounds(self) -> Decide | None:
+        """How its GPUs' verdicts decide, round after round (placement every_gpu); None: one round."""
+        if self.placement != "every_gpu":
+            return None
+        rule = self.decide or Decide()
+        return rule if rule.max_rounds > 1 else None
 
     @property
     def runner(self) -> str:

@@ -10,8 +10,10 @@ from typing import Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 
+from benchd.measure.fleet import run_row
 from benchd.measure.outcome import RunOutcome
 from benchd.measure.summary import StageSummary
+from benchd.store import fleet
 from benchd.store.schema import baselines, matrices, requests, run_stages, runs, schedules, timings
 
 
@@ -108,13 +110,14 @@ class Requests(Operation):
 @dataclass(frozen=True, slots=True)
 class FinishRun(Operation):
     """A run's end: its row's figures and verdict, one row per generation stage for SQL (and per GPU's stage, in a
-    run on every GPU), and a timed run's timings."""
+    run on every GPU), a timed run's timings, and its place in the fleet's rows (store/fleet.py)."""
 
     op: ClassVar[str] = "finish_run"
     id: str
     values: dict[str, Any]
     stages: list[dict[str, Any]]
     timings: list[dict[str, Any]]
+    fleet: dict[str, Any] | None = None  # journaled before issue 51: none
 
     @classmethod
     def of(cls, outcome: RunOutcome, finished_at: str) -> FinishRun:
@@ -127,9 +130,10 @@ class FinishRun(Operation):
             "timeline": outcome.timeline, "energy_per_token_j": outcome.energy_per_token_j,
             "model": outcome.spec.subject, "label": outcome.label, "parts": outcome.parts, "valid": outcome.valid,
             "capacity_requests_per_s": outcome.capacity.requests_per_s if outcome.capacity is not None else None,
+            "good_tokens": outcome.good_tokens.model_dump(mode="json") if outcome.good_tokens is not None else None,
         }, [stage_row(i, gpu, s) for gpu, stages in by_gpu for i, s in enumerate(stages)],
             [{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
-              "seconds": t.seconds} for t in outcome.timings])
+              "seconds": t.seconds} for t in outcome.timings], run_row(outcome))
 
     def apply(self, db: sa.Connection, node: Node) -> None:
         db.execute(runs.update().where(runs.c.id == self.id).values(**dates(self.values, "finished_at")))
@@ -139,6 +143,8 @@ class FinishRun(Operation):
         db.execute(timings.delete().where(timings.c.run_id == self.id))
         if self.timings:
             db.execute(timings.insert(), [{"run_id": self.id, **row} for row in self.timings])
+        if self.fleet is not None:
+            fleet.write(db, self.id, self.fleet, node.node)
 
 
 def stage_row(index: int, gpu: str, s: StageSummary) -> dict[str, Any]:

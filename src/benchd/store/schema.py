@@ -31,6 +31,7 @@ runs = sa.Table(
     sa.Column("energy_per_token_j", sa.Float),
     sa.Column("valid", sa.Boolean),  # the run's verdict (outcome.RunResult.valid); NULL: a timed run, or older
     sa.Column("capacity_requests_per_s", sa.Float),  # a capacity search's figure
+    sa.Column("good_tokens", JSON),  # its good tokens, devices, window and energy (measure/cost.py: GoodTokens)
     sa.Column("error", sa.Text),
     sa.Column("error_stage", sa.String(32)),  # where a failed run failed: queue, load, start, run, store…
     sa.Column("node", sa.String(253), index=True),  # the node (host) that ran it: daemons may share a database
@@ -166,6 +167,27 @@ change_points = sa.Table(
     sa.Column("detected_at", TIMESTAMP, nullable=False),
     sa.Column("withdrawn_at", TIMESTAMP),
 )
+# The fleet's view, kept as runs end (store/fleet.py, measure/fleet.py): each node's newest runs of each workload on
+# each GPU model, at most FLEET_RUNS, with the figures the fleet compares, its good tokens and the stack that
+# explains a node apart. A node writes only its own rows; a fleet read is O(nodes × FLEET_RUNS) rows of a workload,
+# whatever the history holds.
+fleet_runs = sa.Table(
+    "fleet_runs", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("workload", sa.String(NAME_MAX), nullable=False),
+    sa.Column("device", sa.String(253), nullable=False),  # the GPU's model (the run metadata's device_name)
+    sa.Column("node", sa.String(253), nullable=False),
+    sa.Column("created_at", TIMESTAMP, nullable=False),
+    sa.Column("valid", sa.Boolean),
+    sa.Column("figures", JSON, nullable=False),  # figure name → value (measure/fleet.py, FLEET_FIGURES)
+    sa.Column("good_output_tokens", sa.Integer),
+    sa.Column("device_seconds", sa.Float),
+    sa.Column("energy_j", sa.Float),
+    sa.Column("state", JSON, nullable=False),  # clock state and the host's load over the run
+    sa.Column("stack", JSON, nullable=False),  # measure/history.py's stack_of: what explains a node apart
+)
+sa.Index("ix_fleet_runs_workload_device_node", fleet_runs.c.workload, fleet_runs.c.device, fleet_runs.c.node,
+         fleet_runs.c.created_at)
 # A workload's history is read by workload and place: every run of the window, newest first.
 sa.Index("ix_runs_workload_created_at", runs.c.workload, runs.c.created_at)
 sa.Index("ix_runs_workload_seq", runs.c.workload, runs.c.seq)

@@ -106,6 +106,7 @@ class Metrics:
         self._server()
         self._comparisons()
         self._changes()
+        self._fleet()
         self._timed()
         self._daemon()
 
@@ -186,6 +187,13 @@ class Metrics:
                                      "run on the device's measured limits / the time they took (1: at the limits).")
         self.capacity = self._family(HotGauge, "benchd_capacity_requests_per_second",
                                "The highest request rate the latest capacity search found meeting the SLO (0: none).")
+        # What a good token costs (measure/cost.py): over the latest run's devices and measured window.
+        self.energy_per_good_token = self._family(
+            HotGauge, "benchd_run_energy_per_good_token_joules", "The latest run's GPU energy over its good output "
+            "tokens (those of requests meeting its SLO; every successful one where it sets none).")
+        self.cost_per_good_tokens = self._family(
+            HotGauge, "benchd_run_cost_per_million_good_tokens", "The latest run's device-hours and kWh at the "
+            "daemon's prices (BENCHD_PRICES__*, in BENCHD_PRICES__CURRENCY) per million good output tokens.")
         # An openai run's server, from its Prometheus page (openai.metrics_url): as of the latest read of the
         # latest run of the workload (they stay at that value between runs; the timestamp says how old it is).
 
@@ -267,6 +275,33 @@ class Metrics:
                                           "analysis), by figure and direction.", ("workload", "figure", "direction"))
         self.change_families = [self.change_relative, self.change_direction, self.change_time]
 
+    def _fleet(self) -> None:
+        """This node's place among the nodes of its GPU model, by workload (measure/fleet.py): each daemon exports its
+        own node's alone, so a fleet's series grow with its nodes, never as the square of them."""
+        place, group = ("workload", "device", "figure"), ("workload", "device")
+        self.fleet_value = self._family(HotGauge, "benchd_fleet_node_value", "This node's figure of the workload: the "
+                                        "median of its newest runs' (the fleet's distribution is this series' "
+                                        "quantiles across nodes).", place)
+        self.fleet_relative = self._family(HotGauge, "benchd_fleet_node_relative_ratio", "This node's figure ÷ the "
+                                           "median of the other nodes' of its GPU model.", place)
+        self.fleet_low = self._family(HotGauge, "benchd_fleet_node_interval_low_ratio", "The deciding rule's "
+                                      "interval of this node against the other nodes' median, low end (a latency's "
+                                      "or energy's turned over: below 1 is worse).", place)
+        self.fleet_high = self._family(HotGauge, "benchd_fleet_node_interval_high_ratio", "The same interval's high "
+                                       "end.", place)
+        self.fleet_outlier = self._family(HotGauge, "benchd_fleet_node_outlier", "1 when this node is decided worse "
+                                          "than its GPU model's other nodes by more than the effect (output tok/s or "
+                                          "ITL p50), 0 otherwise.", group)
+        self.fleet_nodes = self._family(HotGauge, "benchd_fleet_nodes", "Nodes of the GPU model with valid runs of "
+                                        "the workload in the fleet's window.", group)
+        self.fleet_energy_good = self._family(HotGauge, "benchd_fleet_node_energy_per_good_token_joules",
+                                              "This node's newest runs' GPU energy over their good tokens.", group)
+        self.fleet_cost = self._family(HotGauge, "benchd_fleet_node_cost_per_million_good_tokens", "This node's "
+                                       "newest runs' device-hours and kWh at the daemon's prices per million good "
+                                       "tokens.", group)
+        self.fleet_families = [self.fleet_value, self.fleet_relative, self.fleet_low, self.fleet_high,
+                               self.fleet_outlier, self.fleet_nodes, self.fleet_energy_good, self.fleet_cost]
+
     def _timed(self) -> None:
         """Training steps and kernels, timed on the device."""
         self.step_duration = self._histogram("benchd_step_duration_seconds",
@@ -306,6 +341,11 @@ class Metrics:
 
     def spans_lost(self, reason: str, n: int) -> None:
         self.spans_dropped.labels(reason).inc(n)
+
+    def tracks(self, workload: str) -> bool:
+        """Whether the workload has live series (a run of it started, and it was not evicted since)."""
+        with self._lock:
+            return workload in self._workloads
 
     def touch(self, workload: str) -> None:
         """A run of this workload starts: it becomes the most recent; beyond max_workloads the least recent

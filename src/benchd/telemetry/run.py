@@ -174,6 +174,11 @@ class RunTelemetry:
             m.of_bound.labels(*labels).set(figures["of_bound"])
         if outcome.energy_per_token_j is not None:
             m.energy_per_token.labels(*labels).set(outcome.energy_per_token_j)
+        good = outcome.good_tokens
+        if good is not None and good.energy_per_good_token_j is not None:
+            m.energy_per_good_token.labels(*labels).set(good.energy_per_good_token_j)
+        if good is not None and good.cost_per_million_good_tokens is not None:
+            m.cost_per_good_tokens.labels(*labels).set(good.cost_per_million_good_tokens)
         for verdict in (outcome.parts or {}).get("verdicts", []):
             if verdict["relative_throughput"] is not None:
                 m.gpu_relative_throughput.labels(self._workload, verdict["gpu"]).set(verdict["relative_throughput"])

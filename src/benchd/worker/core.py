@@ -192,6 +192,8 @@ class WorkerCore:
         fault = Faults.model_validate(faults) if faults else None
         disarm = arm(fault, self._loaded.model if self._loaded else None) \
             if fault is not None and fault.applies(spec.name, spec.label, self.device) else None
+        if disarm is not None:
+            metadata.fault = fault.says()
         peak = PeakMemory(self._loaded.device if not server else None)
         try:
             status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id,

@@ -37,6 +37,13 @@ class Faults(BaseModel):
     delay_s: Annotated[float, Field(ge=0)] = 0.0  # per forward pass (slow)
     devices: list[str] | None = None  # only the workers on these devices (cpu, cuda:0, …); None: every worker
 
+    def says(self) -> str:
+        """What it does to a run, for its metadata: slow: +0.02 s a forward pass (injected)."""
+        what = {"slow": f"+{self.delay_s:g} s a forward pass", "oom": f"out of memory after {self.after_s:g} s",
+                "device_assert": f"a device-side assert after {self.after_s:g} s"}.get(
+            self.action, f"after {self.after_s:g} s" if self.action not in ("stall", "error") else "")
+        return f"{self.action}: {what} (injected)" if what else f"{self.action} (injected)"
+
     def applies(self, workload: str, label: str | None, device: str) -> bool:
         return (self.workload == workload and (self.label is None or self.label == label)
                 and (self.devices is None or device in self.devices))

@@ -16,17 +16,27 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def nvidia_driver_version() -> str | None:
+def nvidia_versions() -> tuple[str | None, str | None]:
+    """The driver's version, and the firmware (VBIOS) of the first GPU the worker sees (CUDA_VISIBLE_DEVICES names
+    it by UUID: the daemon pins each worker so)."""
     try:
         import pynvml
     except ImportError:
-        return None
+        return None, None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:  # no NVML library or no GPU: the run simply has no driver version
-        return None
+        return None, None
     try:
-        return pynvml.nvmlSystemGetDriverVersion()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        try:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+            handle = pynvml.nvmlDeviceGetHandleByUUID(visible) if visible.startswith(("GPU-", "MIG-")) else \
+                pynvml.nvmlDeviceGetHandleByIndex(int(visible or 0))
+            vbios = pynvml.nvmlDeviceGetVbiosVersion(handle)
+        except (pynvml.NVMLError, ValueError):  # a MIG instance, an index NVML does not know: no firmware
+            vbios = None
+        return driver, vbios
     finally:
         pynvml.nvmlShutdown()
 
@@ -77,14 +87,14 @@ def collect(device, model: str, label: str | None, model_load_s: float | None = 
     import torch
     import transformers
 
+    driver = vbios = None
     if device is None:  # a remote server: the runner names it
-        device_name, driver = "remote", None
+        device_name = "remote"
     elif device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
-        driver = nvidia_driver_version()
+        driver, vbios = nvidia_versions()
     else:
         device_name = platform.processor() or platform.machine()
-        driver = None
     return RunMetadata(
         benchd_version=benchd.__version__,
         python_version=platform.python_version(),
@@ -92,6 +102,7 @@ def collect(device, model: str, label: str | None, model_load_s: float | None = 
         transformers_version=transformers.__version__,
         cuda_version=torch.version.cuda,
         driver_version=driver,
+        vbios_version=vbios,
         device=str(device) if device is not None else "remote",
         device_name=device_name,
         torch_threads=torch_threads() if device is not None else None,

@@ -1,0 +1,38 @@
+"""How a verdict that compares a GPU with its siblings decides: the effect, its error rates and its budget
+(measure/sequential.py applies it)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from benchd.spec.fields import Strict
+
+# The defaults of every sequential verdict (a spec's `decide`, the fleet's node verdicts): the effect a verdict
+# decides (a GPU or node this much slower or faster than its peers, or within it), the confidence its error rate is
+# held to over all its looks (measure/statistics.py, Sequential), and the most looks.
+EFFECT = 0.10
+CONFIDENCE = 0.95
+# At the round-to-round noise two H100s gave on the reference workload (docs/benchmarks/every-gpu.md), a GPU at 0.85x
+# of its sibling is flagged within 30 rounds in 98 % of simulated runs (within 10: 47 %).
+MAX_ROUNDS = 30
+BUDGET_S = 300.0  # a run's rounds: no round starts once the next would end past this
+
+
+class Decide(Strict):
+    """Rounds until the verdict decides: a run on every GPU repeats its workload on every GPU at once, round after
+    round, until each GPU's output tok/s against its siblings' median decides the effect (slower or faster by more
+    than it, or within it), or the budget ends; the chance that any look decides wrongly stays within 1 −
+    confidence, whatever the number of looks."""
+
+    effect: Annotated[float, Field(gt=0, lt=1)] = EFFECT
+    """The effect the verdict decides: slower below 1 / (1 + effect) of its siblings' median (flagged), faster
+    above 1 + effect, equivalent within both."""
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE
+    """1 − the chance of a wrong decision (a GPU flagged though within the effect, or called equivalent though beyond
+    it), spent over the most rounds' looks."""
+    max_rounds: Annotated[int, Field(ge=1, le=100)] = MAX_ROUNDS
+    """The most rounds (the error is spent over this many looks); 1: one round, judged by its own bootstrap."""
+    budget_s: Annotated[float, Field(gt=0)] = BUDGET_S
+    """No round starts once the last round's length would take the run past this many seconds."""
