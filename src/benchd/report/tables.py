@@ -22,7 +22,8 @@ def _ms(stats: LatencyStats, *keys: str) -> str:
 def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
     """One row per figure, one cell per stage (load level): what the terminal table and the report page show."""
     rows: list[tuple[str, list[str]]] = [
-        ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}" for s in summaries]),
+        ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}"
+                                            + (f", {s.cut} cut" if s.cut else "") for s in summaries]),
         ("output tok/s", [rounded(s.output_tokens_per_s) for s in summaries]),
         ("total tok/s", [rounded(s.total_tokens_per_s) for s in summaries]),
         ("requests/s", [rounded(s.requests_per_s) for s in summaries]),
@@ -60,7 +61,8 @@ def drain_cell(s: StageSummary) -> str:
     if s.drain_s is None:
         return "–"
     bound = "" if s.drain_bound_s is None else f" of ≤ {s.drain_bound_s:.3g}"
-    cut = f"; {s.cut} cut ({s.cut_share:.1%}): completed lean short" if s.cut else ""
+    # a stage that ended early cut what it had in flight, not its drain (the requests row counts them)
+    cut = f"; {s.cut} cut ({s.cut_share:.1%}): completed lean short" if s.cut and s.status == "succeeded" else ""
     return f"{s.drain_s:.1f}{bound}{cut}"
 
 
