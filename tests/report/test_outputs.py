@@ -80,7 +80,8 @@ def test_an_oversaturated_stage_is_marked_in_the_report():
     page = run_page({"id": "sweep", "status": "succeeded", "spec": {"name": "sweep"}, "summary": summaries}, rows)
     well_formed(page)
     assert "<td>verdict</td><td>valid</td><td>INVALID: oversaturated</td>" in page
-    assert "<td>completed / offered req/s</td><td>4.00 / 4.05 (99%)</td><td>8.02 / 16.05 (50%)</td>" in page
+    # the stages' rates (a schedule at r offers r; completed never more), the window's in the verdict's message
+    assert "<td>completed / offered req/s</td><td>3.98 / 4.00 (99%)</td><td>7.99 / 16.00 (50%)</td>" in page
     assert "poisson@16/s: invalid: over-saturated: completed 8.02 requests/s against 16.1 offered" in page
     assert ">poisson@16/s · OVERSATURATED</text>" in page and ">poisson@4/s</text>" in page  # on every chart's bands
 
