@@ -118,3 +118,26 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     console.print(comparison_table(result))
     text = console.export_text()
     assert "TTFT p50" in text and "10.5 ms" in text and "101.0 tok/s" in text and "101000" not in text
+
+
+def test_counts_agree_with_their_number_and_a_change_reads_as_a_comparison_writes_it():
+    """Issue 53: "hardware (1 samples over 0.1 s)"; the history said "+190.1 %" where a comparison says "+188.1%"."""
+    from datetime import UTC, datetime
+
+    from benchd.hardware.sampler import HardwareSummary
+    from benchd.measure.history import ChangePoint, SegmentView
+    from benchd.report.tables import change_cells, hardware_line
+
+    assert hardware_line(HardwareSummary(samples=1, window_s=0.1)).startswith("hardware (1 sample over 0.1 s)")
+    assert hardware_line(HardwareSummary(samples=2, window_s=0.1)).startswith("hardware (2 samples over 0.1 s)")
+    at = datetime(2026, 11, 20, 14, tzinfo=UTC)
+    side = SegmentView(runs=6, first_run="r", last_run="r", start=at, end=at, mean=1.0, ci_low=0.9, ci_high=1.1)
+    change = ChangePoint(id="c", workload="w", device="cpu", node="n", figure="ttft_s.p50", run_id="r", at=at,
+                         direction="worse", relative_change=1.901, ci_low=1.332, ci_high=2.608, p_value=1e-4,
+                         confidence=0.95, before=side, after=side, detected_at=at)
+
+    class Metric:  # a comparison's figure with the same change
+        relative_change, ci_low, ci_high = 1.901, 1.332, 2.608
+
+    assert change.sentence().startswith("TTFT p50 " + " ".join(change_cells(Metric())))
+    assert change.sentence().startswith("TTFT p50 +190.1% [+133.2%, +260.8%] at 2026-11-20 14:00")

@@ -12,6 +12,7 @@ from benchd.report import charts
 from benchd.report.charts import Line
 from benchd.report.html import charts as grid
 from benchd.report.html import esc, section, shell, table
+from benchd.report.tables import count
 
 MEAN_COLOR = "#222222"
 
@@ -42,7 +43,8 @@ def change_cells(c: ChangePoint) -> list[str]:
     return [f"{c.at:%Y-%m-%d %H:%M}", FIGURES[c.figure].label,
             f"{c.relative_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]",
             "p < 0.001" if c.p_value < 0.001 else f"p = {c.p_value:.3f}", c.direction,
-            f"{value(unit, c.before.mean)} ({c.before.runs} runs) → {value(unit, c.after.mean)} ({c.after.runs} runs)",
+            f"{value(unit, c.before.mean)} ({count(c.before.runs, 'run')}) → {value(unit, c.after.mean)} "
+            f"({count(c.after.runs, 'run')})",
             "; ".join(s.says() for s in c.stack) or "the same stack", confirmation]
 
 
@@ -77,8 +79,9 @@ def _series(series: SeriesView) -> str:
     if series.excluded:
         parts.append('<p class="note">left out of the series: ' + esc("; ".join(
             f"{e.run_id} ({e.at:%Y-%m-%d %H:%M}): {e.reason}" for e in series.excluded)) + "</p>")
-    about = (f"{series.runs} runs under the {series.clock} clock state; {len(changes)} change points"
-             f"{f', {len(series.excluded)} runs left out' if series.excluded else ''}")
+    left_out = f", {count(len(series.excluded), 'run')} left out" if series.excluded else ""
+    about = (f"{count(series.runs, 'run')} under the {series.clock} clock state; "
+             f"{count(len(changes), 'change point')}{left_out}")
     anchor = "s" + re.sub(r"\W", "_", f"{series.device}_{series.node}")
     return section(f"{series.device} on {series.node}", *parts, anchor=anchor, about=about)
 

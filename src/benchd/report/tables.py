@@ -19,6 +19,11 @@ def _ms(stats: LatencyStats, *keys: str) -> str:
     return " / ".join("–" if v is None else rounded(v * 1e3) for v in values)
 
 
+def count(n: int, noun: str) -> str:
+    """1 sample, 2 samples, 1,024 runs."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
     """One row per figure, one cell per stage (load level): what the terminal table and the report page show."""
     rows: list[tuple[str, list[str]]] = [
@@ -135,7 +140,7 @@ def hardware_line(hw: HardwareSummary) -> str:
                  f"throttled {pct(hw.throttled_fraction)}", *parts]
     else:
         parts.append("no GPU gauges")
-    line = f"hardware ({hw.samples} samples over {hw.window_s:.1f} s): " + ", ".join(parts)
+    line = f"hardware ({count(hw.samples, 'sample')} over {hw.window_s:.1f} s): " + ", ".join(parts)
     if hw.gpus and hw.gpu_utilization_mean is not None and hw.gpu_utilization_mean < HOST_BOUND_UTILIZATION:
         line += (f"; the GPU ran kernels {hw.gpu_utilization_mean:.0%} of the time: the host (Python, kernel "
                  "launches) bounds this run, not the device")
