@@ -97,17 +97,18 @@ class Chromium:
         self.log.close()
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def load(self, url: str, screenshot: str | None = None, width: int = 1280) -> Loaded:
-        """Open url, wait for its load event, and read it; screenshot: a file name under ARTIFACTS."""
-        return asyncio.run(asyncio.wait_for(self._load(url, screenshot, width), 120))
+    def load(self, url: str, screenshot: str | None = None, width: int = 1280, until: str | None = None) -> Loaded:
+        """Open url, wait for its load event (and until the expression `until` is true, for a page its scripts
+        draw), and read it; screenshot: a file name under ARTIFACTS."""
+        return asyncio.run(asyncio.wait_for(self._load(url, screenshot, width, until), 120))
 
-    async def _load(self, url: str, screenshot: str | None, width: int) -> Loaded:
+    async def _load(self, url: str, screenshot: str | None, width: int, until: str | None) -> Loaded:
         async with aiohttp.ClientSession() as http:
             async with http.put(f"{self.endpoint}/json/new?about:blank") as response:
                 target = await response.json()
             try:
                 async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-                    return await _Session(ws).read(url, screenshot, width)
+                    return await _Session(ws).read(url, screenshot, width, until)
             finally:
                 async with http.get(f"{self.endpoint}/json/close/{target['id']}"):
                     pass
@@ -147,7 +148,7 @@ class _Session:
             raise RuntimeError(f"evaluating {expression[:60]}: {result['exceptionDetails']}")
         return result["result"]["value"]
 
-    async def read(self, url: str, screenshot: str | None, width: int) -> Loaded:
+    async def read(self, url: str, screenshot: str | None, width: int, until: str | None = None) -> Loaded:
         receiver = asyncio.create_task(self._receive())
         try:
             for domain in ("Runtime", "Log", "Page", "Network"):
@@ -156,6 +157,8 @@ class _Session:
                             mobile=False)
             await self.call("Page.navigate", url=url)
             await self.loaded.wait()
+            while until is not None and not await self.evaluate(until):
+                await asyncio.sleep(0.1)
             await self.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             loaded = Loaded(url, {c["name"]: c for c in json.loads(await self.evaluate(CHARTS_JS))},
                             text=await self.evaluate("document.body.innerText"),

@@ -212,3 +212,19 @@ def test_a_kernel_runs_report(live, chromium):
     drawn(loaded, ["timings-64x48x32"])
     assert loaded.charts["timings-64x48x32"]["marks"] >= 5  # a point per measured call
     assert "× reference" in loaded.text and "torch" in loaded.charts["timings-64x48x32"]["caption"]
+
+
+def test_the_api_docs_page_works_offline(live, chromium):
+    """http://localhost:8000/docs, which the README points to, was a blank page offline (swagger-ui from a CDN): its
+    script and style now come from the daemon (fastapi-offline's copy), and it draws every operation with nothing
+    fetched from elsewhere."""
+    server, _ = live
+    paths = server.http.get("/openapi.json").json()["paths"]
+    docs = chromium.load(f"{server.url}/docs", "api-docs.png", 1400,
+                         until="document.querySelectorAll('.opblock').length > 0")
+    assert [url for url in docs.fetched if not url.startswith(server.url)] == [], docs.fetched
+    assert f"{server.url}/static-offline-docs/swagger-ui-bundle.js" in docs.fetched
+    assert [line for line in docs.console if "error" in line.lower()] == [], docs.console
+    assert "POST\n/runs" in docs.text and "GET\n/workloads" in docs.text
+    assert [p for p in paths if f"\n{p}" not in docs.text] == []  # every path drawn
+    assert server.http.get("/redoc").status_code == 404  # no page that needs the network
