@@ -24,6 +24,7 @@ from benchd.store import history
 
 router = APIRouter(tags=["history"], route_class=GuardedRoute)
 OFFSET_MAX = 10**9
+WORKLOADS_LINKED = 200  # workloads the change points' page links to, by name
 HTML = {"content": {"application/json": {}, "text/html": {}}}
 
 
@@ -118,7 +119,9 @@ def list_changes(services: ServicesDep,
     withdrawn since, as more runs made them noise)."""
     page = history.list_change_points(services.store, workload, figure, node, active, limit, offset)
     if format == "html":
-        return HTMLResponse(changes_page(page.items, page.total, workload))
+        known = history.list_workloads(services.store, WORKLOADS_LINKED).items
+        return HTMLResponse(changes_page(page.items, page.total, workload,
+                                         [(w["workload"], w["change_points"]) for w in known]))
     return ChangePage(items=page.items, total=page.total, limit=limit, offset=offset)
 
 

@@ -50,6 +50,16 @@ def change_cells(c: ChangePoint) -> list[str]:
 
 CHANGE_HEAD = ["when", "figure", "change [interval]", "significance", "direction", "before → after", "stack between",
                "confirmation"]
+SHOWN = 6  # the columns of a change's row on a page; the stack between and the confirmation go on a line under it
+
+
+def change_table(changes: Sequence[ChangePoint], lead: Sequence[str] = (), lead_cells=lambda c: []) -> str:
+    """A row a change point, the stack between its segments and its confirmation on a line under it: as columns they
+    took the page's width and ran off it at 800 px. lead: columns before (the workload and series, on /changes)."""
+    cells = [change_cells(c) for c in changes]
+    details = [f"stack between: {c[6]}" + ("" if c[7] == "–" else f" · confirmation: {c[7]}") for c in cells]
+    rows = [[*lead_cells(change), *c[:SHOWN]] for change, c in zip(changes, cells)]
+    return table([*lead, *CHANGE_HEAD[:SHOWN]], rows, text_columns=len(lead) + SHOWN, details=details)
 
 
 def _chart(series: SeriesView, f: FigureSeries) -> str:
@@ -75,7 +85,7 @@ def _series(series: SeriesView) -> str:
     changes = sorted((c for f in series.figures for c in f.change_points), key=lambda c: (c.at, c.figure))
     parts = [grid(*(_chart(series, f) for f in series.figures))]
     if changes:
-        parts.append(table(CHANGE_HEAD, [change_cells(c) for c in changes], text_columns=len(CHANGE_HEAD)))
+        parts.append(change_table(changes))
     if series.excluded:
         parts.append('<p class="note">left out of the series: ' + esc("; ".join(
             f"{e.run_id} ({e.at:%Y-%m-%d %H:%M}): {e.reason}" for e in series.excluded)) + "</p>")
@@ -96,13 +106,16 @@ def history_page(history: HistoryView) -> str:
                   sections)
 
 
-def changes_page(changes: Sequence[ChangePoint], total: int, workload: str | None = None) -> str:
-    """GET /changes?format=html: newest first, each with the stack between its segments and its confirmation."""
-    rows = [[c.workload, f"{c.device} on {c.node}", *change_cells(c)] for c in changes]
-    listed = table(["workload", "series", *CHANGE_HEAD], rows, text_columns=len(CHANGE_HEAD) + 2) if rows else \
-        '<p class="note">no change point</p>'
-    links = "".join(f'<a href="/history/{esc(w)}?format=html">{esc(w)}</a> '
-                    for w in sorted({c.workload for c in changes}))
+def changes_page(changes: Sequence[ChangePoint], total: int, workload: str | None = None,
+                 workloads: Sequence[tuple[str, int]] = ()) -> str:
+    """GET /changes?format=html: newest first, each with the stack between its segments and its confirmation; its
+    header links every workload's history (workloads: each with its change points still found), not only those
+    with a change point on this page."""
+    listed = change_table(changes, ["workload", "series"], lambda c: [c.workload, f"{c.device} on {c.node}"]) \
+        if changes else '<p class="note">no change point</p>'
+    known = list(workloads) or [(w, 0) for w in sorted({c.workload for c in changes})]
+    links = " ".join(f'<a href="/history/{esc(w)}?format=html">{esc(w)}</a>' + (f" ({n})" if n else "")
+                     for w, n in known)
     about = f"{len(changes)} of {total}, newest first" + (f", of {workload}" if workload else "")
     return shell("benchd · change points", "benchd · change points",
                  esc("each workload's series, analysed after every run") + (f" · histories: {links}" if links else ""),

@@ -34,8 +34,12 @@ def spaced(label: str) -> str:
 
 
 def breakable(text: str) -> str:
-    """HTML of a variant's name that may wrap after = and _ (quantization=int8_weight_only) besides its spaces."""
-    return esc(text).replace("=", "=<wbr>").replace("_", "_<wbr>")
+    """HTML of a variant's name: its index, then each of its values on a line of its own, which wraps after its = if
+    it must (quantization= / int8_weight_only), never within a word (attn_ / implementation, as it did)."""
+    head, _, label = text.partition(": ")
+    label, _, stack = label.partition(" (")  # what an environment resolved to (resolved()), after the values
+    pairs = "".join(f'<span class="pair">{esc(pair).replace("=", "=<wbr>")}</span>' for pair in label.split(", "))
+    return f"{esc(head)}:{pairs}" + (f'<span class="pair">({esc(stack)}</span>' if stack else "")
 
 
 def verdict_word(metric: str, verdict: str) -> str:
