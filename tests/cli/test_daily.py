@@ -135,6 +135,8 @@ def test_schedules_are_added_listed_and_removed(live, capsys, monkeypatch, tmp_p
     code, out, _ = run(capsys, monkeypatch, "schedules", "add", "hourly", str(path), "--every", "1h", *url)
     assert (code, out) == (0, "schedule hourly: hourly every 1 h; its first run is due now\n")
     wait_for(lambda: live.http.get("/schedules").json()[0]["last_run_id"], 30, "the schedule's first run")
+    code, out, _ = run(capsys, monkeypatch, "runs", "list", "--schedule", "hourli", *url)
+    assert (code, out) == (0, f"no runs with schedule hourli on {live.url}; did you mean 'hourly'?\n")
     for columns in WIDTHS:
         code, out, _ = run(capsys, monkeypatch, "schedules", "list", *url, columns=columns)
         assert code == 0 and "hourly" in out and "1 h" in out and "in 60 min" in out

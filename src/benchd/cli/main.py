@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Here (no --server), what the spec leaves unset comes from the BENCHD_* settings as the daemon fills in a spec
     it is given, and a model that is not to be had is refused before anything loads."""
     from benchd.cli.local import SettingsError, daemon_settings
-    from benchd.cli.terminal import err
+    from benchd.cli.terminal import err, refused
 
     console = err()
     if args.spec is None and not args.warmup_study and all(getattr(args, k) is None for k in (*QUICK, *OVERRIDES)):
@@ -102,10 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if loads_model(spec) and (problem := source_problem(spec.model)):
                 raise SpecError(f"model: {problem}")
     except (SpecError, SettingsError) as error:
-        from rich.text import Text
-
-        console.print(Text("invalid settings" if isinstance(error, SettingsError) else "invalid spec", style="red"))
-        console.print(Text(str(error)), soft_wrap=True)
+        refused(console, str(error), "invalid settings" if isinstance(error, SettingsError) else "invalid spec")
         return EXIT_BAD_SPEC
     # No spec file: what the flags make is said, where a daemon queues it or before it runs here.
     args.quick = f"quick workload: {_described(spec)}" if args.spec is None else None

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, listing
 from benchd.cli.client import CommandError
-from benchd.cli.terminal import echo, out
+from benchd.cli.terminal import echo, out, refused
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import STACK_HEAD, SUMMARY_HEAD, legend, matrix_page, stack_rows, summary_rows
 from benchd.report.tables import count
@@ -49,12 +49,6 @@ def comparison_table(title: str, comparison: MatrixComparison, status: str, erro
     for v, row in zip(comparison.variants, stack_rows(comparison)):
         stack.add_row(str(v.index), *map(Text, row[1:]))
     return Group(key, figures, Text(legend(comparison)), stack)
-
-
-def refused(console: Console, lines: str) -> None:
-    """A spec refused: "invalid spec" in red, then its reasons, a line each, as text."""
-    console.print(Text("invalid spec", style="red"))
-    console.print(Text(lines), soft_wrap=True)
 
 
 def run(data: dict[str, Any], args, console: Console, settings=None) -> int:

@@ -35,8 +35,7 @@ def here(args: argparse.Namespace, spec, console) -> int:
     import uuid
 
     from benchd.cli.local import WORKER_LOG, Local, Refused
-    from benchd.cli.matrix import refused
-    from benchd.cli.terminal import out
+    from benchd.cli.terminal import out, refused
     from benchd.report.outputs import print_summary, write_outputs
 
     try:
@@ -165,7 +164,7 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
     except DaemonError as error:
         if error.status != 422:
             raise
-        from benchd.cli.matrix import refused
+        from benchd.cli.terminal import refused
 
         refused(console, str(error).removeprefix("422: "))
         return EXIT_BAD_SPEC

@@ -67,8 +67,7 @@ def _list(client: Client, args: argparse.Namespace) -> int:
         echo(json.dumps(page, indent=2))
         return EXIT_OK
     if not page["items"]:
-        nothing("runs", filters, client.server, _hint(client, args) if page["total"] == 0 else
-                f" past the first {page['total']}")
+        nothing("runs", filters, client.server, _hint(client, args))
         return EXIT_OK
     rows = []
     for run in page["items"]:
@@ -86,7 +85,13 @@ def _list(client: Client, args: argparse.Namespace) -> int:
 
 
 def _hint(client: Client, args: argparse.Namespace) -> str:
-    """The workloads or models nearest to those asked for, among those the daemon holds."""
+    """The workloads, models or schedules nearest to those asked for, among those the daemon holds."""
+    if args.schedule is not None:
+        from benchd.cli.schedules import listed
+
+        names = [s["name"] for s in listed(client)]
+        if args.schedule not in names:
+            return nearest(args.schedule, names)
     if args.workload is None and args.model is None:
         return ""
     known = workloads(client)

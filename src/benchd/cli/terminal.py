@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 PIPED_WIDTH = 120  # columns of what goes to a pipe or a file, unless COLUMNS says otherwise
 
@@ -101,3 +102,9 @@ def echo(text: str) -> None:
     """A line of a command's result (JSON, a path) on stdout."""
     STDOUT.write(text + "\n")
     STDOUT.flush()
+
+
+def refused(console: Console, lines: str, what: str = "invalid spec") -> None:
+    """A spec (or the settings) refused: what in red, then its reasons, a line each, as text."""
+    console.print(Text(what, style="red"))
+    console.print(Text(lines), soft_wrap=True)
