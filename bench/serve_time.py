@@ -62,10 +62,10 @@ def one(ref: str, no_cache: bool) -> dict:
             make.wait(60)
             log.close()
         venv = where / "repo" / ".venv"
-        packages = subprocess.run([str(venv / "bin" / "pip"), "list", "-q"], capture_output=True, text=True).stdout
+        packages = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+                                  capture_output=True, text=True).stdout.split()
         size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
-        return {"ref": ref, "first_answer_s": first, "ready_s": ready, "packages": len(packages.splitlines()) - 2,
-                "venv_bytes": size}
+        return {"ref": ref, "first_answer_s": first, "ready_s": ready, "packages": len(packages), "venv_bytes": size}
     finally:
         shutil.rmtree(where, ignore_errors=True)
 
