@@ -121,6 +121,15 @@ def lying(conn, method: str, path: str) -> None:
     if method == "POST":
         conn.json({"detail": [{"loc": ["body", HOSTILE], "msg": f"[/red]{HOSTILE}", "type": "x"}]},
                   "422 Unprocessable Entity")
+    elif path.startswith("/changes"):  # a change point between two labels: the history's sentence names them
+        side = {"runs": 4, "first_run": "a", "last_run": "b", "start": "2026-11-28T01:00:00Z",
+                "end": "2026-11-28T01:00:00Z", "mean": 0.01, "ci_low": 0.009, "ci_high": 0.011}
+        change = {"id": "c1", "workload": HOSTILE, "device": "cpu", "node": HOSTILE, "figure": "ttft_s.p50",
+                  "run_id": "r1", "at": "2026-11-28T01:00:00Z", "direction": "worse", "relative_change": 0.5,
+                  "ci_low": 0.4, "ci_high": 0.6, "p_value": 1e-4, "confidence": 0.95, "before": side, "after": side,
+                  "stack": [{"field": "label", "before": "v1", "after": HOSTILE}],
+                  "detected_at": "2026-11-28T01:00:00Z"}
+        conn.json({"items": [change], "total": 1, "limit": 50, "offset": 0})
     elif path.startswith("/runs/"):
         conn.json(run)
     elif path.startswith("/runs"):
@@ -129,20 +138,22 @@ def lying(conn, method: str, path: str) -> None:
         conn.json({"detail": HOSTILE}, "503 Service Unavailable")
 
 
-def test_what_a_server_says_is_shown_escaped_never_obeyed_nor_read_as_markup(capsys):
+def test_what_a_server_says_is_shown_escaped_never_obeyed_nor_read_as_markup(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
     with HostileServer(lying) as server:
-        for args in (("runs", "list"), ("runs", "show", "r1"), ("workloads",), ("history", "w"),
+        for args in (("runs", "list"), ("runs", "show", "r1"), ("changes",), ("workloads",), ("history", "w"),
                      ("run", "--model", "tiny", "--requests", "2"), ("runs", "list", "--json")):
             code, out, err = run(capsys, *args, "--server", server.url)
             for text in (out, err):
                 assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text and "\x9b" not in text
                 assert "MarkupError" not in text and "Traceback" not in text and "👍" not in text
             said = out + err
+            assert max(map(len, out.splitlines()), default=0) <= 80 or args[-1] == "--json", out
             if args[-1] == "--json":  # the answer as sent: JSON's own escapes keep it inert
                 assert code == 0 and json.loads(out)["items"][0]["label"] == HOSTILE
             elif args[0] == "run":
                 assert code == 2 and f"{SHOWN}: [/red]{SHOWN}" in said, said
             elif args[0] in ("workloads", "history"):
                 assert code == 1 and said == f"benchd: 503: {SHOWN}\n", said
-            else:
-                assert code == 0 and "\\x1b]0;pwned" in said and "[/]" in said and "\\u202e" in said, said
+            else:  # escaped, shown as it is (a table's column may fold it over lines)
+                assert code == 0 and "\\x1b]0;pwned" in said and "[/]" in said, said

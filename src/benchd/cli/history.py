@@ -78,14 +78,16 @@ def cmd_history(args: argparse.Namespace) -> int:
         console.print(table)
         for change in sorted((c for f in series.figures for c in f.change_points), key=lambda c: (c.at, c.figure)):
             verdict = f" — {change.confirmation.status}" if change.confirmation else ""
-            console.print(Text.assemble(f"  {change.sentence()}{verdict}  ", (f"({change.id})", "dim")))
+            # a line each, whole (one change a line in a log, its id with it), as the terminal wraps it
+            console.print(Text.assemble(f"  {change.sentence()}{verdict}  ", (f"({change.id})", "dim")),
+                          soft_wrap=True)
         for excluded in series.excluded:
             console.print(Text(f"  left out: {excluded.run_id} ({excluded.at:%Y-%m-%d %H:%M}): {excluded.reason}",
-                               style="dim"))
+                               style="dim"), soft_wrap=True)
     if args.withdrawn:
         gone = client.get("/changes", params={"workload": args.workload, "active": "false", "limit": 100})
         for item in gone["items"]:
             change = ChangePoint.model_validate(item)
             console.print(Text(f"  withdrawn {change.withdrawn_at:%Y-%m-%d %H:%M}: {change.sentence()}",
-                               style="dim"))
+                               style="dim"), soft_wrap=True)
     return EXIT_OK

@@ -14,7 +14,8 @@ from benchd.cli.terminal import echo, out
 from benchd.models.sources import closest as nearest
 
 PADDING = 3  # a column's padding and rule, as rich draws a table's
-FOLDED = 16  # the narrowest a folding column is drawn
+FOLDED = 16  # the room kept beside the others for each column that folds (wrap=)
+FOLDED_AT = 40  # a cell longer than this folds over lines rather than take a column's room from the others
 
 
 def choice(what: str, values: Sequence[str]):
@@ -29,11 +30,12 @@ def choice(what: str, values: Sequence[str]):
 
 
 def columns_within(columns: Sequence[str], rows: Sequence[dict[str, str]], width: int, keep: int) -> list[str]:
-    """The first columns whose widest cells fit width (at least `keep` of them; rich folds what still does not)."""
+    """The first columns whose widest cells (up to FOLDED_AT: a longer one folds) fit width, at least `keep` of them;
+    rich folds what still does not fit."""
     chosen = list(columns)
 
     def need(column: str) -> int:
-        return max([len(column), *(len(row[column]) for row in rows)]) + PADDING
+        return min(FOLDED_AT, max([len(column), *(len(row[column]) for row in rows)])) + PADDING
 
     while len(chosen) > keep and sum(map(need, chosen)) + 1 > width:
         chosen.pop()
@@ -54,7 +56,7 @@ def show(title: str, columns: Sequence[str], rows: Sequence[dict[str, str]], kee
                   caption=None if len(chosen) == len(columns) else "more columns: --json, or a wider terminal")
     for index, column in enumerate(chosen):
         table.add_column(column, justify="right" if column in set(right) else "left", overflow="fold",
-                         no_wrap=index == 0, min_width=FOLDED if column in folding else None)
+                         no_wrap=index == 0)
     for row in rows:
         table.add_row(*(Text(row[c]) for c in chosen))
     console.print(table)
