@@ -309,7 +309,8 @@ def metrics() -> str:
     hardware = NodeRegistry("node")
     hardware.register(HardwareCollector(_StubSampler()))
     known = DeviceSpeed("cuda", {"bfloat16": 1.0}, 1.0, 1, 0.0, "NVIDIA H100 80GB HBM3")  # the datasheet's beside
-    hardware.register(LimitsCollector(lambda: {"cuda:0": known}))
+    cpu = DeviceSpeed("cpu", {"float32": 1.0}, 1.0, 1, 0.0, "AMD EPYC 9654 96-Core Processor")
+    hardware.register(LimitsCollector(lambda: {"0": known, "": cpu}))
 
     header = ["metric", "type", "labels", "help"]
     parts = [
@@ -336,9 +337,10 @@ def metrics() -> str:
         ("From `src/benchd/telemetry/gauges.py`, served from the hardware sampler's latest read (no NVML call in a "
         "scrape). A series whose reading a GPU, driver or nvidia-ml-py lacks is absent, never an error; while the "
         "sampler is stalled every series below but the `benchd_hardware_*` ones and the info series leaves the page. "
-        "GPU series are labelled as DCGM exporter labels its own. The `benchd_gpu_peak_*` series are each device's "
-        "limits as its worker measured them (`src/benchd/hardware/speed.py`; `gpu` the worker's device, `cpu` for "
-        "a CPU worker), with the datasheet's beside them where the device is known (`source`)."),
+        "GPU series are labelled as DCGM exporter labels its own. The `benchd_gpu_peak_*` and `benchd_cpu_peak_*` "
+        "series are each device's limits as its worker measured them (`src/benchd/hardware/speed.py`; `gpu` the "
+        "label its runs' series carry: NVML's index, empty for the CPU, `cpu:N` for a CPU worker of "
+        "`BENCHD_DEVICES`), with the datasheet's beside them where the device is known (`source`)."),
         "",
         table(header, _family_rows(hardware.collect(), frozenset(MIG_LABELS))),
         "",

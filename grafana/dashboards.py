@@ -129,14 +129,17 @@ def live() -> dict:
                    "measured bandwidth (MBU) and matmul rate (MFU); and the fastest those steps could run, each at "
                    "its binding ceiling, over the time they took."))
     layout.add(prom_panel("Device limits: memory bandwidth", "Bps", [
-        (f"benchd_gpu_peak_memory_bandwidth_bytes_per_second{{{NODE}}}", "{{hostname}} {{gpu}} {{name}} {{source}}"),
+        (f'{{__name__=~"benchd_(gpu|cpu)_peak_memory_bandwidth_bytes_per_second", {NODE}}}',
+         "{{hostname}} {{gpu}} {{name}} {{source}}"),
     ], description="Each device's memory bandwidth as its worker measured it once (a copy larger than the caches), "
-                   "and the datasheet's where the model is known. gpu: NVML's index; empty for the CPU."))
+                   "and the datasheet's where the model is known: a GPU's benchd_gpu_peak_*, the CPU's "
+                   "benchd_cpu_peak_*. gpu: NVML's index; empty for the CPU."))
     layout.add(prom_panel("Device limits: dense matmul rate", "flops", [
-        (f"benchd_gpu_peak_flops_per_second{{{NODE}}}", "{{hostname}} {{gpu}} {{dtype}} {{source}}"),
+        (f'{{__name__=~"benchd_(gpu|cpu)_peak_flops_per_second", {NODE}}}', "{{hostname}} {{gpu}} {{name}} "
+                                                                             "{{dtype}} {{source}}"),
     ], description="Each device's matmul rate by dtype as its worker measured it once (a large GEMM), and the "
-                   "datasheet's where the model is known (benchd_gpu_peak_flops_per_second; the deprecated "
-                   "benchd_gpu_peak_flops is the same series)."))
+                   "datasheet's where the model is known: a GPU's benchd_gpu_peak_flops_per_second, the CPU's "
+                   "benchd_cpu_peak_flops_per_second."))
     layout.add(prom_panel("Capacity under SLO and validity (latest run)", "reqps", [
         (f"benchd_capacity_requests_per_second{{{SEL}}}", "capacity {{workload}}"),
         (f"benchd_run_valid{{{SEL}}}", "{{workload}} valid (1) or not (0)"),

@@ -63,6 +63,7 @@ class Loaded:
     screenshot: Path | None = None
     text: str = ""  # the page's innerText
     layout: dict = field(default_factory=dict)  # LAYOUT_JS's
+    probe: object = None  # what a test's own expression returned (JSON)
 
 
 class Chromium:
@@ -97,17 +98,21 @@ class Chromium:
         self.log.close()
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def load(self, url: str, screenshot: str | None = None, width: int = 1280) -> Loaded:
-        """Open url, wait for its load event, and read it; screenshot: a file name under ARTIFACTS."""
-        return asyncio.run(asyncio.wait_for(self._load(url, screenshot, width), 120))
+    def load(self, url: str, screenshot: str | None = None, width: int = 1280, until: str | None = None,
+             probe: str | None = None) -> Loaded:
+        """Open url, wait for its load event (and until the expression `until` is true, for a page its scripts
+        draw), and read it; screenshot: a file name under ARTIFACTS; probe: an expression whose JSON the test
+        reads (Loaded.probe)."""
+        return asyncio.run(asyncio.wait_for(self._load(url, screenshot, width, until, probe), 120))
 
-    async def _load(self, url: str, screenshot: str | None, width: int) -> Loaded:
+    async def _load(self, url: str, screenshot: str | None, width: int, until: str | None,
+                    probe: str | None) -> Loaded:
         async with aiohttp.ClientSession() as http:
             async with http.put(f"{self.endpoint}/json/new?about:blank") as response:
                 target = await response.json()
             try:
                 async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-                    return await _Session(ws).read(url, screenshot, width)
+                    return await _Session(ws).read(url, screenshot, width, until, probe)
             finally:
                 async with http.get(f"{self.endpoint}/json/close/{target['id']}"):
                     pass
@@ -147,7 +152,8 @@ class _Session:
             raise RuntimeError(f"evaluating {expression[:60]}: {result['exceptionDetails']}")
         return result["result"]["value"]
 
-    async def read(self, url: str, screenshot: str | None, width: int) -> Loaded:
+    async def read(self, url: str, screenshot: str | None, width: int, until: str | None = None,
+                   probe: str | None = None) -> Loaded:
         receiver = asyncio.create_task(self._receive())
         try:
             for domain in ("Runtime", "Log", "Page", "Network"):
@@ -156,10 +162,13 @@ class _Session:
                             mobile=False)
             await self.call("Page.navigate", url=url)
             await self.loaded.wait()
+            while until is not None and not await self.evaluate(until):
+                await asyncio.sleep(0.1)
             await self.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             loaded = Loaded(url, {c["name"]: c for c in json.loads(await self.evaluate(CHARTS_JS))},
                             text=await self.evaluate("document.body.innerText"),
-                            layout=json.loads(await self.evaluate(LAYOUT_JS)))
+                            layout=json.loads(await self.evaluate(LAYOUT_JS)),
+                            probe=json.loads(await self.evaluate(f"JSON.stringify({probe})")) if probe else None)
             if screenshot is not None:
                 size = (await self.call("Page.getLayoutMetrics"))["cssContentSize"]
                 shot = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,

@@ -30,11 +30,14 @@ def test_full_lifecycle_with_events_in_order(tmp_path):
 
         client = Client(server.url)
         events = []
-        for i, event in enumerate(client.events(created["id"])):
-            events.append(event)
-            if i == 0:  # subscribed while queued: now let it start
-                assert event == ("status", {"status": "queued"})
+
+        def on_event(kind: str, data: dict) -> None:
+            events.append((kind, data))
+            if len(events) == 1:  # subscribed while queued: now let it start
+                assert events[0] == ("status", {"status": "queued"})
                 assert server.http.delete(f"/runs/{blocker}").json()["status"] == "cancelling"
+
+        client.events(created["id"], on_event)
 
         kinds = [kind for kind, _ in events]
         assert kinds[:2] == ["status", "status"] and events[1][1] == {"status": "running"}
@@ -66,7 +69,9 @@ def test_full_lifecycle_with_events_in_order(tmp_path):
         assert len(rows) == 40 and float(rows[0]["ttft_s"]) > 0
 
         # A finished run's events: just its summary.
-        assert [kind for kind, _ in client.events(created["id"])] == ["summary"]
+        ended: list[str] = []
+        client.events(created["id"], lambda kind, data: ended.append(kind))
+        assert ended == ["summary"]
 
 
 def test_cancel_while_running_keeps_what_was_measured(tmp_path):

@@ -112,8 +112,8 @@ def change_point(figure: FigureName = "itl_s.p50", relative_change: float = 0.08
 
 
 def test_a_change_point_says_itself_in_one_sentence():
-    assert change_point().sentence() == ("ITL p50 +8.1 % [+6.0, +10.2] at 2026-11-20 14:00 (p < 0.001); between the "
-                                         "segments: transformers 5.17.0 → 5.18.0")
+    assert change_point().sentence() == ("ITL p50 +8.1% [+6.0%, +10.2%] at 2026-11-20 14:00 (p < 0.001); between "
+                                         "the segments: transformers 5.17.0 → 5.18.0")
     assert set(FIGURES) == set(FigureName.__args__)
 
 

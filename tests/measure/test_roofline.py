@@ -125,16 +125,14 @@ def test_each_devices_limits_are_gauges_with_the_datasheet_beside_them(tmp_path)
         server.wait_ready()
         page = server.http.get("/metrics").text
     measured = [line for line in page.splitlines()
-                if line.startswith("benchd_gpu_peak_memory_bandwidth_bytes_per_second{")
+                if line.startswith("benchd_cpu_peak_memory_bandwidth_bytes_per_second{")
                 and 'source="measured"' in line]
-    # The CPU's limits carry the gpu label its runs' series carry: empty.
+    # The CPU's limits are a CPU's series (not benchd_gpu_*, issue 53), with the gpu label its runs' series carry:
+    # empty; and no deprecated duplicate beside them.
     assert len(measured) == 1 and 'gpu=""' in measured[0] and float(measured[0].rsplit(" ", 1)[1]) > 1e8
-    rates = [line for line in page.splitlines() if line.startswith("benchd_gpu_peak_flops_per_second{")]
+    rates = [line for line in page.splitlines() if line.startswith("benchd_cpu_peak_flops_per_second{")]
     assert any('dtype="float32"' in line and 'gpu=""' in line for line in rates)
-    # the name before the _per_second convention, kept for a release: the same series
-    assert sorted(line.replace("_per_second{", "{", 1) for line in rates) == sorted(
-        line for line in page.splitlines() if line.startswith("benchd_gpu_peak_flops{"))
-    assert "# HELP benchd_gpu_peak_flops Deprecated: benchd_gpu_peak_flops_per_second" in page
+    assert "benchd_gpu_peak" not in page
 
     h100 = DeviceSpeed("cuda", {"bfloat16": 7.8e14, "tf32": 3.9e14}, 3.0e12, 512 << 20, 1.0,
                        "NVIDIA H100 80GB HBM3", "580.159.04")

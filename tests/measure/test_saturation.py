@@ -85,7 +85,25 @@ def test_a_stall_the_engine_catches_up_on_is_not_oversaturated():
     records = served_records([i / 16 for i in range(40)], lambda i: 3.0 + i * 0.01 - i / 16)
     s = summarize("s", "succeeded", records, rules=ValidityRules(), open_loop=True)
     assert s.valid is True, s.invalid
-    assert s.completed_requests_per_s > s.offered_requests_per_s  # the pace, backlog and all
+    # the stage's rates: 16 offered (a schedule at 16/s), 40 answered by 3.45 s from a gap before the first
+    assert s.offered_requests_per_s == pytest.approx(16) and s.completed_requests_per_s == pytest.approx(40 / 3.4525)
+
+
+def test_a_stage_never_completes_more_than_it_was_offered():
+    """`--rate 5` printed "completed / offered req/s 8.52 / 7.89 (108%)": the window's rates (a short window's
+    Poisson draw, and a backlog from before it answered in it). The stage's rates: a schedule at r offers r, and
+    completed ≤ offered whatever the arrivals, service and backlog."""
+    assert summarize("s", "succeeded", served_records([i / 5 for i in range(16)], lambda i: 0.05), open_loop=True) \
+        .offered_requests_per_s == pytest.approx(5)
+    for seed in range(200):
+        rng = random.Random(seed)
+        arrivals = poisson(5, rng.uniform(1, 10), seed) or [0.0]
+        records = served_records(arrivals, None, servers=rng.choice([1, 2, 8]),
+                                 service_s=lambda i, rng=rng: rng.expovariate(1 / rng.choice([0.01, 0.2, 1.0])))
+        s = summarize("poisson@5/s", "succeeded", records, open_loop=True)
+        if len(arrivals) > 1:
+            assert 0 < s.completed_requests_per_s <= s.offered_requests_per_s, (seed, s.completed_requests_per_s,
+                                                                                s.offered_requests_per_s)
 
 
 def test_short_stages_noise_and_warmup_are_not_judged():

@@ -128,8 +128,8 @@ def test_a_server_that_completes_half_what_it_is_offered_is_oversaturated_by_def
     (s,) = outcome.summaries()
     assert s.status == "succeeded" and checks(s) == ["oversaturated"]  # it ran to its end: a verdict, not a stop
     assert s.completed_requests_per_s == pytest.approx(12.5, rel=0.25)
-    assert s.invalid[0].message.startswith(f"over-saturated: completed {s.completed_requests_per_s:.3g} requests/s "
-                                           f"against {s.offered_requests_per_s:.3g} offered")
+    assert s.invalid[0].message.startswith("over-saturated: completed ")  # the window's rates (the summary's: stage's)
+    assert " requests/s against " in s.invalid[0].message
 
 
 @pytest.mark.engine
@@ -155,8 +155,7 @@ def test_the_tiny_model_offered_far_beyond_its_capacity_is_oversaturated_and_und
     assert over.valid is False and "oversaturated" in checks(over)
     assert over.completed_requests_per_s < 0.5 * over.offered_requests_per_s
     message = next(i.message for i in over.invalid if i.check == "oversaturated")
-    assert f"completed {over.completed_requests_per_s:.3g} requests/s against {over.offered_requests_per_s:.3g} " \
-           "offered" in message
+    assert message.startswith("over-saturated: completed ") and " offered (" in message
     assert outcome.valid() is False
     (under,) = stage(15, 16).summaries()
     assert under.valid is True, under.invalid

@@ -125,6 +125,24 @@ def test_requests_cut_at_the_drain_are_counted_apart_and_a_material_share_is_inv
     assert summarize("c", "succeeded", three, rules=ValidityRules(max_cut_share=0.05), drain=(20.0, 10.0)).valid
 
 
+@pytest.mark.parametrize("status, error", [("cancelled", "cancelled"), ("interrupted", "interrupted"),
+                                           ("stopped", "stopped: over-saturated")])
+def test_what_a_stage_that_ended_early_had_in_flight_was_cut_not_failed(status, error):
+    """A cancelled run's requests in flight were counted as failed ("44 / 1 / 0"): benchd ended them, the engine
+    did not fail them. Cut, as at a drain's end, and its verdict says why it ended, not that it cut."""
+    from benchd.report.tables import summary_rows
+
+    done = [record(i, i * 0.1, i * 0.1) for i in range(44)]
+    cancelled = RequestRecord(index=44, request_id="c", warmup=False, prompt_tokens=4, max_new_tokens=50,
+                              scheduled_s=4.4, submitted_s=4.4, arrival_s=[4.5], arrival_tokens=[1],
+                              finished_s=4.6, error=error)
+    failed = record(45, 4.5, 4.5, error="engine fault")
+    s = summarize("concurrent=2", status, [*done, cancelled, failed], rules=ValidityRules(), end_s=4.6)
+    assert s.requests == 44 and s.errors == 1 and s.cut == 1 and s.output_tokens == 44 * 2 + 1
+    assert checks(s)[0] in ("unfinished", "stopped") and "cut" not in checks(s)
+    assert dict(summary_rows([s]))["requests ok / failed / warm-up"] == ["44 / 1 / 0, 1 cut"]
+
+
 def test_no_rules_no_verdict():
     s = summarize("s", "succeeded", [record(0, 0.0, 0.0)])
     assert s.valid is None and s.invalid == []

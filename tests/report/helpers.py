@@ -24,6 +24,26 @@ SWEEP = {
         "output_tokens": {"dist": "uniform", "min": 8, "max": 48},
     },
 }
+
+
+def lines_js(selector: str) -> str:
+    """An expression: each element's text as the browser broke it into lines (a character whose box starts lower
+    than the one before it starts a line)."""
+    return """[...document.querySelectorAll('SELECTOR')].map(el => {
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT), lines = [];
+  let top = null, text = '';
+  for (let node; (node = walker.nextNode());) for (let i = 0; i < node.length; i++) {
+    const range = document.createRange(); range.setStart(node, i); range.setEnd(node, i + 1);
+    const box = range.getClientRects()[0];
+    if (!box) continue;
+    if (top !== null && box.top > top + 2) { lines.push(text); text = ''; }
+    top = box.top; text += node.data[i];
+  }
+  lines.push(text);
+  return lines;
+})""".replace("SELECTOR", selector)
+
+
 VOID = {"meta", "link", "br", "hr", "img", "input", "wbr", "col", "area", "base", "source", "track", "embed"}
 
 

@@ -80,7 +80,8 @@ def test_an_oversaturated_stage_is_marked_in_the_report():
     page = run_page({"id": "sweep", "status": "succeeded", "spec": {"name": "sweep"}, "summary": summaries}, rows)
     well_formed(page)
     assert "<td>verdict</td><td>valid</td><td>INVALID: oversaturated</td>" in page
-    assert "<td>completed / offered req/s</td><td>4.00 / 4.05 (99%)</td><td>8.02 / 16.05 (50%)</td>" in page
+    # the stages' rates (a schedule at r offers r; completed never more), the window's in the verdict's message
+    assert "<td>completed / offered req/s</td><td>3.98 / 4.00 (99%)</td><td>7.99 / 16.00 (50%)</td>" in page
     assert "poisson@16/s: invalid: over-saturated: completed 8.02 requests/s against 16.1 offered" in page
     assert ">poisson@16/s · OVERSATURATED</text>" in page and ">poisson@4/s</text>" in page  # on every chart's bands
 
@@ -117,3 +118,26 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     console.print(comparison_table(result))
     text = console.export_text()
     assert "TTFT p50" in text and "10.5 ms" in text and "101.0 tok/s" in text and "101000" not in text
+
+
+def test_counts_agree_with_their_number_and_a_change_reads_as_a_comparison_writes_it():
+    """Issue 53: "hardware (1 samples over 0.1 s)"; the history said "+190.1 %" where a comparison says "+188.1%"."""
+    from datetime import UTC, datetime
+
+    from benchd.hardware.sampler import HardwareSummary
+    from benchd.measure.history import ChangePoint, SegmentView
+    from benchd.report.tables import change_cells, hardware_line
+
+    assert hardware_line(HardwareSummary(samples=1, window_s=0.1)).startswith("hardware (1 sample over 0.1 s)")
+    assert hardware_line(HardwareSummary(samples=2, window_s=0.1)).startswith("hardware (2 samples over 0.1 s)")
+    at = datetime(2026, 11, 20, 14, tzinfo=UTC)
+    side = SegmentView(runs=6, first_run="r", last_run="r", start=at, end=at, mean=1.0, ci_low=0.9, ci_high=1.1)
+    change = ChangePoint(id="c", workload="w", device="cpu", node="n", figure="ttft_s.p50", run_id="r", at=at,
+                         direction="worse", relative_change=1.901, ci_low=1.332, ci_high=2.608, p_value=1e-4,
+                         confidence=0.95, before=side, after=side, detected_at=at)
+
+    class Metric:  # a comparison's figure with the same change
+        relative_change, ci_low, ci_high = 1.901, 1.332, 2.608
+
+    assert change.sentence().startswith("TTFT p50 " + " ".join(change_cells(Metric())))
+    assert change.sentence().startswith("TTFT p50 +190.1% [+133.2%, +260.8%] at 2026-11-20 14:00")

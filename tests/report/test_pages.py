@@ -15,7 +15,16 @@ from benchd.report.tables import rounded
 from tests.fake_nvml import FakeGPU
 from tests.hardware.helpers import reader
 from tests.helpers import NODE, LiveServer, spec, submit
-from tests.report.helpers import DISTRIBUTIONS, GENERATION, SWEEP, TIMELINE_PANELS, clean, drawn, well_formed
+from tests.report.helpers import (
+    DISTRIBUTIONS,
+    GENERATION,
+    SWEEP,
+    TIMELINE_PANELS,
+    clean,
+    drawn,
+    lines_js,
+    well_formed,
+)
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +104,11 @@ def test_a_runs_report_reads_at_1400_and_800_px(live, chromium):
     assert "FLOP/s</text>" in roofline and "e+" not in roofline and ">compute " in roofline
     utilization = page.split('data-chart="gpu-utilization"')[1].split("</figure>")[0]
     assert re.search(r'class="tick"[^>]*>-', utilization) is None  # its axis starts with the run, not before
+    # The KV cache's axis spans its values (a fixed 0–100 % flattened a peak of 7 % to a line), its note the peak.
+    kv = page.split('data-chart="kv-cache"')[1].split("</figure>")[0]
+    peak = max(stage["kv_cache_occupancy_peak"] for stage in server.http.get(f"/runs/{run_id}").json()["summary"])
+    top = max(float(t) for t in re.findall(r'class="tick"[^>]*>([\d.]+)%<', kv)) / 100
+    assert 0 < peak <= top < max(2 * peak, peak + 0.1) and re.search(r"peak \d+\.\d% of the cache", kv), (peak, top)
 
 
 def test_a_matrix_page_fits_1400_and_800_px_with_throughput_against_latency(chromium, tmp_path):
@@ -137,10 +151,15 @@ def test_a_matrix_page_fits_1400_and_800_px_with_throughput_against_latency(chro
     assert "missed the SLO (1 of 3)" in tradeoff  # the slow variant's p99 lies above the objective
     (tmp_path / "matrix.html").write_text(page)
     for width in WIDTHS:
-        loaded = chromium.load((tmp_path / "matrix.html").as_uri(), f"matrix-{width}.png", width)
+        loaded = chromium.load((tmp_path / "matrix.html").as_uri(), f"matrix-{width}.png", width,
+                               probe=lines_js("table.variants span.pair"))
         clean(loaded)
         fits(loaded, width)  # the variants' table included: a cell is a figure, its change and a verdict's mark
         drawn(loaded, ["tradeoff-ttft", "tradeoff-itl", "ttft", "itl", "runs"])
+        # each value on a line of its own, broken (if at all) after its "=", never within a word ("attn_" /
+        # "implementation" was)
+        assert len(loaded.probe) == 6 and all(line.endswith("=") for pair in loaded.probe for line in pair[:-1])
+        assert ["attn_implementation=", "sdpa"] in loaded.probe or ["attn_implementation=sdpa"] in loaded.probe
     assert "✗" in loaded.text and 'title="slower"' in page  # a verdict's mark, its word on hover
 
 
@@ -212,3 +231,54 @@ def test_a_kernel_runs_report(live, chromium):
     drawn(loaded, ["timings-64x48x32"])
     assert loaded.charts["timings-64x48x32"]["marks"] >= 5  # a point per measured call
     assert "× reference" in loaded.text and "torch" in loaded.charts["timings-64x48x32"]["caption"]
+
+
+def test_the_api_docs_page_works_offline(live, chromium):
+    """http://localhost:8000/docs, which the README points to, was a blank page offline (swagger-ui from a CDN): its
+    script and style now come from the daemon (fastapi-offline's copy), and it draws every operation with nothing
+    fetched from elsewhere."""
+    server, _ = live
+    paths = server.http.get("/openapi.json").json()["paths"]
+    docs = chromium.load(f"{server.url}/docs", "api-docs.png", 1400,
+                         until="document.querySelectorAll('.opblock').length > 0")
+    assert [url for url in docs.fetched if not url.startswith(server.url)] == [], docs.fetched
+    assert f"{server.url}/static-offline-docs/swagger-ui-bundle.js" in docs.fetched
+    assert [line for line in docs.console if "error" in line.lower()] == [], docs.console
+    assert "POST\n/runs" in docs.text and "GET\n/workloads" in docs.text
+    assert [p for p in paths if f"\n{p}" not in docs.text] == []  # every path drawn
+    assert server.http.get("/redoc").status_code == 404  # no page that needs the network
+
+
+def test_the_change_points_page_reads_at_1400_and_800_px(chromium, tmp_path):
+    """Its table's "stack between" column ran off the window at 800 px with no cue that it scrolled, and its header
+    linked only the workloads with a change point on the page: the stack and the confirmation are now a line under
+    each change, and the header links every workload's history."""
+    from datetime import UTC, datetime
+
+    from benchd.measure.history import ChangePoint, Confirmation, SegmentView, StackShift
+    from benchd.report.history import changes_page
+
+    at = datetime(2026, 11, 20, 14, tzinfo=UTC)
+    side = SegmentView(runs=6, first_run="r", last_run="r", start=at, end=at, mean=0.0123, ci_low=0.011, ci_high=0.013)
+    stack = [StackShift(field="engine_settings.continuous_batching.max_batch_tokens", before="128", after="16"),
+             StackShift(field="transformers_version", before="5.17.0", after="5.24.0", mixed=True)]
+    changes = [ChangePoint(id=f"c{i}", workload="nightly-reference-llama", device="NVIDIA H100 80GB HBM3",
+                           node="gpu-node-017.cluster.local", figure=figure, run_id="r", at=at, direction="worse",
+                           relative_change=1.901, ci_low=1.332, ci_high=2.608, p_value=1e-4, confidence=0.95,
+                           before=side, after=side, stack=stack, detected_at=at,
+                           confirmation=Confirmation(status="confirmed", matrix_id="m1", environments=["a", "b"],
+                                                     requested_at=at, reason="the interval excludes zero"))
+               for i, figure in enumerate(("ttft_s.p50", "itl_s.p99", "output_tokens_per_s"))]
+    page = changes_page(changes, 3, None, [("idle", 0), ("nightly-reference-llama", 3)])
+    well_formed(page)
+    assert '<a href="/history/idle?format=html">idle</a>' in page  # a workload with no change point, linked too
+    (tmp_path / "changes.html").write_text(page)
+    for width in WIDTHS:
+        loaded = chromium.load((tmp_path / "changes.html").as_uri(), f"changes-{width}.png", width,
+                               probe="[...document.querySelectorAll('tr.detail td')].map(td => "
+                                     "td.getBoundingClientRect().right)")
+        clean(loaded)
+        fits(loaded, width)
+        assert len(loaded.probe) == 3 and max(loaded.probe) <= width  # every stack in the window
+    assert "stack between: engine_settings.continuous_batching.max_batch_tokens 128 → 16" in loaded.text
+    assert "confirmation: confirmed (matrix m1): the interval excludes zero" in loaded.text

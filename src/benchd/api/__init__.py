@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 
 import benchd
 from benchd.api import compare, fleet, health, history, matrices, runs, schedules
@@ -93,7 +94,11 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
             sampler.stop()
             store.close()
 
-    app = FastAPI(
+    # /docs (Swagger UI) with its script and style served by the daemon from fastapi-offline's copy: FastAPI's own
+    # page loads them from a CDN, a blank page on a node with no way out. No /redoc: its page fetches a logo from its
+    # maker's CDN whatever it is given.
+    app = FastAPIOffline(
+        redoc_url=None,
         title="benchd",
         version=benchd.__version__,
         summary="Continuous, exact measurement of LLM generation speed.",

@@ -1,9 +1,10 @@
-"""/history and /changes: each workload's series of runs, the change points found in them with what explains
-each, and the interleaved matrix that confirms one."""
+"""/workloads, /history and /changes: the workloads stored, each one's series of runs, the change points found in
+them with what explains each, and the interleaved matrix that confirms one."""
 
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
@@ -26,6 +27,7 @@ from benchd.store import history
 
 router = APIRouter(tags=["history"], route_class=GuardedRoute)
 OFFSET_MAX = 10**9
+WORKLOADS_LINKED = 200  # workloads the change points' page links to, by name
 HTML = {"content": {"application/json": {}, "text/html": {}}}
 
 
@@ -38,6 +40,51 @@ class ChangePage(Documented):
     """The most this page may hold."""
     offset: int
     """Where this page starts."""
+
+
+class WorkloadView(Documented):
+    workload: str
+    """The workload (a spec's name)."""
+    runs: int
+    """Its runs stored, in any status (a matrix's too)."""
+    succeeded: int
+    """Those that succeeded."""
+    last_run_at: datetime
+    """When its newest run was queued."""
+    models: list[str]
+    """The models its runs ran."""
+    change_points: int
+    """Change points its history still finds (GET /changes?workload=…)."""
+    baseline: str | None
+    """The run its scheduled runs are compared with (PUT /baselines/{workload})."""
+    schedules: list[str]
+    """The schedules that run it."""
+
+
+class WorkloadPage(Documented):
+    items: list[WorkloadView]
+    """Workloads, by name."""
+    total: int
+    """Workloads with a stored run."""
+    limit: int
+    """The most this page may hold."""
+    offset: int
+    """Where this page starts."""
+
+
+@router.get("/workloads", response_model=WorkloadPage, responses=errors(422, 503))
+def list_workloads(services: ServicesDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                   offset: Annotated[int, Query(ge=0, le=OFFSET_MAX)] = 0) -> WorkloadPage:
+    """Every workload with a stored run, by name: its runs, the models they ran, its change points, its baseline
+    and the schedules that run it."""
+    page = history.list_workloads(services.store, limit, offset)
+    baselines = {row["workload"]: row["run_id"] for row in services.store.list_baselines()}
+    scheduled: dict[str, list[str]] = {}
+    for schedule in sorted(services.daemon.schedules.list(), key=lambda s: s.name):
+        scheduled.setdefault(schedule.spec.name, []).append(schedule.name)
+    return WorkloadPage(items=[WorkloadView(**item, baseline=baselines.get(item["workload"]),
+                                            schedules=scheduled.get(item["workload"], [])) for item in page.items],
+                        total=page.total, limit=limit, offset=offset)
 
 
 # Reads only: the analysis runs after each run on the daemon's history thread (daemon/history.py), never in a
@@ -99,7 +146,9 @@ def list_changes(services: ServicesDep,
     withdrawn since, as more runs made them noise)."""
     page = history.list_change_points(services.store, workload, figure, node, active, limit, offset)
     if format == "html":
-        return HTMLResponse(changes_page(page.items, page.total, workload))
+        known = history.list_workloads(services.store, WORKLOADS_LINKED).items
+        return HTMLResponse(changes_page(page.items, page.total, workload,
+                                         [(w["workload"], w["change_points"]) for w in known]))
     return ChangePage(items=page.items, total=page.total, limit=limit, offset=offset)
 
 

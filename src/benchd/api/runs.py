@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
-from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, HTTPException, Query, Request, Response, status
@@ -35,8 +33,6 @@ from benchd.store.database import TERMINAL
 
 router = APIRouter(prefix="/runs", tags=["runs"], route_class=GuardedRoute)
 OFFSET_MAX = 10**9
-
-KEEPALIVE_S = 15.0
 
 
 def _run_or_404(services, run_id: str) -> dict:
@@ -123,31 +119,15 @@ def cancel_run(run_id: str, services: ServicesDep) -> CancelResult:
     "description": "Server-sent events: `status` (queued, running), `progress` while running, and a final "
                    "`summary` (status, error, stages), after which the stream ends."}})
 async def run_events(run_id: str, services: ServicesDep) -> StreamingResponse:
+    """A heartbeat comment opens the stream and comes through every 15 s of silence (daemon/streams.py)."""
     await run_in_threadpool(_run_or_404, services, run_id)
-    return StreamingResponse(_event_stream(services, run_id), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-
-async def _event_stream(services, run_id: str) -> AsyncIterator[str]:
-    queue = services.events.subscribe(run_id)
-    try:
-        # The store is written before the final event is published: checked after subscribing, a run that
-        # ended meanwhile still gets its summary, and one that ends later delivers it through the queue.
+    async def ended() -> RunEvent | None:
         row = await run_in_threadpool(services.store.get_run, run_id)
-        if row["status"] in TERMINAL:
-            yield _summary_of(row).sse()
-            return
-        while True:
-            try:
-                event = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-            except TimeoutError:
-                yield ": keep-alive\n\n"
-                continue
-            yield event.sse()
-            if event.final:
-                return
-    finally:
-        services.events.unsubscribe(run_id, queue)
+        return _summary_of(row) if row["status"] in TERMINAL else None
+
+    return StreamingResponse(services.events.stream(run_id, ended), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 def _summary_of(row: dict) -> RunEvent:

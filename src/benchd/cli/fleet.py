@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from benchd.cli import EXIT_FAILED, EXIT_OK
@@ -27,28 +26,29 @@ def add_parser(commands, command) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    from benchd.cli.terminal import echo, err, out
     from benchd.measure.fleet_changes import FleetReport
     from benchd.report.fleet import money, value
 
     client = Client(args.server)
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = out()  # as wide as the terminal (COLUMNS, 120 piped); no markup: a node's name is shown as sent
     params = {k: v for k, v in (("workload", args.workload), ("device", args.device), ("node", args.node)) if v}
-    found = client.get("/fleet", params=params)
+    found = client.get("/fleet", params=params, raw=args.json)
     if args.html:
-        Path(args.html).write_text(client.get("/fleet", params={**params, "format": "html"}, text=True))
-        print(f"wrote {args.html}", file=sys.stderr)
+        Path(args.html).write_text(client.text("/fleet", params={**params, "format": "html"}))
+        err().print(f"wrote {args.html}")
     report = FleetReport.model_validate(found)
     if args.json:
-        print(json.dumps(found, indent=2))
+        echo(json.dumps(found, indent=2))
     else:
         if not report.groups:
-            console.print("no node has a run in the fleet's window", highlight=False)
+            echo("no node has a run in the fleet's window")
         for g in report.groups:
-            table = Table(title=f"{g.workload} on {g.device}: {g.nodes} nodes, {g.runs} runs; outliers: "
-                                f"{', '.join(g.outliers) or 'none'}")
+            table = Table(title=Text(f"{g.workload} on {g.device}: {g.nodes} nodes, {g.runs} runs; outliers: "
+                                     f"{', '.join(g.outliers) or 'none'}"), title_justify="left")
             for column in ("node", "runs", "tok/s per GPU", "÷ fleet [interval]", "verdict", "ITL p50",
                            "J / good token", "cost / M good", "what sets it apart"):
                 table.add_column(column, overflow="fold")
@@ -58,14 +58,15 @@ def cmd_fleet(args: argparse.Namespace) -> int:
                 if decision is not None and decision.ci_low is not None:
                     ratio += f" [{decision.ci_low:.3f}, {decision.ci_high:.3f}]"
                 verdict = "OUTLIER" if p.outlier else decision.verdict if decision is not None else "–"
-                table.add_row(p.node, str(p.runs), value("output_tokens_per_s", p.values.get("output_tokens_per_s")),
-                              ratio, verdict, value("itl_s.p50", p.values.get("itl_s.p50")),
+                table.add_row(Text(p.node), str(p.runs),
+                              value("output_tokens_per_s", p.values.get("output_tokens_per_s")), ratio, verdict,
+                              value("itl_s.p50", p.values.get("itl_s.p50")),
                               value("energy_per_token_j", p.energy_per_good_token_j),
                               money(p.cost_per_million_good_tokens, report.currency),
-                              "; ".join([*p.reasons, *(s.says() for s in p.stack), *p.state]) or "–",
+                              Text("; ".join([*p.reasons, *(s.says() for s in p.stack), *p.state]) or "–"),
                               style="bold red" if p.outlier else None)
             console.print(table)
         for change in report.changes:
-            console.print(f"{change.at:%Y-%m-%d %H:%M} {change.scope}: {change.explanation}", highlight=False)
+            console.print(Text(f"{change.at:%Y-%m-%d %H:%M} {change.scope}: {change.explanation}"))
     flagged = any(g.outliers for g in report.groups)
     return EXIT_FAILED if args.fail_on_outlier and flagged else EXIT_OK

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 from benchd.cli import EXIT_OK
-from benchd.cli.client import Client
+from benchd.cli.client import Client, DaemonError
+from benchd.cli.listing import nearest, workloads
+from benchd.cli.terminal import echo, out
 
 
 def add_parser(commands, command) -> None:
@@ -29,51 +31,63 @@ def add_parser(commands, command) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from benchd.measure.history import ChangePoint
     from benchd.measure.history_view import HistoryView
     from benchd.report.history import value
+    from benchd.report.tables import count
 
     client = Client(args.server)
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = out()
     if args.confirm:
         change = ChangePoint.model_validate(client.post(f"/changes/{args.confirm}/confirm", {}))
-        console.print(f"{change.sentence()}\nconfirmation: matrix {change.confirmation.matrix_id} between "
-                      f"{' and '.join(change.confirmation.environments)}, {change.confirmation.status}; its verdict "
-                      f"is attached when it ends (benchd history {change.workload})", highlight=False)
+        console.print(Text(f"{change.sentence()}\nconfirmation: matrix {change.confirmation.matrix_id} between "
+                           f"{' and '.join(change.confirmation.environments)}, {change.confirmation.status}; its "
+                           f"verdict is attached when it ends (benchd history {change.workload})"))
         return EXIT_OK
     params = {"limit": args.limit}
-    found = client.get(f"/history/{args.workload}", params=params)
+    try:
+        found = client.get(f"/history/{args.workload}", params=params, raw=args.json)
+    except DaemonError as error:
+        if error.status != 404:
+            raise
+        known = [w["workload"] for w in workloads(client)]
+        hint = nearest(args.workload, known) or ("" if args.workload in known else " (benchd workloads lists them)")
+        raise DaemonError(f"{error}{hint}", 404) from None
     if args.html:
-        Path(args.html).write_text(client.get(f"/history/{args.workload}", params={**params, "format": "html"},
-                                              text=True))
+        Path(args.html).write_text(client.text(f"/history/{args.workload}", params={**params, "format": "html"}))
         print(f"wrote {args.html}", file=sys.stderr)
     if args.json:
-        print(json.dumps(found, indent=2))
+        echo(json.dumps(found, indent=2))
         return EXIT_OK
     history = HistoryView.model_validate(found)
     for series in history.series:
-        table = Table(title=f"{history.workload} on {series.device} ({series.node}): {series.runs} runs, "
-                            f"{series.clock} clocks" + (f", {len(series.excluded)} left out" if series.excluded
-                                                        else ""))
-        for column in ("figure", "runs", "segments (geometric means, oldest first)", "change points"):
-            table.add_column(column)
+        table = Table(title=Text(f"{history.workload} on {series.device} ({series.node}): "
+                                 f"{count(series.runs, 'run')}, {series.clock} clocks"
+                                 + (f", {len(series.excluded)} left out" if series.excluded else "")))
+        table.add_column("figure", no_wrap=True)
+        table.add_column("runs", justify="right")
+        table.add_column("segments (geometric means, oldest first)", overflow="fold")
+        table.add_column("change points", justify="right")
         for f in series.figures:
-            table.add_row(f.label, str(len(f.points)), " → ".join(value(f.unit, s.mean) for s in f.segments),
+            table.add_row(Text(f.label), str(len(f.points)), Text(" → ".join(value(f.unit, s.mean)
+                                                                             for s in f.segments)),
                           str(len(f.change_points)))
         console.print(table)
         for change in sorted((c for f in series.figures for c in f.change_points), key=lambda c: (c.at, c.figure)):
             verdict = f" — {change.confirmation.status}" if change.confirmation else ""
-            console.print(f"  {change.sentence()}{verdict}  [dim]({change.id})[/dim]", highlight=False)
+            # a line each, whole (one change a line in a log, its id with it), as the terminal wraps it
+            console.print(Text.assemble(f"  {change.sentence()}{verdict}  ", (f"({change.id})", "dim")),
+                          soft_wrap=True)
         for excluded in series.excluded:
-            console.print(f"  left out: {excluded.run_id} ({excluded.at:%Y-%m-%d %H:%M}): {excluded.reason}",
-                          highlight=False, style="dim")
+            console.print(Text(f"  left out: {excluded.run_id} ({excluded.at:%Y-%m-%d %H:%M}): {excluded.reason}",
+                               style="dim"), soft_wrap=True)
     if args.withdrawn:
         gone = client.get("/changes", params={"workload": args.workload, "active": "false", "limit": 100})
         for item in gone["items"]:
             change = ChangePoint.model_validate(item)
-            console.print(f"  withdrawn {change.withdrawn_at:%Y-%m-%d %H:%M}: {change.sentence()}", highlight=False,
-                          style="dim")
+            console.print(Text(f"  withdrawn {change.withdrawn_at:%Y-%m-%d %H:%M}: {change.sentence()}",
+                               style="dim"), soft_wrap=True)
     return EXIT_OK

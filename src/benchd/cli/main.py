@@ -10,6 +10,7 @@ import benchd
 from benchd import heap
 from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from benchd.cli.client import DEFAULT_SERVER, CommandError
+from benchd.cli.terminal import visible
 from benchd.spec import SpecError, parse_spec, read_document
 
 WARMUP_STUDY = (0, 1, 2, 5)  # --warmup-study: the train_step run repeated with these warm-up step counts
@@ -77,12 +78,10 @@ def _spec(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     """Here (no --server), what the spec leaves unset comes from the BENCHD_* settings as the daemon fills in a spec
     it is given, and a model that is not to be had is refused before anything loads."""
-    from rich.console import Console
-    from rich.markup import escape
-
     from benchd.cli.local import SettingsError, daemon_settings
+    from benchd.cli.terminal import err, refused
 
-    console = Console(stderr=True)
+    console = err()
     if args.spec is None and not args.warmup_study and all(getattr(args, k) is None for k in (*QUICK, *OVERRIDES)):
         raise CommandError("run: nothing to run: give a spec file (benchd run examples/tiny-poisson.yaml) or a "
                            "quick workload's flags (--requests, --duration, --rate, --concurrency, --prompt-tokens, "
@@ -103,13 +102,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             if loads_model(spec) and (problem := source_problem(spec.model)):
                 raise SpecError(f"model: {problem}")
     except (SpecError, SettingsError) as error:
-        what = "invalid settings" if isinstance(error, SettingsError) else "invalid spec"
-        console.print(f"[red]{what}[/red]\n{escape(str(error))}", highlight=False, soft_wrap=True)
+        refused(console, str(error), "invalid settings" if isinstance(error, SettingsError) else "invalid spec")
         return EXIT_BAD_SPEC
     # No spec file: what the flags make is said, where a daemon queues it or before it runs here.
     args.quick = f"quick workload: {_described(spec)}" if args.spec is None else None
     if args.quick and args.server is None:
-        console.print(args.quick, highlight=False, soft_wrap=True)
+        console.print(args.quick, soft_wrap=True)
     from benchd.cli import run as run_cli
 
     if args.server is not None:
@@ -242,20 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000, BENCHD_PORT)")
     serve.set_defaults(handler=cmd_serve)
 
-    runs = _command(commands, "runs", help="list or show runs stored by a daemon")
-    runs_commands = runs.add_subparsers(dest="runs_command", required=True, metavar="list|show", help="one of:")
-    listing = _command(runs_commands, "list", help="the newest runs first, one line each")
-    listing.add_argument("--status", help="only runs in this status: queued, running, succeeded, failed, cancelled "
-                                          "or interrupted")
-    listing.add_argument("--model", help="only runs of this model")
-    listing.add_argument("--workload", help="only runs of this workload (a spec's name)")
-    listing.add_argument("--limit", type=int, default=20, help="runs listed at most (default 20)")
-    listing.add_argument("--json", action="store_true", help="print the page of runs as JSON")
-    show = _command(runs_commands, "show", help="a run's summary: the table `benchd run` prints")
-    show.add_argument("id", help="the run's id")
-    show.add_argument("--json", action="store_true", help="print the stored run as JSON (every figure)")
-    runs.set_defaults(handler=results.cmd_runs)
+    from benchd.cli import changes, fleet, history, runs, schedules
 
+    runs.add_parser(commands, _command)
     comparison = _command(commands, "compare", help="is B slower than A? (run ids through a daemon, or directories "
                           "written by `benchd run --out`; comma-separated for several)")
     comparison.add_argument("a", help="run ids, or result directories")
@@ -273,9 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
                             help="exit 1 when a figure's verdict is slower")
     comparison.set_defaults(handler=results.cmd_compare)
 
-    matrices = _command(commands, "matrices", help="a matrix stored by a daemon: its variants against the baseline")
-    matrices_commands = matrices.add_subparsers(dest="matrices_command", required=True, metavar="show",
+    matrices = _command(commands, "matrices", help="a daemon's matrices: list them, or one's variants against its "
+                                                "baseline")
+    matrices_commands = matrices.add_subparsers(dest="matrices_command", required=True, metavar="list|show",
                                                 help="one of:")
+    matrix_list = _command(matrices_commands, "list", help="the newest matrices first, one line each")
+    matrix_list.add_argument("--workload", help="only this workload's")
+    matrix_list.add_argument("--limit", type=int, default=20, help="matrices listed at most (default 20, at most 100)")
+    matrix_list.add_argument("--json", action="store_true", help="print them as JSON")
     matrix_show = _command(matrices_commands, "show", help="its variants' table")
     matrix_show.add_argument("id", help="the matrix's id")
     matrix_show.add_argument("--json", action="store_true", help="print the stored matrix as JSON (every metric)")
@@ -289,9 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--json", action="store_true", help="print JSON")
     baseline.set_defaults(handler=results.cmd_baseline)
 
-    from benchd.cli import fleet, history
-
     history.add_parser(commands, _command)
+    changes.add_parser(commands, _command)
+    schedules.add_parser(commands, _command)
     fleet.add_parser(commands, _command)
     return parser
 
@@ -312,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
             if getattr(error, "detail", None):
-                print(error.detail, file=sys.stderr)
-        print(f"benchd: {error}", file=sys.stderr)
+                print(visible(error.detail), file=sys.stderr)
+        print(visible(f"benchd: {error}"), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -326,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         first = (str(error).strip().splitlines() or [""])[0]
-        print(f"benchd: {args.command} failed: {type(error).__name__}: {first} (--debug shows where)", file=sys.stderr)
+        print(visible(f"benchd: {args.command} failed: {type(error).__name__}: {first} (--debug shows where)"),
+              file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -1,4 +1,5 @@
-"""`benchd run` of a spec with `matrix:` (here, on a worker process, or on a daemon) and `benchd matrices show`."""
+"""`benchd run` of a spec with `matrix:` (here, on a worker process, or on a daemon), `benchd matrices list` and
+`benchd matrices show`."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, listing
 from benchd.cli.client import CommandError
-from benchd.cli.terminal import echo, out
+from benchd.cli.terminal import echo, out, refused
 from benchd.measure.matrix import MatrixComparison
 from benchd.report.matrix import STACK_HEAD, SUMMARY_HEAD, legend, matrix_page, stack_rows, summary_rows
+from benchd.report.tables import count
 from benchd.spec.matrix import MatrixSpec, parse_matrix
 
 POLL_S = 1.0
@@ -26,10 +27,10 @@ STYLES = {"slower": "red", "larger": "red", "faster": "green", "smaller": "green
 def comparison_table(title: str, comparison: MatrixComparison, status: str, error: str | None = None) -> Group:
     """The variants (their values and runs), then their figures by index, each with its change against the baseline
     and a verdict mark (coloured), then what each ran with: narrow columns, so that 80 fit; the intervals are in
-    --json and on the page."""
+    --json and on the page. Every cell is text, never markup."""
     rows = summary_rows(comparison)
-    key = Table(title=escape(title), title_justify="left", caption_justify="left",
-                caption=escape(f"status: {status}" + (f" — {error}" if error else "")))
+    key = Table(title=Text(title), title_justify="left", caption_justify="left",
+                caption=Text(f"status: {status}" + (f" — {error}" if error else "")))
     key.add_column("#", justify="right", no_wrap=True)
     key.add_column("variant", overflow="fold")
     key.add_column("runs", overflow="fold")
@@ -39,15 +40,14 @@ def comparison_table(title: str, comparison: MatrixComparison, status: str, erro
         figures.add_column(column, justify="right", overflow="fold")
     for v, row in zip(comparison.variants, rows):
         name, runs, *cells = row
-        key.add_row(str(v.index), escape(name.split(": ", 1)[-1] + (" (baseline)" if v.baseline else "")),
-                    escape(runs))
-        figures.add_row(str(v.index), *(escape(c) if isinstance(c, str) else
+        key.add_row(str(v.index), Text(name.split(": ", 1)[-1] + (" (baseline)" if v.baseline else "")), Text(runs))
+        figures.add_row(str(v.index), *(Text(c) if isinstance(c, str) else
                                         Text(c.terminal(), style=STYLES.get(c.verdict, "")) for c in cells))
     stack = Table(title="what each variant ran with", title_justify="left")
     for column in ("#", *STACK_HEAD[1:]):
         stack.add_column(column, justify="right", overflow="fold", no_wrap=column == "#")
     for v, row in zip(comparison.variants, stack_rows(comparison)):
-        stack.add_row(str(v.index), *map(escape, row[1:]))
+        stack.add_row(str(v.index), *map(Text, row[1:]))
     return Group(key, figures, Text(legend(comparison)), stack)
 
 
@@ -56,7 +56,7 @@ def run(data: dict[str, Any], args, console: Console, settings=None) -> int:
     try:
         matrix = parse_matrix(data)
     except ValueError as error:
-        console.print(f"[red]invalid spec[/red]\n{escape(str(error))}", highlight=False, soft_wrap=True)
+        refused(console, str(error))
         return EXIT_BAD_SPEC
     if args.server is not None:
         return _on_server(matrix, args, console)
@@ -75,7 +75,7 @@ def _here(matrix: MatrixSpec, args, console: Console, settings) -> int:
     problems = sorted({f"model: {problem}" for spec in specs.values()
                        if loads_model(spec) and (problem := source_problem(spec.model))})
     if problems:
-        console.print("[red]invalid spec[/red]\n" + escape("\n".join(problems)), highlight=False, soft_wrap=True)
+        refused(console, "\n".join(problems))
         return EXIT_BAD_SPEC
     total = len(variants) * matrix.repeats
     done = [0]
@@ -83,24 +83,22 @@ def _here(matrix: MatrixSpec, args, console: Console, settings) -> int:
     def on_run(round_: int, variant, result) -> None:
         done[0] += 1
         figure = result.stages[0].summary().output_tokens_per_s if result.stages else None
-        console.print(f"  {result.status}" + (f", {figure:,.1f} output tok/s" if figure is not None else "") +
-                      (f" — {result.error}" if result.error else ""), highlight=False)
+        console.print(Text(f"  {result.status}" + (f", {figure:,.1f} output tok/s" if figure is not None else "")
+                           + (f" — {result.error}" if result.error else "")))
 
     try:
         with Local(list(specs.values()), args.force, labels=[v.label for v in variants]) as local:
             def execute(run_id: str, variant):
-                console.print(f"run {done[0] + 1}/{total}: variant {variant.index}: {variant.label}",
-                              highlight=False)
+                console.print(Text(f"run {done[0] + 1}/{total}: variant {variant.index}: {variant.label}"))
                 spec = specs[variant.index]
                 return local.lifecycle.execute(run_id, spec, spec.device, local.stop)
 
             outcome = run_matrix(matrix, execute, local.stop, on_run, local.lifecycle.threshold,
                                  local.lifecycle.confidence)
-    except Refused as refused:
-        console.print("[red]invalid spec[/red]\n" + escape("\n".join(refused.lines)), highlight=False,
-                      soft_wrap=True)
+    except Refused as refusal:
+        refused(console, "\n".join(refusal.lines))
         return EXIT_BAD_SPEC
-    title = f"benchd · matrix · {variants[0].spec.name} · {len(variants)} variants × {matrix.repeats} rounds"
+    title = f"benchd · matrix · {variants[0].spec.name} · {len(variants)} variants × {count(matrix.repeats, 'round')}"
     out().print(comparison_table(title, outcome.comparison, outcome.status))
     if args.out:
         where = Path(args.out)
@@ -112,7 +110,7 @@ def _here(matrix: MatrixSpec, args, console: Console, settings) -> int:
         (where / "matrix.json").write_text(json.dumps(row, indent=2) + "\n")
         records = {run_id: result.stages[0].records if result.stages else [] for *_, run_id, result in outcome.runs}
         (where / "matrix.html").write_text(matrix_page(row, records))
-        console.print(f"wrote {where / 'matrix.json'}, {where / 'matrix.html'}", highlight=False)
+        console.print(Text(f"wrote {where / 'matrix.json'}, {where / 'matrix.html'}"))
     if outcome.status == "interrupted":
         return EXIT_INTERRUPTED
     return _exit(outcome.status, outcome.comparison, args)
@@ -131,13 +129,13 @@ def _on_server(matrix: MatrixSpec, args, console: Console) -> int:
     client = Client(args.server)
     try:
         created = client.post("/matrices", matrix.document())
-        console.print(f"matrix {created['id']} queued on {client.server}: {len(created['runs'])} runs", highlight=False)
+        console.print(Text(f"matrix {created['id']} queued on {client.server}: {len(created['runs'])} runs"))
         while (row := client.get(f"/matrices/{created['id']}"))["status"] in ("queued", "running"):
             time.sleep(POLL_S)
     except DaemonError as error:
         if error.status != 422:
             raise
-        console.print(f"[red]invalid spec[/red]\n{escape(str(error))}", highlight=False)
+        refused(console, str(error).removeprefix("422: "))
         return EXIT_BAD_SPEC
     return _show(row, args)
 
@@ -155,8 +153,35 @@ def _show(row: dict, args) -> int:
 def show(args) -> int:
     from benchd.cli.client import Client
 
-    row = Client(args.server).get(f"/matrices/{args.id}")
+    client = Client(args.server)
+    if args.matrices_command == "list":
+        return _list(client, args)
     if args.json:
+        row = client.get(f"/matrices/{args.id}", raw=True)
         echo(json.dumps(row, indent=2))
         return EXIT_OK if row["status"] == "succeeded" else EXIT_FAILED
-    return _show(row, args)
+    return _show(client.get(f"/matrices/{args.id}"), args)
+
+
+LISTED = ("id", "status", "workload", "created", "variants", "rounds", "varied", "error")
+
+
+def _list(client, args) -> int:
+    matrices = client.get("/matrices", params={"workload": args.workload, "limit": args.limit}, raw=args.json)
+    if args.json:
+        echo(json.dumps(matrices, indent=2))
+        return EXIT_OK
+    if not matrices:
+        listing.nothing("matrices", {"workload": args.workload}, client.server)
+        return EXIT_OK
+    rows = []
+    for m in matrices:
+        document = m.get("document") or {}
+        variants, runs = m.get("variants"), m.get("runs")
+        rows.append({"id": m["id"], "status": m["status"], "workload": m["workload"],
+                     "created": m["created_at"][:16].replace("T", " "),
+                     "variants": "–" if variants is None else str(len(variants)),
+                     "rounds": str(len(runs) // len(variants)) if variants and runs else "–",
+                     "varied": ", ".join(document.get("matrix") or {}) or "–", "error": m.get("error") or "–"})
+    listing.show(f"matrices on {client.server} (newest first)", LISTED, rows, keep=4, right=("variants", "rounds"))
+    return EXIT_OK

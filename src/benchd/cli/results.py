@@ -1,5 +1,5 @@
-"""The command line's results: a daemon's runs (list, show), baselines (show, set, clear), and comparisons of run ids
-through a daemon or of result directories written by `benchd run --out`, with no daemon."""
+"""The command line's results: baselines (show, set, clear), and comparisons of run ids through a daemon or of result
+directories written by `benchd run --out`, with no daemon."""
 
 from __future__ import annotations
 
@@ -10,53 +10,8 @@ from pathlib import Path
 
 from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_OK
 from benchd.cli.client import Client, CommandError, DaemonError
-from benchd.cli.terminal import echo, out
-
-LISTED = ("id", "status", "workload", "created", "out tok/s", "TTFT p99", "model", "engine", "label")  # runs list
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-    from rich.table import Table
-
-    client = Client(args.server)
-    if args.runs_command == "show":
-        run = client.run(args.id)
-        if args.json:
-            echo(json.dumps(run, indent=2))
-        else:
-            from benchd.report.outputs import print_stored
-
-            print_stored(run, out())
-        return EXIT_OK
-    page = client.runs(status=args.status, model=args.model, workload=args.workload, limit=args.limit)
-    if args.json:
-        echo(json.dumps(page, indent=2))
-        return EXIT_OK
-    rows = []
-    for run in page["items"]:
-        stage = (run["summary"] or [{}])[0]
-        ttft = (stage.get("ttft_s") or {}).get("p99")
-        throughput = stage.get("output_tokens_per_s")  # generation runs only
-        rows.append({"id": run["id"], "status": run["status"] + (" INVALID" if run.get("valid") is False else ""),
-                     "workload": run["workload"], "created": run["created_at"][:16].replace("T", " "),
-                     "out tok/s": f"{throughput:,.1f}" if throughput is not None else "–",
-                     "TTFT p99": f"{ttft * 1e3:.1f} ms" if ttft is not None else "–", "model": run["model"],
-                     "engine": run["engine"], "label": run.get("label") or "–"})
-    # The columns by what a reader needs first: those that do not fit the terminal are left out (--json has all).
-    columns = list(LISTED)
-    console = out()
-    while len(columns) > 4 and sum(max([len(c), *(len(r[c]) for r in rows)]) + 3 for c in columns) + 1 > console.width:
-        columns.pop()
-    table = Table(title=escape(f"runs on {client.server} ({page['total']} in all, newest first)"),
-                  caption=None if len(columns) == len(LISTED) else "more columns: --json, or a wider terminal")
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("out tok/s", "TTFT p99") else "left",
-                         overflow="fold", no_wrap=column in ("id", "created"))
-    for row in rows:
-        table.add_row(*(escape(row[c]) for c in columns))
-    console.print(table)
-    return EXIT_OK
+from benchd.cli.listing import nothing, show
+from benchd.cli.terminal import cleaned, echo, out
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -71,15 +26,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CommandError("compare: give result directories (from `benchd run --out`) on both sides, or run ids "
                            "on both sides")
     threshold, confidence = _settings(args)
+    raw = None  # the daemon's answer as sent, for --json
     if all(all(side) for side in directories):
         result, page = _compare_directories(sides, threshold, confidence)
     else:
-        result, page = _compare_on_daemon(args, threshold, confidence)
+        result, page, raw = _compare_on_daemon(args, threshold, confidence)
     if args.html:
         Path(args.html).write_text(page())
         print(f"wrote {args.html}", file=sys.stderr)
     if args.json:
-        echo(json.dumps(result.model_dump(mode="json"), indent=2))
+        echo(json.dumps(raw if raw is not None else result.model_dump(mode="json"), indent=2))
     else:
         out().print(comparison_table(result))
     return EXIT_FAILED if args.fail_on_regression and result.regressions else EXIT_OK
@@ -125,13 +81,16 @@ def _compare_on_daemon(args: argparse.Namespace, threshold: float | None, confid
     client = Client(args.server)
     params = {"a": args.a, "b": args.b, "threshold": threshold, "confidence": confidence}
     try:
-        result = Comparison.model_validate(client.get("/compare", params=params))
+        raw = client.get("/compare", params=params, raw=True)
     except DaemonError as error:
         if error.unreachable:
             raise CommandError(f"{error}; or compare result directories written by `benchd run --out`, which "
                                "need no daemon") from None
         raise
-    return result, lambda: client.get("/compare", params={**params, "format": "html"}, text=True)
+    # the figures its own version of benchd compares, as the daemon gives them; the fields this one does not know
+    # are left out of the table (--json has them)
+    result = Comparison.model_validate(cleaned(raw))
+    return result, lambda: client.text("/compare", params={**params, "format": "html"}), raw
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -153,12 +112,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     if args.json:
         echo(json.dumps(rows if args.workload is None else rows[0], indent=2))
         return EXIT_OK
-    from rich.table import Table
-
-    table = Table(title="baselines: each workload's scheduled runs are compared with its baseline run")
-    for column in ("workload", "run"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(row["workload"], row["run_id"])
-    out().print(table)
+    if not rows:
+        nothing("baselines", {}, client.server, " (benchd baseline WORKLOAD RUN_ID sets one)")
+        return EXIT_OK
+    show("baselines: each workload's scheduled runs are compared with its baseline run",
+         ("workload", "run"), [{"workload": row["workload"], "run": row["run_id"]} for row in rows], keep=2)
     return EXIT_OK

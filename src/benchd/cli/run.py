@@ -35,23 +35,23 @@ def here(args: argparse.Namespace, spec, console) -> int:
     import uuid
 
     from benchd.cli.local import WORKER_LOG, Local, Refused
-    from benchd.cli.terminal import out
+    from benchd.cli.terminal import out, refused
     from benchd.report.outputs import print_summary, write_outputs
 
     try:
         with Local([spec], args.force) as local, Progress(console) as progress:
-            console.print(f"loading {spec.subject} for {spec.runner} …", highlight=False)
+            console.print(f"loading {spec.subject} for {spec.runner} …")
             if spec.kind == "generate":
                 from benchd.models.duration import run_bound_s
 
-                console.print(ends_within(run_bound_s(spec)), highlight=False, soft_wrap=True)
+                console.print(ends_within(run_bound_s(spec)), soft_wrap=True)
             heap.settle()  # this process ingests every record of the run: its collections walk only what it makes
             outcome = local.lifecycle.execute(uuid.uuid4().hex, spec, spec.device, local.stop, progress.update)
-    except Refused as refused:
-        console.print("[red]invalid spec[/red]\n" + "\n".join(refused.lines), highlight=False, soft_wrap=True)
+    except Refused as refusal:
+        refused(console, "\n".join(refusal.lines))
         return EXIT_BAD_SPEC
     if outcome.error and outcome.error.startswith("SpecError"):
-        console.print(f"[red]invalid spec[/red]\n{outcome.error.removeprefix('SpecError: ')}", highlight=False)
+        refused(console, outcome.error.removeprefix("SpecError: "))
         return EXIT_BAD_SPEC
     if local.dropped_spans:
         console.print(f"{local.dropped_spans} spans could not be delivered to the OTLP collector")
@@ -62,7 +62,7 @@ def here(args: argparse.Namespace, spec, console) -> int:
     if out_dir is not None:
         written = write_outputs(outcome, out_dir)
         # Whole paths, never wrapped at the console's width (a log line a user copies them from).
-        console.print(f"wrote {', '.join(str(path) for path in written)}", highlight=False, soft_wrap=True)
+        console.print(f"wrote {', '.join(str(path) for path in written)}", soft_wrap=True)
     if loading:
         raise CommandError(load_failure(spec, outcome.error), outcome.error + f"\n(worker logs: {WORKER_LOG})")
     if outcome.status == "interrupted":
@@ -97,8 +97,8 @@ class Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = console
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=console, transient=True)
+        self.bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=console, transient=True)
         self.tasks: dict[int, int] = {}
         self.draining = False  # the current stage has stopped sending
 
@@ -127,6 +127,7 @@ class Progress:
 def on_server(args: argparse.Namespace, spec, console) -> int:
     """Submit to a running daemon and follow its events; the daemon fills in what the spec leaves unset."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.text import Text
 
     from benchd.cli.client import Client, DaemonError
     from benchd.cli.terminal import out
@@ -136,35 +137,41 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
     created: dict = {}
     try:
         created = client.submit(spec.model_dump(mode="json", exclude_unset=True))
-        console.print(f"run {created['id']} queued on {client.server}", highlight=False)
+        console.print(Text(f"run {created['id']} queued on {client.server}"))
         if "bound_s" in created and spec.kind == "generate":  # a daemon that says it
-            console.print(ends_within(created["bound_s"], created.get("deadline_s")), highlight=False, soft_wrap=True)
+            console.print(ends_within(created["bound_s"], created.get("deadline_s")), soft_wrap=True)
         if getattr(args, "quick", None):
-            console.print(args.quick, highlight=False, soft_wrap=True)
+            console.print(args.quick, soft_wrap=True)
         final: dict = {}
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        # the stage's name is the server's: a description that is text, never markup
+        with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task("queued", total=None)
-            for kind, data in client.events(created["id"]):
+
+            def on_event(kind: str, data: dict) -> None:
                 if kind == "status":
-                    bar.update(task, description=data["status"])
+                    bar.update(task, description=str(data.get("status")))
                 elif kind == "progress":
                     bar.update(task, description=describe(data["stage"], data["stage_index"], data["stages"],
                                                           data.get("elapsed_s", 0.0), data.get("bound_s"),
                                                           bool(data.get("draining"))),
                                completed=data["completed"], total=data["expected"])
                 elif kind == "summary":
-                    final = data
+                    final.update(data)
+
+            client.events(created["id"], on_event)
         run = client.run(created["id"])
     except DaemonError as error:
         if error.status != 422:
             raise
-        console.print(f"[red]{error}[/red]", highlight=False)
+        from benchd.cli.terminal import refused
+
+        refused(console, str(error).removeprefix("422: "))
         return EXIT_BAD_SPEC
     except KeyboardInterrupt:
         if created:
             client.cancel(created["id"])
-            console.print(f"cancelled run {created['id']}")
+            console.print(Text(f"cancelled run {created['id']}"))
         return EXIT_INTERRUPTED
     status, error = final.get("status", run["status"]), final.get("error")
     if status == "failed" and run.get("error_stage") == "load":

@@ -1,12 +1,20 @@
-"""Per-run event streams: published from the engine thread, read by server-sent-event responses."""
+"""Per-run event streams: published from the engine thread, read by server-sent-event responses, with a heartbeat
+through every silence."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+# A comment line on an event stream (ignored by every SSE client) at least this often: a client that hears nothing
+# for a few of them knows the daemon, or something between, is stuck, and not that a run is long (the CLI waits 60 s,
+# cli/client.py); it also keeps proxies from closing an idle stream.
+HEARTBEAT_S = 15.0
+HEARTBEAT = ": heartbeat\n\n"
 
 
 @dataclass(slots=True, frozen=True)
@@ -22,7 +30,8 @@ class RunEvent:
 class RunEvents:
     """Subscribers get the run's last event at once, then each new one; a final event ends the stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.heartbeat_s = heartbeat_s
         self._lock = threading.Lock()
         self._subscribers: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[RunEvent]]]] = {}
         self._last: dict[str, RunEvent] = {}
@@ -55,3 +64,26 @@ class RunEvents:
             self._subscribers[run_id] = [(loop, q) for loop, q in subscribers if q is not queue]
             if not self._subscribers[run_id]:
                 del self._subscribers[run_id]
+
+    async def stream(self, run_id: str, ended: Callable[[], Awaitable[RunEvent | None]]) -> AsyncIterator[str]:
+        """The run's events as server-sent events, a heartbeat first and through every silence, until its final
+        one. ended: the final event of a run that has ended already (None while it runs), asked once subscribed,
+        so that a run that ends meanwhile still delivers its summary (the store is written before it is
+        published)."""
+        queue = self.subscribe(run_id)
+        try:
+            yield HEARTBEAT
+            if (final := await ended()) is not None:
+                yield final.sse()
+                return
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), self.heartbeat_s)
+                except TimeoutError:
+                    yield HEARTBEAT
+                    continue
+                yield event.sse()
+                if event.final:
+                    return
+        finally:
+            self.unsubscribe(run_id, queue)

@@ -246,11 +246,11 @@ class ChangePoint(Documented):
     """An interleaved matrix's verdict on it, once asked for."""
 
     def sentence(self) -> str:
-        """ITL p50 +8.1 % [+6.0, +10.2] at 2026-11-20 14:00 (p < 0.001); between the segments: transformers
-        5.17.0 → 5.18.0."""
+        """ITL p50 +8.1% [+6.0%, +10.2%] at 2026-11-20 14:00 (p < 0.001); between the segments: transformers
+        5.17.0 → 5.18.0. The change written as a comparison writes it (report/tables.py, change_cells)."""
         figure = FIGURES[self.figure].label if self.figure in FIGURES else self.figure
         p = "p < 0.001" if self.p_value < 0.001 else f"p = {self.p_value:.3f}"
-        text = (f"{figure} {self.relative_change * 100:+.1f} % [{self.ci_low * 100:+.1f}, {self.ci_high * 100:+.1f}] "
+        text = (f"{figure} {self.relative_change:+.1%} [{self.ci_low:+.1%}, {self.ci_high:+.1%}] "
                 f"at {self.at:%Y-%m-%d %H:%M} ({p})")
         if self.stack:
             text += "; between the segments: " + ", ".join(c.says() for c in self.stack)

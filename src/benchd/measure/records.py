@@ -12,6 +12,9 @@ from benchd.spec.slo import SLO
 # The error of a request still in flight when its stage's drain ended (loadgen/stage.py): cancelled by benchd at the
 # stage's end, counted as cut, apart from the failed ones (docs/figures.md).
 CUT = "cut: still in flight when the stage's drain ended"
+# The errors of those in flight when their stage ended early (loadgen/stage.py's abort): the run cancelled or
+# interrupted, or a stop rule ("stopped: …"). Cut too: benchd ended them, the engine did not fail them.
+STOPPED = ("cancelled", "interrupted")
 
 
 @dataclass(slots=True)
@@ -44,7 +47,8 @@ class RequestRecord:
 
     @property
     def cut(self) -> bool:
-        return self.error == CUT
+        """Ended by benchd while in flight: at its stage's drain's end, or as the stage ended early."""
+        return self.error is not None and (self.error in (CUT, *STOPPED) or self.error.startswith("stopped: "))
 
     @property
     def output_tokens(self) -> int:

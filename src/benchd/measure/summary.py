@@ -99,12 +99,15 @@ class StageSummary(Documented):
     """Each objective missed."""
     sent_rate_ratio: float | None = None
     """Open loop: requests sent a second over requests scheduled a second (1: every request left on time)."""
-    # Open loop (validity.Saturation; None: too short to judge): requests offered per second over the latter half of
-    # its sending, and requests answered per second from there to the last answer, the engine's pace.
+    # Open loop, the stage's two rates (request_rates; MLPerf LoadGen's scheduled and completed samples per second):
+    # completed never exceeds offered. The over-saturation check's own, over the latter half of the sending, are in
+    # its message (measure/verdicts.py, Saturation).
     offered_requests_per_s: float | None = None
-    """Open loop: requests offered a second over the latter half of its sending (null: too short to judge)."""
+    """Open loop: the measured requests sent a second, over their schedule's span (n requests at a rate r span n / r:
+    a Poisson draw of the profile's rate)."""
     completed_requests_per_s: float | None = None
-    """Open loop: requests answered a second from there to the last answer: the engine's pace."""
+    """Open loop: those of them answered (succeeded or failed; cut ones not) a second, from the same start to the last
+    answer: at most the offered rate."""
     # The verdict (measure/verdicts.py): valid, or invalid with each reason; None: stored before verdicts were kept.
     valid: bool | None = None
     """The verdict: every rule of validity met (null: stored before verdicts were kept)."""
@@ -189,6 +192,7 @@ def summarize(
     lag = LatencyStats.of([x for r in measured if (x := r.dispatch_lag_s) is not None])
     sent = [r for r in measured if r.submitted_s is not None]
     ratio = sent_rate_ratio([r.scheduled_s for r in sent], [r.submitted_s for r in sent]) if open_loop else None
+    rates = request_rates(measured) if open_loop else None
     pace = saturation([r.scheduled_s for r in measured], [r.finished_s for r in records if r.finished_s is not None],
                       end_s) if open_loop else None
     invalid = None
@@ -219,8 +223,8 @@ def summarize(
         slo_met=met,
         slo_misses=misses,
         sent_rate_ratio=ratio,
-        offered_requests_per_s=None if pace is None else pace.offered_per_s,
-        completed_requests_per_s=None if pace is None else pace.completed_per_s,
+        offered_requests_per_s=None if rates is None else rates[0],
+        completed_requests_per_s=None if rates is None else rates[1],
         valid=None if invalid is None else not invalid,
         invalid=invalid or [],
         stop_reason=stop_reason,
@@ -230,6 +234,22 @@ def summarize(
         drain_s=drained,
         clocks=list(clocks),
     )
+
+
+def request_rates(measured: list[RequestRecord]) -> tuple[float, float] | None:
+    """An open loop's offered and completed requests a second: the measured requests sent, over their schedule from
+    one mean gap before the first (n requests at a rate r span n / r, so a schedule at r offers r); and those of them
+    answered (succeeded or failed, not cut), over the same start to the last answer (or the last send, where that is
+    later). Fewer requests over a span at least as long: completed ≤ offered. None with fewer than two sent, or all
+    at one instant."""
+    sent = [r for r in measured if r.submitted_s is not None]
+    times = sorted(r.scheduled_s for r in sent)
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    start = times[0] - (times[-1] - times[0]) / (len(times) - 1)
+    answers = [r.finished_s for r in sent if r.finished_s is not None and not r.cut]
+    until = max([times[-1], *answers])
+    return len(times) / (times[-1] - start), len(answers) / (until - start)
 
 
 def ttft_moved(good: list[RequestRecord], ttft: LatencyStats) -> tuple[tuple[str, float, float], ...]:

@@ -167,14 +167,15 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
             and (reason := f.saturation.oversaturated(rules.min_completion_ratio)) is not None):
         bad("oversaturated", reason)
     sent = finished + f.cut
-    if rules.max_cut_share is not None and f.cut and f.cut / sent > rules.max_cut_share:
+    # a drain's cut; a stage that ended early cut what it had in flight, and says why above
+    if rules.max_cut_share is not None and f.status == "succeeded" and f.cut and f.cut / sent > rules.max_cut_share:
         drain = f" of {f.drain_s:.3g} s" if f.drain_s is not None else ""
         bad("cut", f"{f.cut} of {sent} measured requests ({f.cut / sent:.1%}) were still in flight when the stage's "
                    f"drain{drain} ended and were cut, over {rules.max_cut_share:.0%}: the longest requests are those "
                    "cut, so the completed ones lean short (run the stage longer, or give it a longer stop.drain_s)")
     if rules.max_slowdown_share is not None and (reason := slowdown(rules.max_slowdown_share, f.clocks)):
         bad("throttled", reason)
-    if f.status == "stopped":  # its reason says which rule stopped it; what it cancelled then counts as failed
+    if f.status == "stopped":  # its reason says which rule stopped it (what it cancelled then was cut)
         return out
     if rules.max_errors is not None and f.errors > rules.max_errors:
         bad("max_errors", f"{f.errors} measured requests failed, over max_errors {rules.max_errors}")
@@ -218,7 +219,7 @@ def slowdown(max_share: float, clocks: Iterable[ClockShares]) -> str | None:
         events = [(e, share) for e in SLOWDOWN_EVENTS if (share := gpu.events.get(e, 0.0)) > max_share]
         if events:
             named = ", ".join(f"{CLOCK_EVENT_NAMES[e]} ({e}) in {share:.0%}" for e, share in events)
-            found.append(f"GPU {gpu.gpu}: {named} of {gpu.samples} samples")
+            found.append(f"GPU {gpu.gpu}: {named} of {gpu.samples} sample{'s' if gpu.samples > 1 else ''}")
     if not found:
         return None
     return (f"throttled: {'; '.join(found)}, over {max_share:.0%}: its clocks were cut for its cooling's or board's "

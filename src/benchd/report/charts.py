@@ -38,7 +38,8 @@ def number(v: float) -> str:
 
 
 def percent(v: float) -> str:
-    return f"{v * 100:.0f}%"
+    """0.5 → 50%, 0.02 → 2%, 0.005 → 0.5%: an axis of a few percent keeps its ticks apart."""
+    return f"{v * 100:.3g}%"
 
 
 def unit(suffix: str) -> Format:

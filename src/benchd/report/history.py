@@ -12,6 +12,7 @@ from benchd.report import charts
 from benchd.report.charts import Line
 from benchd.report.html import charts as grid
 from benchd.report.html import esc, section, shell, table
+from benchd.report.tables import count
 
 MEAN_COLOR = "#222222"
 
@@ -42,12 +43,23 @@ def change_cells(c: ChangePoint) -> list[str]:
     return [f"{c.at:%Y-%m-%d %H:%M}", FIGURES[c.figure].label,
             f"{c.relative_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]",
             "p < 0.001" if c.p_value < 0.001 else f"p = {c.p_value:.3f}", c.direction,
-            f"{value(unit, c.before.mean)} ({c.before.runs} runs) → {value(unit, c.after.mean)} ({c.after.runs} runs)",
+            f"{value(unit, c.before.mean)} ({count(c.before.runs, 'run')}) → {value(unit, c.after.mean)} "
+            f"({count(c.after.runs, 'run')})",
             "; ".join(s.says() for s in c.stack) or "the same stack", confirmation]
 
 
 CHANGE_HEAD = ["when", "figure", "change [interval]", "significance", "direction", "before → after", "stack between",
                "confirmation"]
+SHOWN = 6  # the columns of a change's row on a page; the stack between and the confirmation go on a line under it
+
+
+def change_table(changes: Sequence[ChangePoint], lead: Sequence[str] = (), lead_cells=lambda c: []) -> str:
+    """A row a change point, the stack between its segments and its confirmation on a line under it: as columns they
+    took the page's width and ran off it at 800 px. lead: columns before (the workload and series, on /changes)."""
+    cells = [change_cells(c) for c in changes]
+    details = [f"stack between: {c[6]}" + ("" if c[7] == "–" else f" · confirmation: {c[7]}") for c in cells]
+    rows = [[*lead_cells(change), *c[:SHOWN]] for change, c in zip(changes, cells)]
+    return table([*lead, *CHANGE_HEAD[:SHOWN]], rows, text_columns=len(lead) + SHOWN, details=details)
 
 
 def _chart(series: SeriesView, f: FigureSeries) -> str:
@@ -73,12 +85,13 @@ def _series(series: SeriesView) -> str:
     changes = sorted((c for f in series.figures for c in f.change_points), key=lambda c: (c.at, c.figure))
     parts = [grid(*(_chart(series, f) for f in series.figures))]
     if changes:
-        parts.append(table(CHANGE_HEAD, [change_cells(c) for c in changes], text_columns=len(CHANGE_HEAD)))
+        parts.append(change_table(changes))
     if series.excluded:
         parts.append('<p class="note">left out of the series: ' + esc("; ".join(
             f"{e.run_id} ({e.at:%Y-%m-%d %H:%M}): {e.reason}" for e in series.excluded)) + "</p>")
-    about = (f"{series.runs} runs under the {series.clock} clock state; {len(changes)} change points"
-             f"{f', {len(series.excluded)} runs left out' if series.excluded else ''}")
+    left_out = f", {count(len(series.excluded), 'run')} left out" if series.excluded else ""
+    about = (f"{count(series.runs, 'run')} under the {series.clock} clock state; "
+             f"{count(len(changes), 'change point')}{left_out}")
     anchor = "s" + re.sub(r"\W", "_", f"{series.device}_{series.node}")
     return section(f"{series.device} on {series.node}", *parts, anchor=anchor, about=about)
 
@@ -93,13 +106,16 @@ def history_page(history: HistoryView) -> str:
                   sections)
 
 
-def changes_page(changes: Sequence[ChangePoint], total: int, workload: str | None = None) -> str:
-    """GET /changes?format=html: newest first, each with the stack between its segments and its confirmation."""
-    rows = [[c.workload, f"{c.device} on {c.node}", *change_cells(c)] for c in changes]
-    listed = table(["workload", "series", *CHANGE_HEAD], rows, text_columns=len(CHANGE_HEAD) + 2) if rows else \
-        '<p class="note">no change point</p>'
-    links = "".join(f'<a href="/history/{esc(w)}?format=html">{esc(w)}</a> '
-                    for w in sorted({c.workload for c in changes}))
+def changes_page(changes: Sequence[ChangePoint], total: int, workload: str | None = None,
+                 workloads: Sequence[tuple[str, int]] = ()) -> str:
+    """GET /changes?format=html: newest first, each with the stack between its segments and its confirmation; its
+    header links every workload's history (workloads: each with its change points still found), not only those
+    with a change point on this page."""
+    listed = change_table(changes, ["workload", "series"], lambda c: [c.workload, f"{c.device} on {c.node}"]) \
+        if changes else '<p class="note">no change point</p>'
+    known = list(workloads) or [(w, 0) for w in sorted({c.workload for c in changes})]
+    links = " ".join(f'<a href="/history/{esc(w)}?format=html">{esc(w)}</a>' + (f" ({n})" if n else "")
+                     for w, n in known)
     about = f"{len(changes)} of {total}, newest first" + (f", of {workload}" if workload else "")
     return shell("benchd · change points", "benchd · change points",
                  esc("each workload's series, analysed after every run") + (f" · histories: {links}" if links else ""),

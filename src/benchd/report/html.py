@@ -43,9 +43,18 @@ table{{border-collapse:collapse;font-variant-numeric:tabular-nums;font-size:13px
 th,td{{padding:4px 10px;border-bottom:1px solid var(--line);text-align:right;vertical-align:top}}
 th{{font-weight:600;background:#f6f7fa}}
 th:first-child,td:first-child{{text-align:left;color:var(--muted)}}
-td.text,th.text{{text-align:left;color:inherit}} .wide{{overflow-x:auto;max-width:100%}}
+td.text,th.text{{text-align:left;color:inherit}}
+.wide{{overflow-x:auto;max-width:100%}}
+div.wide{{background:
+linear-gradient(to right,#fff 30%,#fff0) left/32px 100% no-repeat local,
+linear-gradient(to left,#fff 30%,#fff0) right/32px 100% no-repeat local,
+radial-gradient(farthest-side at 0 50%,#0003,#0000) left/12px 100% no-repeat scroll,
+radial-gradient(farthest-side at 100% 50%,#0003,#0000) right/12px 100% no-repeat scroll}}
+tr.detail td{{text-align:left;color:var(--muted);font-size:12px;padding-top:0}}
+tr:has(+tr.detail) td{{border-bottom:0}}
 table.verdicts td:last-child,table.verdicts th:last-child{{text-align:left}}
-table.variants td:first-child{{min-width:120px;max-width:180px;color:inherit}}
+table.variants td:first-child{{min-width:120px;max-width:clamp(180px,24vw,320px);color:inherit}}
+span.pair{{display:block}}
 table.variants td,table.variants th{{padding:4px 6px}}
 .pill{{display:inline-block;padding:0 9px;border-radius:10px;font-size:12px;font-weight:600;background:#dde3ee;
 color:#1d2433}} .pill.succeeded{{background:#cdeed6;color:#17602a}} .pill.failed{{background:#f9d3cd;color:#9b2317}}
@@ -92,16 +101,19 @@ def section(title: str, *parts: str, anchor: str = "", about: str = "", kind: st
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[object]], text_columns: int = 1,
-          raw: bool = False, row_class: Sequence[str] | None = None, kind: str = "") -> str:
+          raw: bool = False, row_class: Sequence[str] | None = None, kind: str = "",
+          details: Sequence[str] | None = None) -> str:
     """Cells past the first text_columns are figures (right-aligned); raw: the cells are HTML already; kind: the
-    table's class (verdicts: its last column, the verdict, left-aligned)."""
+    table's class (verdicts: its last column, the verdict, left-aligned); details: a line of text under each row,
+    across the table (what is too long for a column of its own)."""
     cell = (lambda c: str(c)) if raw else esc
     th = ("<tr>" + "".join(f'<th{" class=text" if 0 < i < text_columns else ""}>{esc(h)}</th>'
                            for i, h in enumerate(head)) + "</tr>") if any(head) else ""
     body = "".join(
         f'<tr{f" class={row_class[n]}" if row_class and row_class[n] else ""}>'
         + "".join(f'<td{" class=text" if 0 < i < text_columns else ""}>{cell(c)}</td>' for i, c in enumerate(row))
-        + "</tr>" for n, row in enumerate(rows))
+        + "</tr>" + (f'<tr class=detail><td colspan={len(row)}>{esc(details[n])}</td></tr>' if details else "")
+        for n, row in enumerate(rows))
     return f'<div class="wide"><table{f" class={kind}" if kind else ""}>{th}{body}</table></div>'
 
 

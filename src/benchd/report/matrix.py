@@ -17,7 +17,7 @@ from benchd.report import charts, scatter
 from benchd.report.charts import Line
 from benchd.report.html import charts as grid
 from benchd.report.html import esc, notes, section, shell, table, verdict_class, verdict_pill
-from benchd.report.tables import COMPARISON_HEAD, comparison_rows, size
+from benchd.report.tables import COMPARISON_HEAD, comparison_rows, count, size
 
 BYTES = ("weight_bytes", "peak_memory_bytes")
 # The terminal's marks for a verdict (its colour says it too): a cell reads "+7.3% ✗".
@@ -34,8 +34,12 @@ def spaced(label: str) -> str:
 
 
 def breakable(text: str) -> str:
-    """HTML of a variant's name that may wrap after = and _ (quantization=int8_weight_only) besides its spaces."""
-    return esc(text).replace("=", "=<wbr>").replace("_", "_<wbr>")
+    """HTML of a variant's name: its index, then each of its values on a line of its own, which wraps after its = if
+    it must (quantization= / int8_weight_only), never within a word (attn_ / implementation, as it did)."""
+    head, _, label = text.partition(": ")
+    label, _, stack = label.partition(" (")  # what an environment resolved to (resolved()), after the values
+    pairs = "".join(f'<span class="pair">{esc(pair).replace("=", "=<wbr>")}</span>' for pair in label.split(", "))
+    return f"{esc(head)}:{pairs}" + (f'<span class="pair">({esc(stack)}</span>' if stack else "")
 
 
 def verdict_word(metric: str, verdict: str) -> str:
@@ -160,7 +164,8 @@ def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
     title = f"{workload} · {len(variants)} variants"
     label = document.get("label") or variants[0]["spec"].get("label")
     facts = [f"label {label}" if label else None, document.get("model") or variants[0]["spec"].get("model"),
-             f"matrix {row.get('id') or '–'}", f"{document.get('repeats', 1)} rounds, every variant once a round",
+             f"matrix {row.get('id') or '–'}",
+             f"{count(len(row['runs']) // max(1, len(variants)), 'round')}, every variant once a round",
              f"baseline: variant {row['baseline']}"]
     meta = (f'<span class="pill {esc(status)}">{esc(status)}</span> ' + " · ".join(esc(x) for x in facts if x))
     if row.get("error"):

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.compare import REQUESTS_FILE, Comparison
@@ -140,12 +140,12 @@ def _stage_tables(title: str, caption: str, stages: list[str], rows: list[tuple[
     tables = []
     for number, group in enumerate(groups):
         part = f" ({number + 1}/{len(groups)})" if len(groups) > 1 else ""
-        table = Table(title=escape(title + part), caption=escape(caption) if number == len(groups) - 1 else None)
+        table = Table(title=Text(title + part), caption=Text(caption) if number == len(groups) - 1 else None)
         table.add_column("", no_wrap=True)
         for i in group:
-            table.add_column(escape(stages[i]), justify="right", overflow="fold")
+            table.add_column(Text(stages[i]), justify="right", overflow="fold")
         for name, cells in rows:
-            table.add_row(escape(name), *(escape(cells[i]) for i in group))
+            table.add_row(Text(name), *(Text(cells[i]) for i in group))
         tables.append(table)
     return tables
 
@@ -172,13 +172,13 @@ def kernel_table(title: str, status: str, error: str | None, results: list[Kerne
     rows = kernel_rows(results)
     keep = [i for i, column in enumerate(KERNEL_COLUMNS)
             if column != "kernel" or len({row[0] for row in rows}) > 1]
-    table = Table(title=escape(title), caption=escape(_caption(status, error)) + "; TFLOP/s at the median time")
+    table = Table(title=Text(title), caption=Text(_caption(status, error) + "; TFLOP/s at the median time"))
     for i in keep:
         column = KERNEL_COLUMNS[i]
         text = column in ("kernel", "shape", "dtype", "implementation")
         table.add_column(column, justify="left" if text else "right", overflow="fold", no_wrap=column == "shape")
     for row in rows:
-        table.add_row(*(escape(row[i]) for i in keep))
+        table.add_row(*(Text(row[i]) for i in keep))
     return table
 
 
@@ -222,9 +222,9 @@ def print_run(console: Console, title: str, about: str | None, kind: str, status
               summaries: list, capacity: str | None, parts: dict | None, hardware: HardwareSummary | None,
               server: dict | None, stack: str | None = None) -> None:
     if about:
-        console.print(escape(about), highlight=False)
+        console.print(Text(about))
     if not summaries and status != "succeeded":
-        console.print(escape(f"{title}: {_caption(status, error)}"), highlight=False)
+        console.print(Text(f"{title}: {_caption(status, error)}"))
         return
     width = console.width
     tables = (summary_tables(title, status, error, summaries, width) if kind == "generate"
@@ -233,23 +233,23 @@ def print_run(console: Console, title: str, about: str | None, kind: str, status
         console.print(table)
     for summary in summaries if kind == "generate" else []:
         for why in summary.invalid:  # the verdict row names the checks; here each one's figures
-            console.print(escape(f"{summary.stage}: invalid: {why.message}"), highlight=False)
+            console.print(Text(f"{summary.stage}: invalid: {why.message}"))
     if capacity is not None:
-        console.print(escape(capacity), highlight=False)
+        console.print(Text(capacity))
     if parts is not None:
         gpus = Table(title="every GPU: the first stage, each against the median of its siblings")
         for column in GPU_COLUMNS:
             gpus.add_column(column, justify="left" if column in ("GPU", "status", "verdict") else "right",
                             overflow="fold")
         for row in gpu_rows(parts):
-            gpus.add_row(*map(escape, row))
+            gpus.add_row(*map(Text, row))
         console.print(gpus)
     if stack:
-        console.print(escape(stack), highlight=False)
+        console.print(Text(stack))
     if hardware is not None:
-        console.print(escape(hardware_line(hardware)), highlight=False)
+        console.print(Text(hardware_line(hardware)))
     if server is not None and server.get("warning"):
-        console.print(escape(f"warning: {server['warning']}"), highlight=False)
+        console.print(Text(f"warning: {server['warning']}"))
 
 
 # ---- comparisons -----------------------------------------------------------------------------------
@@ -260,8 +260,6 @@ VERDICT_STYLES = {"slower": "bold red", "faster": "bold green", "inconclusive": 
 def comparison_table(result: Comparison) -> Group:
     """What was compared (each side's runs, workloads, labels, dates, and the stack entries that differ), then B
     against A a figure a row, its verdict coloured and marked where a note below says why."""
-    from rich.text import Text
-
     parts: list = [Text(f"warning: {w}", style="bold yellow") for w in result.warnings]
     if result.clock_states:  # the GPU's state may be what changed (hardware/clocks.py)
         parts.append(Text(f"warning: {result.clock_states}", style="bold yellow"))
@@ -270,12 +268,12 @@ def comparison_table(result: Comparison) -> Group:
         for column in ("", "A", "B"):
             context.add_column(column, overflow="fold")
         for row in rows:
-            context.add_row(*map(escape, row), style="bold" if row[0].startswith("≠") else None)
+            context.add_row(*map(Text, row), style="bold" if row[0].startswith("≠") else None)
         parts.append(context)
         if shared := same_stack(result):
             parts.append(Text(f"both: {shared}"))
     ids = f"A: {', '.join(result.a)}  →  B: {', '.join(result.b)}"
-    table = Table(title=escape(ids), title_justify="left", caption_justify="left",
+    table = Table(title=Text(ids), title_justify="left", caption_justify="left",
                   caption=f"verdicts: the change's bootstrap interval at {result.confidence:.0%} beyond "
                           f"±{result.threshold:.0%}")
     for column in COMPARISON_HEAD:
@@ -283,9 +281,9 @@ def comparison_table(result: Comparison) -> Group:
                          overflow="fold", no_wrap=column in ("A", "B", "change"))
     metrics, notes = comparison_rows(result)
     for m, row in zip(result.metrics, metrics):
-        table.add_row(*map(escape, row[:-1]), Text(row[-1], style=VERDICT_STYLES.get(m.verdict, "")))
+        table.add_row(*map(Text, row[:-1]), Text(row[-1], style=VERDICT_STYLES.get(m.verdict, "")))
     for row in roofline_rows(result):  # how far from the hardware (measure/roofline.py)
-        table.add_row(*map(escape, row))
+        table.add_row(*map(Text, row))
     parts.append(table)
     parts += [Text(note) for note in notes]
     return Group(*parts)

@@ -189,7 +189,8 @@ def _server(server: dict, bands: list[Band]) -> str:
             Line("running", t, server["requests_running"]), Line("waiting", t, server["requests_waiting"])],
             charts.number, bands, note=note("requests_running")),
         charts.lines("server-kv-cache", "Server KV-cache usage", [Line("usage", t, server["kv_cache_usage"])],
-                     charts.percent, bands, y_max=1.0, note=note("kv_cache_usage")),
+                     charts.percent, bands, note=warning or occupancy(server["kv_cache_usage"],
+                                                                      f"{name} exports no such figure")),
         charts.lines("server-prefix-cache", "Prefix-cache hit rate (per interval)",
                      [Line("hit rate", t, server["prefix_cache_hit_rate"])], charts.percent, bands, y_max=1.0,
                      note=note("prefix_cache_hit_rate")),
@@ -263,8 +264,14 @@ def _load(stages: list[_Stage], timeline: dict | None, bands: list[Band], missin
             note=note or "sampled every 100 ms"),
         charts.lines("kv-cache", "KV-cache occupancy (used / total blocks)",
                      [Line("occupancy", load.get("t", []), load.get("kv_usage", []))], charts.percent, bands,
-                     y_max=1.0, note=note or (None if any(v is not None for v in load.get("kv_usage", []))
-                                              else "this engine has no paged cache to read")))
+                     note=note or occupancy(load.get("kv_usage", []), "this engine has no paged cache to read")))
+
+
+def occupancy(values: list, none: str) -> str:
+    """A cache's chart is drawn to its values (a fixed 0–100 % axis flattened a peak of 7 % to a line): its note says
+    the peak, and of what."""
+    peak = max((v for v in values if v is not None), default=None)
+    return none if peak is None else f"peak {peak:.1%} of the cache; the axis spans the values"
 
 
 def _hardware(timeline: dict | None, bands: list[Band], missing: str) -> str:

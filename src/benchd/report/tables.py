@@ -19,10 +19,16 @@ def _ms(stats: LatencyStats, *keys: str) -> str:
     return " / ".join("–" if v is None else rounded(v * 1e3) for v in values)
 
 
+def count(n: int, noun: str) -> str:
+    """1 sample, 2 samples, 1,024 runs."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
     """One row per figure, one cell per stage (load level): what the terminal table and the report page show."""
     rows: list[tuple[str, list[str]]] = [
-        ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}" for s in summaries]),
+        ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}"
+                                            + (f", {s.cut} cut" if s.cut else "") for s in summaries]),
         ("output tok/s", [rounded(s.output_tokens_per_s) for s in summaries]),
         ("total tok/s", [rounded(s.total_tokens_per_s) for s in summaries]),
         ("requests/s", [rounded(s.requests_per_s) for s in summaries]),
@@ -60,7 +66,8 @@ def drain_cell(s: StageSummary) -> str:
     if s.drain_s is None:
         return "–"
     bound = "" if s.drain_bound_s is None else f" of ≤ {s.drain_bound_s:.3g}"
-    cut = f"; {s.cut} cut ({s.cut_share:.1%}): completed lean short" if s.cut else ""
+    # a stage that ended early cut what it had in flight, not its drain (the requests row counts them)
+    cut = f"; {s.cut} cut ({s.cut_share:.1%}): completed lean short" if s.cut and s.status == "succeeded" else ""
     return f"{s.drain_s:.1f}{bound}{cut}"
 
 
@@ -133,7 +140,7 @@ def hardware_line(hw: HardwareSummary) -> str:
                  f"throttled {pct(hw.throttled_fraction)}", *parts]
     else:
         parts.append("no GPU gauges")
-    line = f"hardware ({hw.samples} samples over {hw.window_s:.1f} s): " + ", ".join(parts)
+    line = f"hardware ({count(hw.samples, 'sample')} over {hw.window_s:.1f} s): " + ", ".join(parts)
     if hw.gpus and hw.gpu_utilization_mean is not None and hw.gpu_utilization_mean < HOST_BOUND_UTILIZATION:
         line += (f"; the GPU ran kernels {hw.gpu_utilization_mean:.0%} of the time: the host (Python, kernel "
                  "launches) bounds this run, not the device")

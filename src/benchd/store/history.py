@@ -90,6 +90,36 @@ def workloads(store: Store) -> list[str]:
                                                .order_by(change_points.c.workload))]
 
 
+@dataclass(slots=True)
+class Workloads:
+    items: list[dict[str, Any]]  # workload, runs, succeeded, last_run_at, models, change_points
+    total: int
+
+
+def list_workloads(store: Store, limit: int, offset: int = 0) -> Workloads:
+    """Every workload with a stored run, by name: its runs, those that succeeded, when its newest was queued, the
+    models it ran, and its change points still found (a count a workload, read by the workload's index)."""
+    succeeded = sa.func.sum(sa.case((runs.c.status == "succeeded", 1), else_=0))
+    query = (sa.select(runs.c.workload, sa.func.count().label("runs"), succeeded.label("succeeded"),
+                       sa.func.max(runs.c.created_at).label("last_run_at"))
+             .group_by(runs.c.workload))
+    total = store._read(sa.select(sa.func.count(sa.distinct(runs.c.workload)).label("n")))[0]["n"]
+    items = store._read(query.order_by(runs.c.workload).limit(limit).offset(offset))
+    names = [item["workload"] for item in items]
+    models: dict[str, list[str]] = {name: [] for name in names}
+    changes: dict[str, int] = {}
+    if names:
+        for row in store._read(sa.select(runs.c.workload, runs.c.model).distinct()
+                               .where(runs.c.workload.in_(names)).order_by(runs.c.model)):
+            models[row["workload"]].append(row["model"])
+        changes = {row["workload"]: row["n"] for row in store._read(
+            sa.select(change_points.c.workload, sa.func.count().label("n"))
+            .where(change_points.c.workload.in_(names), change_points.c.active.is_(True))
+            .group_by(change_points.c.workload))}
+    return Workloads(items=[{**item, "succeeded": int(item["succeeded"] or 0), "models": models[item["workload"]],
+                             "change_points": changes.get(item["workload"], 0)} for item in items], total=total)
+
+
 def list_change_points(store: Store, workload: str | None = None, figure: str | None = None,
                        node: str | None = None, active: bool | None = None, limit: int = 50,
                        offset: int = 0) -> Changes:

@@ -173,35 +173,30 @@ def info_families(gpus: list[GPUInfo], migs: list[tuple[GPUInfo, MigInstance]]) 
     return out
 
 
-# Renamed for the _per_second convention of a rate; the old name stays, deprecated, for one release (dashboards and
-# rules written against it keep working; docs/reference/metrics.md says which to use).
-DEPRECATED = {"benchd_gpu_peak_flops": "benchd_gpu_peak_flops_per_second"}
-
-
 def limit_families(speeds: dict[str, DeviceSpeed]) -> list[Metric]:
     """Each device's limits as its worker measured them (benchd.hardware.speed), and the datasheet's beside them
     where the model is known (source: measured, datasheet); speeds by the gpu label of the device's series (NVML's
-    index; "" for the CPU, as its runs' series carry)."""
-    bandwidth = GaugeMetricFamily("benchd_gpu_peak_memory_bandwidth_bytes_per_second",
-                                  "The device's memory bandwidth: bytes read and written per second by a copy larger "
-                                  "than its caches (measured), or its datasheet's.", labels=("gpu", "name", "source"))
-    doc = "The device's dense matmul rate, FLOP/s, by dtype: a large GEMM's (measured), or its datasheet's."
-    flops = GaugeMetricFamily("benchd_gpu_peak_flops_per_second", doc, labels=("gpu", "name", "dtype", "source"))
-    old = GaugeMetricFamily("benchd_gpu_peak_flops", "Deprecated: benchd_gpu_peak_flops_per_second, the same "
-                            "series; this name goes in the next release. " + doc,
-                            labels=("gpu", "name", "dtype", "source"))
+    index; "" for the CPU, as its runs' series carry). A GPU's under benchd_gpu_peak_*, the CPU's under
+    benchd_cpu_peak_*: no CPU is a GPU's series."""
+    families: dict[str, list[Metric]] = {}
+    for kind, what in (("gpu", "GPU"), ("cpu", "CPU")):
+        families[kind] = [
+            GaugeMetricFamily(f"benchd_{kind}_peak_memory_bandwidth_bytes_per_second",
+                              f"The {what}'s memory bandwidth: bytes read and written per second by a copy larger "
+                              "than its caches (measured), or its datasheet's.", labels=("gpu", "name", "source")),
+            GaugeMetricFamily(f"benchd_{kind}_peak_flops_per_second",
+                              f"The {what}'s dense matmul rate, FLOP/s, by dtype: a large GEMM's (measured), or its "
+                              "datasheet's.", labels=("gpu", "name", "dtype", "source"))]
     for gpu, speed in sorted(speeds.items()):
+        bandwidth, flops = families["cpu" if speed.device == "cpu" else "gpu"]
         bandwidth.add_metric((gpu, speed.name, "measured"), speed.copy_bytes_per_s)
         if (sheet := peak_bandwidth(speed.name)) is not None:
             bandwidth.add_metric((gpu, speed.name, "datasheet"), sheet)
         for dtype, rate in speed.matmul_flops_per_s.items():
-            rates = [("measured", rate)]
+            flops.add_metric((gpu, speed.name, dtype, "measured"), rate)
             if (tflops := peak_tflops(speed.name, PRECISIONS.get(dtype, dtype))) is not None:
-                rates.append(("datasheet", tflops * 1e12))
-            for source, value in rates:
-                flops.add_metric((gpu, speed.name, dtype, source), value)
-                old.add_metric((gpu, speed.name, dtype, source), value)
-    return [bandwidth, flops, old]
+                flops.add_metric((gpu, speed.name, dtype, "datasheet"), tflops * 1e12)
+    return [family for pair in families.values() for family in pair if family.samples]
 
 
 class LimitsCollector(Collector):

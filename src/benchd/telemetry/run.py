@@ -276,8 +276,7 @@ class RunTelemetry:
     def finished(self, record: RequestRecord) -> None:
         if record.warmup:
             return
-        cancelled = record.error in ("cancelled", "interrupted") or record.cut
-        outcome = "success" if record.ok else "cancelled" if cancelled else "error"
+        outcome = "success" if record.ok else "cancelled" if record.cut else "error"
         if self.duration is not None and outcome != "cancelled":  # benchd's own cancelling is no operation's end
             self._otel_finished(record)
         if self.metrics is not None:
