@@ -120,7 +120,7 @@ def test_a_full_queue_says_when_to_come_back(tmp_path):
 
 def test_the_openapi_document_describes_the_errors(tmp_path):
     with daemon(tmp_path) as server:
-        document = httpx.get(f"{server.url}/openapi.json").json()
+        document = httpx.get(f"{server.url}/openapi.json", timeout=60).json()  # built on first ask: seconds, loaded
         post = document["paths"]["/runs"]["post"]["responses"]
         assert {"202", "401", "413", "422", "429", "503"} <= set(post)
         assert "Retry-After" in post["429"]["headers"]
