@@ -21,9 +21,9 @@ from benchd.measure.history import (
     StackShift,
     series_of,
     stack_difference,
-    stack_of,
 )
 from benchd.measure.matrix import MatrixComparison, VariantComparison
+from benchd.measure.stack import stack_of
 from tests.measure.helpers import noise
 
 T0 = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
@@ -89,15 +89,15 @@ def test_the_stack_between_two_segments_names_what_most_runs_of_each_side_ran():
                 "commit": {"commit": "abc"}, "engine_settings": {"continuous_batching": {"num_blocks": blocks},
                                                                  "memory_plan": {"total": blocks}}}
 
-    hardware = {"gpus": [{"uuid": "GPU-1"}]}
-    before = [stack_of(meta("5.17.0", "current", 64), hardware, "transformers") for _ in range(3)]
-    after = [stack_of(meta("5.18.0", "next", 64), hardware, "transformers"),
-             stack_of(meta("5.18.0", "next", 128), hardware, "transformers")]
-    assert before[0]["gpus"] == "GPU-1" and before[0]["commit"] == "abc" and before[0]["engine"] == "transformers"
+    hardware, spec = {"gpus": [{"uuid": "GPU-1"}]}, {"engine": "transformers"}
+    before = [stack_of(spec, meta("5.17.0", "current", 64), hardware, "n1") for _ in range(3)]
+    after = [stack_of(spec, meta("5.18.0", "next", 64), hardware, "n1"),
+             stack_of(spec, meta("5.18.0", "next", 128), hardware, "n1")]
+    assert before[0]["gpu_uuids"] == "GPU-1" and before[0]["commit"] == "abc" and before[0]["engine"] == "transformers"
     assert "engine_settings.memory_plan.total" not in before[0]
     assert stack_difference(before, after) == [
-        StackShift(field="transformers_version", before="5.17.0", after="5.18.0"),
-        StackShift(field="environment", before="current", after="next")]
+        StackShift(field="environment", before="current", after="next"),
+        StackShift(field="transformers_version", before="5.17.0", after="5.18.0")]
 
 
 def change_point(figure: FigureName = "itl_s.p50", relative_change: float = 0.081) -> ChangePoint:
@@ -122,7 +122,7 @@ def test_a_change_point_says_itself_in_one_sentence():
 def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_side(low, high, verdict):
     metric = MetricChange(metric="itl_s.p50", a=0.01, b=0.0108, relative_change=0.08, ci_low=low, ci_high=high,
                           samples_a=500, samples_b=500,
-                          verdict="inconclusive" if low is None else "no significant change",
+                          verdict="inconclusive" if low is None else "equivalent",
                           reason="too few samples" if low is None else None)
     comparison = MatrixComparison.model_validate({
         "baseline": 0, "threshold": 0.05, "confidence": 0.95, "variants": [

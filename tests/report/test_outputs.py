@@ -106,9 +106,9 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     from benchd.report.outputs import comparison_table
 
     a = Side(run_ids=["a1", "a2"], samples={"ttft_s": [[0.010] * 30, [0.011] * 30]},
-             output_tokens_per_s=[100.0, 102.0], energy_per_token_j=[])
-    b = Side(run_ids=["b1", "b2"], samples={"ttft_s": [[0.020] * 60]}, output_tokens_per_s=[60.0, 62.0],
-             energy_per_token_j=[])
+             output_tokens_per_s=[100.0, 102.0], energy_per_token_j=[None, None])
+    b = Side(run_ids=["b1", "b2"], samples={"ttft_s": [[0.020] * 30, [0.020] * 30]}, output_tokens_per_s=[60.0, 62.0],
+             energy_per_token_j=[None, None])
     result = compare(a, b)
     page = comparison_page(result, a, b)
     assert "<td>TTFT p50</td><td>10.5 ms</td><td>20 ms</td>" in page

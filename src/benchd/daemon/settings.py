@@ -228,7 +228,7 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     faults: Faults = Faults()  # fault injection for tests and bench scripts: settings only, never HTTP
     compare_threshold: Annotated[float, Field(ge=0)] = THRESHOLD  # a change smaller than this is no regression
-    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE  # of the comparisons' bootstrap intervals
+    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE  # of the comparisons' intervals
     history: HistorySettings = HistorySettings()
     # The hardware sampler reads every interval: the freshness of /metrics' hardware gauges, and the resolution of
     # each run's hardware summary. No read completed for hardware_stale_after_s (default max(5 s, 3 intervals))

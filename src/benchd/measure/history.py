@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchd.measure import changes
+from benchd.measure import changes, stack
 from benchd.spec.fields import Documented
 
 
@@ -173,9 +173,8 @@ class StackShift(Documented):
 
     def says(self) -> str:
         """transformers 5.17.0 → 5.18.0"""
-        name = {"python_version": "Python", "cuda_version": "CUDA", "driver_version": "driver"}.get(
-            self.field, self.field.removesuffix("_version"))
-        return f"{name} {self.before or '–'} → {self.after or '–'}" + (" (mixed)" if self.mixed else "")
+        mixed = " (mixed)" if self.mixed else ""
+        return f"{stack.name(self.field)} {self.before or '–'} → {self.after or '–'}{mixed}"
 
 
 Verdict = Literal["scheduled", "confirmed", "not reproduced", "inconclusive", "failed"]
@@ -294,51 +293,15 @@ def find(series: Series, alpha: float = changes.ALPHA, min_runs: int = changes.M
 
 # ---- the stack between two segments ---------------------------------------------------------------------------
 
-# What identifies a run's stack (protocol/metadata.py's RunMetadata), in the order a difference is told.
-STACK_FIELDS = ("benchd_version", "python_version", "torch_version", "transformers_version", "cuda_version",
-                "driver_version", "device_name", "gpus", "engine", "attn_implementation", "quantization", "compile",
-                "torch_threads", "environment", "commit", "label", "model", "host")
-
-
-def stack_of(metadata: dict | None, hardware: dict | None, engine: str | None) -> dict[str, str]:
-    """A stored run's stack as flat strings: the metadata's versions and settings, its GPUs (by UUID: another card
-    of the same model is another GPU), its commit, and its engine's settings (engine_settings.*; the memory plan's
-    figures are derived, not set, and left out)."""
-    meta = metadata or {}
-    out: dict[str, str] = {}
-    for name in STACK_FIELDS:
-        value = meta.get(name)
-        if name == "gpus":
-            value = ",".join(g.get("uuid", "") for g in (hardware or {}).get("gpus") or []) or None
-        elif name == "engine":
-            value = engine
-        elif name == "commit" and isinstance(value, dict):
-            value = value.get("commit") or value.get("branch")
-        if value is not None:
-            out[name] = str(value)
-    for key, value in _flat("engine_settings", meta.get("engine_settings") or {}):
-        if not key.startswith("engine_settings.memory_plan"):
-            out[key] = value
-    return out
-
-
-def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
-    if isinstance(value, dict):
-        return [item for k, v in value.items() for item in _flat(f"{prefix}.{k}", v)]
-    return [(prefix, str(value))]
-
 
 def stack_difference(before: list[dict[str, str]], after: list[dict[str, str]]) -> list[StackShift]:
-    """Each field whose most common value differs between the two sides (a field only one side has, too)."""
+    """Each field of the runs' stacks (measure/stack.py) whose most common value differs between the two sides (a
+    field only one side has, too)."""
+    if not before or not after:
+        return []
     out = []
-    keys = list(STACK_FIELDS) + sorted({k for s in (*before, *after) for k in s} - set(STACK_FIELDS))
-    for key in keys:
-        a = Counter(s.get(key) for s in before)
-        b = Counter(s.get(key) for s in after)
-        if not a or not b:
-            continue
-        (value_a, count_a), (value_b, count_b) = a.most_common(1)[0], b.most_common(1)[0]
+    for key in stack.order({k for s in (*before, *after) for k in s}):
+        (value_a, mixed_a), (value_b, mixed_b) = stack.most_common(before, key), stack.most_common(after, key)
         if value_a != value_b:
-            out.append(StackShift(field=key, before=value_a, after=value_b,
-                                   mixed=count_a < len(before) or count_b < len(after)))
+            out.append(StackShift(field=key, before=value_a, after=value_b, mixed=mixed_a or mixed_b))
     return out

@@ -25,6 +25,7 @@ class RunMetadata(BaseModel):
     model: str
     model_load_s: float | None = None
     engine_settings: dict = {}
+    dtype: str | None = None  # the loaded weights' element type (the spec's auto resolved)
     # The stack in effect (benchd.spec.stack), read off the loaded model: a matrix's variants differ here.
     quantization: str | None = None
     quantization_method: str | None = None  # library, version and configuration

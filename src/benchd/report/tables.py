@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from benchd.hardware.sampler import HardwareSummary
+from benchd.measure import stack
 from benchd.measure.capacity import CapacityResult
 from benchd.measure.summary import LatencyStats, StageSummary
 from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
@@ -320,14 +321,17 @@ def context_rows(result) -> list[list[str]]:
             ["workload", ", ".join(a.workloads), ", ".join(b.workloads)],
             ["label", ", ".join(x or "–" for x in a.labels), ", ".join(x or "–" for x in b.labels)],
             ["when", when(a.first, a.last), when(b.first, b.last)]]
-    rows += [[f"≠ {c.what}", ", ".join(c.a) or "–", ", ".join(c.b) or "–"] for c in result.stack_difference]
+    rows += [[f"≠ {stack.name(c.what)}", ", ".join(c.a) or "–", ", ".join(c.b) or "–"]
+             for c in result.stack_difference]
     return rows
 
 
 def same_stack(result) -> str:
-    """The stack entries both sides share, in one line."""
+    """The named fields of the stack both sides share, in one line (the engine's settings and the workload's fields
+    only where they differ)."""
     a = result.context_a
     if a is None or result.context_b is None:
         return ""
     differ = {c.what for c in result.stack_difference}
-    return " · ".join(f"{what} {', '.join(values)}" for what, values in a.stack.items() if what not in differ)
+    return " · ".join(f"{stack.name(key)} {', '.join(values)}" for key, values in a.stack.items()
+                      if key in stack.FIELDS and key not in differ)

@@ -60,12 +60,24 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
 
 
 def stacks(store: Store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Each run's metadata, hardware summary and engine, for the stack between two segments."""
+    """Each run's spec, metadata, hardware summary and node: its stack (measure/stack.py)."""
     out: dict[str, dict[str, Any]] = {}
     ids = list(dict.fromkeys(run_ids))[:MAX_STACKS]
     if ids:
-        query = sa.select(runs.c.id, runs.c.run_metadata, runs.c.hardware, runs.c.engine, runs.c.spec) \
+        query = sa.select(runs.c.id, runs.c.run_metadata, runs.c.hardware, runs.c.engine, runs.c.spec, runs.c.node) \
             .where(runs.c.id.in_(ids))
+        for row in store._read(query):
+            out[row["id"]] = row
+    return out
+
+
+def stacks_and_figures(store: Store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each run's stack's columns (as stacks()) and its figures' (its stage summaries, its energy per token)."""
+    out: dict[str, dict[str, Any]] = {}
+    ids = list(dict.fromkeys(run_ids))[:MAX_STACKS]
+    if ids:
+        query = sa.select(runs.c.id, runs.c.run_metadata, runs.c.hardware, runs.c.spec, runs.c.node, runs.c.summary,
+                          runs.c.energy_per_token_j).where(runs.c.id.in_(ids))
         for row in store._read(query):
             out[row["id"]] = row
     return out
