@@ -83,6 +83,28 @@ def test_series_keep_gpu_models_and_nodes_apart_and_list_what_they_leave_out():
     assert found[("A100", "n1")].clock == "unknown"
 
 
+def test_a_cold_run_is_left_out_beside_warm_ones_and_a_series_of_cold_runs_holds_those():
+    """Issue 53: on an H100 the first run on each freshly started engine was 1.5 × its segment's TTFT p50, and
+    widened both segments' spread until a clear +25 % step went unflagged. A cold run (its engine's first) is left
+    out of a series of warm runs, with the reason; a series whose runs are mostly cold (each of a freshly started
+    engine: two schedules taking turns on one worker) holds those, and leaves out its few warm ones."""
+    def cold(i, node="n1"):
+        found = run(i, 150, node=node)
+        found.cold = True
+        return found
+
+    runs = [cold(0), run(1, 100), run(2, 100), cold(3), run(4, 100), cold(5, "n2"), cold(6, "n2"),
+            run(7, 100, node="n2")]
+    found = {s.node: s for s in series_of("w", runs)}
+    assert [r.run_id for r in found["n1"].runs] == ["r1", "r2", "r4"] and not found["n1"].cold
+    assert [(e.run_id, e.reason) for e in found["n1"].excluded] == [
+        (f"r{i}", "cold: the first run after its engine started, the engine's own warm-up in its figures")
+        for i in (0, 3)]
+    assert [r.run_id for r in found["n2"].runs] == ["r5", "r6"] and found["n2"].cold
+    assert [e.reason for e in found["n2"].excluded] == [
+        "warm: most of the series' runs are each the first of a freshly started engine"]
+
+
 def test_the_stack_between_two_segments_names_what_most_runs_of_each_side_ran():
     def meta(transformers: str, environment: str, blocks: int) -> dict:
         return {"benchd_version": "0.1.0", "transformers_version": transformers, "environment": environment,

@@ -127,6 +127,10 @@ def set_baseline(workload: Annotated[Name, Path()], body: BaselineIn, services: 
     if row.get("valid") is False:
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "run_id"), "msg": (
             f"run {body.run_id} is invalid (see its stages' verdicts): an invalid run is never a baseline")}])
+    if (row.get("run_metadata") or {}).get("engine_run") == 1:  # against warm runs it would decide nothing
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "run_id"), "msg": (
+            f"run {body.run_id} ran cold (the first run after its engine started: the engine's own warm-up is in "
+            "its figures): a baseline is a warm run")}])
     services.store.set_baseline(workload, body.run_id)
     return BaselineView(workload=workload, run_id=body.run_id)
 

@@ -62,6 +62,7 @@ class SeriesRun:
     valid: bool | None
     throttled_fraction: float | None
     figures: dict[str, float | None] = field(default_factory=dict)
+    cold: bool = False  # the first run after its engine started (protocol/metadata.py: engine_run)
 
 
 class Excluded(Documented):
@@ -70,7 +71,7 @@ class Excluded(Documented):
     at: datetime
     """Its time."""
     reason: str
-    """Invalid, or the clock state it ran in against the series'."""
+    """Invalid, the clock state it ran in against the series', or cold beside the series' warm runs."""
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class Series:
     runs: list[SeriesRun]  # oldest first: those the series holds
     excluded: list[Excluded]
     clock: str  # the series' clock state: that of most of its valid runs
+    cold: bool = False  # most of its valid runs ran cold (each the first of its engine): it holds those
 
     def values(self, figure: str) -> tuple[list[SeriesRun], np.ndarray]:
         """The runs that have this figure (positive), and their values."""
@@ -89,15 +91,19 @@ class Series:
 
 
 def series_of(workload: str, runs: list[SeriesRun]) -> list[Series]:
-    """Runs (oldest first) as series, one per GPU model and node; an invalid run and a run whose clock state is not
-    the series' are left out, and listed with the reason."""
+    """Runs (oldest first) as series, one per GPU model and node; an invalid run, a run whose clock state is not the
+    series', and a cold run among warm ones (a run is cold as its engine's first: the engine's own warm-up is in its
+    figures; a series of mostly cold runs, each of a freshly started engine, holds those) are left out, and listed
+    with the reason."""
     groups: dict[tuple[str, str], list[SeriesRun]] = {}
     for run in runs:
         groups.setdefault((run.device, run.node), []).append(run)
     out = []
     for (device, node), members in sorted(groups.items()):
-        states = Counter(clock_state(r.throttled_fraction) for r in members if r.valid is not False)
+        valid = [r for r in members if r.valid is not False]
+        states = Counter(clock_state(r.throttled_fraction) for r in valid)
         usual = max(CLOCK_STATES, key=lambda s: (states[s], s == "nominal")) if states else "unknown"
+        cold = 2 * sum(r.cold for r in valid) > len(valid)
         held, excluded = [], []
         for run in members:
             state = clock_state(run.throttled_fraction)
@@ -108,9 +114,13 @@ def series_of(workload: str, runs: list[SeriesRun]) -> list[Series]:
                     if run.throttled_fraction is not None else ""
                 excluded.append(Excluded(run_id=run.run_id, at=run.at,
                                          reason=f"clock state {state}{share}, the series' is {usual}"))
+            elif run.cold != cold:
+                excluded.append(Excluded(run_id=run.run_id, at=run.at, reason=(
+                    "cold: the first run after its engine started, the engine's own warm-up in its figures"
+                    if run.cold else "warm: most of the series' runs are each the first of a freshly started engine")))
             else:
                 held.append(run)
-        out.append(Series(workload, device, node, held, excluded, usual))
+        out.append(Series(workload, device, node, held, excluded, usual, cold))
     return out
 
 

@@ -310,7 +310,7 @@ def _stack(run: dict, metadata: dict, hardware: HardwareSummary | None, spec: di
         ("host", m.get("host")), ("pod", run.get("pod")),
         ("model load", m.get("model_load_s") and f"{m['model_load_s']:.2f} s"),
         ("weights", m.get("weight_bytes") and size(m["weight_bytes"])), ("schedule", run.get("schedule")),
-        ("commit message", (m.get("commit") or {}).get("message")),
+        ("commit message", (m.get("commit") or {}).get("message")), ("ran", _warmth(m.get("engine_run"))),
         ("started", when(m.get("started_at"))), ("finished", when(m.get("finished_at"))),
         ("trace id", m.get("trace_id")),
     ) if v is not None]
@@ -323,6 +323,13 @@ def _stack(run: dict, metadata: dict, hardware: HardwareSummary | None, spec: di
     spec_text = f"<details><summary>spec</summary><pre>{esc(json.dumps(spec, indent=2))}</pre></details>"
     return section("Stack", grid(*parts), spec_text, anchor="stack",
                    about="what the run measured on: device, versions, host, the engine's settings")
+
+
+def _warmth(engine_run: int | None) -> str | None:
+    """Whether the run was its engine's first (measure/compare.py leaves such a run out beside warm ones)."""
+    if engine_run is None:
+        return None
+    return "cold: its engine's first run" if engine_run == 1 else f"warm: its engine's run {engine_run}"
 
 
 # ---- timed runs ----------------------------------------------------------------------------------

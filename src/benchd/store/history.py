@@ -45,6 +45,7 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
     # throttled_fraction: the input of the clock-state hook (measure/history.py, clock_state)
     query = (sa.select(runs.c.id, runs.c.created_at, runs.c.node, runs.c.valid, device_name.label("device"),
                        runs.c.hardware["throttled_fraction"].as_float().label("throttled_fraction"),
+                       runs.c.run_metadata["engine_run"].as_integer().label("engine_run"),
                        *(column.label(name) for name, column in _COLUMNS.items()))
              .join(run_stages, sa.and_(run_stages.c.run_id == runs.c.id, run_stages.c.stage_index == 0,
                                        run_stages.c.gpu == ""))
@@ -55,7 +56,7 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
         query = query.where(device_name == device)
     rows = store._read(query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(min(limit, MAX_RUNS)))
     return [SeriesRun(run_id=r["id"], at=r["created_at"], node=r["node"] or "", device=r["device"] or "",
-                      valid=r["valid"], throttled_fraction=r["throttled_fraction"],
+                      valid=r["valid"], throttled_fraction=r["throttled_fraction"], cold=r["engine_run"] == 1,
                       figures={name: r[name] for name in _COLUMNS}) for r in reversed(rows)]
 
 
