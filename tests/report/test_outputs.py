@@ -117,3 +117,8 @@ def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     console.print(comparison_table(result))
     text = console.export_text()
     assert "TTFT p50" in text and "10.5 ms" in text and "101.0 tok/s" in text and "101000" not in text
+    # A few runs' interval at a high confidence can reach ×10⁶ on the log scale: the cell says it is that wide.
+    from benchd.report.tables import change_cells
+
+    wide = result.metrics[0].model_copy(update={"relative_change": 0.4, "ci_low": -0.9991, "ci_high": 2.5e6})
+    assert change_cells(wide) == ("+40.0%", "[-99.9%, >+1,000%]")

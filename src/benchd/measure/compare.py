@@ -22,7 +22,7 @@ __all__ = ["DECIDED", "THRESHOLD", "Verdict"]  # the verdicts' words and the thr
 
 # The intervals' confidence a comparison decides at (BENCHD_COMPARE_CONFIDENCE's default): on stored runs of one spec
 # on a shared 2-core machine, whose figures move ±15 % from run to run with heavier tails than a normal's, 0.95 called
-# up to 7 % of one-run-against-one comparisons slower or faster on a figure and 0.99 up to 3.5 %; 0.995 kept every
+# up to 6.5 % of the comparisons slower or faster on a figure and 0.99 up to 3.5 %; 0.995 kept every
 # figure within 1 % (bench/compare_rule.py, docs/benchmarks.md). A gate that cries wolf is switched off.
 CONFIDENCE = 0.995
 

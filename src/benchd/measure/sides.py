@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchd.measure import latency
 from benchd.measure.compare import LATENCIES, Side
 from benchd.measure.context import RunFacts, side_context
 from benchd.measure.records import RequestRecord
@@ -32,14 +33,8 @@ class RunData:
 
 
 def _itl(records: Iterable[RequestRecord]) -> list[float]:
-    """Every inter-token latency of the records, as latency.itl defines it (an arrival of k tokens: k gaps of its
-    gap / k), computed an array a request."""
-    parts = []
-    for r in records:
-        if len(r.arrival_s) > 1:
-            gaps, counts = np.diff(np.asarray(r.arrival_s)), np.asarray(r.arrival_tokens[1:])
-            some = counts > 0
-            parts.append(np.repeat(gaps[some] / counts[some], counts[some]))
+    """Every inter-token latency of the records (measure/latency.py)."""
+    parts = [latency.itl_array(r.arrival_s, r.arrival_tokens) for r in records if len(r.arrival_s) > 1]
     return np.concatenate(parts).tolist() if parts else []
 
 

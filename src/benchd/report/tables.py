@@ -248,10 +248,16 @@ def figure_value(unit: str, v: float | None) -> str:
     return f"{v:.4g}"
 
 
+def _change(x: float) -> str:
+    """A relative change, an interval's end beyond ×11 said as such (a few runs' interval on the log scale, at a
+    high confidence, can reach ×10⁶: a cell says it is that wide, not how wide)."""
+    return f"{x:+.1%}" if x < 10 else ">+1,000%"
+
+
 def change_cells(m) -> tuple[str, str]:
     """A MetricChange's relative change and its interval."""
-    change = "–" if m.relative_change is None else f"{m.relative_change:+.1%}"
-    interval = "–" if m.ci_low is None else f"[{m.ci_low:+.1%}, {m.ci_high:+.1%}]"
+    change = "–" if m.relative_change is None else _change(m.relative_change)
+    interval = "–" if m.ci_low is None else f"[{_change(m.ci_low)}, {_change(m.ci_high)}]"
     return change, interval
 
 
