@@ -137,7 +137,7 @@ def main() -> int:
     same = {(v.values["engine"]): v for v in comparison.variants
             if v.values["quantization"] == "none" and v.values["attn_implementation"] == "sdpa"}
     print(f"\n{'engine':13} {'quantization':17} {'attn':5} {'tok/s':>8} {'× bf16 sdpa':>11} {'TTFT p50':>9} "
-          f"{'ITL p50':>9} {'weights':>9} {'peak':>9} {'tokens = base':>13}  method (layers, quantize s)")
+          f"{'ITL p50':>9} {'weights':>9} {'peak':>9} {'tokens = base':>13}  method (layers)")
     for v in comparison.variants:
         ref = same.get(v.values["engine"])
         ratio = (v.output_tokens_per_s / ref.output_tokens_per_s if ref is not None and v.output_tokens_per_s
@@ -146,8 +146,8 @@ def main() -> int:
         gib = lambda x: "–" if x is None else f"{x / 2**30:.2f} GiB"  # noqa: E731
         agree = "baseline" if v.baseline else "–" if v.tokens is None else f"{v.tokens.ratio:.1%}"
         method = v.stack.get("quantization_method") or "–"
-        if v.stack.get("quantized_layers"):
-            method += f" ({v.stack['quantized_layers']} layers, {v.stack.get('quantize_s') or 0:.1f} s)"
+        if v.quantized_layers:
+            method += f" ({v.quantized_layers} layers)"
         tps = "failed" if v.output_tokens_per_s is None else f"{v.output_tokens_per_s:,.0f}"
         print(f"{v.values['engine']:13} {v.values['quantization']:17} {v.values['attn_implementation']:5} "
               f"{tps:>8} {'–' if ratio is None else f'{ratio:.3f}':>11} {ms(v.ttft_p50_s):>9} {ms(v.itl_p50_s):>9} "

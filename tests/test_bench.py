@@ -207,7 +207,7 @@ def test_the_stack_matrix_script_prints_its_table_and_what_each_method_needed(tm
     assert len(variants) == 8 and variants[0]["baseline"] and not result["errors"]
     assert {v["values"]["engine"] for v in variants} == {"transformers", "static"}
     int8 = [v for v in variants if v["values"]["quantization"] == "int8_weight_only"]
-    assert all(v["stack"]["quantized_layers"] == 14 and v["tokens"]["ratio"] > 0 for v in int8)
+    assert all(v["quantized_layers"] == 14 and v["tokens"]["ratio"] > 0 for v in int8)
 
 
 def test_server_page_script_prints_both_costs():

@@ -67,7 +67,7 @@ def test_the_daemon_confirms_a_switch_by_itself_once_and_withdraws_what_it_no_lo
     found = history.analyse("w")
     assert {c.figure for c in found} == set(FIGURES) and {c.run_id for c in found} == {"run010"}
     assert all(c.direction == "worse" and c.before.runs == 10 and c.after.runs == 6 for c in found)
-    assert [c.says() for c in found[0].stack] == ["transformers 5.17.0 → 5.18.0", "environment current → next"]
+    assert [c.says() for c in found[0].stack] == ["environment current → next", "transformers 5.17.0 → 5.18.0"]
     (matrix,) = asked  # one matrix for the switch's seven figures
     assert matrix.matrix == {"environment": ["current", "next"]} and matrix.repeats == settings.confirm_repeats
     assert [v.spec.device for v in matrix.variants()] == ["cuda:1", "cuda:1"]  # the GPU the series ran on

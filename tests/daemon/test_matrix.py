@@ -194,7 +194,7 @@ def test_the_comparison_puts_each_variant_against_the_baseline(outcome):
         names = [m.metric for m in variant.metrics]
         assert {"output_tokens_per_s", "ttft_s.p50", "itl_s.p99", "tpot_s.p90", "energy_per_token_j",
                 "peak_memory_bytes", "weight_bytes"} <= set(names)
-        assert all(m.verdict in ("faster", "slower", "no significant change", "inconclusive", "n/a")
+        assert all(m.verdict in ("faster", "slower", "equivalent", "inconclusive", "n/a")
                    for m in variant.metrics)
         assert len(variant.run_ids) == 2 and variant.statuses == ["succeeded"] * 2
     weights = next(m for m in int8.metrics if m.metric == "weight_bytes")

@@ -92,7 +92,7 @@ def test_comparisons_say_when_the_two_sides_ran_under_different_clock_states():
     from benchd.measure.compare import Side, compare
 
     def side(name, clocks):
-        return Side(run_ids=[name], samples={}, output_tokens_per_s=[], energy_per_token_j=[],
+        return Side(run_ids=[name], samples={}, output_tokens_per_s=[None], energy_per_token_j=[None],
                     clocks=[[c.model_dump(mode="json") for c in clocks]])
 
     assert compare(side("a", [gpu(0.98)]), side("b", [gpu(0.97)])).clock_states is None

@@ -21,9 +21,9 @@ from benchd.measure.history import (
     StackShift,
     series_of,
     stack_difference,
-    stack_of,
 )
 from benchd.measure.matrix import MatrixComparison, VariantComparison
+from benchd.measure.stack import stack_of
 from tests.measure.helpers import noise
 
 T0 = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
@@ -83,21 +83,43 @@ def test_series_keep_gpu_models_and_nodes_apart_and_list_what_they_leave_out():
     assert found[("A100", "n1")].clock == "unknown"
 
 
+def test_a_cold_run_is_left_out_beside_warm_ones_and_a_series_of_cold_runs_holds_those():
+    """Issue 53: on an H100 the first run on each freshly started engine was 1.5 × its segment's TTFT p50, and
+    widened both segments' spread until a clear +25 % step went unflagged. A cold run (its engine's first) is left
+    out of a series of warm runs, with the reason; a series whose runs are mostly cold (each of a freshly started
+    engine: two schedules taking turns on one worker) holds those, and leaves out its few warm ones."""
+    def cold(i, node="n1"):
+        found = run(i, 150, node=node)
+        found.cold = True
+        return found
+
+    runs = [cold(0), run(1, 100), run(2, 100), cold(3), run(4, 100), cold(5, "n2"), cold(6, "n2"),
+            run(7, 100, node="n2")]
+    found = {s.node: s for s in series_of("w", runs)}
+    assert [r.run_id for r in found["n1"].runs] == ["r1", "r2", "r4"] and not found["n1"].cold
+    assert [(e.run_id, e.reason) for e in found["n1"].excluded] == [
+        (f"r{i}", "cold: the first run after its engine started, the engine's own warm-up in its figures")
+        for i in (0, 3)]
+    assert [r.run_id for r in found["n2"].runs] == ["r5", "r6"] and found["n2"].cold
+    assert [e.reason for e in found["n2"].excluded] == [
+        "warm: most of the series' runs are each the first of a freshly started engine"]
+
+
 def test_the_stack_between_two_segments_names_what_most_runs_of_each_side_ran():
     def meta(transformers: str, environment: str, blocks: int) -> dict:
         return {"benchd_version": "0.1.0", "transformers_version": transformers, "environment": environment,
                 "commit": {"commit": "abc"}, "engine_settings": {"continuous_batching": {"num_blocks": blocks},
                                                                  "memory_plan": {"total": blocks}}}
 
-    hardware = {"gpus": [{"uuid": "GPU-1"}]}
-    before = [stack_of(meta("5.17.0", "current", 64), hardware, "transformers") for _ in range(3)]
-    after = [stack_of(meta("5.18.0", "next", 64), hardware, "transformers"),
-             stack_of(meta("5.18.0", "next", 128), hardware, "transformers")]
-    assert before[0]["gpus"] == "GPU-1" and before[0]["commit"] == "abc" and before[0]["engine"] == "transformers"
+    hardware, spec = {"gpus": [{"uuid": "GPU-1"}]}, {"engine": "transformers"}
+    before = [stack_of(spec, meta("5.17.0", "current", 64), hardware, "n1") for _ in range(3)]
+    after = [stack_of(spec, meta("5.18.0", "next", 64), hardware, "n1"),
+             stack_of(spec, meta("5.18.0", "next", 128), hardware, "n1")]
+    assert before[0]["gpu_uuids"] == "GPU-1" and before[0]["commit"] == "abc" and before[0]["engine"] == "transformers"
     assert "engine_settings.memory_plan.total" not in before[0]
     assert stack_difference(before, after) == [
-        StackShift(field="transformers_version", before="5.17.0", after="5.18.0"),
-        StackShift(field="environment", before="current", after="next")]
+        StackShift(field="environment", before="current", after="next"),
+        StackShift(field="transformers_version", before="5.17.0", after="5.18.0")]
 
 
 def change_point(figure: FigureName = "itl_s.p50", relative_change: float = 0.081) -> ChangePoint:
@@ -122,7 +144,7 @@ def test_a_change_point_says_itself_in_one_sentence():
 def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_side(low, high, verdict):
     metric = MetricChange(metric="itl_s.p50", a=0.01, b=0.0108, relative_change=0.08, ci_low=low, ci_high=high,
                           samples_a=500, samples_b=500,
-                          verdict="inconclusive" if low is None else "no significant change",
+                          verdict="inconclusive" if low is None else "equivalent",
                           reason="too few samples" if low is None else None)
     comparison = MatrixComparison.model_validate({
         "baseline": 0, "threshold": 0.05, "confidence": 0.95, "variants": [
@@ -141,7 +163,7 @@ def test_a_history_view_past_its_deadline_stops_with_over_budget():
     # Issue 48: /history?limit=10000 had no time bound (3.6 s a read, 11.7 s with 798 change points).
     import time
 
-    from benchd.measure.bootstrap import OverBudget
+    from benchd.measure.deadline import OverBudget
     from benchd.measure.history_view import view
 
     at = datetime(2026, 1, 1, tzinfo=UTC)

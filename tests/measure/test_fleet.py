@@ -16,7 +16,7 @@ from benchd.measure.history import ChangePoint, SegmentView, StackShift
 from benchd.measure.summary import LatencyStats, StageSummary
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
-STACK = {"driver_version": "580.95", "torch_version": "2.11.0", "device_name": "NVIDIA H200", "host": "?"}
+STACK = {"driver_version": "580.95", "torch_version": "2.11.0", "device_name": "NVIDIA H200", "node": "?"}
 
 
 def fleet(nodes=6, runs=10, slow: dict[str, float] | None = None, seed=0, spread=0.03) -> list[FleetRun]:
@@ -37,7 +37,7 @@ def fleet(nodes=6, runs=10, slow: dict[str, float] | None = None, seed=0, spread
                 good_output_tokens=60_000, device_seconds=60.0, energy_j=30_000.0 / factor,
                 state={"clock_state": "slowed" if factor < 1 else "nominal",
                        "sm_clock_ratio": 0.6 if factor < 1 else 0.99, "cpu_utilization_mean": 0.1},
-                stack={**STACK, "host": node, **({"driver_version": "570.10"} if factor < 1 else {})}))
+                stack={**STACK, "node": node, **({"driver_version": "570.10"} if factor < 1 else {})}))
     return out
 
 
@@ -137,7 +137,7 @@ def change(node: str, at: datetime, figure="output_tokens_per_s", stack=(), rela
 
 def test_a_change_on_every_node_at_once_is_the_stacks_and_one_on_a_node_alone_is_the_nodes():
     runs = fleet(nodes=5, runs=3, slow={"node-4": 0.8})
-    upgrade = [("transformers_version", "5.17.0", "5.18.0"), ("host", "x", "y")]
+    upgrade = [("transformers_version", "5.17.0", "5.18.0"), ("node", "x", "y")]
     at = T0 + timedelta(hours=3)
     together = [change(f"node-{n}", at + timedelta(minutes=20 * n), stack=upgrade) for n in range(4)]
     alone = change("node-4", T0 + timedelta(days=1), stack=[("driver_version", "580.95", "570.10")])
@@ -148,7 +148,7 @@ def test_a_change_on_every_node_at_once_is_the_stacks_and_one_on_a_node_alone_is
     assert stack.explanation.startswith("output tok/s −20.0 %".replace("−", "-") + " on 4 of the 5 NVIDIA H200 nodes")
     assert "the stack changed on them: transformers 5.17.0 → 5.18.0" in stack.explanation
     assert node.scope == "node" and node.nodes == ["node-4"] and node.change_points == [alone.id]
-    assert "driver 580.95 → 570.10 (theirs → its own)" in node.differs
+    assert "NVIDIA driver 580.95 → 570.10 (theirs → its own)" in node.differs
     assert "clock state slowed (the fleet's: nominal)" in node.differs
     assert "on node-4 alone, of the 5 NVIDIA H200 nodes: the node changed" in node.explanation
     # Far apart in time, the same change on two nodes is two nodes' changes; a withdrawn one is no change.

@@ -38,6 +38,17 @@ def test_a_chunk_of_k_tokens_is_k_equal_gaps():
     assert r.tpot_s == pytest.approx(0.4 / 4)
 
 
+def test_the_array_form_is_the_same_observations():
+    """What a comparison reads (latency.itl_array) is latency.itl, chunk for chunk, on stamps with empty arrivals."""
+    from benchd.measure import latency
+
+    rng = np.random.default_rng(0)
+    stamps = np.cumsum(rng.exponential(0.01, 50)).tolist()
+    counts = rng.integers(0, 4, 50).tolist()
+    assert latency.itl_array(stamps, counts).tolist() == pytest.approx(latency.itl(stamps, counts))
+    assert latency.itl_array([1.0], [1]).tolist() == latency.itl([1.0], [1]) == []
+
+
 def test_tokens_that_come_with_the_first_have_no_gap():
     r = record(0, 0.0, [1.0, 1.5], [2, 1])
     assert r.itl_s() == pytest.approx([0.5])

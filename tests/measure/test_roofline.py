@@ -194,7 +194,9 @@ def test_a_comparison_says_which_ceiling_b_moved_toward():
     from benchd.report.outputs import comparison_table
 
     def side(name, lines):
-        return Side(run_ids=[name], samples={}, output_tokens_per_s=[100.0], energy_per_token_j=[], roofline=lines)
+        ids = [f"{name}{i}" for i in range(len(lines) or 1)]
+        return Side(run_ids=ids, samples={}, output_tokens_per_s=[100.0] * len(ids),
+                    energy_per_token_j=[None] * len(ids), roofline=lines)
 
     a = side("a", [{"mbu": 0.30, "mfu": 0.05, "of_bound": 0.25}, {"mbu": 0.32, "mfu": 0.07, "of_bound": 0.27}])
     b = side("b", [{"mbu": 0.60, "mfu": 0.08, "of_bound": 0.50}])

@@ -183,6 +183,9 @@ def test_the_verdict_is_stored_exported_shown_and_keeps_an_invalid_run_from_bein
     labels = {"model": "tiny", "engine": "transformers", "workload": "short", "gpu": "", "hostname": NODE}
     with daemon(tmp_path) as server:
         server.wait_ready()
+        cold = server.wait_status(submit(server, spec()), "succeeded")  # its engine's first run
+        refused = server.http.put("/baselines/short", json={"run_id": cold["id"]})
+        assert refused.status_code == 422 and "ran cold" in refused.text and "a baseline is a warm run" in refused.text
         invalid = spec()
         invalid["workload"]["validity"] = {"min_requests": 100}
         bad = server.wait_status(submit(server, invalid), "succeeded")

@@ -37,6 +37,23 @@ def test_exact_token_counts_and_per_token_itl(tiny, engine):
     assert summary.output_tokens_per_s > 0
 
 
+def test_each_run_says_its_place_among_its_engines_runs(tiny):
+    """The first run after an engine starts ran cold (its metadata's engine_run is 1, measure/compare.py and the
+    history leave it out beside warm runs); the next on the same engine is its second; a spec that needs another
+    engine starts over. The loaded weights' type is recorded too (the spec's auto resolved)."""
+    from benchd.daemon.inprocess import LocalPool
+
+    pool = LocalPool(tiny)
+    small = make_spec(workload={"stop": {"requests": 4}})
+    other = make_spec(transformers={"block_size": 16, "num_blocks": 64, "max_batch_tokens": 64},
+                      workload={"stop": {"requests": 4}})
+    try:
+        runs = [run(spec, pool=pool) for spec in (small, small, other)]
+    finally:
+        pool.stop()
+    assert [r.metadata.engine_run for r in runs] == [1, 2, 1] and runs[0].metadata.dtype == "float32"
+
+
 def test_warmup_requests_never_enter_a_figure(tiny):
     outcome = run(make_spec(workload={"warmup": {"requests": 4}, "stop": {"requests": 8}}), loaded=tiny)
     stage = outcome.stages[0]

@@ -13,12 +13,13 @@ from pydantic import Field
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, errors
-from benchd.measure.bootstrap import OverBudget
-from benchd.measure.compare import Comparison, compare, side_from_store
+from benchd.measure.compare import Comparison, compare
+from benchd.measure.deadline import OverBudget
 from benchd.report.comparison import comparison_page
 from benchd.spec import Name
 from benchd.spec.fields import FLOAT_MAX, Documented, Strict
 from benchd.store.pages import request_counts, run_statuses
+from benchd.store.sides import side_from_store
 
 router = APIRouter(tags=["compare"], route_class=GuardedRoute)
 MAX_RUNS = 100  # run ids on one side
@@ -79,7 +80,7 @@ def compare_runs(
     confidence: Annotated[float | None, Query(gt=0.5, lt=1, allow_inf_nan=False)] = None,
     format: Literal["json", "html"] = "json",
 ):
-    """Per metric, B against A: the relative change, its bootstrap interval, and a verdict. Each side is run
+    """Per metric, B against A: the relative change, its interval, and a verdict. Each side is run
     ids (each once, at most 100), or the latest `last` succeeded runs of `workload` with that side's label.
     Anonymous and costly, so bounded (BENCHD_READS__COMPARE_*): the requests both sides hold (422 past the limit),
     comparisons at once and the seconds one takes (503 with Retry-After past either)."""
@@ -127,6 +128,10 @@ def set_baseline(workload: Annotated[Name, Path()], body: BaselineIn, services: 
     if row.get("valid") is False:
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "run_id"), "msg": (
             f"run {body.run_id} is invalid (see its stages' verdicts): an invalid run is never a baseline")}])
+    if (row.get("run_metadata") or {}).get("engine_run") == 1:  # against warm runs it would decide nothing
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "run_id"), "msg": (
+            f"run {body.run_id} ran cold (the first run after its engine started: the engine's own warm-up is in "
+            "its figures): a baseline is a warm run")}])
     services.store.set_baseline(workload, body.run_id)
     return BaselineView(workload=workload, run_id=body.run_id)
 

@@ -17,7 +17,7 @@ from benchd.api.runs import _as_json
 from benchd.api.schemas import RETRY_AFTER_S, errors
 from benchd.daemon.history import NotConfirmable
 from benchd.daemon.queue import QueueFull
-from benchd.measure.bootstrap import OverBudget, in_time
+from benchd.measure.deadline import OverBudget, in_time
 from benchd.measure.history import ChangePoint, FigureName
 from benchd.measure.history_view import HistoryView, view
 from benchd.report.history import changes_page, history_page

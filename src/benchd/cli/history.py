@@ -83,7 +83,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                           soft_wrap=True)
         for excluded in series.excluded:
             console.print(Text(f"  left out: {excluded.run_id} ({excluded.at:%Y-%m-%d %H:%M}): {excluded.reason}",
-                               style="dim"), soft_wrap=True)
+                               style="dim"))
     if args.withdrawn:
         gone = client.get("/changes", params={"workload": args.workload, "active": "false", "limit": 100})
         for item in gone["items"]:

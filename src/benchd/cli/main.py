@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="relative change below which nothing is flagged (default: BENCHD_COMPARE_THRESHOLD, "
                                  "else the daemon's, 0.05)")
     comparison.add_argument("--confidence", type=_fraction(0.5, 1, "between 0.5 and 1, exclusive"),
-                            help="of the bootstrap intervals (default: BENCHD_COMPARE_CONFIDENCE, else the "
+                            help="of the intervals (default: BENCHD_COMPARE_CONFIDENCE, else the "
                                  "daemon's, 0.95)")
     comparison.add_argument("--json", action="store_true", help="print JSON instead of a table")
     comparison.add_argument("--html", metavar="FILE",

@@ -22,10 +22,10 @@ from benchd.measure.history import (
     segment_view,
     series_of,
     stack_difference,
-    stack_of,
 )
 from benchd.measure.matrix import MatrixComparison
 from benchd.measure.result import RunResult
+from benchd.measure.stack import stack_of
 from benchd.spec.matrix import MatrixSpec, parse_matrix
 from benchd.store import history
 from benchd.store.database import Store
@@ -178,7 +178,7 @@ class History:
         out = {}
         for start in range(0, len(ids), history.MAX_STACKS):
             for run_id, row in history.stacks(self.store, ids[start:start + history.MAX_STACKS]).items():
-                out[run_id] = stack_of(row["run_metadata"], row["hardware"], row["engine"])
+                out[run_id] = stack_of(row["spec"], row["run_metadata"], row["hardware"], row["node"])
         return out
 
     # ---- /metrics ------------------------------------------------------------------------------------

@@ -92,8 +92,8 @@ class _Open:
 
 
 class MatrixRuns:
-    """The daemon's matrices: queued as their runs, followed as those end, compared (on a thread of their own: a
-    bootstrap over every variant takes seconds) once the last has ended."""
+    """The daemon's matrices: queued as their runs, followed as those end, compared (on a thread of their own:
+    every variant's runs are read from the store) once the last has ended."""
 
     def __init__(self, store: Store, queue: RunQueue, metrics: Metrics | None, threshold: float, confidence: float,
                  on_error: Callable[[str], None] = lambda component: None) -> None:

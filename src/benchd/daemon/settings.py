@@ -266,7 +266,7 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     faults: Faults = Faults()  # fault injection for tests and bench scripts: settings only, never HTTP
     compare_threshold: Annotated[float, Field(ge=0)] = THRESHOLD  # a change smaller than this is no regression
-    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE  # of the comparisons' bootstrap intervals
+    compare_confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE  # of the comparisons' intervals
     history: HistorySettings = HistorySettings()
     # What a good token costs (docs/figures.md): the node's price per GPU-hour (a CPU worker's hour on a node
     # without GPUs) and per kWh of the GPUs' energy; unset, runs say their energy per good token and no cost.

@@ -1,5 +1,5 @@
 """What each side of a comparison is (its runs, workloads, labels, dates and stack), how the two sides' stacks
-differ, and a workload's run-to-run spread from its stored runs: what a comparison's verdicts are read against."""
+differ, and a run's figures as a comparison names them: what a comparison's verdicts are read against."""
 
 from __future__ import annotations
 
@@ -7,23 +7,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from benchd.measure.stack import order, stack_of
 from benchd.spec.fields import Documented
-
-# The stack a run's metadata records (protocol/metadata.py), in the order a reader scans it: what it ran on first.
-STACK = (("model", "model"), ("device", "device"), ("dtype", "dtype"), ("engine", "engine"),
-         ("attention", "attn_implementation"), ("quantization", "quantization"), ("compile", "compile"),
-         ("environment", "environment"), ("benchd", "benchd_version"), ("Python", "python_version"),
-         ("torch", "torch_version"), ("transformers", "transformers_version"), ("CUDA", "cuda_version"),
-         ("NVIDIA driver", "driver_version"), ("host", "host"))
-SPREAD_RUNS = 20  # a workload's newest runs its run-to-run spread is measured over, at most
-MIN_SPREAD_RUNS = 3  # … and at least (besides the runs compared)
 
 
 class SideContext(Documented):
     """One side: its runs, their workloads and labels (each once, in order), when the first started and the last
-    ended (ISO 8601), each stack entry's values, and where each run's report is."""
+    ended (ISO 8601), each field of its stack's values, and where each run's report is."""
 
     runs: int
     """Its runs."""
@@ -36,16 +26,17 @@ class SideContext(Documented):
     last: str | None = None
     """When its last run ended (ISO 8601)."""
     stack: dict[str, list[str]] = {}
-    """Each stack entry's values over its runs."""
+    """Each field of its runs' stack (measure/stack.py: transformers_version, engine_settings.…, workload.…) and its
+    values over them."""
     reports: list[str] = []
     """Each run's report: a URL relative to /compare (a daemon's runs), or a file's path."""
 
 
 class StackChange(Documented):
-    """A stack entry whose values differ between the sides."""
+    """A field of the stack whose values differ between the sides."""
 
     what: str
-    """The stack entry."""
+    """The field (measure/stack.py): dtype, transformers_version, engine_settings.continuous_batching.…"""
     a: list[str]
     """Its values on side a."""
     b: list[str]
@@ -63,32 +54,24 @@ class RunFacts:
     spec: Mapping[str, Any]
     metadata: Mapping[str, Any]
     report: str
+    hardware: Mapping[str, Any] | None = None  # its hardware summary: its GPUs' UUIDs
+    node: str | None = None  # the node that ran it, as the store has it
+
+    def stack(self) -> dict[str, str]:
+        return stack_of(self.spec, self.metadata, self.hardware, self.node)
 
 
 def _once(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def device(metadata: Mapping[str, Any]) -> str | None:
-    """The device a run ran on, by the name that says most: a GPU's model (cuda:0), or cpu (x86_64)."""
-    where, name = metadata.get("device"), metadata.get("device_name")
-    if where is None or not name or name == where:
-        return where or name
-    return f"{name} ({where})" if where.startswith("cuda") else f"{where} ({name})"
-
-
-def _value(run: RunFacts, key: str) -> Any:
-    if key == "device":
-        return device(run.metadata)
-    return run.metadata.get(key) if run.metadata.get(key) is not None else run.spec.get(key)
+def stack_values(stacks: Sequence[Mapping[str, str]]) -> dict[str, list[str]]:
+    """Runs' stacks as one side's: each field and its values, each once."""
+    return {key: _once(s[key] for s in stacks if key in s) for key in order({k for s in stacks for k in s})}
 
 
 def side_context(runs: Sequence[RunFacts]) -> SideContext:
-    stack: dict[str, list[str]] = {}
-    for what, key in STACK:
-        values = _once(str(v) for run in runs if (v := _value(run, key)) is not None)
-        if values:
-            stack[what] = values
+    stack = stack_values([run.stack() for run in runs])
     started = sorted(run.started for run in runs if run.started)
     finished = sorted(run.finished or run.started for run in runs if run.finished or run.started)
     return SideContext(runs=len(runs), workloads=_once(run.workload for run in runs),
@@ -97,13 +80,11 @@ def side_context(runs: Sequence[RunFacts]) -> SideContext:
 
 
 def differences(a: SideContext | None, b: SideContext | None) -> list[StackChange]:
-    """The stack entries whose values differ (an entry one side lacks counts as a difference)."""
+    """The fields of the stack whose values differ (a field one side lacks counts as a difference)."""
     if a is None or b is None:
         return []
-    order = [what for what, _ in STACK]
-    return [StackChange(what=what, a=a.stack.get(what, []), b=b.stack.get(what, []))
-            for what in sorted(set(a.stack) | set(b.stack), key=order.index)
-            if set(a.stack.get(what, [])) != set(b.stack.get(what, []))]
+    return [StackChange(what=key, a=a.stack.get(key, []), b=b.stack.get(key, []))
+            for key in order(set(a.stack) | set(b.stack)) if set(a.stack.get(key, [])) != set(b.stack.get(key, []))]
 
 
 def stage_figures(stage: Mapping[str, Any], energy_per_token_j: float | None, latencies: Sequence[str],
@@ -115,15 +96,4 @@ def stage_figures(stage: Mapping[str, Any], energy_per_token_j: float | None, la
         out["output_tokens_per_s"] = stage["output_tokens_per_s"]
     if energy_per_token_j is not None:
         out["energy_per_token_j"] = energy_per_token_j
-    return out
-
-
-def spread(figures: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Each figure's run-to-run spread: the standard deviation of its per-run values over their mean (n − 1),
-    over at least MIN_SPREAD_RUNS runs that have it."""
-    out = {}
-    for name in sorted({name for f in figures for name in f}):
-        values = np.asarray([f[name] for f in figures if name in f], dtype=np.float64)
-        if len(values) >= MIN_SPREAD_RUNS and (mean := float(values.mean())) > 0:
-            out[name] = float(values.std(ddof=1)) / mean
     return out

@@ -14,8 +14,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchd.measure.cost import GoodTokens
-from benchd.measure.history import StackShift, clock_state, stack_of
+from benchd.measure.history import StackShift, clock_state
 from benchd.measure.sequential import Decision
+from benchd.measure.stack import stack_of
 from benchd.spec.decide import CONFIDENCE, EFFECT
 from benchd.spec.fields import Documented
 
@@ -113,7 +114,7 @@ def row_of(count: int, engine: str, stages: Sequence[StageSummary], parts: dict 
             "good_output_tokens": good.good_output_tokens if good else None,
             "device_seconds": good.device_seconds if good else None, "energy_j": good.energy_j if good else None,
             "state": state,
-            "stack": stack_of(metadata, hardware.model_dump(mode="json") if hardware else None, engine)}
+            "stack": stack_of({"engine": engine}, metadata, hardware.model_dump(mode="json") if hardware else None)}
 
 
 @dataclass(slots=True)

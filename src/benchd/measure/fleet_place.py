@@ -29,7 +29,7 @@ from benchd.measure.sequential import against_reference, look
 
 EXACT = 50  # up to this many nodes, what the others hold is taken without the node itself exactly; beyond, all's
 # Fields of a run's stack that differ from node to node by nature: no explanation of a node apart.
-NOT_STACK = {"host", "gpus", "label"}
+NOT_STACK = {"node", "gpu_uuids", "label"}
 STATE = (("sm_clock_ratio", "SM clock", 0.05, "of its maximum"), ("cpu_utilization_mean", "host CPU", 0.2, "busy"))
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchd.measure import changes
+from benchd.measure import changes, stack
 from benchd.spec.fields import Documented
 
 
@@ -62,6 +62,7 @@ class SeriesRun:
     valid: bool | None
     throttled_fraction: float | None
     figures: dict[str, float | None] = field(default_factory=dict)
+    cold: bool = False  # the first run after its engine started (protocol/metadata.py: engine_run)
 
 
 class Excluded(Documented):
@@ -70,7 +71,7 @@ class Excluded(Documented):
     at: datetime
     """Its time."""
     reason: str
-    """Invalid, or the clock state it ran in against the series'."""
+    """Invalid, the clock state it ran in against the series', or cold beside the series' warm runs."""
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class Series:
     runs: list[SeriesRun]  # oldest first: those the series holds
     excluded: list[Excluded]
     clock: str  # the series' clock state: that of most of its valid runs
+    cold: bool = False  # most of its valid runs ran cold (each the first of its engine): it holds those
 
     def values(self, figure: str) -> tuple[list[SeriesRun], np.ndarray]:
         """The runs that have this figure (positive), and their values."""
@@ -89,15 +91,19 @@ class Series:
 
 
 def series_of(workload: str, runs: list[SeriesRun]) -> list[Series]:
-    """Runs (oldest first) as series, one per GPU model and node; an invalid run and a run whose clock state is not
-    the series' are left out, and listed with the reason."""
+    """Runs (oldest first) as series, one per GPU model and node; an invalid run, a run whose clock state is not the
+    series', and a cold run among warm ones (a run is cold as its engine's first: the engine's own warm-up is in its
+    figures; a series of mostly cold runs, each of a freshly started engine, holds those) are left out, and listed
+    with the reason."""
     groups: dict[tuple[str, str], list[SeriesRun]] = {}
     for run in runs:
         groups.setdefault((run.device, run.node), []).append(run)
     out = []
     for (device, node), members in sorted(groups.items()):
-        states = Counter(clock_state(r.throttled_fraction) for r in members if r.valid is not False)
+        valid = [r for r in members if r.valid is not False]
+        states = Counter(clock_state(r.throttled_fraction) for r in valid)
         usual = max(CLOCK_STATES, key=lambda s: (states[s], s == "nominal")) if states else "unknown"
+        cold = 2 * sum(r.cold for r in valid) > len(valid)
         held, excluded = [], []
         for run in members:
             state = clock_state(run.throttled_fraction)
@@ -108,9 +114,13 @@ def series_of(workload: str, runs: list[SeriesRun]) -> list[Series]:
                     if run.throttled_fraction is not None else ""
                 excluded.append(Excluded(run_id=run.run_id, at=run.at,
                                          reason=f"clock state {state}{share}, the series' is {usual}"))
+            elif run.cold != cold:
+                excluded.append(Excluded(run_id=run.run_id, at=run.at, reason=(
+                    "cold: the first run after its engine started, the engine's own warm-up in its figures"
+                    if run.cold else "warm: most of the series' runs are each the first of a freshly started engine")))
             else:
                 held.append(run)
-        out.append(Series(workload, device, node, held, excluded, usual))
+        out.append(Series(workload, device, node, held, excluded, usual, cold))
     return out
 
 
@@ -173,10 +183,8 @@ class StackShift(Documented):
 
     def says(self) -> str:
         """transformers 5.17.0 → 5.18.0"""
-        name = {"python_version": "Python", "cuda_version": "CUDA", "driver_version": "driver",
-                "vbios_version": "firmware (VBIOS)"}.get(
-            self.field, self.field.removesuffix("_version"))
-        return f"{name} {self.before or '–'} → {self.after or '–'}" + (" (mixed)" if self.mixed else "")
+        mixed = " (mixed)" if self.mixed else ""
+        return f"{stack.name(self.field)} {self.before or '–'} → {self.after or '–'}{mixed}"
 
 
 Verdict = Literal["scheduled", "confirmed", "not reproduced", "inconclusive", "failed"]
@@ -295,52 +303,15 @@ def find(series: Series, alpha: float = changes.ALPHA, min_runs: int = changes.M
 
 # ---- the stack between two segments ---------------------------------------------------------------------------
 
-# What identifies a run's stack (protocol/metadata.py's RunMetadata), in the order a difference is told.
-STACK_FIELDS = ("benchd_version", "python_version", "torch_version", "transformers_version", "cuda_version",
-                "driver_version", "vbios_version", "device_name", "gpus", "engine", "attn_implementation",
-                "quantization", "compile", "torch_threads", "environment", "commit", "label", "model", "host",
-                "fault")
-
-
-def stack_of(metadata: dict | None, hardware: dict | None, engine: str | None) -> dict[str, str]:
-    """A stored run's stack as flat strings: the metadata's versions and settings, its GPUs (by UUID: another card
-    of the same model is another GPU), its commit, and its engine's settings (engine_settings.*; the memory plan's
-    figures are derived, not set, and left out)."""
-    meta = metadata or {}
-    out: dict[str, str] = {}
-    for name in STACK_FIELDS:
-        value = meta.get(name)
-        if name == "gpus":
-            value = ",".join(g.get("uuid", "") for g in (hardware or {}).get("gpus") or []) or None
-        elif name == "engine":
-            value = engine
-        elif name == "commit" and isinstance(value, dict):
-            value = value.get("commit") or value.get("branch")
-        if value is not None:
-            out[name] = str(value)
-    for key, value in _flat("engine_settings", meta.get("engine_settings") or {}):
-        if not key.startswith("engine_settings.memory_plan"):
-            out[key] = value
-    return out
-
-
-def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
-    if isinstance(value, dict):
-        return [item for k, v in value.items() for item in _flat(f"{prefix}.{k}", v)]
-    return [(prefix, str(value))]
-
 
 def stack_difference(before: list[dict[str, str]], after: list[dict[str, str]]) -> list[StackShift]:
-    """Each field whose most common value differs between the two sides (a field only one side has, too)."""
+    """Each field of the runs' stacks (measure/stack.py) whose most common value differs between the two sides (a
+    field only one side has, too)."""
+    if not before or not after:
+        return []
     out = []
-    keys = list(STACK_FIELDS) + sorted({k for s in (*before, *after) for k in s} - set(STACK_FIELDS))
-    for key in keys:
-        a = Counter(s.get(key) for s in before)
-        b = Counter(s.get(key) for s in after)
-        if not a or not b:
-            continue
-        (value_a, count_a), (value_b, count_b) = a.most_common(1)[0], b.most_common(1)[0]
+    for key in stack.order({k for s in (*before, *after) for k in s}):
+        (value_a, mixed_a), (value_b, mixed_b) = stack.most_common(before, key), stack.most_common(after, key)
         if value_a != value_b:
-            out.append(StackShift(field=key, before=value_a, after=value_b,
-                                   mixed=count_a < len(before) or count_b < len(after)))
+            out.append(StackShift(field=key, before=value_a, after=value_b, mixed=mixed_a or mixed_b))
     return out

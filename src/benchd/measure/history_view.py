@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from benchd.measure import changes
-from benchd.measure.bootstrap import in_time
+from benchd.measure.deadline import in_time
 from benchd.measure.history import FIGURES, ChangePoint, Excluded, SegmentView, SeriesRun, segment_view, series_of
 from benchd.spec.fields import Documented
 

@@ -36,6 +36,16 @@ def itl(stamps: Sequence[float], counts: Sequence[int]) -> list[float]:
     return [gap for gap, k in token_gaps(stamps, counts) for _ in range(k)]
 
 
+def itl_array(stamps: Sequence[float], counts: Sequence[int]):
+    """itl() as a numpy array, computed at once (a comparison reads a run's every request: 300 of 128 tokens in a
+    few milliseconds)."""
+    import numpy as np
+
+    gaps, k = np.diff(np.asarray(stamps, dtype=np.float64)), np.asarray(counts[1:], dtype=np.int64)
+    some = k > 0
+    return np.repeat(gaps[some] / k[some], k[some])
+
+
 def chunk_gaps(stamps: Sequence[float], counts: Sequence[int], start: int = 1) -> Iterator[float]:
     """Time per output chunk (a server's stream): the gap before each arrival after the first that carried tokens."""
     for i in range(max(start, 1), len(stamps)):

@@ -1,4 +1,4 @@
-"""A matrix's comparison: each variant against the baseline, per metric, with compare's bootstrap intervals and
+"""A matrix's comparison: each variant against the baseline, per metric, with compare's intervals and
 verdicts (a variant's repeats are its runs), and the share of greedy tokens identical to the baseline's."""
 
 from __future__ import annotations
@@ -15,19 +15,18 @@ from benchd.measure.compare import (
     THRESHOLD,
     MetricChange,
     Side,
+    change,
     compare,
-    metric_change,
 )
+from benchd.measure.context import SideContext, StackChange, stack_values
 from benchd.measure.roofline import moved_toward, utilisation
+from benchd.measure.stack import stack_of
+from benchd.measure.statistics import Spread
 from benchd.spec.fields import Documented
 
-# Figures every run has once: compared over runs, like throughput. Weight bytes are exact (no noise): one run a side
-# says it; peak memory varies a little with what the allocator did, so it takes two.
-RUN_FIGURES = (("peak_memory_bytes", 2), ("weight_bytes", 1))
-# What a variant's stack is said to be in its comparison and page: the run metadata's (protocol/metadata.py) Python
-# environment and the versions it resolved to, then what the model loaded with.
-STACK = ("environment", "python_version", "torch_version", "transformers_version", "cuda_version", "quantization",
-         "quantization_method", "quantized_layers", "quantize_s", "attn_implementation", "attention_kernel", "compile")
+# Figures every run has once, compared over runs like throughput: (figure, exact). Weight bytes are exact (no noise):
+# one run a side says it; peak memory varies a little with what the allocator did, so it takes its runs' spread.
+RUN_FIGURES = (("peak_memory_bytes", False), ("weight_bytes", True))
 
 
 @dataclass(slots=True)
@@ -43,15 +42,17 @@ class RunFigures:
     weight_bytes: int | None = None
     model_load_s: float | None = None
     tokens: dict[int, list[int]] = field(default_factory=dict)  # request index → generated token ids
-    stack: dict[str, Any] = field(default_factory=dict)  # what the worker says was in effect
+    stack: dict[str, str] = field(default_factory=dict)  # its stack (measure/stack.py)
+    quantized_layers: int | None = None
+    cold: bool = False  # the first run after its engine started
     invalid: list[str] = field(default_factory=list)  # the first stage's broken validity checks (oversaturated, …)
     roofline: dict | None = None  # the first stage's (measure/roofline.py)
     clocks: list[dict] = field(default_factory=list)  # the first stage's GPUs' clock events (hardware/clocks.py)
 
 
 def run_figures(run_id: str, status: str, records: Sequence, summary: dict | None, metadata: dict | None,
-                hardware: dict | None) -> RunFigures:
-    """records: the first stage's; summary: its summary (a dict); metadata and hardware as stored."""
+                hardware: dict | None, spec: dict | None = None, node: str | None = None) -> RunFigures:
+    """records: the first stage's; summary: its summary (a dict); metadata, hardware, spec and node as stored."""
     good = [r for r in records if not r.warmup and r.ok]
     meta, hw = metadata or {}, hardware or {}
     peak = meta.get("peak_memory_bytes")  # torch's allocator; NVML's device-wide peak where torch gave none
@@ -65,7 +66,8 @@ def run_figures(run_id: str, status: str, records: Sequence, summary: dict | Non
         peak_memory_bytes=peak if peak is not None else hw.get("gpu_memory_peak_bytes"),
         weight_bytes=meta.get("weight_bytes"), model_load_s=meta.get("model_load_s"),
         tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
-        stack={k: meta.get(k) for k in STACK},
+        stack=stack_of(spec, meta, hw, node), quantized_layers=meta.get("quantized_layers"),
+        cold=meta.get("engine_run") == 1,
         invalid=[i["check"] for i in (summary or {}).get("invalid") or []], roofline=(summary or {}).get("roofline"),
         clocks=(summary or {}).get("clocks") or [])
 
@@ -76,7 +78,8 @@ def figures_from_result(run_id: str, result) -> RunFigures:
     summary = stage.summary(result.metadata).model_dump() if stage is not None else None
     return run_figures(run_id, result.status, stage.records if stage is not None else [], summary,
                        result.metadata.model_dump() if result.metadata is not None else None,
-                       result.hardware.model_dump() if result.hardware is not None else None)
+                       result.hardware.model_dump() if result.hardware is not None else None,
+                       result.spec.model_dump(mode="json"))
 
 
 def figures_from_store(store, run_id: str) -> RunFigures:
@@ -84,7 +87,7 @@ def figures_from_store(store, run_id: str) -> RunFigures:
     if row is None:
         return RunFigures(run_id, "missing")
     return run_figures(run_id, row["status"], store.records(run_id, 0), (row["summary"] or [None])[0],
-                       row["run_metadata"], row["hardware"])
+                       row["run_metadata"], row["hardware"], row["spec"], row.get("node"))
 
 
 class TokenAgreement(Documented):
@@ -125,12 +128,17 @@ class VariantComparison(Documented):
     """TPOT p50 pooled over its succeeded runs, in seconds."""
     weight_bytes: int | None
     """The loaded weights' bytes (after quantization)."""
+    quantized_layers: int | None = None
+    """The layers its quantization replaced."""
     peak_memory_bytes: int | None
     """torch's allocator peak on a CUDA device, the most of its runs."""
     model_load_s: float | None
     """The model's load, the mean over its runs (it loads again at each)."""
     stack: dict[str, Any]
-    """What its runs ran on: versions, quantization, attention, compile, environment."""
+    """What its runs ran on: its first succeeded run's stack (measure/stack.py; a matrix stored before it, a few of
+    its run's metadata's fields)."""
+    stack_difference: list[StackChange] = []
+    """The fields of the stack whose values differ from the baseline's runs'."""
     metrics: list[MetricChange]
     """Each figure against the baseline (none for the baseline itself)."""
     tokens: TokenAgreement | None
@@ -166,10 +174,12 @@ class MatrixComparison(Documented):
 
 def _side(runs: list[RunFigures]) -> Side:
     return Side(run_ids=[r.run_id for r in runs],
+                context=SideContext(runs=len(runs), workloads=[], labels=[],
+                                    stack=stack_values([r.stack for r in runs])),
                 samples={name: [r.samples.get(name, []) for r in runs] for name in LATENCIES},
-                output_tokens_per_s=[r.output_tokens_per_s for r in runs if r.output_tokens_per_s is not None],
-                energy_per_token_j=[r.energy_per_token_j for r in runs if r.energy_per_token_j is not None],
-                roofline=[r.roofline for r in runs if r.roofline], clocks=[r.clocks for r in runs])
+                output_tokens_per_s=[r.output_tokens_per_s for r in runs],
+                energy_per_token_j=[r.energy_per_token_j for r in runs], roofline=[r.roofline for r in runs],
+                clocks=[r.clocks for r in runs], cold=[r.run_id for r in runs if r.cold])
 
 
 def agreement(baseline: list[RunFigures | None], variant: list[RunFigures | None]) -> TokenAgreement | None:
@@ -205,7 +215,7 @@ def _pooled_p50(runs: list[RunFigures], name: str) -> float | None:
 
 
 def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]], baseline: int,
-                   threshold: float = THRESHOLD, confidence: float = CONFIDENCE, seed: int = 0) -> MatrixComparison:
+                   threshold: float = THRESHOLD, confidence: float = CONFIDENCE) -> MatrixComparison:
     """variants: objects with index, label and values (matrix.Variant, or their stored form); runs: per variant,
     its runs in round order (None for one that never ran). Only succeeded runs enter a figure."""
     good = {i: [r for r in rs if r is not None and r.status == "succeeded"] for i, rs in runs.items()}
@@ -217,15 +227,16 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
         mine, every = good.get(index, []), runs.get(index, [])
         metrics: list[MetricChange] = []
         tokens = clocks = None
+        differs: list[StackChange] = []
         if index != baseline:
-            against = compare(_side(base), _side(mine), threshold, confidence, seed=seed)
-            metrics, clocks = against.metrics, against.clock_states
-            rng = np.random.default_rng(seed)
-            for name, min_runs in RUN_FIGURES:
+            against = compare(_side(base), _side(mine), threshold, confidence)
+            metrics, clocks, differs = against.metrics, against.clock_states, against.stack_difference
+            for name, exact in RUN_FIGURES:
                 a = [getattr(r, name) for r in base if getattr(r, name) is not None]
                 b = [getattr(r, name) for r in mine if getattr(r, name) is not None]
-                metrics.append(metric_change(name, [a], [b], np.mean, threshold, confidence, min_runs,
-                                             higher_is_worse=True, rng=rng, resamples=2000))
+                metrics.append(change(name, len(a), len(b), float(np.mean(a)) if a else None,
+                                      float(np.mean(b)) if b else None, len(a), len(b), 1, True, Spread.of([a, b]),
+                                      threshold, confidence, exact=exact))
             tokens = agreement(runs.get(baseline, []), every)
         stack = next((r.stack for r in mine), next((r.stack for r in every if r is not None), {}))
         out.append(VariantComparison(
@@ -236,7 +247,9 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
             tpot_p50_s=_pooled_p50(mine, "tpot_s"),
             weight_bytes=next((r.weight_bytes for r in mine if r.weight_bytes is not None), None),
             peak_memory_bytes=max((r.peak_memory_bytes for r in mine if r.peak_memory_bytes is not None), default=None),
-            model_load_s=_mean([r.model_load_s for r in mine]), stack=stack, metrics=metrics, tokens=tokens,
+            model_load_s=_mean([r.model_load_s for r in mine]), stack=stack, stack_difference=differs,
+            quantized_layers=next((r.quantized_layers for r in mine if r.quantized_layers is not None), None),
+            metrics=metrics, tokens=tokens,
             invalid=[r.run_id for r in every if r is not None and r.invalid],
             oversaturated=[r.run_id for r in every if r is not None and "oversaturated" in r.invalid],
             roofline=(line := utilisation(r.roofline for r in mine)),

@@ -1,6 +1,6 @@
 """The slow GPU found: in a run on every GPU at once, each GPU's output tok/s, TTFT p99 and J/token against the
 median of its siblings, and a verdict: over rounds, by the deciding rule (measure/sequential.py); in one round, with
-bootstrap intervals as measure/compare.py makes them."""
+a bootstrap of its throughput; TTFT p99's from its requests against its siblings' (measure/statistics.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from benchd.measure.compare import CONFIDENCE, THRESHOLD, metric_change
+from benchd.measure import statistics
 from benchd.measure.records import RequestRecord
 from benchd.measure.sequential import Decision, siblings
+from benchd.measure.statistics import CONFIDENCE, THRESHOLD, decide
 from benchd.spec.decide import Decide
 
 BUCKET_S = 1.0  # throughput is resampled as tokens per bucket of the measured window
@@ -89,47 +90,48 @@ def compare_gpus(parts: Mapping[str, Sequence[RequestRecord]], throughput: Mappi
         relative = throughput[gpu] / median if median else None
         low, high = (float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))) if len(ratios) else (
             None, None)
-        # TTFT p99: this GPU's requests against its siblings' (each sibling one "run" of the two-stage bootstrap).
+        # TTFT p99: this GPU's requests against its siblings' pooled (they ran at once: within the run's variation)
         good = lambda rs: [r.ttft_s for r in rs if not r.warmup and r.ok]  # noqa: E731
-        ttft = metric_change("ttft_s.p99", [good(parts[g]) for g in siblings], [good(records)],
-                       lambda x: np.percentile(x, 99), threshold, confidence, min_samples=20, higher_is_worse=True,
-                       rng=rng, resamples=RESAMPLES)
+        own, others = good(records), [t for g in siblings for t in good(parts[g])]
+        estimate = statistics.samples(others, own, 0.99)
+        ttft = decide(estimate.interval(confidence), threshold) if estimate is not None else None
+        p99 = float(np.percentile(own, 99)) if own else None
         energies = [e for g in siblings if (e := energy_per_token.get(g)) is not None]
         own_energy = energy_per_token.get(gpu)
         relative_energy = own_energy / float(np.median(energies)) if own_energy is not None and energies else None
         reasons = []
         if relative is not None and high is not None and relative < 1 - threshold and high < 1:
             reasons.append(f"output tok/s {relative:.1%} of its siblings' median (interval {low:.1%}–{high:.1%})")
-        if ttft.verdict == "slower":
-            reasons.append(f"TTFT p99 {ttft.relative_change:+.1%} against its siblings (interval "
-                           f"{ttft.ci_low:+.1%} to {ttft.ci_high:+.1%})")
+        if ttft is not None and ttft.verdict == "slower":
+            reasons.append(f"TTFT p99 {ttft.interval.change:+.1%} against its siblings (interval "
+                           f"{ttft.interval.change_low:+.1%} to {ttft.interval.change_high:+.1%})")
         verdicts.append(GPUVerdict(
             gpu=gpu, output_tokens_per_s=throughput[gpu], relative_throughput=relative, throughput_ci_low=low,
-            throughput_ci_high=high, ttft_p99_s=ttft.b, ttft_p99_change=ttft.relative_change,
-            ttft_p99_ci_low=ttft.ci_low, ttft_p99_ci_high=ttft.ci_high, energy_per_token_j=own_energy,
+            throughput_ci_high=high, ttft_p99_s=p99, ttft_p99_change=ttft.interval.change if ttft else None,
+            ttft_p99_ci_low=ttft.interval.change_low if ttft else None,
+            ttft_p99_ci_high=ttft.interval.change_high if ttft else None, energy_per_token_j=own_energy,
             relative_energy_per_token=relative_energy, outlier=bool(reasons), reasons=reasons))
     return verdicts
 
 
 def decide_gpus(rounds: Sequence[Mapping[str, float]], parts: Mapping[str, Sequence[Sequence[RequestRecord]]],
                 energy_per_token: Mapping[str, float | None], rule: Decide, threshold: float = THRESHOLD,
-                confidence: float = CONFIDENCE, seed: int = 0) -> list[GPUVerdict]:
+                confidence: float = CONFIDENCE) -> list[GPUVerdict]:
     """rounds: each round's output tok/s by GPU (every GPU at once); parts: each GPU's measured records, a list a
     round. Each GPU's ratio to its siblings' median, round by round, decided by the rule (an outlier when slower by
-    more than its effect); its TTFT p99 against its siblings' requests (each round one run of the two-stage
-    bootstrap), told but not deciding: the rule's error rates hold for the throughput alone."""
+    more than its effect); its TTFT p99 against its siblings' requests of every round pooled, told but not
+    deciding: the rule's error rates hold for the throughput alone."""
     if len(parts) < 2:
         return []
-    rng = np.random.default_rng(seed)
     decided = siblings([dict(r) for r in rounds], rule.effect, rule.confidence, rule.max_rounds)
     good = lambda rs: [r.ttft_s for r in rs if not r.warmup and r.ok]  # noqa: E731
     verdicts = []
     for gpu, own in parts.items():
         decision, ratios = decided.get(gpu, (None, []))
         others = [g for g in parts if g != gpu]
-        ttft = metric_change("ttft_s.p99", [good(r) for g in others for r in parts[g]], [good(r) for r in own],
-                             lambda x: np.percentile(x, 99), threshold, confidence, min_samples=20,
-                             higher_is_worse=True, rng=rng, resamples=RESAMPLES)
+        own_ttft = [t for r in own for t in good(r)]
+        estimate = statistics.samples([t for g in others for r in parts[g] for t in good(r)], own_ttft, 0.99)
+        ttft = decide(estimate.interval(confidence), threshold) if estimate is not None else None
         energies = [e for g in others if (e := energy_per_token.get(g)) is not None]
         own_energy = energy_per_token.get(gpu)
         relative_energy = own_energy / float(np.median(energies)) if own_energy is not None and energies else None
@@ -138,8 +140,11 @@ def decide_gpus(rounds: Sequence[Mapping[str, float]], parts: Mapping[str, Seque
             gpu=gpu, output_tokens_per_s=float(np.mean(throughput)) if throughput else 0.0,
             relative_throughput=decision.ratio if decision else None,
             throughput_ci_low=decision.ci_low if decision else None,
-            throughput_ci_high=decision.ci_high if decision else None, ttft_p99_s=ttft.b,
-            ttft_p99_change=ttft.relative_change, ttft_p99_ci_low=ttft.ci_low, ttft_p99_ci_high=ttft.ci_high,
+            throughput_ci_high=decision.ci_high if decision else None,
+            ttft_p99_s=float(np.percentile(own_ttft, 99)) if own_ttft else None,
+            ttft_p99_change=ttft.interval.change if ttft else None,
+            ttft_p99_ci_low=ttft.interval.change_low if ttft else None,
+            ttft_p99_ci_high=ttft.interval.change_high if ttft else None,
             energy_per_token_j=own_energy, relative_energy_per_token=relative_energy,
             outlier=decision is not None and decision.verdict == "slower",
             reasons=[decision.says()] if decision else [], decision=decision, round_ratios=ratios))

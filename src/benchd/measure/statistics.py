@@ -5,7 +5,8 @@ again after every round (docs/figures.md, "Verdicts: comparisons").
 - An Estimate is ln(B / A) with its standard error and degrees of freedom. It comes from
   - runs(): each side's per-run figures, the sides run apart. The runs are the units: a figure moves more from run
     to run than within one, so the sides' run-to-run variance of ln(figure) is pooled, with that of other runs of
-    the same stack where one side has too few (a Spread); one run a side and no Spread: no estimate.
+    the same stack where one side has too few (a Spread); one run a side and no Spread: no estimate. between() is
+    the same from a Spread whose groups hold the sides' runs already.
   - paired(): rounds that ran both sides together (an interleaved matrix's rounds, a GPU beside its siblings): the
     variance of the rounds' log ratios.
   - samples(): two sets of independent samples (requests): a quantile's or a mean's error within them only.
@@ -131,6 +132,12 @@ class Spread:
         return math.sqrt(self.variance)
 
 
+def between(value_a: float, value_b: float, runs_a: int, runs_b: int, spread: Spread) -> Estimate:
+    """ln(value_b / value_a) of two sides of runs_a and runs_b runs, its error from a spread measured over groups
+    that hold the sides' runs among others (each side's figure a mean over its runs: variance × (1/n_a + 1/n_b))."""
+    return Estimate(math.log(value_b / value_a), math.sqrt(spread.variance * (1 / runs_a + 1 / runs_b)), spread.df)
+
+
 def runs(a: Sequence[float], b: Sequence[float], spread: Spread | None = None, value_a: float | None = None,
          value_b: float | None = None) -> Estimate | None:
     """Two sides of runs run apart, each run's figure: ln(B / A) of the sides' figures (value_a and value_b where a
@@ -148,7 +155,7 @@ def runs(a: Sequence[float], b: Sequence[float], spread: Spread | None = None, v
     vb = float(np.mean(np.exp(lb))) if value_b is None else value_b
     if not va > 0 or not vb > 0:
         return None
-    return Estimate(math.log(vb / va), math.sqrt(pooled.variance * (1 / len(la) + 1 / len(lb))), pooled.df)
+    return between(va, vb, len(la), len(lb), pooled)
 
 
 def paired(a: Sequence[float], b: Sequence[float]) -> Estimate | None:
@@ -220,12 +227,11 @@ def decide(interval: Interval, threshold: float = THRESHOLD, higher_is_worse: bo
         return Decision(words[1], None, interval)
     if interval.low >= down and interval.high <= up:
         return Decision("equivalent", None, interval)
-    bounds = f"{percent(down)} / {percent(up)}"
     if interval.low < down and interval.high > up:
-        return Decision("inconclusive", f"interval too wide: {interval.says()} reaches past the threshold ({bounds}) "
-                                        "on both sides", interval)
-    way = words[0] if interval.high > up else words[1]
-    return Decision("inconclusive", f"interval {interval.says()} reaches past the threshold ({bounds}) without lying "
+        return Decision("inconclusive", f"interval too wide: it reaches past the threshold ({percent(down)} / "
+                                        f"{percent(up)}) on both sides", interval)
+    way, bound = (words[0], up) if interval.high > up else (words[1], down)
+    return Decision("inconclusive", f"the interval reaches past the threshold ({percent(bound)}) without lying "
                                     f"beyond it: it may be {way}", interval)
 
 

@@ -26,6 +26,11 @@ class RunMetadata(BaseModel):
     model: str
     model_load_s: float | None = None
     engine_settings: dict = {}
+    # This run's place among its engine's runs: 1, the first after the engine started (with its model loaded or
+    # kept), ran cold: its figures hold the engine's own warm-up (measure/compare.py, measure/history.py leave it
+    # out beside warm runs).
+    engine_run: int | None = None
+    dtype: str | None = None  # the loaded weights' element type (the spec's auto resolved)
     # The stack in effect (benchd.spec.stack), read off the loaded model: a matrix's variants differ here.
     quantization: str | None = None
     quantization_method: str | None = None  # library, version and configuration

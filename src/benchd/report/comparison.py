@@ -62,8 +62,8 @@ def comparison_page(result: Comparison, a: Side, b: Side) -> str:
         mark = row[-1][len(m.verdict):]
         cells.append([*(esc(c) for c in row[:-1]), verdict_pill(m.verdict, mark)])
     cells += [[esc(c) for c in row] for row in roofline_rows(result)]
-    about = (f"the change (B − A) / A, its bootstrap interval at {result.confidence:.0%}; slower or faster when the "
-             f"whole interval lies beyond ±{result.threshold:.0%}")
+    about = (f"the change B / A − 1, its interval at {result.confidence:.0%}; slower or faster when the "
+             f"whole interval lies beyond ±{result.threshold:.0%}, equivalent when it lies within")
     sections.append(section("B against A", table(COMPARISON_HEAD, cells, raw=True, text_columns=1, kind="verdicts"),
                             notes(reasons), anchor="changes", about=about))
 

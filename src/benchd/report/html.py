@@ -61,7 +61,7 @@ color:#1d2433}} .pill.succeeded{{background:#cdeed6;color:#17602a}} .pill.failed
 .error{{color:#9b2317}} .warning{{background:#fff4d6;border-color:#f0d58c}}
 .verdict{{display:inline-block;padding:0 7px;border-radius:9px;font-weight:600;white-space:nowrap}}
 .slower,.larger{{background:#f9d3cd;color:#9b2317}} .faster,.smaller{{background:#cdeed6;color:#17602a}}
-.no-significant-change{{background:#e7eaf0;color:#3d4657}} .inconclusive{{background:#fff0c2;color:#7a5a00}}
+.equivalent{{background:#e7eaf0;color:#3d4657}} .inconclusive{{background:#fff0c2;color:#7a5a00}}
 .n-a{{background:none;color:var(--muted);font-weight:400}}
 span.chg{{display:block;font-size:12px;font-weight:400}}
 tr.differs td{{font-weight:600}}
@@ -74,7 +74,7 @@ def esc(value: object) -> str:
 
 
 def verdict_class(verdict: str) -> str:
-    """The CSS class of a verdict word (slower, no significant change, n/a…)."""
+    """The CSS class of a verdict word (slower, equivalent, n/a…)."""
     return re.sub(r"[^a-z]+", "-", verdict.lower()).strip("-")
 
 

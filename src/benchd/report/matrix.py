@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from benchd.measure import stack
 from benchd.measure.compare import figure as naming
 from benchd.measure.matrix import MatrixComparison, VariantComparison
 from benchd.measure.records import RequestRecord
@@ -21,7 +22,7 @@ from benchd.report.tables import COMPARISON_HEAD, comparison_rows, count, size
 
 BYTES = ("weight_bytes", "peak_memory_bytes")
 # The terminal's marks for a verdict (its colour says it too): a cell reads "+7.3% ✗".
-MARKS = {"faster": "✓", "smaller": "✓", "slower": "✗", "larger": "✗", "no significant change": "≈",
+MARKS = {"faster": "✓", "smaller": "✓", "slower": "✗", "larger": "✗", "equivalent": "≈",
          "inconclusive": "?", "n/a": ""}
 # "same tokens": the share of its greedy tokens identical to the baseline's for the same prompts
 SUMMARY_HEAD = ("variant", "runs", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "peak memory", "same tokens")
@@ -108,7 +109,7 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str | Cell]]:
 def stack_rows(comparison: MatrixComparison) -> list[list[str]]:
     """One row per variant under STACK_HEAD: what it ran with, its weights, load time and roofline figures."""
     return [[f"{v.index}: {spaced(v.label)}", str(v.stack.get("attn_implementation") or "–"),
-             f"{v.stack.get('quantized_layers') or 0} layers" if v.stack.get("quantization") not in (None, "none")
+             f"{v.quantized_layers or 0} layers" if v.stack.get("quantization") not in (None, "none")
              else "–", "–" if v.weight_bytes is None else size(v.weight_bytes),
              "–" if v.model_load_s is None else f"{v.model_load_s:.2f} s", roofline_cell(v)]
             for v in comparison.variants]
@@ -145,8 +146,9 @@ def verdict(v: VariantComparison) -> str:
 
 def legend(comparison: MatrixComparison) -> str:
     return (f"each figure's change against the baseline and its verdict: ✓ faster (smaller), ✗ slower (larger), "
-            f"≈ no significant change, ? inconclusive; the change's bootstrap interval at {comparison.confidence:.0%}"
-            f" must lie beyond ±{comparison.threshold:.0%} (intervals: --json, and the page's every metric)")
+            f"≈ equivalent (within ±{comparison.threshold:.0%}), ? inconclusive; the change's interval at "
+            f"{comparison.confidence:.0%} must lie beyond ±{comparison.threshold:.0%} (intervals: --json, and the "
+            "page's every metric)")
 
 
 def _rounded(value: object) -> str:
@@ -236,10 +238,13 @@ def _tradeoff(comparison: MatrixComparison, good: dict[int, list[RequestRecord]]
 
 
 def _in_effect(comparison: MatrixComparison | None, index: int) -> str:
+    """The fields of the variant's stack (measure/stack.py) whose values differ among the variants."""
     if comparison is None:
         return ""
-    stack = next((v.stack for v in comparison.variants if v.index == index), {})
-    return ", ".join(f"{k}: {_rounded(v)}" for k, v in stack.items() if v is not None)
+    stacks = [v.stack for v in comparison.variants]
+    varying = {k for k in {k for s in stacks for k in s} if len({s.get(k) for s in stacks}) > 1}
+    mine = next((v.stack for v in comparison.variants if v.index == index), {})
+    return ", ".join(f"{stack.name(k)}: {mine.get(k) or '–'}" for k in stack.order(varying))
 
 
 def _metrics(v: VariantComparison, comparison: MatrixComparison) -> str:

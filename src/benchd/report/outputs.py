@@ -11,9 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from benchd.hardware.sampler import HardwareSummary
-from benchd.measure.compare import REQUESTS_FILE, Comparison
-from benchd.measure.context import device
+from benchd.measure.compare import Comparison
 from benchd.measure.result import RunResult
+from benchd.measure.sides import REQUESTS_FILE
+from benchd.measure.stack import device
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
 from benchd.measure.timings import KernelResult, TrainStepSummary
@@ -274,8 +275,8 @@ def comparison_table(result: Comparison) -> Group:
             parts.append(Text(f"both: {shared}"))
     ids = f"A: {', '.join(result.a)}  →  B: {', '.join(result.b)}"
     table = Table(title=Text(ids), title_justify="left", caption_justify="left",
-                  caption=f"verdicts: the change's bootstrap interval at {result.confidence:.0%} beyond "
-                          f"±{result.threshold:.0%}")
+                  caption=f"verdicts: the change's interval at {result.confidence:.0%} wholly beyond ±"
+                          f"{result.threshold:.0%} (slower, faster) or within it (equivalent)")
     for column in COMPARISON_HEAD:
         table.add_column(column, justify="left" if column in ("figure", "verdict") else "right",
                          overflow="fold", no_wrap=column in ("A", "B", "change"))

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchd.hardware.sampler import HardwareSummary
-from benchd.measure.context import device
 from benchd.measure.records import RequestRecord
+from benchd.measure.stack import FIELDS, device, name, stack_of
 from benchd.report import charts, scatter
 from benchd.report.charts import Band, Line, Span
 from benchd.report.html import charts as grid
@@ -327,19 +327,16 @@ def settings_rows(settings: dict, section_name: str = "") -> list[tuple[str, str
 
 
 def _stack(run: dict, metadata: dict, hardware: HardwareSummary | None, spec: dict) -> str:
+    """The run's stack (measure/stack.py: its named fields here, the engine's settings below, the workload's in the
+    spec), then what describes the run without changing a figure."""
     m = metadata
-    rows = [(k, v) for k, v in (
-        ("device", device(m)), ("benchd", m.get("benchd_version")), ("environment", m.get("environment")),
-        ("Python", m.get("python_version")), ("torch", m.get("torch_version")),
-        ("transformers", m.get("transformers_version")), ("CUDA", m.get("cuda_version")),
-        ("NVIDIA driver", m.get("driver_version")), ("torch threads", m.get("torch_threads")),
-        ("host", m.get("host") or run.get("node")), ("pod", run.get("pod")), ("model", m.get("model")),
+    fields = stack_of(spec, m, hardware.model_dump() if hardware else None, run.get("node"))
+    rows = [(name(key), value) for key, value in fields.items() if key in FIELDS and key != "gpu_uuids"]
+    rows += [(k, v) for k, v in (
+        ("host", m.get("host")), ("pod", run.get("pod")),
         ("model load", m.get("model_load_s") and f"{m['model_load_s']:.2f} s"),
-        ("weights", m.get("weight_bytes") and size(m["weight_bytes"])),
-        ("quantization", m.get("quantization")), ("attention", m.get("attn_implementation")),
-        ("attention kernel", m.get("attention_kernel")),
-        ("compile", m.get("compile")), ("label", m.get("label") or run.get("label")), ("schedule", run.get("schedule")),
-        ("commit", " ".join(str(v) for v in (m.get("commit") or {}).values() if v) or None),
+        ("weights", m.get("weight_bytes") and size(m["weight_bytes"])), ("schedule", run.get("schedule")),
+        ("commit message", (m.get("commit") or {}).get("message")), ("ran", _warmth(m.get("engine_run"))),
         ("started", when(m.get("started_at"))), ("finished", when(m.get("finished_at"))),
         ("trace id", m.get("trace_id")),
     ) if v is not None]
@@ -352,6 +349,13 @@ def _stack(run: dict, metadata: dict, hardware: HardwareSummary | None, spec: di
     spec_text = f"<details><summary>spec</summary><pre>{esc(json.dumps(spec, indent=2))}</pre></details>"
     return section("Stack", grid(*parts), spec_text, anchor="stack",
                    about="what the run measured on: device, versions, host, the engine's settings")
+
+
+def _warmth(engine_run: int | None) -> str | None:
+    """Whether the run was its engine's first (measure/compare.py leaves such a run out beside warm ones)."""
+    if engine_run is None:
+        return None
+    return "cold: its engine's first run" if engine_run == 1 else f"warm: its engine's run {engine_run}"
 
 
 # ---- timed runs ----------------------------------------------------------------------------------

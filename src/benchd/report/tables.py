@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from benchd.hardware.sampler import HardwareSummary
+from benchd.measure import stack
 from benchd.measure.capacity import CapacityResult
 from benchd.measure.summary import LatencyStats, StageSummary
 from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
@@ -257,10 +258,16 @@ def figure_value(unit: str, v: float | None) -> str:
     return f"{v:.4g}"
 
 
+def _change(x: float) -> str:
+    """A relative change, an interval's end beyond ×11 said as such (a few runs' interval on the log scale, at a
+    high confidence, can reach ×10⁶: a cell says it is that wide, not how wide)."""
+    return f"{x:+.1%}" if x < 10 else ">+1,000%"
+
+
 def change_cells(m) -> tuple[str, str]:
     """A MetricChange's relative change and its interval."""
-    change = "–" if m.relative_change is None else f"{m.relative_change:+.1%}"
-    interval = "–" if m.ci_low is None else f"[{m.ci_low:+.1%}, {m.ci_high:+.1%}]"
+    change = "–" if m.relative_change is None else _change(m.relative_change)
+    interval = "–" if m.ci_low is None else f"[{_change(m.ci_low)}, {_change(m.ci_high)}]"
     return change, interval
 
 
@@ -330,14 +337,17 @@ def context_rows(result) -> list[list[str]]:
             ["workload", ", ".join(a.workloads), ", ".join(b.workloads)],
             ["label", ", ".join(x or "–" for x in a.labels), ", ".join(x or "–" for x in b.labels)],
             ["when", when(a.first, a.last), when(b.first, b.last)]]
-    rows += [[f"≠ {c.what}", ", ".join(c.a) or "–", ", ".join(c.b) or "–"] for c in result.stack_difference]
+    rows += [[f"≠ {stack.name(c.what)}", ", ".join(c.a) or "–", ", ".join(c.b) or "–"]
+             for c in result.stack_difference]
     return rows
 
 
 def same_stack(result) -> str:
-    """The stack entries both sides share, in one line."""
+    """The named fields of the stack both sides share, in one line (the engine's settings and the workload's fields
+    only where they differ)."""
     a = result.context_a
     if a is None or result.context_b is None:
         return ""
     differ = {c.what for c in result.stack_difference}
-    return " · ".join(f"{what} {', '.join(values)}" for what, values in a.stack.items() if what not in differ)
+    return " · ".join(f"{stack.name(key)} {', '.join(values)}" for key, values in a.stack.items()
+                      if key in stack.FIELDS and key not in differ)

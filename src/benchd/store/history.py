@@ -45,6 +45,7 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
     # throttled_fraction: the input of the clock-state hook (measure/history.py, clock_state)
     query = (sa.select(runs.c.id, runs.c.created_at, runs.c.node, runs.c.valid, device_name.label("device"),
                        runs.c.hardware["throttled_fraction"].as_float().label("throttled_fraction"),
+                       runs.c.run_metadata["engine_run"].as_integer().label("engine_run"),
                        *(column.label(name) for name, column in _COLUMNS.items()))
              .join(run_stages, sa.and_(run_stages.c.run_id == runs.c.id, run_stages.c.stage_index == 0,
                                        run_stages.c.gpu == ""))
@@ -55,7 +56,7 @@ def series_runs(store: Store, workload: str, limit: int, node: str | None = None
         query = query.where(device_name == device)
     rows = store._read(query.order_by(runs.c.seq.desc()).limit(min(limit, MAX_RUNS)))
     return [SeriesRun(run_id=r["id"], at=r["created_at"], node=r["node"] or "", device=r["device"] or "",
-                      valid=r["valid"], throttled_fraction=r["throttled_fraction"],
+                      valid=r["valid"], throttled_fraction=r["throttled_fraction"], cold=r["engine_run"] == 1,
                       figures={name: r[name] for name in _COLUMNS}) for r in reversed(rows)]
 
 
@@ -74,12 +75,24 @@ def series_version(store: Store, workload: str, node: str | None = None) -> tupl
 
 
 def stacks(store: Store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Each run's metadata, hardware summary and engine, for the stack between two segments."""
+    """Each run's spec, metadata, hardware summary and node: its stack (measure/stack.py)."""
     out: dict[str, dict[str, Any]] = {}
     ids = list(dict.fromkeys(run_ids))[:MAX_STACKS]
     if ids:
-        query = sa.select(runs.c.id, runs.c.run_metadata, runs.c.hardware, runs.c.engine, runs.c.spec) \
+        query = sa.select(runs.c.id, runs.c.run_metadata, runs.c.hardware, runs.c.engine, runs.c.spec, runs.c.node) \
             .where(runs.c.id.in_(ids))
+        for row in store._read(query):
+            out[row["id"]] = row
+    return out
+
+
+def stacks_and_figures(store: Store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each run's stack's columns (as stacks()) and its figures' (its stage summaries, its energy per token)."""
+    out: dict[str, dict[str, Any]] = {}
+    ids = list(dict.fromkeys(run_ids))[:MAX_STACKS]
+    if ids:
+        query = sa.select(runs.c.id, runs.c.run_metadata, runs.c.hardware, runs.c.spec, runs.c.node, runs.c.summary,
+                          runs.c.energy_per_token_j).where(runs.c.id.in_(ids))
         for row in store._read(query):
             out[row["id"]] = row
     return out

@@ -184,7 +184,7 @@ fleet_runs = sa.Table(
     sa.Column("device_seconds", sa.Float),
     sa.Column("energy_j", sa.Float),
     sa.Column("state", JSON, nullable=False),  # clock state and the host's load over the run
-    sa.Column("stack", JSON, nullable=False),  # measure/history.py's stack_of: what explains a node apart
+    sa.Column("stack", JSON, nullable=False),  # measure/stack.py's stack_of: what explains a node apart
 )
 sa.Index("ix_fleet_runs_workload_device_node", fleet_runs.c.workload, fleet_runs.c.device, fleet_runs.c.node,
          fleet_runs.c.created_at)

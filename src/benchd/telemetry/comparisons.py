@@ -11,11 +11,12 @@ from benchd.telemetry.metrics import Metrics
 
 
 def regression(m: Metrics, workload: str, comparison: Comparison) -> None:
-    """A scheduled run against its baseline: benchd_regression_detected per decided metric, its relative change, and
-    whether the two ran under other clock states."""
+    """A scheduled run against its baseline: benchd_regression_detected per metric with data on both sides (1
+    slower; 0 otherwise, an inconclusive verdict too: a regression not detected, so an alert clears when the data
+    no longer carries it), its relative change, and whether the two ran under other clock states."""
     m.regression_clocks.labels(workload).set(float(comparison.clock_states is not None))
     for change in comparison.metrics:
-        if not change.decided:  # inconclusive, or n/a (no data on a side)
+        if change.verdict == "n/a":  # no data on a side, or no verdict given
             continue
         m.regression.labels(workload, change.metric).set(float(change.verdict == "slower"))
         if change.relative_change is not None:
@@ -39,7 +40,7 @@ def matrix(m: Metrics, workload: str, comparison: MatrixComparison) -> None:
         for change in v.metrics:
             if change.relative_change is not None:
                 m.variant_change.labels(workload, v.label, change.metric).set(change.relative_change)
-            if change.decided and not v.baseline:
+            if change.verdict != "n/a" and not v.baseline:
                 m.variant_regression.labels(workload, v.label, baseline, change.metric).set(
                     float(change.verdict == "slower"))
 
@@ -52,7 +53,7 @@ def matrix_regression(m: Metrics, workload: str, comparison: MatrixComparison) -
     verdicts: dict[str, tuple[float, float | None]] = {}
     for v in comparison.variants:
         for change in v.metrics:
-            if not change.decided or v.baseline:
+            if change.verdict == "n/a" or v.baseline:
                 continue
             found = (float(change.verdict == "slower"), change.relative_change)
             if change.metric not in verdicts or found[0] > verdicts[change.metric][0]:

@@ -220,8 +220,9 @@ class Metrics:
     def _comparisons(self) -> None:
         """Verdicts against a baseline, between a run's GPUs, and a matrix's variants."""
         self.regression = self._family(HotGauge, "benchd_regression_detected",
-                                 "1 when the latest scheduled run is significantly slower than its workload's "
-                                 "baseline on this metric.", ("workload", "metric"))
+                                 "1 when the latest scheduled run is slower than its workload's baseline on this "
+                                 "metric (its interval wholly beyond the threshold); 0 when it is not, or the "
+                                 "comparison cannot tell.", ("workload", "metric"))
         self.regression_change = self._family(HotGauge, "benchd_regression_relative_change",
                                         "(latest − baseline) / baseline for this metric.", ("workload", "metric"))
         self.regression_clocks = self._family(

@@ -48,6 +48,7 @@ class WorkerCore:
         self._loaded_key: tuple[str, ...] | None = None
         self._engine: Engine | None = None
         self._engine_key: tuple | None = None
+        self._engine_runs = 0  # runs the started engine has served
         self._run: tuple[str, Outbox, StopSignal] | None = None
         self._send = threading.Lock()  # a run's events leave before its "done"
         self._cancelled: dict[str, str] = {}  # cancels that arrived before their run started
@@ -182,6 +183,8 @@ class WorkerCore:
         if server:
             metadata.device_name = spec.server()
         metadata.engine_settings = engine.settings()
+        self._engine_runs += 1
+        metadata.engine_run = self._engine_runs
         if not server:
             metadata.torch_threads = torch_threads()  # as the engine set it
             record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
@@ -266,7 +269,7 @@ class WorkerCore:
             with contextlib.suppress(Exception):
                 _release_memory()
             raise
-        self._engine, self._engine_key = engine, key
+        self._engine, self._engine_key, self._engine_runs = engine, key, 0
         return engine
 
     def _renew(self, spec: RunSpec) -> Engine:

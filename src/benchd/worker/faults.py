@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Action = Literal["abort", "exit", "kill", "segfault", "hang", "stall", "slow", "error", "device_assert", "oom"]
+Action = Literal["abort", "exit", "kill", "segfault", "hang", "stall", "slow", "spin", "error", "device_assert",
+                 "oom"]
 # What an injected device fault left behind on a CPU worker, where no real device-side assert can happen: the
 # worker treats it as it treats a CUDA context a real one broke (workers/core.device_fault).
 INJECTED_DEVICE_FAULT: list[str] = []
@@ -22,7 +23,9 @@ class Faults(BaseModel):
     """abort: SIGABRT; exit: the process exits with code 3; kill: SIGKILL (as the OOM killer does); segfault: a
     NULL read; hang: a call that never returns and holds the GIL (a hung driver call: no heartbeat either); stall:
     the model's forward pass never returns (the worker still answers heartbeats, but makes no progress); slow:
-    every forward pass takes delay_s longer (a slow GPU); error: every forward pass raises (an engine fault the
+    every forward pass takes delay_s longer (a slow GPU: it sleeps, so other threads run meanwhile); spin: every
+    forward pass busy-waits delay_s, holding its core and the GIL as more computation would (a known step on a CPU,
+    where a short sleep costs a scheduler's tick more); error: every forward pass raises (an engine fault the
     worker survives); device_assert: after after_s, a forward pass indexes out of bounds on the model's device (a
     real device-side assert on CUDA, which leaves the process's CUDA context unusable; on a CPU, a stand-in that
     marks the device broken the same way); oom: after after_s, one forward pass raises torch's out-of-memory error
@@ -34,7 +37,7 @@ class Faults(BaseModel):
     label: str | None = None  # and, when set, only those with this label
     action: Action = "abort"  # what happens (the class's docstring says what each does)
     after_s: Annotated[float, Field(ge=0)] = 1.0  # into the run (abort, exit, kill, segfault, hang)
-    delay_s: Annotated[float, Field(ge=0)] = 0.0  # per forward pass (slow)
+    delay_s: Annotated[float, Field(ge=0)] = 0.0  # per forward pass (slow, spin)
     devices: list[str] | None = None  # only the workers on these devices (cpu, cuda:0, …); None: every worker
 
     def says(self) -> str:
@@ -53,7 +56,7 @@ def arm(faults: Faults, model=None) -> threading.Event:
     """Start the fault for the run beginning now; setting the returned event disarms it (the run ended first)."""
     disarmed = threading.Event()
     on_cuda = model is not None and next(model.parameters()).device.type == "cuda"
-    if faults.action in ("slow", "stall", "error", "oom") or (faults.action == "device_assert" and not on_cuda):
+    if faults.action in ("slow", "spin", "stall", "error", "oom") or (faults.action == "device_assert" and not on_cuda):
         if model is not None:
             started = time.perf_counter()
             fired = threading.Event()
@@ -67,6 +70,10 @@ def arm(faults: Faults, model=None) -> threading.Event:
                         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 540.00 MiB (injected)")
                 elif faults.action == "slow":
                     time.sleep(faults.delay_s)
+                elif faults.action == "spin":
+                    until = time.perf_counter() + faults.delay_s
+                    while time.perf_counter() < until:
+                        pass
                 elif faults.action == "error":
                     raise RuntimeError("injected engine fault")
                 elif faults.action == "device_assert":

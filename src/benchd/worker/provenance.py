@@ -49,6 +49,7 @@ def torch_threads() -> int:
 
 def record_stack(metadata: RunMetadata, spec, loaded) -> None:
     """What the loaded model runs with, once its engine has started (continuous batching switches attention)."""
+    metadata.dtype = str(loaded.dtype).removeprefix("torch.")
     metadata.quantization = loaded.quantization
     metadata.quantization_method = loaded.quantized.method if loaded.quantized is not None else None
     metadata.quantized_layers = loaded.quantized.layers if loaded.quantized is not None else 0
