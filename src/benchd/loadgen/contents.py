@@ -1,6 +1,7 @@
 """Request contents: prompts (token ids, or text for servers) and output lengths, a pure function of the workload
-and seed (and, for a trace, of its file). Prompts are composed of pieces: fresh random tokens, a group's shared
-prefix, a trace's hash-id blocks, and for a conversation its earlier turns."""
+and seed (and, for a trace, of its file). Prompts are composed of pieces: fresh random tokens (or, for real
+requests, windows of real text), a group's shared prefix, a trace's hash-id blocks, and for a conversation its
+earlier turns."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from benchd.models.texts import ChatText
 from benchd.spec import (
     FixedLength,
     ListLength,
@@ -144,6 +146,19 @@ def contents(workload: Workload, seed: int, vocab_size: int,
     for made, output_len in compose(workload, seed, pieces):
         ids = made[0] if len(made) == 1 else [i for piece in made for i in piece]
         yield RequestContent(prompt_ids=ids, max_new_tokens=output_len)
+
+
+def real_contents(workload: Workload, seed: int, chat: ChatText) -> Iterator[RequestContent]:
+    """Real requests as token ids: each prompt composed as random ones are (a shared prefix's piece shared), its
+    pieces windows of the bundled passages at seeded offsets, then rendered with the chat template around a bundled
+    user turn (drawn with the seed) to exactly the sampled length (models/texts.py, ChatText.prompt)."""
+    pieces: Pieces[list[int]] = Pieces(seed, lambda rng, n: chat.window(rng.randrange(len(chat.corpus)), n),
+                                       lambda ids, n: ids[:n])
+    turns = random.Random(f"benchd-turns-{seed}")
+    for made, output_len in compose(workload, seed, pieces):
+        body = made[0] if len(made) == 1 else [i for piece in made for i in piece]
+        yield RequestContent(prompt_ids=chat.prompt(len(body), body, turns.randrange(len(chat.chats))),
+                             max_new_tokens=output_len)
 
 
 # ---- text, for OpenAI-compatible servers -------------------------------------------------------
