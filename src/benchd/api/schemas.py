@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from benchd.measure.quality import QualitySummary
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, TrainStepSummary
 from benchd.spec import Name, RunSpec
@@ -89,6 +90,9 @@ class RunView(Documented):
     """The verdict: every stage valid (a generate run); null: a timed run, or stored before verdicts were kept."""
     capacity_requests_per_s: float | None = None
     """A capacity search's figure: the highest rate found to meet the SLO, in requests a second."""
+    quality: QualitySummary | None = None
+    """What it generated (real requests or random ids, EOS endings, log-probabilities) and its quality probe's
+    figures (the reference text's perplexity under its stack); null: a timed run, or stored before issue 49."""
     created_at: datetime
     """When it was queued."""
     started_at: datetime | None
@@ -99,7 +103,7 @@ class RunView(Documented):
     @classmethod
     def of(cls, row: dict[str, Any]) -> RunView:
         return cls(metadata=row["run_metadata"],
-                   **{k: v for k, v in row.items() if k not in ("run_metadata", "timeline")})
+                   **{k: v for k, v in row.items() if k not in ("run_metadata", "timeline", "probe")})
 
 
 class RunItem(RunView):
@@ -109,8 +113,8 @@ class RunItem(RunView):
     spec: dict[str, Any] | None
     """The spec as it ran; null when stored larger than a listing shows (omitted names it)."""
     omitted: list[str] = []
-    """The fields stored too large for a listing, null here (spec, summary, metadata, hardware, parts): GET /runs/{id}
-    gives them."""
+    """The fields stored too large for a listing, null here (spec, summary, metadata, hardware, parts, quality): GET
+    /runs/{id} gives them."""
 
 
 class RunPage(Documented):

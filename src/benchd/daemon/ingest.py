@@ -151,7 +151,7 @@ class RunIngest:
     def _tokens(self, event: events.Tokens) -> None:
         book = self._requests[event.request_id].book
         changed = book.tokens(event.request_id, stamps=event.arrival_s, counts=event.arrival_tokens,
-                              token_ids=event.token_ids)
+                              token_ids=event.token_ids, logprobs=event.logprobs)
         if changed is not None:  # the record and the index of its first new arrival: into the histograms
             self.observer.arrivals(*changed)
 

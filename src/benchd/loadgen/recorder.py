@@ -28,16 +28,18 @@ class Recorder:
         if self.book.admitted(request_id, t) is not None:
             self.outbox.put(events.Admitted(request_id, t))
 
-    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None:
-        if self.book.tokens(request_id, (t,), (n,), token_ids) is not None:
+    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = (),
+               logprobs: Sequence[float] = ()) -> None:
+        if self.book.tokens(request_id, (t,), (n,), token_ids, logprobs) is not None:
             self.outbox.put(events.Tokens(request_id, arrival_s=(t,), arrival_tokens=(n,),
-                                          token_ids=tuple(token_ids)))
+                                          token_ids=tuple(token_ids), logprobs=tuple(logprobs)))
 
-    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int]) -> None:
+    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int],
+                       logprobs: Sequence[float] = ()) -> None:
         """One token per stamp, passed on in a batch: the per-call costs once, not once per token."""
-        if self.book.tokens(request_id, stamps, None, token_ids) is not None:
+        if self.book.tokens(request_id, stamps, None, token_ids, logprobs) is not None:
             self.outbox.put(events.Tokens(request_id, arrival_s=tuple(stamps), arrival_tokens=None,
-                                          token_ids=tuple(token_ids)))
+                                          token_ids=tuple(token_ids), logprobs=tuple(logprobs)))
 
     def submitted(self, request_id: str, t: float) -> None:
         """From engines that send at the scheduled time themselves (the stage handed the request over early)."""

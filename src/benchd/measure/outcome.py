@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchd.measure.capacity import CapacityResult
+from benchd.measure.quality import QualitySummary
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
 
@@ -37,13 +38,17 @@ class RunOutcome:
     # stored); part_summaries: each GPU's stage summaries (parts["gpus"][gpu]["stages"], typed).
     parts: dict[str, Any] | None = None
     part_summaries: dict[str, list[StageSummary]] | None = None
+    quality: QualitySummary | None = None  # a generation's outputs (first stage) and probe (measure/quality.py)
 
     @classmethod
     def of(cls, run_id: str, result: RunResult) -> RunOutcome:
         summaries = result.summaries()
-        return cls(run_id, result.spec, result.status, result.error, result.error_stage, result.metadata, summaries,
+        metadata = result.metadata
+        quality = QualitySummary.of(result.stages[0].records, metadata.prompts if metadata else None,
+                                    metadata.probe if metadata else None) if result.stages else None
+        return cls(run_id, result.spec, result.status, result.error, result.error_stage, metadata, summaries,
                    result.valid(summaries), result.capacity(summaries), result.hardware, result.timeline,
-                   list(result.timings), result.parts, result.part_summaries)
+                   list(result.timings), result.parts, result.part_summaries, quality)
 
     @property
     def label(self) -> str | None:

@@ -29,6 +29,7 @@ class RequestRecord:
     arrival_s: list[float] = field(default_factory=list)  # one stamp per arrival (token or stream chunk)
     arrival_tokens: list[int] = field(default_factory=list)  # tokens carried by each arrival
     token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # each generated token's, where the engine gave them
     finished_s: float | None = None
     error: str | None = None
     trace_id: str | None = None  # the request's span, when it was sampled
@@ -97,6 +98,7 @@ class RequestRecord:
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s, "error": self.error,
             "trace_id": self.trace_id, "arrival_s": [t - origin for t in self.arrival_s],
             "arrival_tokens": list(self.arrival_tokens), "token_ids": list(self.token_ids) or None,
+            "logprobs": list(self.logprobs) or None,
         }
 
     @classmethod
@@ -106,7 +108,8 @@ class RequestRecord:
             prompt_tokens=row["prompt_tokens"], max_new_tokens=row["max_new_tokens"],
             scheduled_s=row["scheduled_s"], submitted_s=row["submitted_s"], admitted_s=row["admitted_s"],
             arrival_s=list(row["arrival_s"] or []), arrival_tokens=list(row["arrival_tokens"] or []),
-            token_ids=list(row.get("token_ids") or []), finished_s=row["finished_s"], error=row["error"],
+            token_ids=list(row.get("token_ids") or []), logprobs=list(row.get("logprobs") or []),
+            finished_s=row["finished_s"], error=row["error"],
             trace_id=row["trace_id"],
         )
 
@@ -153,7 +156,7 @@ class RecordBook:
         return record
 
     def tokens(self, request_id: str, stamps: Sequence[float], counts: Sequence[int] | None,
-               token_ids: Sequence[int] = ()) -> tuple[RequestRecord, int] | None:
+               token_ids: Sequence[int] = (), logprobs: Sequence[float] = ()) -> tuple[RequestRecord, int] | None:
         """Arrivals at stamps, carrying counts tokens each (None: one each); the record and the index of its first
         new arrival."""
         record = self.records[request_id]
@@ -163,6 +166,7 @@ class RecordBook:
         record.arrival_s.extend(stamps)
         record.arrival_tokens.extend(counts if counts is not None else [1] * len(stamps))
         record.token_ids.extend(token_ids)
+        record.logprobs.extend(logprobs)
         if not record.warmup:
             self.measured_tokens += sum(counts) if counts is not None else len(stamps)
         return record, start

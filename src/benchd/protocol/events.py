@@ -72,13 +72,15 @@ class Admitted(Event):
 
 
 class Tokens(Event):
-    """Output arrived: arrival_s[i] carried arrival_tokens[i] tokens (None: one each), the ids in token_ids. The
-    names are RequestRecord's (measure/records.py), whose lists these extend."""
+    """Output arrived: arrival_s[i] carried arrival_tokens[i] tokens (None: one each), the ids in token_ids and
+    their log-probabilities in logprobs (where the engine gives them). The names are RequestRecord's
+    (measure/records.py), whose lists these extend."""
 
     request_id: str
     arrival_s: tuple[float, ...]
     arrival_tokens: tuple[int, ...] | None
     token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] = ()
 
 
 class Prompt(Event):

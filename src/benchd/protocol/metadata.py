@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from benchd.protocol.probe import Probe
+
 
 class RunMetadata(BaseModel):
     run_id: str | None = None
@@ -40,5 +42,12 @@ class RunMetadata(BaseModel):
     model_cost: dict | None = None
     peak_memory_bytes: int | None = None  # torch's allocator peak over the run (CUDA only)
     peak_reserved_bytes: int | None = None  # what torch's allocator held at most (CUDA graph pools included)
+    # What the run's requests were (the spec's workload.prompts and ignore_eos as its worker resolved them), whether
+    # its tokens' log-probabilities were kept, and its stack's quality probe (protocol/probe.py; the store keeps it
+    # apart from the metadata: store/operations.py).
+    prompts: str | None = None  # real | random
+    ignore_eos: bool | None = None
+    logprobs: bool | None = None
+    probe: Probe | None = None
     started_at: str
     finished_at: str | None = None

@@ -37,6 +37,19 @@ class Commit(_Strict):
     """The commit's message."""
 
 
+class Quality(_Strict):
+    """What a generation keeps of its outputs and scores beside its speed (measure/quality.py). Unset: on for real
+    requests (workload.prompts), off for random ids, whose outputs say little."""
+
+    logprobs: bool | None = None
+    """Keep each generated token's log-probability (engines that give them: transformers, static, a server that
+    answers logprobs); it costs the engine a softmax over the vocabulary a token."""
+    probe: bool | None = None
+    """After the stages, score the probe set teacher-forced under the run's stack (an in-process engine with a
+    tokenizer): the reference text's perplexity and what a comparison's KL and log-likelihood difference read. Outside
+    every measured window; its seconds are reported."""
+
+
 class SpecBase(_Strict):
     """What every run has: its name, the model and where it runs, the seed, and the stack the model loads with."""
 
@@ -134,6 +147,8 @@ class GenerateSpec(SpecBase):
     engine: str  # each engine's spec: Literal[its name]
     workload: Workload = Field(default_factory=Workload)
     """What is sent and how: arrivals, lengths, when each stage stops, warm-up, the SLO and validity's rules."""
+    quality: Quality = Field(default_factory=Quality)
+    """What it keeps of its outputs (log-probabilities) and whether it scores the quality probe."""
 
     @model_validator(mode="after")
     def _dataset(self) -> GenerateSpec:
