@@ -117,8 +117,9 @@ def quality_rows(comparison: MatrixComparison) -> tuple[list[list[str]], list[st
         if v.baseline:
             baseline_ppl = next((x.quality.baseline_perplexity for x in comparison.variants if x.quality), None)
             rows.append([name, "baseline", "–" if noise is None else _number(noise.exact_match, ".0%"), "–", "–",
-                         "–" if noise is None else f"±{_number(noise.logprob, '.2g')} (noise)",
-                         "–" if noise is None else f"{_number(noise.kl, '.2g')} (noise)", _number(baseline_ppl, ".3f")])
+                         "–" if noise is None or noise.logprob is None else f"±{noise.logprob:.2g} (noise)",
+                         "–" if noise is None or noise.kl is None else f"{noise.kl:.2g} (noise)",
+                         _number(baseline_ppl, ".3f")])
             continue
         if q is None:
             rows.append([name, "–", "–", "–", "–", "–", "–", "–"])
