@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from benchd.engines.handoff import Handoff
+    from benchd.measure.records import TokenCounts
     from benchd.measure.roofline import StepLog
 
 
@@ -40,6 +41,9 @@ class TokenSink(Protocol):
     def submitted(self, request_id: str, t: float) -> None: ...
 
     def prompt_tokens(self, request_id: str, n: int) -> None: ...
+
+    # A server's request, counted twice: by the server's usage and by benchd's tokenizer (measure/records.py).
+    def counted(self, request_id: str, counts: TokenCounts) -> None: ...
 
 
 @dataclass(slots=True, frozen=True)

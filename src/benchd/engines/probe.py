@@ -63,16 +63,27 @@ def _scores(model: torch.nn.Module, ids: list[int], copies: int = 1) -> torch.Te
     return torch.log_softmax(logits, dim=-1)
 
 
+def finite(x: float) -> float | None:
+    """A log-probability as stored: rounded, and None where the stack's arithmetic gave NaN or an infinity (float16
+    overflowing, say), which JSON cannot hold and every comparison counts apart."""
+    return round(x, 5) if math.isfinite(x) else None
+
+
 def _sequence(name: str, scores: torch.Tensor, ids: list[int], first: int, top: bool) -> ProbeSequence:
     targets = torch.tensor(ids[first:], device=scores.device)
     rows = scores[first - 1:]  # the row before each scored token predicts it
     picked = rows.gather(1, targets[:, None])[:, 0]
-    out = ProbeSequence(name=name, logprobs=[round(x, 5) for x in picked.tolist()])
+    out = ProbeSequence(name=name, logprobs=[finite(x) for x in picked.tolist()])
     if top:
         values, indices = rows.topk(TOP_K, dim=-1)
         out.top_ids = indices.tolist()
-        out.top_logprobs = [[round(x, 5) for x in row] for row in values.tolist()]
+        out.top_logprobs = [[finite(x) for x in row] for row in values.tolist()]
     return out
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """Of finite values only; None when any is not finite (a broken stack has no such figure)."""
+    return None if not values or None in values else sum(values) / len(values)
 
 
 @torch.inference_mode()
@@ -99,11 +110,11 @@ def score(loaded: LoadedModel, attention: str | None) -> Probe | None:
     if loaded.device.type == "cuda":
         torch.cuda.synchronize(loaded.device)
     noise = sequences_drift(alone[:NOISE_ANSWERS], copies)
-    text = next(s for s in alone if s.name == "text")
-    answers = [x for s in alone if s.name != "text" for x in s.logprobs]
+    text = _mean(next(s for s in alone if s.name == "text").logprobs)
     digest = hashlib.sha1(repr([ids for _, ids, _ in sequences]).encode()).hexdigest()[:12]
     return Probe(set=f"v{VERSION}-{digest}", attention=implementation, seconds=time.perf_counter() - begun,
                  tokens=sum(len(s.logprobs) for s in alone), sequences=alone,
-                 perplexity=math.exp(-sum(text.logprobs) / len(text.logprobs)),
-                 answer_logprob=sum(answers) / len(answers), noise_logprob=noise.logprob_abs if noise else 0.0,
-                 noise_kl=(noise.kl or 0.0) if noise else 0.0)
+                 nonfinite=sum(x is None for s in alone for x in s.logprobs),
+                 perplexity=None if text is None else math.exp(-text),
+                 answer_logprob=_mean([x for s in alone if s.name != "text" for x in s.logprobs]),
+                 noise_logprob=noise.logprob_abs if noise else 0.0, noise_kl=(noise.kl or 0.0) if noise else 0.0)

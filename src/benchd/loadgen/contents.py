@@ -161,6 +161,21 @@ def real_contents(workload: Workload, seed: int, chat: ChatText) -> Iterator[Req
                              max_new_tokens=output_len)
 
 
+def real_text_contents(workload: Workload, seed: int, chat: ChatText) -> Iterator[RequestContent]:
+    """Real requests as text for a server: each user turn composed and drawn as real_contents' are, without the
+    chat template (a server renders its own), decoded; its length counted again in the tokenizer's tokens (decoding
+    and encoding again can merge a token or two where the pieces meet)."""
+    backend = getattr(chat.tokenizer, "backend_tokenizer", None)
+    pieces: Pieces[list[int]] = Pieces(seed, lambda rng, n: chat.window(rng.randrange(len(chat.corpus)), n),
+                                       lambda ids, n: ids[:n])
+    turns = random.Random(f"benchd-turns-{seed}")
+    for made, output_len in compose(workload, seed, pieces):
+        body = made[0] if len(made) == 1 else [i for piece in made for i in piece]
+        ids = chat.message(len(body), body, turns.randrange(len(chat.chats)))
+        text = backend.decode(ids) if backend is not None else chat.tokenizer.decode(ids)
+        yield RequestContent([], output_len, text, len(encode_ids(chat.tokenizer, text)))
+
+
 # ---- text, for OpenAI-compatible servers -------------------------------------------------------
 
 

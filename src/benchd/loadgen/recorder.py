@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Sequence
 
-from benchd.measure.records import RecordBook, RequestRecord
+from benchd.measure.records import RecordBook, RequestRecord, TokenCounts
 from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
 
@@ -50,6 +50,11 @@ class Recorder:
         """The prompt's length as the server counted it (a chat template included)."""
         self.book.prompt(request_id, n)
         self.outbox.put(events.Prompt(request_id, n))
+
+    def counted(self, request_id: str, counts: TokenCounts) -> None:
+        """A server's request's tokens, by its usage and by benchd's count of the text."""
+        self.book.counted(request_id, counts)
+        self.outbox.put(events.Counted(request_id, *counts.as_tuple()))
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None:
         record = self.book.finished(request_id, t, error)

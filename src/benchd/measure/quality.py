@@ -64,7 +64,7 @@ class QualitySummary(Documented):
     def of(cls, records: Iterable, prompts: str | None, probe: Probe | None) -> QualitySummary:
         good = [r for r in records if not r.warmup and r.ok]
         ended = sum(r.output_tokens < r.max_new_tokens for r in good)
-        logprobs = [x for r in good for x in r.logprobs]
+        logprobs = [x for r in good for x in r.logprobs if x is not None and math.isfinite(x)]
         return cls(prompts=prompts, requests=len(good),
                    output_tokens_mean=float(np.mean([r.output_tokens for r in good])) if good else None,
                    ended_at_eos=ended, eos_share=ended / len(good) if good else None,
@@ -77,11 +77,14 @@ class QualitySummary(Documented):
 # ---- the probe ---------------------------------------------------------------------------------------------------
 
 
-def kl_top(p_ids: Sequence[int], p_logprobs: Sequence[float], q_ids: Sequence[int],
-           q_logprobs: Sequence[float]) -> float:
+def kl_top(p_ids: Sequence[int], p_logprobs: Sequence[float | None], q_ids: Sequence[int],
+           q_logprobs: Sequence[float | None]) -> float | None:
     """KL(p‖q) at one position, over p's likeliest tokens and the rest as one bin, each side known by its own
     likeliest (a token of p's not among q's takes q's least listed probability, an upper bound of its own): a
-    lower-bound estimate of the full KL (merging bins never raises it) that two runs' stored probes can make."""
+    lower-bound estimate of the full KL (merging bins never raises it) that two runs' stored probes can make. None
+    where either side holds a value that is not finite."""
+    if None in p_logprobs or None in q_logprobs:
+        return None
     q_of = dict(zip(q_ids, q_logprobs))
     floor = math.exp(min(q_logprobs)) if q_logprobs else 0.0
     p = [math.exp(x) for x in p_logprobs]
@@ -95,36 +98,43 @@ def kl_top(p_ids: Sequence[int], p_logprobs: Sequence[float], q_ids: Sequence[in
 
 @dataclass(slots=True, frozen=True)
 class Drift:
-    """b against a over the positions both scored: mean log-probability difference (b − a), mean |difference|,
-    mean KL(a‖b) where both have the likeliest tokens, and the positions each mean is over."""
+    """b against a over the positions both scored finite values at: mean log-probability difference (b − a), mean
+    |difference|, mean KL(a‖b) where both have the likeliest tokens, the positions each mean is over, and those
+    where b's values were not finite (where a's were: the baseline itself is broken there, and they are left out)."""
 
-    logprob_diff: float
-    logprob_abs: float
+    logprob_diff: float | None
+    logprob_abs: float | None
     kl: float | None
     positions: int
     kl_positions: int
+    nonfinite: int = 0
 
 
 def sequences_drift(a: Iterable[ProbeSequence], b: Iterable[ProbeSequence]) -> Drift | None:
     """Sequences paired by name (those of equal length); None when none pair."""
     theirs = {s.name: s for s in b}
     diff = absolute = kl = 0.0
-    positions = kl_positions = 0
+    positions = kl_positions = nonfinite = paired = 0
     for ours in a:
         other = theirs.get(ours.name)
         if other is None or len(other.logprobs) != len(ours.logprobs):
             continue
+        paired += 1
         for x, y in zip(ours.logprobs, other.logprobs):
-            diff += y - x
-            absolute += abs(y - x)
-        positions += len(ours.logprobs)
+            if y is None and x is not None:
+                nonfinite += 1
+            elif x is not None and y is not None:
+                diff += y - x
+                absolute += abs(y - x)
+                positions += 1
         for pi, pl, qi, ql in zip(ours.top_ids, ours.top_logprobs, other.top_ids, other.top_logprobs):
-            kl += kl_top(pi, pl, qi, ql)
-            kl_positions += 1
-    if not positions:
+            if (at := kl_top(pi, pl, qi, ql)) is not None:
+                kl += at
+                kl_positions += 1
+    if not paired:
         return None
-    return Drift(diff / positions, absolute / positions, kl / kl_positions if kl_positions else None, positions,
-                 kl_positions)
+    return Drift(diff / positions if positions else None, absolute / positions if positions else None,
+                 kl / kl_positions if kl_positions else None, positions, kl_positions, nonfinite)
 
 
 def probe_drift(a: Probe | None, b: Probe | None) -> Drift | None:
@@ -142,7 +152,7 @@ class Outputs:
     """One run's generated tokens by request index, and their log-probabilities where the engine gave them."""
 
     tokens: dict[int, list[int]] = field(default_factory=dict)
-    logprobs: dict[int, list[float]] = field(default_factory=dict)
+    logprobs: dict[int, list[float | None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)
@@ -182,9 +192,10 @@ def outputs_drift(a: Outputs, b: Outputs) -> OutputsDrift | None:
             divergence.append(first)
         shared = len(ours) if first is None else first
         la, lb = a.logprobs.get(index, []), b.logprobs.get(index, [])
-        n = min(shared, len(la), len(lb))
-        absolute += sum(abs(x - y) for x, y in zip(la[:n], lb[:n]))
-        prefix += n
+        pairs = [(x, y) for x, y in zip(la[:shared], lb[:shared])
+                 if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
+        absolute += sum(abs(x - y) for x, y in pairs)
+        prefix += len(pairs)
     if not requests:
         return None
     return OutputsDrift(requests, identical, divergence, absolute / prefix if prefix else None, prefix)
@@ -240,6 +251,9 @@ class QualityComparison(Documented):
     """The variant's perplexity of the reference text."""
     baseline_perplexity: float | None
     """The baseline's."""
+    nonfinite: int = 0
+    """The variant's probe positions whose log-probability was not finite (NaN, an infinity) where the baseline's
+    was: a stack whose arithmetic broke (float16 overflowing), different whatever the rest says."""
     noise: QualityNoise
     """The baseline's own drift, which the variant's must exceed."""
     verdict: QualityVerdict
@@ -260,15 +274,17 @@ def _noise(baseline: list[RunQuality]) -> QualityNoise:
             if (outputs := outputs_drift(a.outputs, b.outputs)) is not None:
                 matches.append(outputs.exact_match)
             if (drift := probe_drift(a.probe, b.probe)) is not None:
-                logprobs.append(abs(drift.logprob_diff))
+                if drift.logprob_diff is not None:
+                    logprobs.append(abs(drift.logprob_diff))
                 if drift.kl is not None:
                     kls.append(drift.kl)
     return QualityNoise(pairs=pairs, exact_match=min(matches) if matches else None, kl=max(kls) if kls else None,
                         logprob=max(logprobs) if logprobs else None)
 
 
-def _mean(values: list[float]) -> float | None:
-    return float(np.mean(values)) if values else None
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
 
 
 def compare_quality(baseline: Sequence[RunQuality | None], variant: Sequence[RunQuality | None]) -> QualityComparison:
@@ -280,6 +296,7 @@ def compare_quality(baseline: Sequence[RunQuality | None], variant: Sequence[Run
     divergence: list[int] = []
     prefix_abs, prefix_n = 0.0, 0
     diffs, kls, perplexities = [], [], []
+    nonfinite = 0
     for a, b in zip(baseline, variant):
         if a is None or b is None:
             continue
@@ -292,26 +309,31 @@ def compare_quality(baseline: Sequence[RunQuality | None], variant: Sequence[Run
                 prefix_n += outputs.prefix_tokens
         if (drift := probe_drift(a.probe, b.probe)) is not None:
             diffs.append(drift.logprob_diff)
+            nonfinite += drift.nonfinite
             if drift.kl is not None:
                 kls.append(drift.kl)
         if b.probe is not None:
             perplexities.append(b.probe.perplexity)
     exact = identical / requests if requests else None
     kl, diff = _mean(kls), _mean(diffs)
-    verdict, reason = judge(exact, kl, diff, noise)
+    verdict, reason = judge(exact, kl, diff, noise, nonfinite)
     return QualityComparison(
         requests=requests, identical_requests=identical, exact_match=exact,
         first_divergence_p50=float(np.median(divergence)) if divergence else None,
         prefix_logprob_abs=prefix_abs / prefix_n if prefix_n else None, logprob_diff=diff, kl=kl,
         perplexity=_mean(perplexities),
-        baseline_perplexity=_mean([r.probe.perplexity for r in base if r.probe is not None]),
+        baseline_perplexity=_mean([r.probe.perplexity for r in base if r.probe is not None]), nonfinite=nonfinite,
         noise=noise, verdict=verdict, reason=reason)
 
 
-def judge(exact: float | None, kl: float | None, diff: float | None,
-          noise: QualityNoise) -> tuple[QualityVerdict, str]:
-    """The probe decides where both sides have one: different when its KL or its log-likelihood difference exceeds
-    NOISE_FACTOR × the baseline's noise and the floor; else the outputs against the baseline's repeats."""
+def judge(exact: float | None, kl: float | None, diff: float | None, noise: QualityNoise,
+          nonfinite: int = 0) -> tuple[QualityVerdict, str]:
+    """The probe decides where both sides have one: different when the variant's log-probabilities are not finite
+    where the baseline's are, or when its KL or its log-likelihood difference exceeds NOISE_FACTOR × the baseline's
+    noise and the floor; else the outputs against the baseline's repeats."""
+    if nonfinite:
+        return "different", (f"the probe's log-probabilities are not finite (NaN or infinite) at {nonfinite} "
+                             "positions where the baseline's are: the stack's arithmetic broke")
     if kl is not None or diff is not None:
         kl_bound = max(NOISE_FACTOR * (noise.kl or 0.0), KL_FLOOR)
         diff_bound = max(NOISE_FACTOR * (noise.logprob or 0.0), LOGPROB_FLOOR)

@@ -83,6 +83,16 @@ class ChatText:
         filler = [*body[:pad - len(self.separator)], *self.separator] if pad > len(self.separator) else body[:pad]
         return [*self.head, *filler, *question, *self.tail]
 
+    def message(self, n: int, body: list[int], chat: int) -> list[int]:
+        """A user turn of n tokens without the template (a server's chat API renders it): the body cut to what the
+        turn leaves, a blank line, the turn; too short for the whole turn, its last n tokens."""
+        question = self.chats[chat % len(self.chats)]
+        pad = n - len(question)
+        if pad <= 0:
+            return question[-n:]
+        return [*body[:pad - len(self.separator)], *self.separator, *question] if pad > len(self.separator) \
+            else [*body[:pad], *question]
+
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """A conversation rendered with the template, the assistant's turn begun: what a server's chat API counts."""
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -119,6 +129,9 @@ def resolved(spec: GenerateSpec) -> GenerateSpec:
     workload = spec.workload.model_copy(update={
         "prompts": "real" if sent_real else "random",
         "ignore_eos": (not sent_real) if spec.workload.ignore_eos is None else spec.workload.ignore_eos})
-    quality = spec.quality.model_copy(update={name: sent_real for name in ("logprobs", "probe")
+    # A server's tokens' log-probabilities are not asked for (not every server answers them), nor can a server's stack
+    # be probed: both are for a model loaded here.
+    scored = sent_real and spec.engine_record.loads_model
+    quality = spec.quality.model_copy(update={name: scored for name in ("logprobs", "probe")
                                               if getattr(spec.quality, name) is None})
     return spec.model_copy(update={"workload": workload, "quality": quality})

@@ -90,6 +90,17 @@ class Prompt(Event):
     prompt_tokens: int
 
 
+class Counted(Event):
+    """A server's request counted twice: by the server's usage (None: it gave none) and by benchd's tokenizer
+    (measure/records.py, TokenCounts)."""
+
+    request_id: str
+    server_prompt: int | None
+    server_output: int | None
+    prompt: int
+    output: int
+
+
 class Finished(Event):
     request_id: str
     t_s: float
@@ -192,7 +203,7 @@ class TimedProgress(Event):
     duration_s: float | None
 
 
-AnyEvent = (Phase | StageStart | Request | Submitted | Admitted | Tokens | Prompt | Finished | Load | Drain
+AnyEvent = (Phase | StageStart | Request | Submitted | Admitted | Tokens | Prompt | Counted | Finished | Load | Drain
             | StageEnd | Steps | EngineRestart | Timing | TimedStage | Span | TimedProgress)
 
 # Made whatever the engine does: not progress (a stalled engine still gets requests and has its load sampled).

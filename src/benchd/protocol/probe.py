@@ -16,9 +16,10 @@ class ProbeSequence(BaseModel):
     """One sequence of the probe set, scored after its first position (or its prompt)."""
 
     name: str  # answer-0 … (an answer after its question, chat template and all), text (the reference text)
-    logprobs: list[float]  # natural log of the probability of each scored token given those before it
+    logprobs: list[float | None]  # natural log of the probability of each scored token given those before it (None:
+    # not finite, NaN or an infinity: the stack's arithmetic broke there)
     top_ids: list[list[int]] = []  # each scored position's likeliest tokens (TOP_K), likeliest first: answers only
-    top_logprobs: list[list[float]] = []  # their log-probabilities
+    top_logprobs: list[list[float | None]] = []  # their log-probabilities
 
 
 class Probe(Documented):
@@ -35,10 +36,13 @@ class Probe(Documented):
     """Positions scored."""
     sequences: list[ProbeSequence]
     """Each sequence, scored alone (a batch of one)."""
-    perplexity: float
-    """exp(−mean log-probability) of the reference text: reference-free, a broken kernel's shows with no baseline."""
-    answer_logprob: float
-    """Mean log-probability a token of the written answers."""
+    nonfinite: int = 0
+    """Positions whose log-probability was not finite (NaN, an infinity): a stack that computes garbage."""
+    perplexity: float | None
+    """exp(−mean log-probability) of the reference text: reference-free, a broken kernel's shows with no baseline
+    (null: not finite)."""
+    answer_logprob: float | None
+    """Mean log-probability a token of the written answers (null: not finite)."""
     noise_logprob: float
     """Mean |Δ log-probability| a token between scoring the first answers alone and in a batch of copies: the stack's
     own numerical noise (other kernels' tilings, reduction orders)."""

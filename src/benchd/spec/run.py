@@ -39,11 +39,12 @@ class Commit(_Strict):
 
 class Quality(_Strict):
     """What a generation keeps of its outputs and scores beside its speed (measure/quality.py). Unset: on for real
-    requests (workload.prompts), off for random ids, whose outputs say little."""
+    requests (workload.prompts) to a model loaded in benchd's worker, off for random ids, whose outputs say little,
+    and for a server's model."""
 
     logprobs: bool | None = None
-    """Keep each generated token's log-probability (engines that give them: transformers, static, a server that
-    answers logprobs); it costs the engine a softmax over the vocabulary a token."""
+    """Keep each generated token's log-probability (the transformers and static engines); it costs the engine a
+    softmax over the vocabulary a token."""
     probe: bool | None = None
     """After the stages, score the probe set teacher-forced under the run's stack (an in-process engine with a
     tokenizer): the reference text's perplexity and what a comparison's KL and log-likelihood difference read. Outside

@@ -13,7 +13,7 @@ from benchd import heap
 from benchd.engines import Engine, create_engine
 from benchd.engines.probe import score
 from benchd.hardware.speed import DeviceSpeed, measure
-from benchd.loadgen.contents import contents, real_contents, text_contents
+from benchd.loadgen.contents import contents, real_contents, real_text_contents, text_contents
 from benchd.loadgen.stage import run_stages
 from benchd.measure.roofline import ModelCost
 from benchd.models.confinement import Opened, open_confined
@@ -168,17 +168,18 @@ class WorkerCore:
         load_s = None
         if server:
             tokenizer = load_tokenizer(spec.tokenizer()) if spec.tokenizer() else None
-            new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
+            if spec.workload.prompts == "real":
+                chat = ChatText(_chat_tokenizer(tokenizer, spec.tokenizer() or "its server's model"))
+                new_stream = lambda: real_text_contents(spec.workload, spec.seed, chat).__next__  # noqa: E731
+            else:
+                new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
         else:
             load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
                                      spec.quantization, loading_attention(spec.attn_implementation), model[1])
             check_fits(spec, self._loaded.max_positions)
             loaded = self._loaded
             if spec.workload.prompts == "real":
-                if not has_chat_template(loaded.tokenizer):
-                    raise SpecError(f"workload.prompts: real requests are rendered with the model's chat template, "
-                                    f"and {spec.model} has no tokenizer with one")
-                chat = ChatText(loaded.tokenizer)
+                chat = ChatText(_chat_tokenizer(loaded.tokenizer, spec.model))
                 new_stream = lambda: real_contents(spec.workload, spec.seed, chat).__next__  # noqa: E731
             else:
                 new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
@@ -323,6 +324,14 @@ class WorkerCore:
     def held(self) -> tuple[str, ...] | None:
         """The model kept loaded: (ref, dtype, device, quantization, attention implementation)."""
         return self._loaded_key
+
+
+def _chat_tokenizer(tokenizer, model: str):
+    """The tokenizer real requests are made with: one that has a chat template."""
+    if not has_chat_template(tokenizer):
+        raise SpecError(f"workload.prompts: real requests are made with a tokenizer that has a chat template, and "
+                        f"{model} has none")
+    return tokenizer
 
 
 def device_fault(device) -> str | None:
