@@ -262,7 +262,7 @@ def test_a_result_directory_gives_the_records_the_store_gives(tiny, tmp_path):
     from the directory is the side read from the store, sample for sample."""
     from benchd.daemon.inprocess import LocalPool
     from benchd.daemon.lifecycle import Lifecycle
-    from benchd.measure.compare import side_from_directories, side_from_store
+    from benchd.measure.sides import side_from_directories, side_from_store
     from benchd.report.outputs import write_outputs
     from benchd.stopping import StopSignal
     from benchd.store.database import Store

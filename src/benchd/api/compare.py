@@ -14,7 +14,8 @@ from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, errors
 from benchd.measure.bootstrap import OverBudget
-from benchd.measure.compare import Comparison, compare, side_from_store
+from benchd.measure.compare import Comparison, compare
+from benchd.measure.sides import side_from_store
 from benchd.report.comparison import comparison_page
 from benchd.spec import Name
 from benchd.spec.fields import FLOAT_MAX, Documented, Strict

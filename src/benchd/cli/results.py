@@ -107,7 +107,8 @@ def _is_result_path(item: str) -> bool:
 
 
 def _compare_directories(sides: list[list[str]], threshold: float | None, confidence: float | None):
-    from benchd.measure.compare import CONFIDENCE, THRESHOLD, NotAResult, compare, side_from_directories
+    from benchd.measure.compare import CONFIDENCE, THRESHOLD, compare
+    from benchd.measure.sides import NotAResult, side_from_directories
     from benchd.report.comparison import comparison_page
 
     try:

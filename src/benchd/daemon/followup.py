@@ -13,8 +13,9 @@ from benchd.daemon.queue import Job
 from benchd.daemon.schedules import Schedules
 from benchd.daemon.settings import Settings
 from benchd.daemon.streams import RunEvent, RunEvents
-from benchd.measure.compare import compare, side_from_store
+from benchd.measure.compare import compare
 from benchd.measure.result import RunResult
+from benchd.measure.sides import side_from_store
 from benchd.store.database import Store
 from benchd.telemetry import comparisons
 from benchd.telemetry.metrics import Metrics

@@ -13,7 +13,7 @@ import torch
 from transformers import AttentionInterface
 
 from benchd.engines import varlen
-from benchd.measure.quality import sequences_drift
+from benchd.measure.drift import sequences_drift
 from benchd.models.loading import LoadedModel
 from benchd.models.texts import has_chat_template, probe_sequences
 from benchd.protocol.probe import TOP_K, VERSION, Probe, ProbeSequence
@@ -46,13 +46,16 @@ def varlen_unpaged(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
 
 
 def unpaged(implementation: str) -> str:
-    """The plain forward's form of an attention implementation (continuous batching's paged|x is x)."""
+    """The plain forward's form of an attention implementation (continuous batching's paged|x is x, torch's varlen
+    kernel through the adapter above); one that only runs paged (a kernel that reads the paged cache in place) has
+    none, and the probe runs sdpa: its figures then speak for the weights, dtype and quantization, and the outputs'
+    exact match and first divergence for the kernel."""
     base = base_attention(implementation)
     if base == varlen.VARLEN:
         varlen.register()
         AttentionInterface.register(UNPAGED_VARLEN, varlen_unpaged)
         return UNPAGED_VARLEN
-    return base
+    return base if base == "eager" or base in AttentionInterface().valid_keys() else "sdpa"
 
 
 def _scores(model: torch.nn.Module, ids: list[int], copies: int = 1) -> torch.Tensor:

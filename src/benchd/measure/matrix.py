@@ -19,7 +19,7 @@ from benchd.measure.compare import (
     compare,
     metric_change,
 )
-from benchd.measure.quality import Outputs, QualityComparison, RunQuality, compare_quality
+from benchd.measure.quality import QualityComparison, RunQuality, compare_quality, run_quality
 from benchd.measure.roofline import moved_toward, utilisation
 from benchd.protocol.probe import Probe
 from benchd.spec.fields import Documented
@@ -69,8 +69,7 @@ def run_figures(run_id: str, status: str, records: Sequence, summary: dict | Non
         peak_memory_bytes=peak if peak is not None else hw.get("gpu_memory_peak_bytes"),
         weight_bytes=meta.get("weight_bytes"), model_load_s=meta.get("model_load_s"),
         tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
-        quality=RunQuality(run_id, Outputs({r.index: list(r.token_ids) for r in good if r.token_ids},
-                                           {r.index: list(r.logprobs) for r in good if r.logprobs}), probe),
+        quality=run_quality(run_id, records, probe),
         stack={k: meta.get(k) for k in STACK},
         invalid=[i["check"] for i in (summary or {}).get("invalid") or []], roofline=(summary or {}).get("roofline"),
         clocks=(summary or {}).get("clocks") or [])

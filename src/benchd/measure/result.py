@@ -184,4 +184,5 @@ class RunResult:
             "capacity": found.model_dump(mode="json") if found is not None else None,
             "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
             "parts": self.parts,
+            "quality": outcome.quality.model_dump(mode="json") if outcome.quality is not None else None,
         }

@@ -27,8 +27,10 @@ MARKS = {"faster": "✓", "smaller": "✓", "slower": "✗", "larger": "✗", "n
 # all the baseline's, and the probe's KL a token (measure/quality.py)
 SUMMARY_HEAD = ("variant", "runs", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "peak memory", "quality")
 STACK_HEAD = ("variant", "attention", "quantized", "weights", "load", "MBU / MFU (of bound)")
-QUALITY_HEAD = ("variant", "verdict", "same requests", "first divergence p50", "prefix |Δ logprob|",
-                "probe Δ log-likelihood", "probe KL", "perplexity")
+# Quality, each against the baseline: its verdict, the requests whose tokens are all the baseline's, the median
+# position of the first that is not, the shared prefix's mean |Δ log-probability|, the probe's mean Δ log-likelihood
+# and KL a token, the reference text's perplexity (measure/quality.py; the baseline's row: its own noise).
+QUALITY_HEAD = ("variant", "verdict", "same", "diverges at", "prefix |Δ lp|", "probe Δ ll", "probe KL", "ppl")
 
 
 def spaced(label: str) -> str:
@@ -240,7 +242,8 @@ def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
         sections.append(section("Variants", table(SUMMARY_HEAD, cells, 2, raw=True, kind="variants"),
                                 notes(saturated, "note error"), notes([legend(comparison)]), anchor="summary"))
         rows, reasons = quality_rows(comparison)
-        sections.append(section("Quality", table(QUALITY_HEAD, rows, 2), notes(reasons), anchor="quality",
+        rows = [[breakable(r[0]), *(esc(c) for c in r[1:])] for r in rows]
+        sections.append(section("Quality", table(QUALITY_HEAD, rows, 2, raw=True), notes(reasons), anchor="quality",
                                 about="what each variant generated for the same requests and its stack's probe, "
                                       "against the baseline's and the baseline's own noise between its repeats"))
         sections.append(section("Throughput against latency", _tradeoff(comparison, good, document),

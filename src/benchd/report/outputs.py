@@ -13,6 +13,7 @@ from rich.table import Table
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.compare import REQUESTS_FILE, Comparison
 from benchd.measure.context import device
+from benchd.measure.quality import QualitySummary
 from benchd.measure.result import RunResult
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import CSV_COLUMNS as KERNEL_CSV_COLUMNS
@@ -30,6 +31,8 @@ from benchd.report.tables import (
     hardware_line,
     kernel_rows,
     parse_summaries,
+    quality_line,
+    quality_verdict_line,
     roofline_rows,
     same_stack,
     stack_line,
@@ -197,7 +200,8 @@ def print_summary(result: RunResult, console: Console | None = None) -> None:
               result.status, result.error, outcome.summaries,
               capacity_line(found) if found is not None else None, result.parts, result.hardware,
               (result.timeline or {}).get("server"),
-              stack_line(result.metadata.model_dump()) if result.metadata is not None else None)
+              stack_line(result.metadata.model_dump()) if result.metadata is not None else None,
+              quality_line(outcome.quality))
 
 
 def print_stored(run: dict, console: Console) -> None:
@@ -215,12 +219,13 @@ def print_stored(run: dict, console: Console) -> None:
     print_run(console, title, about, kind, run["status"], run.get("error"),
               parse_summaries(kind, run.get("summary") or []),
               None if capacity is None else f"capacity under SLO: {capacity:g} requests/s", run.get("parts"),
-              hardware, None, stack_line(metadata))
+              hardware, None, stack_line(metadata),
+              quality_line(QualitySummary.model_validate(run["quality"]) if run.get("quality") else None))
 
 
 def print_run(console: Console, title: str, about: str | None, kind: str, status: str, error: str | None,
               summaries: list, capacity: str | None, parts: dict | None, hardware: HardwareSummary | None,
-              server: dict | None, stack: str | None = None) -> None:
+              server: dict | None, stack: str | None = None, quality: str | None = None) -> None:
     if about:
         console.print(escape(about), highlight=False)
     if not summaries and status != "succeeded":
@@ -246,6 +251,8 @@ def print_run(console: Console, title: str, about: str | None, kind: str, status
         console.print(gpus)
     if stack:
         console.print(escape(stack), highlight=False)
+    if quality:
+        console.print(escape(quality), highlight=False)
     if hardware is not None:
         console.print(escape(hardware_line(hardware)), highlight=False)
     if server is not None and server.get("warning"):
@@ -288,4 +295,7 @@ def comparison_table(result: Comparison) -> Group:
         table.add_row(*map(escape, row))
     parts.append(table)
     parts += [Text(note) for note in notes]
+    if result.quality is not None:  # beside the speed: the same outputs, or different ones
+        parts.append(Text(quality_verdict_line(result.quality),
+                          style="bold red" if result.quality.verdict == "different" else ""))
     return Group(*parts)

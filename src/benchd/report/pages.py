@@ -12,6 +12,7 @@ import numpy as np
 
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.context import device
+from benchd.measure.quality import QualitySummary
 from benchd.measure.records import RequestRecord
 from benchd.report import charts, scatter
 from benchd.report.charts import Band, Line, Span
@@ -24,6 +25,7 @@ from benchd.report.tables import (
     hardware_line,
     kernel_rows,
     parse_summaries,
+    quality_line,
     size,
     summary_rows,
     train_step_rows,
@@ -69,6 +71,8 @@ def run_page(run: dict, rows: list[dict]) -> str:
             + " · ".join(esc(x) for x in facts if x))
     error = run.get("error")
     top = [esc(hardware_line(hardware)) if hardware else "no hardware summary"]
+    if line := quality_line(QualitySummary.model_validate(run["quality"]) if run.get("quality") else None):
+        top.append(esc(line))
     if error:
         top.insert(0, f'<span class="error">{esc(error)}</span>')
     summary = "".join(f'<p class="note">{line}</p>' for line in top)

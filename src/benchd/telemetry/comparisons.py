@@ -14,6 +14,8 @@ def regression(m: Metrics, workload: str, comparison: Comparison) -> None:
     """A scheduled run against its baseline: benchd_regression_detected per decided metric, its relative change, and
     whether the two ran under other clock states."""
     m.regression_clocks.labels(workload).set(float(comparison.clock_states is not None))
+    if comparison.quality is not None and comparison.quality.verdict != "unknown":
+        m.quality_different.labels(workload).set(float(comparison.quality.verdict == "different"))
     for change in comparison.metrics:
         if not change.decided:  # inconclusive, or n/a (no data on a side)
             continue
@@ -36,6 +38,13 @@ def matrix(m: Metrics, workload: str, comparison: MatrixComparison) -> None:
             m.variant_weight_bytes.labels(workload, v.label).set(v.weight_bytes)
         if v.tokens is not None and v.tokens.ratio is not None:
             m.variant_token_agreement.labels(workload, v.label).set(v.tokens.ratio)
+        if (q := v.quality) is not None:
+            if q.verdict != "unknown":
+                m.variant_different.labels(workload, v.label).set(float(q.verdict == "different"))
+            for family, value in ((m.variant_exact_match, q.exact_match), (m.variant_kl, q.kl),
+                                  (m.variant_logprob_diff, q.logprob_diff)):
+                if value is not None:
+                    family.labels(workload, v.label).set(value)
         for change in v.metrics:
             if change.relative_change is not None:
                 m.variant_change.labels(workload, v.label, change.metric).set(change.relative_change)
