@@ -79,19 +79,22 @@ class ChatText:
             return [*self.head, *question, *self.tail][-n:]
         if room < len(question):
             return [*self.head, *question[-room:], *self.tail]
-        pad = room - len(question)
-        filler = [*body[:pad - len(self.separator)], *self.separator] if pad > len(self.separator) else body[:pad]
-        return [*self.head, *filler, *question, *self.tail]
+        return [*self.head, *self._filler(body, room - len(question)), *question, *self.tail]
 
     def message(self, n: int, body: list[int], chat: int) -> list[int]:
         """A user turn of n tokens without the template (a server's chat API renders it): the body cut to what the
         turn leaves, a blank line, the turn; too short for the whole turn, its last n tokens."""
         question = self.chats[chat % len(self.chats)]
-        pad = n - len(question)
-        if pad <= 0:
+        if n <= len(question):
             return question[-n:]
-        return [*body[:pad - len(self.separator)], *self.separator, *question] if pad > len(self.separator) \
-            else [*body[:pad], *question]
+        return [*self._filler(body, n - len(question)), *question]
+
+    def _filler(self, body: list[int], pad: int) -> list[int]:
+        """pad tokens before the turn: the body's first tokens and a blank line (too little room: the blank line's
+        tokens alone, so that no word runs into the turn)."""
+        if pad <= len(self.separator):
+            return self.separator[:pad]
+        return [*body[:pad - len(self.separator)], *self.separator]
 
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """A conversation rendered with the template, the assistant's turn begun: what a server's chat API counts."""

@@ -69,7 +69,10 @@ class _StampingStreamer(BaseStreamer):
         for row, (slot, token) in enumerate(zip(self.slots, value.tolist())):
             if slot.done:
                 continue
-            slot.sink.tokens(slot.request.request_id, t, 1, (token,), (logprobs[row],) if logprobs else ())
+            if logprobs:
+                slot.sink.tokens(slot.request.request_id, t, 1, (token,), (logprobs[row],))
+            else:
+                slot.sink.tokens(slot.request.request_id, t, 1, (token,))
             slot.produced += 1
             # After EOS generate() pads the row: those are not tokens of the request.
             if slot.produced >= slot.request.max_new_tokens or token in self.eos_ids:

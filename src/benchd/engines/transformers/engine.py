@@ -329,10 +329,12 @@ class TransformersEngine:
             # The generation thread appends the stamp, then the token (and its log-probability with it, when asked
             # for): only what is present in each is complete.
             ready = min(len(stamps), len(tokens), len(logprobs) if self._config.return_logprobs else len(tokens))
-            if ready > stream.seen:
+            if ready > stream.seen and self._config.return_logprobs:
                 sink.stamped_tokens(request_id, stamps[stream.seen:ready], tokens[stream.seen:ready],
-                                    logprobs[stream.seen:ready] if self._config.return_logprobs else ())
-                stream.seen = ready
+                                    logprobs[stream.seen:ready])
+            elif ready > stream.seen:
+                sink.stamped_tokens(request_id, stamps[stream.seen:ready], tokens[stream.seen:ready])
+            stream.seen = max(stream.seen, ready)
 
     def _fail_all(self, error: str) -> None:
         t = time.perf_counter()
