@@ -31,8 +31,10 @@ $(VENV_NEWEST)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# The quick start runs the real preset (its first start converts it, about a minute; bench/quickstart_model.py
+# measured the rest: docs/benchmarks.md); BENCHD_MODEL=tiny for the random-weights one.
 serve: $(VENV)/.installed
-	$(VENV)/bin/benchd serve
+	BENCHD_MODEL=$${BENCHD_MODEL:-smollm2-135m} $(VENV)/bin/benchd serve
 
 run: $(VENV)/.installed
 	$(VENV)/bin/benchd run examples/tiny-poisson.yaml --out runs/tiny-poisson
@@ -79,6 +81,9 @@ $(HELM):
 PYTEST_PARALLEL = -n 2 --dist loadgroup
 ENGINE_TESTS = tests/engines tests/worker
 # ruff (its rules in pyproject.toml) and the layout's checks first: a second or two, before the suite's minutes.
+# torch's OpenMP threads wait passively: spinning, they took a busy 2-core machine from every other process (a
+# forward pass of the real preset 8 s instead of 0.4 s, issue 49).
+test: export OMP_WAIT_POLICY = PASSIVE
 test: system-deps $(HELM) $(VENV)/.installed $(VENV_NEWEST)/.installed
 	$(VENV)/bin/ruff check src tests docs/generate.py
 	$(VENV)/bin/python -m pytest -q tests/test_layout.py

@@ -1,6 +1,6 @@
 """A real preset's weights where its package put them, and the converted directory they become: keyed by the GGUF
-file's checksum under benchd's cache (BENCHD_CACHE, else $XDG_CACHE_HOME/benchd, else ~/.cache/benchd), which a
-machine keeps across checkouts (a CI job's clean clone, a new virtual environment) and the converter fills once."""
+file's checksum under benchd's cache ($XDG_CACHE_HOME/benchd, else ~/.cache/benchd), which a machine keeps across
+checkouts (a CI job's clean clone, a new virtual environment) and the converter fills once."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ FORMAT = 1
 
 
 def cache_root() -> Path:
-    if explicit := os.environ.get("BENCHD_CACHE"):
-        return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "benchd"
 
