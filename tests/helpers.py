@@ -120,8 +120,10 @@ OPENAI_SINCE = {"head_timeout_s": 60.0}  # the openai section's
 # Issue 41: a stage's drain (stop.drain_s), and dispatch lag judged against the latencies (new rules; the 1 ms p99,
 # the default then, is a ceiling a spec sets now, unset by default); a stage's cut share and its GPUs' slowdown.
 VALIDITY_SINCE = {"dispatch_lag_floor_s": 0.001, "max_dispatch_lag_ttft_share": 0.1, "max_cut_share": 0.01,
-                  "max_slowdown_share": 0.05}
-# Issue 49: real requests (workload.prompts) and what a generation keeps and scores of its outputs (quality).
+                  "max_slowdown_share": 0.05,
+                  "max_count_disagreement_share": 0.0}  # issue 49: a server's token counts against benchd's
+# Issue 49: real requests (workload.prompts), what a generation keeps and scores of its outputs (quality), and a
+# server's token counts checked against benchd's (a validity rule).
 PROMPTS_SINCE = {"prompts": "auto"}
 QUALITY_SINCE = {"quality": {"logprobs": None, "probe": None}}
 

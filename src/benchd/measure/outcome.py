@@ -45,7 +45,8 @@ class RunOutcome:
         summaries = result.summaries()
         metadata = result.metadata
         quality = QualitySummary.of(result.stages[0].records, metadata.prompts if metadata else None,
-                                    metadata.probe if metadata else None) if result.stages else None
+                                    metadata.probe if metadata else None,
+                                    metadata.probe_error if metadata else None) if result.stages else None
         return cls(run_id, result.spec, result.status, result.error, result.error_stage, metadata, summaries,
                    result.valid(summaries), result.capacity(summaries), result.hardware, result.timeline,
                    list(result.timings), result.parts, result.part_summaries, quality)

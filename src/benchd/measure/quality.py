@@ -60,16 +60,19 @@ class QualitySummary(Documented):
     """What the probe cost after the run (s)."""
     probe_tokens: int | None = None
     """Positions the probe scored."""
+    probe_error: str | None = None
+    """Why the probe could not be scored, where it failed (the run's figures stand)."""
 
     @classmethod
-    def of(cls, records: Iterable, prompts: str | None, probe: Probe | None) -> QualitySummary:
+    def of(cls, records: Iterable, prompts: str | None, probe: Probe | None,
+           probe_error: str | None = None) -> QualitySummary:
         good = [r for r in records if not r.warmup and r.ok]
         ended = sum(r.output_tokens < r.max_new_tokens for r in good)
         logprobs = [x for r in good for x in r.logprobs if x is not None and math.isfinite(x)]
         return cls(prompts=prompts, requests=len(good),
                    output_tokens_mean=float(np.mean([r.output_tokens for r in good])) if good else None,
                    ended_at_eos=ended, eos_share=ended / len(good) if good else None,
-                   logprob_mean=float(np.mean(logprobs)) if logprobs else None,
+                   logprob_mean=float(np.mean(logprobs)) if logprobs else None, probe_error=probe_error,
                    **({} if probe is None else {
                        "perplexity": probe.perplexity, "answer_logprob": probe.answer_logprob,
                        "probe_noise_kl": probe.noise_kl, "probe_s": probe.seconds, "probe_tokens": probe.tokens}))

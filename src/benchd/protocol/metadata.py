@@ -49,5 +49,6 @@ class RunMetadata(BaseModel):
     ignore_eos: bool | None = None
     logprobs: bool | None = None
     probe: Probe | None = None
+    probe_error: str | None = None  # why the probe could not be scored (out of memory, an attention it refused)
     started_at: str
     finished_at: str | None = None

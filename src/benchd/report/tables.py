@@ -116,6 +116,8 @@ def quality_line(q: QualitySummary | None) -> str | None:
             f"{q.output_tokens_mean:.1f} tokens a request")
     if q.logprob_mean is not None:
         line += f", log-probability {q.logprob_mean:.3f} a token"
+    if q.probe_error is not None:
+        line += f"; probe failed: {q.probe_error}"
     if q.probe_s is not None:
         line += (f"; probe: perplexity {'not finite' if q.perplexity is None else f'{q.perplexity:.3f}'} "
                  f"({q.probe_tokens} positions, {q.probe_s:.1f} s after the run)")

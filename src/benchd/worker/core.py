@@ -218,7 +218,11 @@ class WorkerCore:
             # After every stage: the probe under the stack the run measured, its cost told (engines/probe.py); a
             # tensor-parallel group's forward pass is collective, and its ranks do not score it.
             self._phase(outbox, "probe")
-            metadata.probe = score(self._loaded, engine.attention.implementation if engine.attention else None)
+            try:
+                metadata.probe = score(self._loaded, engine.attention.implementation if engine.attention else None)
+            except (RuntimeError, ValueError) as failure:  # what the run measured stands; the probe says why not
+                first = str(failure).splitlines()[0] if str(failure) else ""
+                metadata.probe_error = f"{type(failure).__name__}: {first}"
         return metadata, status, error, "run"
 
     def _limits(self, device_type: str) -> dict | None:
@@ -264,9 +268,9 @@ class WorkerCore:
     def _engine_for(self, spec: RunSpec) -> Engine:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
+        # a matrix may vary only these on one loaded model
         key = (spec.engine, spec.options, spec.model, workload.ignore_eos, traces.longest(workload),
-               spec.compile, spec.attn_implementation, spec.quality.logprobs)  # a matrix may vary only these on one
-        # loaded model
+               spec.compile, spec.attn_implementation, spec.quality.logprobs)
         if self._engine is not None and self._engine_key == key and self._engine.alive():
             return self._engine
         self._close_engine()
