@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from benchd.models.texts import ChatText
+from benchd.models.texts import ChatText, encode
 from benchd.spec import (
     FixedLength,
     ListLength,
@@ -173,7 +173,7 @@ def real_text_contents(workload: Workload, seed: int, chat: ChatText) -> Iterato
         body = made[0] if len(made) == 1 else [i for piece in made for i in piece]
         ids = chat.message(len(body), body, turns.randrange(len(chat.chats)))
         text = backend.decode(ids) if backend is not None else chat.tokenizer.decode(ids)
-        yield RequestContent([], output_len, text, len(encode_ids(chat.tokenizer, text)))
+        yield RequestContent([], output_len, text, len(encode(chat.tokenizer, text)))
 
 
 # ---- text, for OpenAI-compatible servers -------------------------------------------------------
@@ -256,19 +256,12 @@ def read_dataset(dataset: TextDataset) -> list[str]:
     return prompts
 
 
-def encode_ids(tokenizer, text: str) -> list[int]:
-    """The text's token ids, no special tokens: through a fast tokenizer's backend when it has one (less Python)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    return (backend.encode(text, add_special_tokens=False).ids if backend is not None
-            else tokenizer.encode(text, add_special_tokens=False))
-
-
 def token_counts(tokenizer, texts: list[str]) -> list[int]:
     """Each text's length in tokens (no special tokens), a fast tokenizer's batch in one call."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         return [len(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
-    return [len(encode_ids(tokenizer, text)) for text in texts]
+    return [len(encode(tokenizer, text)) for text in texts]
 
 
 def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[RequestContent]:
@@ -292,7 +285,7 @@ def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[Req
 
     def cut(piece: tuple[str, int], n: int) -> tuple[str, int]:
         # A prefix of the text: the decoded first n tokens of its encoding, so shorter cuts prefix longer ones.
-        ids = encode_ids(tokenizer, piece[0])
+        ids = encode(tokenizer, piece[0])
         text = backend.decode(ids[:n]) if backend is not None else tokenizer.decode(ids[:n])
         return text, n
 
@@ -302,5 +295,5 @@ def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[Req
             text, n = made[0]
         else:
             text = "".join(piece[0] for piece in made)
-            n = len(encode_ids(tokenizer, text))
+            n = len(encode(tokenizer, text))
         yield RequestContent([], output_len, text, n)
