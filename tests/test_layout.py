@@ -18,8 +18,8 @@ BASE = {"benchd", "benchd.heap", "benchd.stopping"}  # the top's own small modul
 # Modules that run only in a worker process: they may import torch (where any module of a package does, its line
 # says which). Everything else is the daemon's side too, and so is each engine's declaration (its folder's spec.py,
 # which the daemon imports to know the engine: spec/engines.py).
-WORKER_SIDE = ("benchd.models.loading", "benchd.models.quantize", "benchd.models.tokenizer", "benchd.engines.",
-               "benchd.loadgen.", "benchd.timed", "benchd.worker.")
+WORKER_SIDE = ("benchd.models.loading", "benchd.models.convert", "benchd.models.quantize", "benchd.models.tokenizer",
+               "benchd.engines.", "benchd.loadgen.", "benchd.timed", "benchd.worker.")
 
 
 def worker_side(module: str) -> bool:

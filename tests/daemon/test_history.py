@@ -3,6 +3,8 @@ it no longer finds withdrawn."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchd.measure.history import (
     FIGURES,
     ChangePoint,
@@ -12,8 +14,10 @@ from tests.measure.helpers import noise
 # ---- the daemon's analysis over a store -------------------------------------------------------------------
 
 
-def write_run(store, i: int, environment: str, itl: float) -> str:
-    """A run as the daemon stores one: its spec, its first stage's figures, its stack and hardware summary."""
+def write_run(store, i: int, environment: str, itl: float, perplexity: float | None = None,
+              quantization: str = "none") -> str:
+    """A run as the daemon stores one: its spec, its first stage's figures, its stack and hardware summary, and its
+    quality probe's perplexity when given."""
     from benchd.store.database import now
     from benchd.store.operations import FinishRun
     from tests.helpers import make_spec
@@ -25,7 +29,8 @@ def write_run(store, i: int, environment: str, itl: float) -> str:
              "itl_s": {"p50": itl, "p99": 2 * itl}, "tpot_s": {"p50": itl}, "e2e_s": {"p99": 20 * itl},
              "kv_cache_occupancy_peak": 0.1}
     metadata = {"device_name": "NVIDIA H100 80GB HBM3", "device": "cuda:1", "environment": environment,
-                "transformers_version": "5.17.0" if environment == "current" else "5.18.0"}
+                "transformers_version": "5.17.0" if environment == "current" else "5.18.0",
+                "quantization": quantization}
     row = {"stage_index": 0, "gpu": "", **{k: stage[k] for k in ("stage", "status", "requests", "errors", "duration_s",
                                                                   "output_tokens_per_s", "requests_per_s",
                                                                   "kv_cache_occupancy_peak")},
@@ -36,7 +41,9 @@ def write_run(store, i: int, environment: str, itl: float) -> str:
         "summary": [stage], "run_metadata": metadata, "timeline": None, "valid": True, "model": "tiny", "label": None,
         "hardware": {"throttled_fraction": 0.0, "gpus": [{"uuid": "GPU-1"}],
                      "energy_per_output_token_joules": 0.5 * itl},
-        "energy_per_token_j": 0.5 * itl, "parts": None, "capacity_requests_per_s": None}, [row], []).as_json())
+        "energy_per_token_j": 0.5 * itl, "parts": None, "capacity_requests_per_s": None,
+        "quality": None if perplexity is None else {"prompts": "real", "requests": 12, "ended_at_eos": 3,
+                                                    "perplexity": perplexity}}, [row], []).as_json())
     return run_id
 
 
@@ -65,14 +72,15 @@ def test_the_daemon_confirms_a_switch_by_itself_once_and_withdraws_what_it_no_lo
     settings = HistorySettings(confirm=True)
     history = History(settings, store, metrics, "n1", {"next"}, submit)
     found = history.analyse("w")
-    assert {c.figure for c in found} == set(FIGURES) and {c.run_id for c in found} == {"run010"}
+    timed = set(FIGURES) - {"perplexity"}  # the runs written here have no quality probe
+    assert {c.figure for c in found} == timed and {c.run_id for c in found} == {"run010"}
     assert all(c.direction == "worse" and c.before.runs == 10 and c.after.runs == 6 for c in found)
     assert [c.says() for c in found[0].stack] == ["environment current → next", "transformers 5.17.0 → 5.18.0"]
     (matrix,) = asked  # one matrix for the switch's seven figures
     assert matrix.matrix == {"environment": ["current", "next"]} and matrix.repeats == settings.confirm_repeats
     assert [v.spec.device for v in matrix.variants()] == ["cuda:1", "cuda:1"]  # the GPU the series ran on
     stored = history_page(store, active=True)
-    assert {c.confirmation.matrix_id for c in stored} == {"m1"} and len(stored) == len(FIGURES)
+    assert {c.confirmation.matrix_id for c in stored} == {"m1"} and len(stored) == len(timed)
     page = generate_latest(metrics.registry).decode()
     assert 'benchd_change_points_total{direction="worse",figure="itl_s.p50",workload="w"} 1.0' in page
     assert 'benchd_change_point_direction{device="NVIDIA H100 80GB HBM3",figure="itl_s.p50",workload="w"} 1.0' in page
@@ -80,7 +88,7 @@ def test_the_daemon_confirms_a_switch_by_itself_once_and_withdraws_what_it_no_lo
     # An operator asks for larger changes only: the next analysis finds none, and withdraws them (kept, not active).
     history.settings = HistorySettings(confirm=True, min_relative_change=0.5)
     assert history.analyse("w") == []
-    assert history_page(store, active=True) == [] and len(history_page(store, active=False)) == len(FIGURES)
+    assert history_page(store, active=True) == [] and len(history_page(store, active=False)) == len(timed)
     assert all(c.withdrawn_at is not None for c in history_page(store, active=False))
     assert "benchd_change_point_direction{" not in generate_latest(metrics.registry).decode()
     # Found again, they are the same change points, active again, counted again, their confirmation kept.
@@ -126,3 +134,29 @@ def test_a_clock_jump_moves_no_runs_place_and_no_change_points_direction(tmp_pat
     found = History(HistorySettings(confirm=False), store, None, "n1", set()).analyse("w")
     assert found and {c.run_id for c in found} == {"run010"} and {c.direction for c in found} == {"worse"}
     store.close()
+
+
+def test_a_change_of_the_probes_perplexity_is_a_change_point_the_stack_explains(tmp_path):
+    """Speed steady, the model's answers less likely from the switch on (int8 weights, say): the history finds the
+    perplexity's change point alone, worse, and the stack between the segments says what changed."""
+    from prometheus_client import CollectorRegistry
+
+    from benchd.daemon.history import History
+    from benchd.measure.history import HistorySettings
+    from benchd.store.database import Store
+    from benchd.telemetry.metrics import Metrics
+
+    store = Store(f"sqlite:///{tmp_path}/benchd.db", spool_dir=tmp_path / "spool", node="n1")
+    store.start()
+    assert store.wait_ready(30)
+    itl = [float(v) for v in 0.010 * noise(16, 0.02, 7)]
+    for i, value in enumerate(itl):
+        switched = i >= 10
+        write_run(store, i, "current", value, perplexity=13.40 if switched else 12.93,
+                  quantization="int8_weight_only" if switched else "none")
+    history = History(HistorySettings(), store, Metrics(CollectorRegistry()), "n1", set(), lambda m: ("m", []))
+    (found,) = history.analyse("w")
+    assert (found.figure, found.run_id, found.direction) == ("perplexity", "run010", "worse")
+    assert found.relative_change == pytest.approx(13.40 / 12.93 - 1, abs=1e-6)
+    assert [c.says() for c in found.stack] == ["quantization none → int8_weight_only"]
+    assert found.sentence().startswith("probe perplexity +3.6 %")

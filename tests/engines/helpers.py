@@ -12,21 +12,23 @@ class Sink:
     """A TokenSink that keeps every event."""
 
     def __init__(self, expected=1):
-        self.admitted_at, self.token_ids, self.stamps, self.ends = {}, {}, {}, {}
+        self.admitted_at, self.token_ids, self.stamps, self.ends, self.logprobs = {}, {}, {}, {}, {}
         self.expected = expected
         self.all_done = threading.Event()
 
     def admitted(self, request_id, t):
         self.admitted_at[request_id] = t
 
-    def tokens(self, request_id, t, n, token_ids=()):
+    def tokens(self, request_id, t, n, token_ids=(), logprobs=()):
         self.token_ids.setdefault(request_id, []).extend(token_ids)
         self.stamps.setdefault(request_id, []).append(t)
+        self.logprobs.setdefault(request_id, []).extend(logprobs)
 
-    def stamped_tokens(self, request_id, stamps, token_ids):
-        assert len(stamps) == len(token_ids) > 0
+    def stamped_tokens(self, request_id, stamps, token_ids, logprobs=()):
+        assert len(stamps) == len(token_ids) > 0 and len(logprobs) in (0, len(token_ids))
         self.token_ids.setdefault(request_id, []).extend(token_ids)
         self.stamps.setdefault(request_id, []).extend(stamps)
+        self.logprobs.setdefault(request_id, []).extend(logprobs)
 
     def finished(self, request_id, t, error=None):
         assert request_id not in self.ends, "finished twice"

@@ -113,3 +113,26 @@ def test_each_engine_counts_its_forward_steps_and_their_work_as_a_hand_computati
     assert line.flops == 11 * 147_456 + (28 + 8 + 9 + 10 + 11) * 512 + 5 * 65_536
     assert line.bytes == 5 * 1000 + (7 + 4 + 7 + 8 + 9 + 10) * 512
     assert (line.steps, line.prefill_tokens, line.decode_tokens) == (5, 7, 4)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_each_engine_gives_every_greedy_tokens_log_probability_as_a_plain_forward_pass_does(tiny, reference, name):
+    """quality.logprobs: each generated token's log-probability beside it (transformers' return_logprobs, the
+    static engine's scores), those of the model's own distribution: the same as a forward pass over the prompt and
+    the tokens so far gives them (float32)."""
+    spec = make_spec(engine=name)
+    logged = spec.quality.model_copy(update={"logprobs": True})
+    engine = create_engine(tiny, spec.model_copy(update={"quality": logged}))
+    engine.start()
+    try:
+        batch = prompts(3, seed=2)
+        sink = run_requests(engine, [GenerationRequest(f"r{i}", p, 6) for i, p in enumerate(batch)])
+    finally:
+        engine.stop()
+    for i, prompt in enumerate(batch):
+        tokens, logprobs = sink.token_ids[f"r{i}"], sink.logprobs[f"r{i}"]
+        assert len(logprobs) == len(tokens) == 6 and all(x <= 0 for x in logprobs)
+        with torch.inference_mode():
+            scores = torch.log_softmax(reference.model(torch.tensor([prompt + tokens])).logits[0].float(), -1)
+        expected = [scores[len(prompt) - 1 + j, t].item() for j, t in enumerate(tokens)]
+        assert logprobs == pytest.approx(expected, abs=1e-4), name

@@ -196,7 +196,7 @@ def test_the_comparison_page_has_the_same_look(live, chromium):
     assert "TTFT p50" in loaded.text and "ttft_s" not in loaded.text
     # What was compared: each side's workload, its runs linked to their reports, when; the verdicts coloured, and
     # why each weak one is weak (one run a side), where the JSON says it too.
-    assert loaded.layout["sections"] == ["warnings", "context", "changes", "distributions"]
+    assert loaded.layout["sections"] == ["warnings", "context", "changes", "quality", "distributions"]
     assert "benchd · comparison · short" in loaded.text and f'<a href="runs/{a}/report">{a}</a>' in page
     assert re.search(r'<span class="verdict (equivalent|faster|slower|inconclusive)">', page)
     compared = server.http.get("/compare", params={"a": a, "b": b}).json()

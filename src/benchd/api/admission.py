@@ -16,6 +16,7 @@ from benchd.hardware.devices import DeviceError, Slot, targets
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.duration import time_problems
 from benchd.models.memory import PlanError, estimate, fit_problems, gib, plan_for, planned
+from benchd.models.packaged import weights_problem
 from benchd.models.presets import PRESETS
 from benchd.models.roots import model_problem, path_problem
 from benchd.models.sources import loads_model
@@ -161,6 +162,8 @@ def _source_problems(spec: RunSpec, settings: Settings, problems: Problems) -> N
                 problems.add(("requirements", index), reason)
     if (loads_model(spec) and spec.model not in PRESETS and spec.model != settings.model
             and (reason := model_problem(spec.model, settings.model_roots))):
+        problems.add(("model",), reason)
+    if loads_model(spec) and (reason := weights_problem(spec.model)):  # a real preset's package, before the 202
         problems.add(("model",), reason)
 
 

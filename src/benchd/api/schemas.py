@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from benchd.measure.quality import QualitySummary
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, TrainStepSummary
 from benchd.spec import Name, RunSpec
@@ -92,6 +93,9 @@ class RunView(Documented):
     good_tokens: dict[str, Any] | None = None
     """What a good token cost: its good output tokens, devices, window and energy, the energy a good token and the
     cost a million at the prices of the daemon that ran it (measure/cost.py's GoodTokens)."""
+    quality: QualitySummary | None = None
+    """What it generated (real requests or random ids, EOS endings, log-probabilities) and its quality probe's
+    figures (the reference text's perplexity under its stack); null: a timed run, or stored before issue 49."""
     created_at: datetime
     """When it was queued."""
     started_at: datetime | None
@@ -102,7 +106,7 @@ class RunView(Documented):
     @classmethod
     def of(cls, row: dict[str, Any]) -> RunView:
         return cls(metadata=row["run_metadata"],
-                   **{k: v for k, v in row.items() if k not in ("run_metadata", "timeline")})
+                   **{k: v for k, v in row.items() if k not in ("run_metadata", "timeline", "probe")})
 
 
 class RunItem(RunView):
@@ -112,8 +116,8 @@ class RunItem(RunView):
     spec: dict[str, Any] | None
     """The spec as it ran; null when stored larger than a listing shows (omitted names it)."""
     omitted: list[str] = []
-    """The fields stored too large for a listing, null here (spec, summary, metadata, hardware, parts): GET /runs/{id}
-    gives them."""
+    """The fields stored too large for a listing, null here (spec, summary, metadata, hardware, parts, quality): GET
+    /runs/{id} gives them."""
 
 
 class RunPage(Documented):

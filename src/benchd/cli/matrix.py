@@ -16,7 +16,16 @@ from benchd.cli import EXIT_BAD_SPEC, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALI
 from benchd.cli.client import CommandError
 from benchd.cli.terminal import echo, out, refused
 from benchd.measure.matrix import MatrixComparison
-from benchd.report.matrix import STACK_HEAD, SUMMARY_HEAD, legend, matrix_page, stack_rows, summary_rows
+from benchd.report.matrix import (
+    QUALITY_HEAD,
+    STACK_HEAD,
+    SUMMARY_HEAD,
+    legend,
+    matrix_page,
+    quality_rows,
+    stack_rows,
+    summary_rows,
+)
 from benchd.report.tables import count
 from benchd.spec.matrix import MatrixSpec, parse_matrix
 
@@ -48,7 +57,14 @@ def comparison_table(title: str, comparison: MatrixComparison, status: str, erro
         stack.add_column(column, justify="right", overflow="fold", no_wrap=column == "#")
     for v, row in zip(comparison.variants, stack_rows(comparison)):
         stack.add_row(str(v.index), *map(Text, row[1:]))
-    return Group(key, figures, Text(legend(comparison)), stack)
+    rows, reasons = quality_rows(comparison)
+    quality = Table(title="quality: each against the baseline's outputs and probe, and the baseline's own noise",
+                    title_justify="left", caption=Text("\n".join(reasons)), caption_justify="left")
+    for column in ("#", *QUALITY_HEAD[1:]):
+        quality.add_column(column, justify="right", overflow="fold", no_wrap=column == "#")
+    for v, row in zip(comparison.variants, rows):
+        quality.add_row(str(v.index), *map(Text, row[1:]))
+    return Group(key, figures, Text(legend(comparison)), quality, stack)
 
 
 def run(data: dict[str, Any], args, console: Console, settings=None) -> int:

@@ -24,6 +24,7 @@ from benchd.measure.history import (
     stack_difference,
 )
 from benchd.measure.matrix import MatrixComparison
+from benchd.measure.quality import QualityComparison
 from benchd.measure.result import RunResult
 from benchd.measure.stack import stack_of
 from benchd.spec.matrix import MatrixSpec, parse_matrix
@@ -289,6 +290,8 @@ def judge(change: ChangePoint, status: str | None, error: str | None,
     if status != "succeeded" or comparison is None:
         return Confirmation(**{**base, "reason": f"the matrix {status}: {error or 'it did not finish'}"})
     variant = next((v for v in comparison.variants if not v.baseline), None)
+    if change.figure == "perplexity" and variant is not None and variant.quality is not None:
+        return _quality_confirmation(base, variant.quality)
     metric = next((m for m in variant.metrics if m.metric == change.figure), None) if variant else None
     if metric is None or metric.ci_low is None or metric.ci_high is None:
         why = metric.reason if metric is not None and metric.reason else f"no {change.figure} in the comparison"
@@ -304,3 +307,11 @@ def judge(change: ChangePoint, status: str | None, error: str | None,
     return Confirmation(**{**base, **figures, "status": "not reproduced", "reason": (
         f"{label} {metric.relative_change:+.1%} [{metric.ci_low:+.1%}, {metric.ci_high:+.1%}] between the two "
         "environments, interleaved on one device: the stack does not reproduce the change (a change of the node?)")})
+
+
+def _quality_confirmation(base: dict, quality: QualityComparison) -> Confirmation:
+    """A change of the probe's perplexity, by the matrix's quality verdict on the two environments: the probe
+    different beyond the baseline's noise confirms it, the same does not."""
+    status = {"different": "confirmed", "same": "not reproduced"}.get(quality.verdict, "inconclusive")
+    return Confirmation(**{**base, "status": status, "reason": f"the two environments' quality, interleaved on one "
+                                                               f"device: {quality.verdict} ({quality.reason})"})

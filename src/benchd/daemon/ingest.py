@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchd.engines import EngineLoad
-from benchd.measure.records import RecordBook
+from benchd.measure.records import RecordBook, TokenCounts
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.roofline import StepLog
 from benchd.measure.timeline import LoadSample
@@ -71,8 +71,8 @@ class RunIngest:
         self.handlers: dict[type, Callable[[Any], None]] = {
             events.Phase: self._phase, events.StageStart: self._stage, events.Request: self._request,
             events.Submitted: self._submitted, events.Admitted: self._admitted, events.Tokens: self._tokens,
-            events.Prompt: self._prompt, events.Finished: self._finished, events.Load: self._load,
-            events.Drain: self._drain,
+            events.Prompt: self._prompt, events.Counted: self._counted, events.Finished: self._finished,
+            events.Load: self._load, events.Drain: self._drain,
             events.StageEnd: self._stage_end, events.Steps: self._steps,
             events.EngineRestart: self._engine_restart, events.Timing: self._timing,
             events.TimedStage: self._timed_stage, events.Span: self._span, events.TimedProgress: self._timed_progress,
@@ -151,13 +151,17 @@ class RunIngest:
     def _tokens(self, event: events.Tokens) -> None:
         book = self._requests[event.request_id].book
         changed = book.tokens(event.request_id, stamps=event.arrival_s, counts=event.arrival_tokens,
-                              token_ids=event.token_ids)
+                              token_ids=event.token_ids, logprobs=event.logprobs)
         if changed is not None:  # the record and the index of its first new arrival: into the histograms
             self.observer.arrivals(*changed)
 
     def _prompt(self, event: events.Prompt) -> None:
         record, delta = self._requests[event.request_id].book.prompt(event.request_id, event.prompt_tokens)
         self.observer.prompt_counted(record, delta)
+
+    def _counted(self, event: events.Counted) -> None:
+        self._requests[event.request_id].book.counted(event.request_id, TokenCounts(
+            event.server_prompt, event.server_output, event.prompt, event.output))
 
     def _finished(self, event: events.Finished) -> None:
         stage = self._requests[event.request_id]

@@ -8,6 +8,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from benchd.engines.base import Engine, EngineFailure, EngineLoad, GenerationRequest, TokenSink
+from benchd.models.texts import resolved
 
 if TYPE_CHECKING:
     from benchd.models.loading import LoadedModel
@@ -17,6 +18,7 @@ __all__ = ["Engine", "EngineFailure", "EngineLoad", "GenerationRequest", "TokenS
 
 
 def create_engine(loaded: LoadedModel | None, spec: GenerateSpec) -> Engine:
-    """The spec's engine, made by its record's `create` (loaded: None where the engine loads no model)."""
+    """The spec's engine, made by its record's `create` (loaded: None where the engine loads no model), from the
+    spec with what it left to the model decided (models/texts.py: EOS, log-probabilities)."""
     module, function = spec.engine_record.create.split(":")
-    return getattr(importlib.import_module(module), function)(loaded, spec)
+    return getattr(importlib.import_module(module), function)(loaded, resolved(spec))

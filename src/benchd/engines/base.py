@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from benchd.engines.handoff import Handoff
+    from benchd.measure.records import TokenCounts
     from benchd.measure.roofline import StepLog
 
 
@@ -25,10 +26,13 @@ class TokenSink(Protocol):
 
     def admitted(self, request_id: str, t: float) -> None: ...
 
-    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None: ...
+    # logprobs: each token's log-probability, where the engine gives them (none, or one a token id)
+    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = (),
+               logprobs: Sequence[float] = ()) -> None: ...
 
     # Engines that stamp every token themselves pass on a run of them at once: token_ids[i] arrived at stamps[i].
-    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int]) -> None: ...
+    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int],
+                       logprobs: Sequence[float] = ()) -> None: ...
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None: ...
 
@@ -37,6 +41,9 @@ class TokenSink(Protocol):
     def submitted(self, request_id: str, t: float) -> None: ...
 
     def prompt_tokens(self, request_id: str, n: int) -> None: ...
+
+    # A server's request, counted twice: by the server's usage and by benchd's tokenizer (measure/records.py).
+    def counted(self, request_id: str, counts: TokenCounts) -> None: ...
 
 
 @dataclass(slots=True, frozen=True)

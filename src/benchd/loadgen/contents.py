@@ -1,6 +1,7 @@
 """Request contents: prompts (token ids, or text for servers) and output lengths, a pure function of the workload
-and seed (and, for a trace, of its file). Prompts are composed of pieces: fresh random tokens, a group's shared
-prefix, a trace's hash-id blocks, and for a conversation its earlier turns."""
+and seed (and, for a trace, of its file). Prompts are composed of pieces: fresh random tokens (or, for real
+requests, windows of real text), a group's shared prefix, a trace's hash-id blocks, and for a conversation its
+earlier turns."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from benchd.models.texts import ChatText, encode
 from benchd.spec import (
     FixedLength,
     ListLength,
@@ -146,6 +148,34 @@ def contents(workload: Workload, seed: int, vocab_size: int,
         yield RequestContent(prompt_ids=ids, max_new_tokens=output_len)
 
 
+def real_contents(workload: Workload, seed: int, chat: ChatText) -> Iterator[RequestContent]:
+    """Real requests as token ids: each prompt composed as random ones are (a shared prefix's piece shared), its
+    pieces windows of the bundled passages at seeded offsets, then rendered with the chat template around a bundled
+    user turn (drawn with the seed) to exactly the sampled length (models/texts.py, ChatText.prompt)."""
+    pieces: Pieces[list[int]] = Pieces(seed, lambda rng, n: chat.window(rng.randrange(len(chat.corpus)), n),
+                                       lambda ids, n: ids[:n])
+    turns = random.Random(f"benchd-turns-{seed}")
+    for made, output_len in compose(workload, seed, pieces):
+        body = made[0] if len(made) == 1 else [i for piece in made for i in piece]
+        yield RequestContent(prompt_ids=chat.prompt(len(body), body, turns.randrange(len(chat.chats))),
+                             max_new_tokens=output_len)
+
+
+def real_text_contents(workload: Workload, seed: int, chat: ChatText) -> Iterator[RequestContent]:
+    """Real requests as text for a server: each user turn composed and drawn as real_contents' are, without the
+    chat template (a server renders its own), decoded; its length counted again in the tokenizer's tokens (decoding
+    and encoding again can merge a token or two where the pieces meet)."""
+    backend = getattr(chat.tokenizer, "backend_tokenizer", None)
+    pieces: Pieces[list[int]] = Pieces(seed, lambda rng, n: chat.window(rng.randrange(len(chat.corpus)), n),
+                                       lambda ids, n: ids[:n])
+    turns = random.Random(f"benchd-turns-{seed}")
+    for made, output_len in compose(workload, seed, pieces):
+        body = made[0] if len(made) == 1 else [i for piece in made for i in piece]
+        ids = chat.message(len(body), body, turns.randrange(len(chat.chats)))
+        text = backend.decode(ids) if backend is not None else chat.tokenizer.decode(ids)
+        yield RequestContent([], output_len, text, len(encode(chat.tokenizer, text)))
+
+
 # ---- text, for OpenAI-compatible servers -------------------------------------------------------
 
 
@@ -226,19 +256,12 @@ def read_dataset(dataset: TextDataset) -> list[str]:
     return prompts
 
 
-def encode_ids(tokenizer, text: str) -> list[int]:
-    """The text's token ids, no special tokens: through a fast tokenizer's backend when it has one (less Python)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    return (backend.encode(text, add_special_tokens=False).ids if backend is not None
-            else tokenizer.encode(text, add_special_tokens=False))
-
-
 def token_counts(tokenizer, texts: list[str]) -> list[int]:
     """Each text's length in tokens (no special tokens), a fast tokenizer's batch in one call."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         return [len(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
-    return [len(encode_ids(tokenizer, text)) for text in texts]
+    return [len(encode(tokenizer, text)) for text in texts]
 
 
 def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[RequestContent]:
@@ -262,7 +285,7 @@ def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[Req
 
     def cut(piece: tuple[str, int], n: int) -> tuple[str, int]:
         # A prefix of the text: the decoded first n tokens of its encoding, so shorter cuts prefix longer ones.
-        ids = encode_ids(tokenizer, piece[0])
+        ids = encode(tokenizer, piece[0])
         text = backend.decode(ids[:n]) if backend is not None else tokenizer.decode(ids[:n])
         return text, n
 
@@ -272,5 +295,5 @@ def text_contents(workload: Workload, seed: int, tokenizer=None) -> Iterator[Req
             text, n = made[0]
         else:
             text = "".join(piece[0] for piece in made)
-            n = len(encode_ids(tokenizer, text))
+            n = len(encode(tokenizer, text))
         yield RequestContent([], output_len, text, n)

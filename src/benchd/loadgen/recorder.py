@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Sequence
 
-from benchd.measure.records import RecordBook, RequestRecord
+from benchd.measure.records import RecordBook, RequestRecord, TokenCounts
 from benchd.protocol import events
 from benchd.protocol.outbox import Outbox
 
@@ -28,16 +28,18 @@ class Recorder:
         if self.book.admitted(request_id, t) is not None:
             self.outbox.put(events.Admitted(request_id, t))
 
-    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = ()) -> None:
-        if self.book.tokens(request_id, (t,), (n,), token_ids) is not None:
+    def tokens(self, request_id: str, t: float, n: int, token_ids: Sequence[int] = (),
+               logprobs: Sequence[float] = ()) -> None:
+        if self.book.tokens(request_id, (t,), (n,), token_ids, logprobs) is not None:
             self.outbox.put(events.Tokens(request_id, arrival_s=(t,), arrival_tokens=(n,),
-                                          token_ids=tuple(token_ids)))
+                                          token_ids=tuple(token_ids), logprobs=tuple(logprobs)))
 
-    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int]) -> None:
+    def stamped_tokens(self, request_id: str, stamps: Sequence[float], token_ids: Sequence[int],
+                       logprobs: Sequence[float] = ()) -> None:
         """One token per stamp, passed on in a batch: the per-call costs once, not once per token."""
-        if self.book.tokens(request_id, stamps, None, token_ids) is not None:
+        if self.book.tokens(request_id, stamps, None, token_ids, logprobs) is not None:
             self.outbox.put(events.Tokens(request_id, arrival_s=tuple(stamps), arrival_tokens=None,
-                                          token_ids=tuple(token_ids)))
+                                          token_ids=tuple(token_ids), logprobs=tuple(logprobs)))
 
     def submitted(self, request_id: str, t: float) -> None:
         """From engines that send at the scheduled time themselves (the stage handed the request over early)."""
@@ -48,6 +50,11 @@ class Recorder:
         """The prompt's length as the server counted it (a chat template included)."""
         self.book.prompt(request_id, n)
         self.outbox.put(events.Prompt(request_id, n))
+
+    def counted(self, request_id: str, counts: TokenCounts) -> None:
+        """A server's request's tokens, by its usage and by benchd's count of the text."""
+        self.book.counted(request_id, counts)
+        self.outbox.put(events.Counted(request_id, *counts.as_tuple()))
 
     def finished(self, request_id: str, t: float, error: str | None = None) -> None:
         record = self.book.finished(request_id, t, error)

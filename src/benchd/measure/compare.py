@@ -8,12 +8,13 @@ from collections.abc import Iterable
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from benchd.hardware.clocks import clock_difference
 from benchd.measure import statistics
 from benchd.measure.context import SideContext, StackChange, differences
 from benchd.measure.deadline import in_time
+from benchd.measure.quality import QualityComparison, RunQuality, compare_quality
 from benchd.measure.roofline import moved_toward, utilisation
 from benchd.measure.statistics import DECIDED, THRESHOLD, Spread, Verdict, decide, samples_needed
 from benchd.spec.fields import Documented
@@ -53,7 +54,9 @@ def figure(metric: str) -> tuple[str, str]:
 class Side(BaseModel):
     """What one side holds, run by run (each list one entry a run, in run_ids' order): its per-request samples and
     run-level figures, what the runs are (context), which ran cold, and stored runs of the same stack (history),
-    whose run-to-run spread it pools with its own."""
+    whose run-to-run spread it pools with its own; each run's outputs and probe (quality)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     run_ids: list[str]
     samples: dict[str, list[list[float]]]  # latency name → per run, per-request (ITL: per-token) samples, s
@@ -67,13 +70,15 @@ class Side(BaseModel):
     # Groups of stored runs (run id → its figures by metric), each of one stack in one segment of its workload's
     # history: the runs of this side's stack whose run-to-run spread is pooled with the runs compared.
     history: list[dict[str, dict[str, float]]] = []
+    quality: list[RunQuality] = []
 
     @model_validator(mode="after")
     def _one_a_run(self) -> Side:
         runs = len(self.run_ids)
         lists = {"output_tokens_per_s": self.output_tokens_per_s, "energy_per_token_j": self.energy_per_token_j,
                  **{f"samples.{k}": v for k, v in self.samples.items()}}
-        lists.update((k, v) for k, v in (("roofline", self.roofline), ("clocks", self.clocks)) if v)
+        lists.update((k, v) for k, v in (("roofline", self.roofline), ("clocks", self.clocks),
+                                         ("quality", self.quality)) if v)
         if wrong := [name for name, values in lists.items() if len(values) != runs]:
             raise ValueError(f"{', '.join(wrong)}: one entry a run ({runs})")
         return self
@@ -89,7 +94,7 @@ class Side(BaseModel):
         return self.model_copy(update=dict(
             run_ids=pick(self.run_ids), samples={k: pick(v) for k, v in self.samples.items()},
             output_tokens_per_s=pick(self.output_tokens_per_s), energy_per_token_j=pick(self.energy_per_token_j),
-            roofline=pick(self.roofline), clocks=pick(self.clocks),
+            roofline=pick(self.roofline), clocks=pick(self.clocks), quality=pick(self.quality),
             invalid=[r for r in self.invalid if r in keep], cold=[r for r in self.cold if r in keep]))
 
 
@@ -183,6 +188,9 @@ class Comparison(Documented):
     clock_states: str | None = None
     """Whether the two sides ran under different clock states, and how: a change between them may be the GPU's state,
     not the software's (null: the same, or no GPU samples)."""
+    quality: QualityComparison | None = None
+    """b's outputs and quality probe against a's, judged against a's own noise (its runs against each other): same or
+    different beside the speed (null: a side holds no outputs)."""
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -313,4 +321,5 @@ def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = 
                       metrics=metrics, invalid=invalid, left_out=left, roofline_a=line_a, roofline_b=line_b,
                       moved_toward=moved_toward(line_a, line_b), context_a=given_a.context,
                       context_b=given_b.context, stack_difference=differences(given_a.context, given_b.context),
-                      warnings=warnings, clock_states=clock_difference(a.clocks, b.clocks))
+                      warnings=warnings, clock_states=clock_difference(a.clocks, b.clocks),
+                      quality=compare_quality(a.quality, b.quality) if a.quality and b.quality else None)

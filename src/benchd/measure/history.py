@@ -18,14 +18,15 @@ from benchd.spec.fields import Documented
 @dataclass(slots=True, frozen=True)
 class Figure:
     label: str
-    unit: str  # s, tok/s or J
+    unit: str  # s, tok/s, J, or none (a perplexity)
     higher_is_worse: bool
 
 
 FigureName = Literal["output_tokens_per_s", "ttft_s.p50", "ttft_s.p99", "itl_s.p50", "itl_s.p99", "tpot_s.p50",
-                     "energy_per_token_j"]
+                     "energy_per_token_j", "perplexity"]
 # The headline figures, named as the comparisons name them (measure/compare.py: a matrix's verdict on a figure is
-# found by this name): each run's first stage, as a comparison reads it, and the run's energy per output token.
+# found by this name): each run's first stage, as a comparison reads it, the run's energy per output token, and its
+# quality probe's perplexity of the reference text (measure/quality.py; a matrix confirms it by its quality verdict).
 FIGURES: dict[str, Figure] = {
     "output_tokens_per_s": Figure("output tok/s", "tok/s", False),
     "ttft_s.p50": Figure("TTFT p50", "s", True),
@@ -34,6 +35,7 @@ FIGURES: dict[str, Figure] = {
     "itl_s.p99": Figure("ITL p99", "s", True),
     "tpot_s.p50": Figure("TPOT p50", "s", True),
     "energy_per_token_j": Figure("energy per token", "J", True),
+    "perplexity": Figure("probe perplexity", "", True),
 }
 
 # A run's clock state, from the share of its hardware samples in which a GPU was slowed (hardware/sampler.py:

@@ -65,7 +65,7 @@ class HistoryView(Documented):
 def view(workload: str, runs: list[SeriesRun], stored: list[ChangePoint], limit: int,
          confidence: float = changes.CONFIDENCE, deadline: float | None = None) -> HistoryView:
     """Each series' points, its segments between the active change points stored for it, and those change points.
-    deadline: time.monotonic() past which OverBudget is raised (measure/bootstrap.py), looked at a figure each."""
+    deadline: time.monotonic() past which OverBudget is raised (measure/deadline.py), looked at a figure each."""
     out = []
     for series in series_of(workload, runs):
         figures = []

@@ -1,5 +1,6 @@
 """A matrix's comparison: each variant against the baseline, per metric, with compare's intervals and
-verdicts (a variant's repeats are its runs), and the share of greedy tokens identical to the baseline's."""
+verdicts (a variant's repeats are its runs), the share of greedy tokens identical to the baseline's, and its quality
+against the baseline's beside its speed (measure/quality.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from benchd.measure.compare import (
     compare,
 )
 from benchd.measure.context import SideContext, StackChange, stack_values
+from benchd.measure.quality import QualityComparison, RunQuality, compare_quality, run_quality
 from benchd.measure.roofline import moved_toward, utilisation
 from benchd.measure.stack import stack_of
 from benchd.measure.statistics import Spread
+from benchd.protocol.probe import Probe
 from benchd.spec.fields import Documented
 
 # Figures every run has once, compared over runs like throughput: (figure, exact). Weight bytes are exact (no noise):
@@ -48,11 +51,14 @@ class RunFigures:
     invalid: list[str] = field(default_factory=list)  # the first stage's broken validity checks (oversaturated, …)
     roofline: dict | None = None  # the first stage's (measure/roofline.py)
     clocks: list[dict] = field(default_factory=list)  # the first stage's GPUs' clock events (hardware/clocks.py)
+    quality: RunQuality | None = None  # its outputs and probe (measure/quality.py)
 
 
 def run_figures(run_id: str, status: str, records: Sequence, summary: dict | None, metadata: dict | None,
-                hardware: dict | None, spec: dict | None = None, node: str | None = None) -> RunFigures:
-    """records: the first stage's; summary: its summary (a dict); metadata, hardware, spec and node as stored."""
+                hardware: dict | None, spec: dict | None = None, node: str | None = None,
+                probe: Probe | None = None) -> RunFigures:
+    """records: the first stage's; summary: its summary (a dict); metadata, hardware, spec, node and probe as
+    stored."""
     good = [r for r in records if not r.warmup and r.ok]
     meta, hw = metadata or {}, hardware or {}
     peak = meta.get("peak_memory_bytes")  # torch's allocator; NVML's device-wide peak where torch gave none
@@ -67,7 +73,7 @@ def run_figures(run_id: str, status: str, records: Sequence, summary: dict | Non
         weight_bytes=meta.get("weight_bytes"), model_load_s=meta.get("model_load_s"),
         tokens={r.index: list(r.token_ids) for r in good if r.token_ids},
         stack=stack_of(spec, meta, hw, node), quantized_layers=meta.get("quantized_layers"),
-        cold=meta.get("engine_run") == 1,
+        cold=meta.get("engine_run") == 1, quality=run_quality(run_id, records, probe),
         invalid=[i["check"] for i in (summary or {}).get("invalid") or []], roofline=(summary or {}).get("roofline"),
         clocks=(summary or {}).get("clocks") or [])
 
@@ -77,9 +83,10 @@ def figures_from_result(run_id: str, result) -> RunFigures:
     stage = result.stages[0] if result.stages else None
     summary = stage.summary(result.metadata).model_dump() if stage is not None else None
     return run_figures(run_id, result.status, stage.records if stage is not None else [], summary,
-                       result.metadata.model_dump() if result.metadata is not None else None,
+                       result.metadata.model_dump(exclude={"probe"}) if result.metadata is not None else None,
                        result.hardware.model_dump() if result.hardware is not None else None,
-                       result.spec.model_dump(mode="json"))
+                       result.spec.model_dump(mode="json"),
+                       probe=result.metadata.probe if result.metadata is not None else None)
 
 
 def figures_from_store(store, run_id: str) -> RunFigures:
@@ -87,7 +94,8 @@ def figures_from_store(store, run_id: str) -> RunFigures:
     if row is None:
         return RunFigures(run_id, "missing")
     return run_figures(run_id, row["status"], store.records(run_id, 0), (row["summary"] or [None])[0],
-                       row["run_metadata"], row["hardware"], row["spec"], row.get("node"))
+                       row["run_metadata"], row["hardware"], row["spec"], row.get("node"),
+                       Probe.model_validate(row["probe"]) if row.get("probe") else None)
 
 
 class TokenAgreement(Documented):
@@ -143,6 +151,9 @@ class VariantComparison(Documented):
     """Each figure against the baseline (none for the baseline itself)."""
     tokens: TokenAgreement | None
     """Its greedy tokens against the baseline's for the same prompts."""
+    quality: QualityComparison | None = None
+    """Its outputs and probe against the baseline's, the baseline's own noise, and the verdict: same or different
+    (none for the baseline itself)."""
     # Its runs whose (first) stage's verdict is invalid, and those among them whose completions fell behind the
     # offers: their latencies measure a growing queue, and a change against the baseline says how long it grew.
     invalid: list[str] = []
@@ -226,7 +237,7 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
         index = _get(variant, "index")
         mine, every = good.get(index, []), runs.get(index, [])
         metrics: list[MetricChange] = []
-        tokens = clocks = None
+        tokens = clocks = quality = None
         differs: list[StackChange] = []
         if index != baseline:
             against = compare(_side(base), _side(mine), threshold, confidence)
@@ -238,6 +249,7 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
                                       float(np.mean(b)) if b else None, len(a), len(b), 1, True, Spread.of([a, b]),
                                       threshold, confidence, exact=exact))
             tokens = agreement(runs.get(baseline, []), every)
+            quality = compare_quality(_qualities(runs.get(baseline, [])), _qualities(every))
         stack = next((r.stack for r in mine), next((r.stack for r in every if r is not None), {}))
         out.append(VariantComparison(
             index=index, label=_get(variant, "label"), values=_get(variant, "values"), baseline=index == baseline,
@@ -249,12 +261,17 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
             peak_memory_bytes=max((r.peak_memory_bytes for r in mine if r.peak_memory_bytes is not None), default=None),
             model_load_s=_mean([r.model_load_s for r in mine]), stack=stack, stack_difference=differs,
             quantized_layers=next((r.quantized_layers for r in mine if r.quantized_layers is not None), None),
-            metrics=metrics, tokens=tokens,
+            metrics=metrics, tokens=tokens, quality=quality,
             invalid=[r.run_id for r in every if r is not None and r.invalid],
             oversaturated=[r.run_id for r in every if r is not None and "oversaturated" in r.invalid],
             roofline=(line := utilisation(r.roofline for r in mine)),
             moved_toward=moved_toward(base_line, line) if index != baseline else None, clock_states=clocks))
     return MatrixComparison(baseline=baseline, threshold=threshold, confidence=confidence, variants=out)
+
+
+def _qualities(runs: list[RunFigures | None]) -> list[RunQuality | None]:
+    """By round: each succeeded run's outputs and probe."""
+    return [r.quality if r is not None and r.status == "succeeded" else None for r in runs]
 
 
 def _get(variant, name: str):

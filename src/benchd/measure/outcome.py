@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchd.measure.capacity import CapacityResult
 from benchd.measure.cost import GoodTokens, Prices, good_tokens
+from benchd.measure.quality import QualitySummary
 from benchd.measure.summary import StageSummary
 from benchd.measure.timings import KernelResult, Timing, TrainStepSummary
 
@@ -39,15 +40,20 @@ class RunOutcome:
     parts: dict[str, Any] | None = None
     part_summaries: dict[str, list[StageSummary]] | None = None
     good_tokens: GoodTokens | None = None  # a generation's good tokens and what they took (measure/cost.py)
+    quality: QualitySummary | None = None  # a generation's outputs (first stage) and probe (measure/quality.py)
 
     @classmethod
     def of(cls, run_id: str, result: RunResult, prices: Prices | None = None) -> RunOutcome:
         summaries = result.summaries()
         stages = [s for s in summaries if isinstance(s, StageSummary)]
-        return cls(run_id, result.spec, result.status, result.error, result.error_stage, result.metadata, summaries,
+        metadata = result.metadata
+        quality = QualitySummary.of(result.stages[0].records, metadata.prompts if metadata else None,
+                                    metadata.probe if metadata else None,
+                                    metadata.probe_error if metadata else None) if result.stages else None
+        return cls(run_id, result.spec, result.status, result.error, result.error_stage, metadata, summaries,
                    result.valid(summaries), result.capacity(summaries), result.hardware, result.timeline,
                    list(result.timings), result.parts, result.part_summaries,
-                   good_tokens(stages, result.hardware, result.devices, prices))
+                   good_tokens(stages, result.hardware, result.devices, prices), quality)
 
     @property
     def label(self) -> str | None:

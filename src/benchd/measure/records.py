@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,40 @@ CUT = "cut: still in flight when the stage's drain ended"
 # The errors of those in flight when their stage ended early (loadgen/stage.py's abort): the run cancelled or
 # interrupted, or a stop rule ("stopped: …"). Cut too: benchd ended them, the engine did not fail them.
 STOPPED = ("cancelled", "interrupted")
+
+
+# A server's request counted twice agrees when its tokens by benchd's tokenizer are within this many tokens, or this
+# share, of the server's usage (the larger). benchd encodes the answer's text, which gives its canonical tokens: a
+# server counts the end-of-sequence token the text leaves out, and a model may emit a text in other tokens than its
+# tokenizer would make of it (SmolLM2 writes "\n\n" as one token its tokenizer encodes as two: 6 of 200 tokens, 3 %,
+# in one answer of the tests'). A server that counts something else (characters, a template it left out, another
+# request's usage) is off by far more (docs/figures.md, quality).
+COUNT_TOLERANCE_TOKENS = 2
+COUNT_TOLERANCE_SHARE = 0.10
+COUNT_KEYS = ("server_prompt", "server_output", "prompt", "output")  # as stored (the requests' counts column)
+
+
+@dataclass(slots=True, frozen=True)
+class TokenCounts:
+    """A server's request's tokens by the server's usage (None: it gave none) and by benchd's tokenizer."""
+
+    server_prompt: int | None
+    server_output: int | None
+    prompt: int
+    output: int
+
+    def as_tuple(self) -> tuple[int | None, int | None, int, int]:
+        return self.server_prompt, self.server_output, self.prompt, self.output
+
+    def disagreement(self) -> str | None:
+        """How they disagree beyond the tolerance; None when they agree (or the server said nothing)."""
+        found = []
+        for name, server, ours in (("prompt", self.server_prompt, self.prompt),
+                                   ("output", self.server_output, self.output)):
+            if server is not None and abs(server - ours) > max(COUNT_TOLERANCE_TOKENS,
+                                                               COUNT_TOLERANCE_SHARE * server):
+                found.append(f"{name} {server} by the server, {ours} by benchd")
+        return "; ".join(found) or None
 
 
 @dataclass(slots=True)
@@ -32,7 +67,10 @@ class RequestRecord:
     arrival_s: list[float] = field(default_factory=list)  # one stamp per arrival (token or stream chunk)
     arrival_tokens: list[int] = field(default_factory=list)  # tokens carried by each arrival
     token_ids: list[int] = field(default_factory=list)
+    # each generated token's, where the engine gave them (stored as null where not finite: a broken stack's NaN)
+    logprobs: list[float | None] = field(default_factory=list)
     finished_s: float | None = None
+    counts: TokenCounts | None = None  # a server's request: its tokens by the server and by benchd
     error: str | None = None
     trace_id: str | None = None  # the request's span, when it was sampled
     span_id: str | None = None  # its id, decided when it is sent (a server engine's traceparent header)
@@ -101,6 +139,8 @@ class RequestRecord:
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s, "error": self.error,
             "trace_id": self.trace_id, "arrival_s": [t - origin for t in self.arrival_s],
             "arrival_tokens": list(self.arrival_tokens), "token_ids": list(self.token_ids) or None,
+            "logprobs": [x if x is not None and math.isfinite(x) else None for x in self.logprobs] or None,
+            "counts": None if self.counts is None else dict(zip(COUNT_KEYS, self.counts.as_tuple())),
         }
 
     @classmethod
@@ -110,7 +150,9 @@ class RequestRecord:
             prompt_tokens=row["prompt_tokens"], max_new_tokens=row["max_new_tokens"],
             scheduled_s=row["scheduled_s"], submitted_s=row["submitted_s"], admitted_s=row["admitted_s"],
             arrival_s=list(row["arrival_s"] or []), arrival_tokens=list(row["arrival_tokens"] or []),
-            token_ids=list(row.get("token_ids") or []), finished_s=row["finished_s"], error=row["error"],
+            token_ids=list(row.get("token_ids") or []), logprobs=list(row.get("logprobs") or []),
+            counts=TokenCounts(*(row["counts"][k] for k in COUNT_KEYS)) if row.get("counts") else None,
+            finished_s=row["finished_s"], error=row["error"],
             trace_id=row["trace_id"],
         )
 
@@ -157,7 +199,7 @@ class RecordBook:
         return record
 
     def tokens(self, request_id: str, stamps: Sequence[float], counts: Sequence[int] | None,
-               token_ids: Sequence[int] = ()) -> tuple[RequestRecord, int] | None:
+               token_ids: Sequence[int] = (), logprobs: Sequence[float] = ()) -> tuple[RequestRecord, int] | None:
         """Arrivals at stamps, carrying counts tokens each (None: one each); the record and the index of its first
         new arrival."""
         record = self.records[request_id]
@@ -167,6 +209,7 @@ class RecordBook:
         record.arrival_s.extend(stamps)
         record.arrival_tokens.extend(counts if counts is not None else [1] * len(stamps))
         record.token_ids.extend(token_ids)
+        record.logprobs.extend(logprobs)
         if not record.warmup:
             self.measured_tokens += sum(counts) if counts is not None else len(stamps)
         return record, start
@@ -176,6 +219,11 @@ class RecordBook:
         record = self.records[request_id]
         before, record.prompt_tokens = record.prompt_tokens, n
         return record, n - before
+
+    def counted(self, request_id: str, counts: TokenCounts) -> RequestRecord:
+        record = self.records[request_id]
+        record.counts = counts
+        return record
 
     def finished(self, request_id: str, t: float, error: str | None) -> RequestRecord | None:
         record = self.records[request_id]

@@ -186,4 +186,5 @@ class RunResult:
             "hardware": self.hardware.model_dump(mode="json") if self.hardware else None,
             "parts": self.parts,
             "good_tokens": outcome.good_tokens.model_dump(mode="json") if outcome.good_tokens else None,
+            "quality": outcome.quality.model_dump(mode="json") if outcome.quality is not None else None,
         }

@@ -1,5 +1,5 @@
-"""A comparison's sides read: each run's records and figures (from a daemon's store, store/sides.py, or a result
-directory `benchd run --out` wrote, here) made into a Side."""
+"""A comparison's sides read: each run's records, figures, outputs and quality probe (from a daemon's store,
+store/sides.py, or a result directory `benchd run --out` wrote, here) made into a Side."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import numpy as np
 from benchd.measure import latency
 from benchd.measure.compare import LATENCIES, Side
 from benchd.measure.context import RunFacts, side_context
+from benchd.measure.quality import RunQuality, run_quality
 from benchd.measure.records import RequestRecord
+from benchd.protocol.probe import Probe
 from benchd.spec.documents import parse_json
 
 REQUESTS_FILE = "requests.jsonl"  # `benchd run --out`: one stored request row (RequestRecord.to_row) a line
@@ -21,7 +23,8 @@ REQUESTS_FILE = "requests.jsonl"  # `benchd run --out`: one stored request row (
 @dataclass(slots=True)
 class RunData:
     """What a side reads of one run: its first stage's records (load levels are not mixed), output tok/s, roofline
-    and clock events; its energy per output token, verdict and facts (whose metadata says whether it ran cold)."""
+    and clock events; its energy per output token, verdict and facts (whose metadata says whether it ran cold); its
+    quality probe (protocol/probe.py), where it ran one."""
 
     records: list[RequestRecord]
     output_tokens_per_s: float | None
@@ -30,6 +33,7 @@ class RunData:
     roofline: dict | None
     facts: RunFacts
     clocks: list[dict]
+    probe: Probe | None = None
 
 
 def _itl(records: Iterable[RequestRecord]) -> list[float]:
@@ -42,7 +46,9 @@ def side_of(labels: Sequence[str], runs: Iterable[RunData]) -> Side:
     """A side of runs: the measured, successful requests give the samples."""
     samples: dict[str, list[list[float]]] = {name: [] for name in LATENCIES}
     throughput, energy, invalid, lines, facts, clocks, cold = [], [], [], [], [], [], []
+    quality: list[RunQuality] = []
     for label, run in zip(labels, runs):
+        quality.append(run_quality(label, run.records, run.probe))
         good = [r for r in run.records if not r.warmup and r.ok]
         samples["ttft_s"].append([r.ttft_s for r in good])
         samples["e2e_s"].append([r.e2e_s for r in good])
@@ -58,7 +64,8 @@ def side_of(labels: Sequence[str], runs: Iterable[RunData]) -> Side:
         facts.append(run.facts)
         clocks.append(run.clocks)
     return Side(run_ids=list(labels), samples=samples, output_tokens_per_s=throughput, energy_per_token_j=energy,
-                invalid=invalid, roofline=lines, context=side_context(facts), clocks=clocks, cold=cold)
+                invalid=invalid, roofline=lines, context=side_context(facts), clocks=clocks, cold=cold,
+                quality=quality)
 
 
 class NotAResult(ValueError):
@@ -104,5 +111,6 @@ def _read_directory(path: Path) -> RunData:
     facts = RunFacts(summary["spec"].get("name", "default"), metadata.get("label") or summary["spec"].get("label"),
                      metadata.get("started_at"), metadata.get("finished_at"), summary["spec"], metadata,
                      str((path / "report.html").resolve()), summary.get("hardware"))
+    probe = metadata.get("probe")
     return RunData(records, first.get("output_tokens_per_s"), joules, summary.get("valid"), first.get("roofline"),
-                   facts, first.get("clocks") or [])
+                   facts, first.get("clocks") or [], Probe.model_validate(probe) if probe else None)

@@ -126,6 +126,12 @@ class StageSummary(Documented):
     """The drain's bound, in seconds."""
     drain_s: float | None = None
     """How long the stage drained: from its stop to its last request's end or the cut, in seconds."""
+    # A server's requests counted by its usage and by benchd's tokenizer (measure/records.py, TokenCounts): how many,
+    # and how many differ beyond the tolerance (the verdict's token_counts).
+    counts_checked: int = 0
+    """Measured requests whose tokens benchd counted beside the server's usage."""
+    counts_disagree: int = 0
+    """Those whose counts differ beyond max(2 tokens, 10 %)."""
     clocks: list[GPUClocks] = []
     """Each GPU the stage ran on: the share of its samples under each clock event, and its mean SM clock against its
     maximum; none on a CPU."""
@@ -195,11 +201,14 @@ def summarize(
     rates = request_rates(measured) if open_loop else None
     pace = saturation([r.scheduled_s for r in measured], [r.finished_s for r in records if r.finished_s is not None],
                       end_s) if open_loop else None
+    counted = [r.counts for r in good if r.counts is not None]
+    disagreements = [why for c in counted if (why := c.disagreement()) is not None]
     invalid = None
     if rules is not None:
         invalid = judge(rules, Figures(status, stop_reason, open_loop, duration, len(good), len(failed), lag.p99,
                                        ratio, pace, ttft_moved(good, stats["ttft_s"]), len(cut),
-                                       None if drain is None else drain[1], tuple(c.shares() for c in clocks)))
+                                       None if drain is None else drain[1], tuple(c.shares() for c in clocks),
+                                       len(counted), len(disagreements), next(iter(disagreements), None)))
 
     return StageSummary(
         stage=stage,
@@ -223,6 +232,8 @@ def summarize(
         slo_met=met,
         slo_misses=misses,
         sent_rate_ratio=ratio,
+        counts_checked=len(counted),
+        counts_disagree=len(disagreements),
         offered_requests_per_s=None if rates is None else rates[0],
         completed_requests_per_s=None if rates is None else rates[1],
         valid=None if invalid is None else not invalid,

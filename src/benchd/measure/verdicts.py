@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from benchd.hardware.clocks import CLOCK_EVENT_NAMES, SLOWDOWN_EVENTS, ClockShares
+from benchd.measure.records import COUNT_TOLERANCE_SHARE, COUNT_TOLERANCE_TOKENS
 from benchd.spec.fields import Documented
 from benchd.spec.validity import ValidityRules
 
@@ -31,7 +32,7 @@ STEADY_SHARE = 0.25
 class Invalidity(Documented):
     check: str
     """The rule broken: unfinished | stopped | dispatch_lag | sent_rate | too_few_requests | min_duration | min_requests
-    | max_errors | max_error_rate | oversaturated | cut | throttled."""
+    | max_errors | max_error_rate | oversaturated | cut | throttled | token_counts."""
     #             max_errors | max_error_rate | oversaturated | cut | throttled
     message: str
     """What the stage did, against what the rule allows."""
@@ -63,6 +64,11 @@ class Figures:
     cut: int = 0  # measured requests cut when the stage's drain ended
     drain_s: float | None = None  # that drain's bound
     clocks: tuple[ClockShares, ...] = ()  # each GPU the stage ran on, over its samples
+    # A server's requests counted twice (measure/records.py, TokenCounts): how many, and those that disagree (the
+    # first's disagreement, to name it)
+    counted: int = 0
+    disagree: int = 0
+    disagreement: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -175,6 +181,12 @@ def judge(rules: ValidityRules, f: Figures) -> list[Invalidity]:
                    "cut, so the completed ones lean short (run the stage longer, or give it a longer stop.drain_s)")
     if rules.max_slowdown_share is not None and (reason := slowdown(rules.max_slowdown_share, f.clocks)):
         bad("throttled", reason)
+    if (rules.max_count_disagreement_share is not None and f.counted
+            and f.disagree / f.counted > rules.max_count_disagreement_share):
+        bad("token_counts", f"{f.disagree} of {f.counted} requests' token counts by the server's usage and by "
+                            f"benchd's tokenizer differ beyond max({COUNT_TOLERANCE_TOKENS} tokens, "
+                            f"{COUNT_TOLERANCE_SHARE:.0%}) (first: {f.disagreement}): the figures rest on the "
+                            "server's counts")
     if f.status == "stopped":  # its reason says which rule stopped it (what it cancelled then was cut)
         return out
     if rules.max_errors is not None and f.errors > rules.max_errors:

@@ -1,15 +1,18 @@
-"""Model presets (random weights from a config, no download) and loading from a path or hub id."""
+"""Model presets (random weights from a config, no download; a real preset from its converted directory) and loading
+from a path or hub id, with the model's tokenizer where it has one at hand."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
-from benchd.models.presets import PRESETS
+from benchd.models.convert import prepared
+from benchd.models.presets import PRESETS, real
 from benchd.models.quantize import Quantized, quantize, weight_bytes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,6 +62,9 @@ class LoadedModel:
     quantized: Quantized | None = None
     quantize_s: float | None = None
     weight_bytes: int | None = None  # as stored on the device (benchd.models.quantize.weight_bytes)
+    # Its tokenizer (with its chat template) where the model came with one: a real preset's, a directory's; None for
+    # random weights, which are sent random ids (loadgen/contents.py).
+    tokenizer: Any = None
 
     @property
     def vocab_size(self) -> int:
@@ -99,17 +105,20 @@ def load_model(
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
     start = time.perf_counter()
-    if ref in PRESETS:
+    tokenizer = None
+    if ref in PRESETS and real(ref) is None:
         torch.manual_seed(seed)
         with target:
             model = AutoModelForCausalLM.from_config(
                 preset_config(ref), dtype=torch_dtype, attn_implementation=attn_implementation
             )
     else:
+        source = str(prepared(ref)) if real(ref) is not None else ref
         model = AutoModelForCausalLM.from_pretrained(
-            ref, dtype=torch_dtype, attn_implementation=attn_implementation,
+            source, dtype=torch_dtype, attn_implementation=attn_implementation,
             trust_remote_code=trust_remote_code,
         ).to(target)
+        tokenizer = local_tokenizer(source)
     model.eval()
     quantized = quantize_s = None
     if quantization != "none":
@@ -120,7 +129,21 @@ def load_model(
         torch.cuda.synchronize(target)
     return LoadedModel(ref=ref, model=model, device=target, dtype=torch_dtype, load_s=time.perf_counter() - start,
                        quantization=quantization, quantized=quantized, quantize_s=quantize_s,
-                       weight_bytes=weight_bytes(model))
+                       weight_bytes=weight_bytes(model), tokenizer=tokenizer)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def local_tokenizer(source: str):
+    """The tokenizer a local model directory holds; None for a directory without one, or a hub id (whose tokenizer
+    might be fetched from the network)."""
+    path = Path(source)
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source, local_files_only=True)
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from benchd.models.packaged import weights_problem
 from benchd.models.presets import PRESETS
 from benchd.spec import GenerateSpec, RunSpec, TrainStepSpec
 
@@ -29,10 +30,10 @@ def closest(name: str, known: Iterable[str]) -> str:
 
 
 def source_problem(ref: str) -> str | None:
-    """Why ref names no model to be had here (None: a preset, a directory with config.json, a hub id in the cache,
-    or one the hub knows)."""
+    """Why ref names no model to be had here (None: a preset, a real one's weights installed or converted, a
+    directory with config.json, a hub id in the cache, or one the hub knows)."""
     if ref in PRESETS:
-        return None
+        return weights_problem(ref)
     path = Path(ref).expanduser()
     if path.is_dir():
         return None if (path / "config.json").is_file() else (

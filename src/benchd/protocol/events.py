@@ -72,13 +72,15 @@ class Admitted(Event):
 
 
 class Tokens(Event):
-    """Output arrived: arrival_s[i] carried arrival_tokens[i] tokens (None: one each), the ids in token_ids. The
-    names are RequestRecord's (measure/records.py), whose lists these extend."""
+    """Output arrived: arrival_s[i] carried arrival_tokens[i] tokens (None: one each), the ids in token_ids and
+    their log-probabilities in logprobs (where the engine gives them). The names are RequestRecord's
+    (measure/records.py), whose lists these extend."""
 
     request_id: str
     arrival_s: tuple[float, ...]
     arrival_tokens: tuple[int, ...] | None
     token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] = ()
 
 
 class Prompt(Event):
@@ -86,6 +88,17 @@ class Prompt(Event):
 
     request_id: str
     prompt_tokens: int
+
+
+class Counted(Event):
+    """A server's request counted twice: by the server's usage (None: it gave none) and by benchd's tokenizer
+    (measure/records.py, TokenCounts)."""
+
+    request_id: str
+    server_prompt: int | None
+    server_output: int | None
+    prompt: int
+    output: int
 
 
 class Finished(Event):
@@ -190,7 +203,7 @@ class TimedProgress(Event):
     duration_s: float | None
 
 
-AnyEvent = (Phase | StageStart | Request | Submitted | Admitted | Tokens | Prompt | Finished | Load | Drain
+AnyEvent = (Phase | StageStart | Request | Submitted | Admitted | Tokens | Prompt | Counted | Finished | Load | Drain
             | StageEnd | Steps | EngineRestart | Timing | TimedStage | Span | TimedProgress)
 
 # Made whatever the engine does: not progress (a stalled engine still gets requests and has its load sampled).

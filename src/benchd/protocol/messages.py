@@ -14,7 +14,7 @@ from benchd.protocol.metadata import RunMetadata
 # The messages' version: a worker states it first in its Hello, and the daemon refuses a worker of another (a worker
 # started from another Python environment runs whatever benchd that environment imports first). Raised whenever a
 # message's fields change.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 EXIT_DEVICE_FAULT = 75  # the worker's exit code when a run left its device unusable (its Done went first)
 
 HEARTBEAT_S = 0.5

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from benchd.protocol.probe import Probe
+
 
 class RunMetadata(BaseModel):
     run_id: str | None = None
@@ -49,5 +51,13 @@ class RunMetadata(BaseModel):
     # A fault the settings injected into this run (BENCHD_FAULTS__*: tests and bench scripts): what it did, so that
     # no figure it bent passes for the stack's.
     fault: str | None = None
+    # What the run's requests were (the spec's workload.prompts and ignore_eos as its worker resolved them), whether
+    # its tokens' log-probabilities were kept, and its stack's quality probe (protocol/probe.py; the store keeps it
+    # apart from the metadata: store/operations.py).
+    prompts: str | None = None  # real | random
+    ignore_eos: bool | None = None
+    logprobs: bool | None = None
+    probe: Probe | None = None
+    probe_error: str | None = None  # why the probe could not be scored (out of memory, an attention it refused)
     started_at: str
     finished_at: str | None = None

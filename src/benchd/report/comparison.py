@@ -12,6 +12,7 @@ from benchd.report.tables import (
     COMPARISON_HEAD,
     comparison_rows,
     context_rows,
+    quality_verdict_line,
     roofline_rows,
     same_stack,
     when,
@@ -66,6 +67,11 @@ def comparison_page(result: Comparison, a: Side, b: Side) -> str:
              f"whole interval lies beyond ±{result.threshold:.0%}, equivalent when it lies within")
     sections.append(section("B against A", table(COMPARISON_HEAD, cells, raw=True, text_columns=1, kind="verdicts"),
                             notes(reasons), anchor="changes", about=about))
+    if result.quality is not None:
+        kind = "note error" if result.quality.verdict == "different" else "note"
+        sections.append(section("Quality", notes([quality_verdict_line(result.quality)], kind), anchor="quality",
+                                about="B's outputs and quality probe against A's, beside the speed, judged against "
+                                      "A's own noise between its runs"))
 
     def pooled(side: Side, name: str) -> list[float]:
         return [x for run in side.samples.get(name, []) for x in run]

@@ -24,9 +24,14 @@ BYTES = ("weight_bytes", "peak_memory_bytes")
 # The terminal's marks for a verdict (its colour says it too): a cell reads "+7.3% ✗".
 MARKS = {"faster": "✓", "smaller": "✓", "slower": "✗", "larger": "✗", "equivalent": "≈",
          "inconclusive": "?", "n/a": ""}
-# "same tokens": the share of its greedy tokens identical to the baseline's for the same prompts
-SUMMARY_HEAD = ("variant", "runs", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "peak memory", "same tokens")
+# "quality": its verdict against the baseline's noise (same, DIFFERENT), the share of its requests whose tokens are
+# all the baseline's, and the probe's KL a token (measure/quality.py)
+SUMMARY_HEAD = ("variant", "runs", "output tok/s", "TTFT p50", "ITL p50", "TPOT p50", "peak memory", "quality")
 STACK_HEAD = ("variant", "attention", "quantized", "weights", "load", "MBU / MFU (of bound)")
+# Quality, each against the baseline: its verdict, the requests whose tokens are all the baseline's, the median
+# position of the first that is not, the shared prefix's mean |Δ log-probability|, the probe's mean Δ log-likelihood
+# and KL a token, the reference text's perplexity (measure/quality.py; the baseline's row: its own noise).
+QUALITY_HEAD = ("variant", "verdict", "same", "diverges at", "prefix |Δ lp|", "probe Δ ll", "probe KL", "ppl")
 
 
 def spaced(label: str) -> str:
@@ -95,15 +100,68 @@ def summary_rows(comparison: MatrixComparison) -> list[list[str | Cell]]:
     """One row per variant under SUMMARY_HEAD: its figures, each with its change against the baseline and verdict."""
     rows: list[list[str | Cell]] = []
     for v in comparison.variants:
-        tokens = ("baseline" if v.baseline else "–" if v.tokens is None or v.tokens.ratio is None
-                  else f"{v.tokens.ratio:.1%}")
         rows.append([
             f"{v.index}{' (baseline)' if v.baseline else ''}: {spaced(v.label)}{resolved(v)}",
             f"{sum(s == 'succeeded' for s in v.statuses)}/{len(v.statuses)} {verdict(v)}",
             _cell(v, "output_tokens_per_s", v.output_tokens_per_s), _cell(v, "ttft_s.p50", v.ttft_p50_s),
             _cell(v, "itl_s.p50", v.itl_p50_s), _cell(v, "tpot_s.p50", v.tpot_p50_s),
-            _cell(v, "peak_memory_bytes", v.peak_memory_bytes), tokens])
+            _cell(v, "peak_memory_bytes", v.peak_memory_bytes), quality_cell(comparison, v)])
     return rows
+
+
+def _number(x: float | None, spec: str) -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def quality_rows(comparison: MatrixComparison) -> tuple[list[list[str]], list[str]]:
+    """One row per variant under QUALITY_HEAD (the baseline: its own noise between repeats), and each verdict's
+    reason."""
+    rows, reasons = [], []
+    noise = next((v.quality.noise for v in comparison.variants if v.quality is not None), None)
+    for v in comparison.variants:
+        name = f"{v.index}: {spaced(v.label)}"
+        q = v.quality
+        if v.baseline:
+            baseline_ppl = next((x.quality.baseline_perplexity for x in comparison.variants if x.quality), None)
+            rows.append([name, "baseline", "–" if noise is None else _number(noise.exact_match, ".0%"), "–", "–",
+                         "–" if noise is None or noise.logprob is None else f"±{noise.logprob:.2g} (noise)",
+                         "–" if noise is None or noise.kl is None else f"{noise.kl:.2g} (noise)",
+                         _number(baseline_ppl, ".3f")])
+            continue
+        if q is None:
+            rows.append([name, "–", "–", "–", "–", "–", "–", "–"])
+            continue
+        rows.append([name, headline(v) or q.verdict, f"{q.identical_requests}/{q.requests}",
+                     _number(q.first_divergence_p50, ".0f"), _number(q.prefix_logprob_abs, ".2g"),
+                     _number(q.logprob_diff, "+.3g"), _number(q.kl, ".2g"), _number(q.perplexity, ".3f")])
+        reasons.append(f"{v.index}: {q.verdict}: {q.reason}")
+    return rows, reasons
+
+
+def headline(v: VariantComparison) -> str | None:
+    """"faster but different": its speed's verdict (output tok/s) beside its quality's, when they pull apart."""
+    speed = next((m.verdict for m in v.metrics if m.metric == "output_tokens_per_s"), None)
+    if v.quality is None or v.quality.verdict != "different":
+        return None
+    return "faster but different" if speed == "faster" else "different"
+
+
+def quality_cell(comparison: MatrixComparison, v: VariantComparison) -> str:
+    """The baseline: its own noise; a variant: its verdict, exact match and probe KL against the baseline's."""
+    if v.baseline:
+        noise = next((x.quality.noise for x in comparison.variants if x.quality is not None), None)
+        if noise is None or noise.pairs == 0:
+            return "baseline"
+        exact = "–" if noise.exact_match is None else f"{noise.exact_match:.0%}"
+        kl = "" if noise.kl is None else f", KL ≤ {noise.kl:.2g}"
+        return f"baseline (repeats: {exact} same{kl})"
+    q = v.quality
+    if q is None:
+        return "–" if v.tokens is None or v.tokens.ratio is None else f"{v.tokens.ratio:.1%} tokens same"
+    word = (headline(v) or q.verdict).upper() if q.verdict == "different" else q.verdict
+    exact = "" if q.exact_match is None else f" · {q.exact_match:.0%} same"
+    kl = "" if q.kl is None else f" · KL {q.kl:.2g}"
+    return f"{word}{exact}{kl}"
 
 
 def stack_rows(comparison: MatrixComparison) -> list[list[str]]:
@@ -190,6 +248,11 @@ def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
                  for r in summary_rows(comparison)]
         sections.append(section("Variants", table(SUMMARY_HEAD, cells, 2, raw=True, kind="variants"),
                                 notes(saturated, "note error"), notes([legend(comparison)]), anchor="summary"))
+        rows, reasons = quality_rows(comparison)
+        rows = [[breakable(r[0]), *(esc(c) for c in r[1:])] for r in rows]
+        sections.append(section("Quality", table(QUALITY_HEAD, rows, 2, raw=True), notes(reasons), anchor="quality",
+                                about="what each variant generated for the same requests and its stack's probe, "
+                                      "against the baseline's and the baseline's own noise between its repeats"))
         sections.append(section("Throughput against latency", _tradeoff(comparison, good, document),
                                 anchor="tradeoff", about="a point a variant; the Pareto front ringed: no other "
                                                          "variant has both more throughput and less latency"))

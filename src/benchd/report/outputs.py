@@ -12,6 +12,7 @@ from rich.text import Text
 
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure.compare import Comparison
+from benchd.measure.quality import QualitySummary
 from benchd.measure.result import RunResult
 from benchd.measure.sides import REQUESTS_FILE
 from benchd.measure.stack import device
@@ -31,6 +32,8 @@ from benchd.report.tables import (
     hardware_line,
     kernel_rows,
     parse_summaries,
+    quality_line,
+    quality_verdict_line,
     roofline_rows,
     same_stack,
     stack_line,
@@ -198,7 +201,8 @@ def print_summary(result: RunResult, console: Console | None = None) -> None:
               result.status, result.error, outcome.summaries,
               capacity_line(found) if found is not None else None, result.parts, result.hardware,
               (result.timeline or {}).get("server"),
-              stack_line(result.metadata.model_dump()) if result.metadata is not None else None)
+              stack_line(result.metadata.model_dump()) if result.metadata is not None else None,
+              quality_line(outcome.quality))
 
 
 def print_stored(run: dict, console: Console) -> None:
@@ -216,12 +220,13 @@ def print_stored(run: dict, console: Console) -> None:
     print_run(console, title, about, kind, run["status"], run.get("error"),
               parse_summaries(kind, run.get("summary") or []),
               None if capacity is None else f"capacity under SLO: {capacity:g} requests/s", run.get("parts"),
-              hardware, None, stack_line(metadata))
+              hardware, None, stack_line(metadata),
+              quality_line(QualitySummary.model_validate(run["quality"]) if run.get("quality") else None))
 
 
 def print_run(console: Console, title: str, about: str | None, kind: str, status: str, error: str | None,
               summaries: list, capacity: str | None, parts: dict | None, hardware: HardwareSummary | None,
-              server: dict | None, stack: str | None = None) -> None:
+              server: dict | None, stack: str | None = None, quality: str | None = None) -> None:
     if about:
         console.print(Text(about))
     if not summaries and status != "succeeded":
@@ -247,6 +252,8 @@ def print_run(console: Console, title: str, about: str | None, kind: str, status
         console.print(gpus)
     if stack:
         console.print(Text(stack))
+    if quality:
+        console.print(Text(quality))
     if hardware is not None:
         console.print(Text(hardware_line(hardware)))
     if server is not None and server.get("warning"):
@@ -287,4 +294,7 @@ def comparison_table(result: Comparison) -> Group:
         table.add_row(*map(Text, row))
     parts.append(table)
     parts += [Text(note) for note in notes]
+    if result.quality is not None:  # beside the speed: the same outputs, or different ones
+        parts.append(Text(quality_verdict_line(result.quality),
+                          style="bold red" if result.quality.verdict == "different" else ""))
     return Group(*parts)

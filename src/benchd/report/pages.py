@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchd.hardware.sampler import HardwareSummary
+from benchd.measure.quality import QualitySummary
 from benchd.measure.records import RequestRecord
 from benchd.measure.stack import FIELDS, device, name, stack_of
 from benchd.report import charts, scatter
@@ -24,6 +25,7 @@ from benchd.report.tables import (
     hardware_line,
     kernel_rows,
     parse_summaries,
+    quality_line,
     size,
     summary_rows,
     train_step_rows,
@@ -85,6 +87,8 @@ def run_page(run: dict, rows: list[dict]) -> str:
     top = [esc(hardware_line(hardware)) if hardware else "no hardware summary"]
     if run.get("good_tokens"):
         top.append(esc(good_line(run["good_tokens"])))
+    if line := quality_line(QualitySummary.model_validate(run["quality"]) if run.get("quality") else None):
+        top.append(esc(line))
     if error:
         top.insert(0, f'<span class="error">{esc(error)}</span>')
     summary = "".join(f'<p class="note">{line}</p>' for line in top)

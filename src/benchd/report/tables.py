@@ -5,6 +5,7 @@ from __future__ import annotations
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure import stack
 from benchd.measure.capacity import CapacityResult
+from benchd.measure.quality import QualityComparison, QualitySummary
 from benchd.measure.summary import LatencyStats, StageSummary
 from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
 from benchd.report.charts import seconds
@@ -112,6 +113,32 @@ def capacity_line(found: CapacityResult) -> str:
 # static generate() at batches of 64 ran kernels 17 % of the reference workload's time on an H100, continuous
 # batching 81 % (docs/benchmarks/roofline.md).
 HOST_BOUND_UTILIZATION = 0.5
+
+
+def quality_line(q: QualitySummary | None) -> str | None:
+    """What the run generated and its probe, in a line: real requests 3/8 ended at EOS, 41.2 tokens a request,
+    log-probability −0.70 a token; probe: perplexity 12.88 (551 positions, 6.1 s after the run)."""
+    if q is None or not q.requests:
+        return None
+    line = (f"quality: {q.prompts or 'random'} requests, {q.ended_at_eos}/{q.requests} ended at EOS, "
+            f"{q.output_tokens_mean:.1f} tokens a request")
+    if q.logprob_mean is not None:
+        line += f", log-probability {q.logprob_mean:.3f} a token"
+    if q.probe_error is not None:
+        line += f"; probe failed: {q.probe_error}"
+    if q.probe_s is not None:
+        line += (f"; probe: perplexity {'not finite' if q.perplexity is None else f'{q.perplexity:.3f}'} "
+                 f"({q.probe_tokens} positions, {q.probe_s:.1f} s after the run)")
+    return line
+
+
+def quality_verdict_line(q: QualityComparison) -> str:
+    """B's quality against A's beside the speed: DIFFERENT (why), or same, with its figures."""
+    figures = [f"{q.identical_requests}/{q.requests} requests identical" if q.requests else None,
+               None if q.kl is None else f"probe KL {q.kl:.2g}",
+               None if q.logprob_diff is None else f"Δ log-likelihood {q.logprob_diff:+.3g}"]
+    word = q.verdict.upper() if q.verdict == "different" else q.verdict
+    return f"quality: {word} ({q.reason}); " + ", ".join(f for f in figures if f)
 
 
 def stack_line(metadata: dict) -> str | None:

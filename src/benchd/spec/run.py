@@ -38,6 +38,20 @@ class Commit(_Strict):
     """The commit's message."""
 
 
+class Quality(_Strict):
+    """What a generation keeps of its outputs and scores beside its speed (measure/quality.py). Unset: on for real
+    requests (workload.prompts) to a model loaded in benchd's worker, off for random ids, whose outputs say little,
+    and for a server's model."""
+
+    logprobs: bool | None = None
+    """Keep each generated token's log-probability (the transformers and static engines); it costs the engine a
+    softmax over the vocabulary a token."""
+    probe: bool | None = None
+    """After the stages, score the probe set teacher-forced under the run's stack (an in-process engine with a
+    tokenizer): the reference text's perplexity and what a comparison's KL and log-likelihood difference read. Outside
+    every measured window; its seconds are reported."""
+
+
 class SpecBase(_Strict):
     """What every run has: its name, the model and where it runs, the seed, and the stack the model loads with."""
 
@@ -138,6 +152,8 @@ class GenerateSpec(SpecBase):
     decide: Decide | None = None
     """placement every_gpu: how its GPUs' verdicts decide (the effect, the confidence, the most rounds and the time
     budget); unset: the defaults (rounds until each GPU is decided, up to 30 rounds or 300 s)."""
+    quality: Quality = Field(default_factory=Quality)
+    """What it keeps of its outputs (log-probabilities) and whether it scores the quality probe."""
 
     @model_validator(mode="after")
     def _dataset(self) -> GenerateSpec:

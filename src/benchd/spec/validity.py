@@ -49,3 +49,7 @@ class ValidityRules(Strict):
     # comparisons' 5 % threshold); the power cap and the rest are shown, not judged.
     max_slowdown_share: Fraction | None = 0.05
     """A GPU's samples under thermal or hardware slowdown (clocks cut for the cooling's or board's sake), at most."""
+    max_count_disagreement_share: Fraction | None = 0.0
+    """Against a server, with a tokenizer: measured requests whose prompt or output tokens by benchd's count of their
+    text and by the server's usage differ beyond max(2 tokens, 10 %), over those counted, at most (the figures rest on
+    the server's counts). None: not judged."""

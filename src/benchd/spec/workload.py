@@ -191,8 +191,14 @@ class Workload(_Strict):
     """Each prompt's length in tokens."""
     output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(dist="fixed", value=128))
     """Each request's output length in tokens (its max_new_tokens)."""
-    ignore_eos: bool = True
-    """Generate every request's output_tokens, ending-of-sequence tokens or not."""
+    ignore_eos: bool | None = None
+    """Generate every request's output_tokens, ending-of-sequence tokens or not (false: output_tokens is a cap and a
+    request may end at its model's EOS, its length as measured). Unset: false for real requests (prompts), true for
+    random ids."""
+    prompts: Literal["auto", "random", "real"] = "auto"
+    """What prompts are made of: random token ids; or real requests, the bundled real texts and user turns rendered
+    with the model's chat template and cut or padded to each sampled length (a server's: the user turn's text);
+    auto: real for a real preset's model (smollm2-135m), random otherwise."""
     slo: SLO | None = None
     """Service-level objectives: what makes a request good and a stage meet its SLO (goodput, a capacity search)."""
     dataset: TextDataset | None = None

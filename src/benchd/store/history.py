@@ -27,11 +27,13 @@ class Changes:
     items: list[ChangePoint]
     total: int
 
-# The history's figures: the first stage's columns (run_stages, the whole run's row), and the run's energy.
+# The history's figures: the first stage's columns (run_stages, the whole run's row), the run's energy, and its
+# quality probe's perplexity (read by the database from the run's quality summary).
 _COLUMNS = {"output_tokens_per_s": run_stages.c.output_tokens_per_s, "ttft_s.p50": run_stages.c.ttft_p50_s,
             "ttft_s.p99": run_stages.c.ttft_p99_s, "itl_s.p50": run_stages.c.itl_p50_s,
             "itl_s.p99": run_stages.c.itl_p99_s, "tpot_s.p50": run_stages.c.tpot_p50_s,
-            "energy_per_token_j": runs.c.energy_per_token_j}
+            "energy_per_token_j": runs.c.energy_per_token_j,
+            "perplexity": runs.c.quality["perplexity"].as_float()}
 MAX_RUNS = 10_000  # runs of one workload a history reads at most (the newest)
 MAX_STACKS = 200  # runs whose stack one read returns at most
 

@@ -122,7 +122,11 @@ class FinishRun(Operation):
     @classmethod
     def of(cls, outcome: RunOutcome, finished_at: str) -> FinishRun:
         by_gpu = [("", outcome.stages), *(outcome.part_summaries or {}).items()]
-        metadata = outcome.metadata.model_dump(mode="json") if outcome.metadata is not None else None
+        # The probe position by position goes to a column of its own, read by comparisons only; its figures are in
+        # the run's quality summary.
+        metadata = outcome.metadata.model_dump(mode="json", exclude={"probe"}) if outcome.metadata is not None \
+            else None
+        probe = outcome.metadata.probe if outcome.metadata is not None else None
         return cls(outcome.run_id, {
             "status": outcome.status, "error": outcome.error, "error_stage": outcome.error_stage,
             "finished_at": finished_at, "summary": outcome.summaries_json(), "run_metadata": metadata,
@@ -131,6 +135,8 @@ class FinishRun(Operation):
             "model": outcome.spec.subject, "label": outcome.label, "parts": outcome.parts, "valid": outcome.valid,
             "capacity_requests_per_s": outcome.capacity.requests_per_s if outcome.capacity is not None else None,
             "good_tokens": outcome.good_tokens.model_dump(mode="json") if outcome.good_tokens is not None else None,
+            "quality": outcome.quality.model_dump(mode="json") if outcome.quality is not None else None,
+            "probe": probe.model_dump(mode="json") if probe is not None else None,
         }, [stage_row(i, gpu, s) for gpu, stages in by_gpu for i, s in enumerate(stages)],
             [{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
               "seconds": t.seconds} for t in outcome.timings], run_row(outcome))

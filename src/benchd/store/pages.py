@@ -16,10 +16,11 @@ if TYPE_CHECKING:
 
 # The stored JSON fields a listing shows when small enough, by the name the API gives them.
 RUN_FIELDS = {"spec": runs.c.spec, "summary": runs.c.summary, "metadata": runs.c.run_metadata,
-              "hardware": runs.c.hardware, "parts": runs.c.parts}
+              "hardware": runs.c.hardware, "parts": runs.c.parts, "quality": runs.c.quality}
 MATRIX_FIELDS = {"document": matrices.c.document, "variants": matrices.c.variants, "runs": matrices.c.runs,
                  "comparison": matrices.c.comparison}
-NEVER_LISTED = {runs.c.timeline}  # engine load and hardware samples over a run: its report's
+# engine load and hardware samples over a run (its report's); its probe position by position (comparisons')
+NEVER_LISTED = {runs.c.timeline, runs.c.probe}
 FIELD_MAX_BYTES = 64 << 10  # a field larger than this is left out of a listing (a spec's usual size: ~2 KiB)
 ROW_BYTES = 1024  # a row's other columns, about
 PAGE_MAX_BYTES = 8 << 20

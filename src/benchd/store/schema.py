@@ -28,6 +28,8 @@ runs = sa.Table(
     sa.Column("hardware", JSON),  # the run's hardware summary
     sa.Column("timeline", JSON),  # engine load and hardware samples over the run (report pages)
     sa.Column("parts", JSON),  # a run on every GPU: each GPU's stage summaries and hardware, and the verdicts
+    sa.Column("quality", JSON),  # what it generated and its probe's figures (measure/quality.py: QualitySummary)
+    sa.Column("probe", JSON),  # the probe position by position (protocol/probe.py): what comparisons read
     sa.Column("energy_per_token_j", sa.Float),
     sa.Column("valid", sa.Boolean),  # the run's verdict (outcome.RunResult.valid); NULL: a timed run, or older
     sa.Column("capacity_requests_per_s", sa.Float),  # a capacity search's figure
@@ -96,6 +98,8 @@ requests = sa.Table(
     sa.Column("arrival_s", JSON),
     sa.Column("arrival_tokens", JSON),
     sa.Column("token_ids", JSON),  # what the request generated: a matrix compares variants' greedy tokens
+    sa.Column("logprobs", JSON),  # their log-probabilities, where the engine gave them (measure/quality.py)
+    sa.Column("counts", JSON),  # a server's request: its tokens as the server and as benchd counted them
 )
 
 # Timed runs (training steps, kernels): every repetition, warm-up flagged, so nothing measured is lost.

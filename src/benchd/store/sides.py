@@ -14,6 +14,7 @@ from benchd.measure.deadline import in_time
 from benchd.measure.history import series_of
 from benchd.measure.sides import RunData, side_of
 from benchd.measure.stack import stack_of
+from benchd.protocol.probe import Probe
 from benchd.store import history
 
 SPREAD_RUNS = 20  # stored runs of a stack and segment a side borrows the spread of, at most: the nearest to its runs
@@ -44,7 +45,7 @@ def side_from_store(store, run_ids: Sequence[str], deadline: float | None = None
                              f"runs/{run_id}/report", row.get("hardware"), row.get("node"))
             yield RunData(store.records(run_id, stage_index=0), first.get("output_tokens_per_s"),
                           row.get("energy_per_token_j"), row.get("valid"), first.get("roofline"), facts,
-                          first.get("clocks") or [])
+                          first.get("clocks") or [], Probe.model_validate(row["probe"]) if row.get("probe") else None)
 
     side = side_of(run_ids, runs())
     alike: dict[tuple, list[dict]] = {}

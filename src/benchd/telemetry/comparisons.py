@@ -15,6 +15,8 @@ def regression(m: Metrics, workload: str, comparison: Comparison) -> None:
     slower; 0 otherwise, an inconclusive verdict too: a regression not detected, so an alert clears when the data
     no longer carries it), its relative change, and whether the two ran under other clock states."""
     m.regression_clocks.labels(workload).set(float(comparison.clock_states is not None))
+    if comparison.quality is not None and comparison.quality.verdict != "unknown":
+        m.quality_different.labels(workload).set(float(comparison.quality.verdict == "different"))
     for change in comparison.metrics:
         if change.verdict == "n/a":  # no data on a side, or no verdict given
             continue
@@ -37,6 +39,13 @@ def matrix(m: Metrics, workload: str, comparison: MatrixComparison) -> None:
             m.variant_weight_bytes.labels(workload, v.label).set(v.weight_bytes)
         if v.tokens is not None and v.tokens.ratio is not None:
             m.variant_token_agreement.labels(workload, v.label).set(v.tokens.ratio)
+        if (q := v.quality) is not None:
+            if q.verdict != "unknown":
+                m.variant_different.labels(workload, v.label).set(float(q.verdict == "different"))
+            for family, value in ((m.variant_exact_match, q.exact_match), (m.variant_kl, q.kl),
+                                  (m.variant_logprob_diff, q.logprob_diff)):
+                if value is not None:
+                    family.labels(workload, v.label).set(value)
         for change in v.metrics:
             if change.relative_change is not None:
                 m.variant_change.labels(workload, v.label, change.metric).set(change.relative_change)

@@ -103,6 +103,7 @@ class Metrics:
         self._requests(buckets or HistogramBuckets())
         self._engine()
         self._runs()
+        self._quality()
         self._server()
         self._comparisons()
         self._changes()
@@ -194,11 +195,27 @@ class Metrics:
         self.cost_per_good_tokens = self._family(
             HotGauge, "benchd_run_cost_per_million_good_tokens", "The latest run's device-hours and kWh at the "
             "daemon's prices (BENCHD_PRICES__*, in BENCHD_PRICES__CURRENCY) per million good output tokens.")
-        # An openai run's server, from its Prometheus page (openai.metrics_url): as of the latest read of the
-        # latest run of the workload (they stay at that value between runs; the timestamp says how old it is).
+
+    def _quality(self) -> None:
+        """What the latest run generated and its quality probe (measure/quality.py): beside its speed, and set only
+        where the run has the figure (random ids have no probe; a server's tokens no log-probabilities)."""
+        self.quality_perplexity = self._family(HotGauge, "benchd_quality_perplexity",
+                                               "The latest run's quality probe: the reference text's perplexity "
+                                               "under its stack (model, dtype, quantization, attention kernel).")
+        self.quality_answer_logprob = self._family(HotGauge, "benchd_quality_probe_answer_logprob",
+                                                   "The latest run's quality probe: mean log-probability a token of "
+                                                   "its written answers (nats).")
+        self.quality_probe_seconds = self._family(HotGauge, "benchd_quality_probe_seconds",
+                                                  "What the latest run's quality probe cost after its stages.")
+        self.quality_eos = self._family(HotGauge, "benchd_quality_ended_at_eos_ratio",
+                                        "The latest run's measured requests that ended at the model's EOS before "
+                                        "their output_tokens cap, over those that succeeded.")
+        self.quality_logprob = self._family(HotGauge, "benchd_quality_output_logprob_mean",
+                                            "The latest run's mean log-probability of a generated token (nats).")
 
     def _server(self) -> None:
-        """An openai run's server, by its own metrics page (measure/server_metrics.py)."""
+        """An openai run's server, by its own metrics page (openai.metrics_url, measure/server_metrics.py): as of the
+        latest read of the workload's latest run (they stay between runs; the timestamp says how old they are)."""
         self.server_kv_usage = self._family(HotGauge, "benchd_server_kv_cache_usage_ratio",
                                       "The server's KV-cache usage (0–1) by its own metrics.")
         self.server_running = self._family(HotGauge, "benchd_server_requests_running",
@@ -225,6 +242,10 @@ class Metrics:
                                  "comparison cannot tell.", ("workload", "metric"))
         self.regression_change = self._family(HotGauge, "benchd_regression_relative_change",
                                         "(latest − baseline) / baseline for this metric.", ("workload", "metric"))
+        self.quality_different = self._family(
+            HotGauge, "benchd_quality_regression_different", "1 when the latest scheduled run's outputs or quality "
+            "probe differ from its workload's baseline's beyond the baseline's noise (measure/quality.py).",
+            ("workload",))
         self.regression_clocks = self._family(
             HotGauge, "benchd_regression_clock_states_differ", "1 when the latest scheduled run (or a scheduled "
             "matrix's variant) and its baseline ran under different GPU clock states (a clock event's share of "
@@ -254,8 +275,23 @@ class Metrics:
                                          "1 when this variant was significantly slower than the matrix's baseline "
                                          "variant on this metric in the latest matrix.",
                                          (*variant, "baseline", "metric"))
+        # A variant's quality against the baseline's (measure/quality.py): beside its speed, "faster but different".
+        self.variant_different = self._family(HotGauge, "benchd_quality_variant_different",
+                                              "1 when this variant's outputs or quality probe differ from the "
+                                              "matrix baseline's beyond the baseline's own noise, 0 when not, in the "
+                                              "latest matrix.", variant)
+        self.variant_exact_match = self._family(HotGauge, "benchd_quality_variant_exact_match_ratio",
+                                                "Share of a matrix variant's requests whose every generated token is "
+                                                "the baseline's.", variant)
+        self.variant_kl = self._family(HotGauge, "benchd_quality_variant_kl",
+                                       "A matrix variant's quality probe against the baseline's: mean KL(baseline "
+                                       "‖ variant) a token (nats).", variant)
+        self.variant_logprob_diff = self._family(HotGauge, "benchd_quality_variant_logprob_difference",
+                                                 "A matrix variant's quality probe: mean per-token log-likelihood, "
+                                                 "variant − baseline (nats).", variant)
         self.matrix_families = [self.variant_throughput, self.variant_weight_bytes, self.variant_token_agreement,
-                                self.variant_change, self.variant_regression]
+                                self.variant_change, self.variant_regression, self.variant_different,
+                                self.variant_exact_match, self.variant_kl, self.variant_logprob_diff]
 
     def _changes(self) -> None:
         """Change points in each workload's series of runs (measure/history.py): the latest one still found per

@@ -179,6 +179,13 @@ class RunTelemetry:
             m.energy_per_good_token.labels(*labels).set(good.energy_per_good_token_j)
         if good is not None and good.cost_per_million_good_tokens is not None:
             m.cost_per_good_tokens.labels(*labels).set(good.cost_per_million_good_tokens)
+        if (quality := outcome.quality) is not None:
+            for family, value in ((m.quality_perplexity, quality.perplexity),
+                                  (m.quality_answer_logprob, quality.answer_logprob),
+                                  (m.quality_probe_seconds, quality.probe_s), (m.quality_eos, quality.eos_share),
+                                  (m.quality_logprob, quality.logprob_mean)):
+                if value is not None:
+                    family.labels(*labels).set(value)
         for verdict in (outcome.parts or {}).get("verdicts", []):
             if verdict["relative_throughput"] is not None:
                 m.gpu_relative_throughput.labels(self._workload, verdict["gpu"]).set(verdict["relative_throughput"])

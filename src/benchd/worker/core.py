@@ -11,8 +11,9 @@ from typing import Any
 
 from benchd import heap
 from benchd.engines import Engine, create_engine
+from benchd.engines.probe import score
 from benchd.hardware.speed import DeviceSpeed, measure
-from benchd.loadgen.contents import contents, text_contents
+from benchd.loadgen.contents import contents, real_contents, real_text_contents, text_contents
 from benchd.loadgen.stage import run_stages
 from benchd.measure.roofline import ModelCost
 from benchd.models.confinement import Opened, open_confined
@@ -20,12 +21,13 @@ from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel, load_model, resolve_device
 from benchd.models.memory import check_fits
 from benchd.models.quantize import streamed_weight_bytes
+from benchd.models.texts import ChatText, has_chat_template, resolved
 from benchd.models.tokenizer import load_tokenizer
 from benchd.protocol import events
 from benchd.protocol.messages import Done, Events, Exiting, Report, Warmed
 from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
-from benchd.spec import RunSpec, traces, validate_spec
+from benchd.spec import RunSpec, SpecError, traces, validate_spec
 from benchd.spec.stack import loading_attention
 from benchd.stopping import StopSignal
 from benchd.timed import run_timed
@@ -162,18 +164,27 @@ class WorkerCore:
         """model: (what identifies the model: the spec's ref, or where its confined path really is; where to load it
         from)."""
         server = not spec.engine_record.loads_model  # a served model: nothing loads here, prompts are text
+        spec = resolved(spec)  # real requests or random ids, and what follows from it
         self._phase(outbox, "load")
         load_s = None
         if server:
             tokenizer = load_tokenizer(spec.tokenizer()) if spec.tokenizer() else None
-            new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
+            if spec.workload.prompts == "real":
+                chat = ChatText(_chat_tokenizer(tokenizer, spec.tokenizer() or "its server's model"))
+                new_stream = lambda: real_text_contents(spec.workload, spec.seed, chat).__next__  # noqa: E731
+            else:
+                new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
         else:
             load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
                                      spec.quantization, loading_attention(spec.attn_implementation), model[1])
             check_fits(spec, self._loaded.max_positions)
             loaded = self._loaded
-            new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
-                                          loaded.special_ids).__next__
+            if spec.workload.prompts == "real":
+                chat = ChatText(_chat_tokenizer(loaded.tokenizer, spec.model))
+                new_stream = lambda: real_contents(spec.workload, spec.seed, chat).__next__  # noqa: E731
+            else:
+                new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
+                                              loaded.special_ids).__next__
         self._phase(outbox, "start")
         engine = self._engine_for(spec)
         if self.group is None:  # a warm engine: nothing an earlier run cached serves this one
@@ -185,6 +196,8 @@ class WorkerCore:
         metadata.engine_settings = engine.settings()
         self._engine_runs += 1
         metadata.engine_run = self._engine_runs
+        metadata.prompts, metadata.ignore_eos = spec.workload.prompts, spec.workload.ignore_eos
+        metadata.logprobs = spec.quality.logprobs
         if not server:
             metadata.torch_threads = torch_threads()  # as the engine set it
             record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
@@ -206,6 +219,15 @@ class WorkerCore:
             if disarm is not None:
                 disarm.set()
         metadata.peak_memory_bytes, metadata.peak_reserved_bytes = peak.read(), peak.reserved()
+        if spec.quality.probe and not server and self.group is None and status == "succeeded":
+            # After every stage: the probe under the stack the run measured, its cost told (engines/probe.py); a
+            # tensor-parallel group's forward pass is collective, and its ranks do not score it.
+            self._phase(outbox, "probe")
+            try:
+                metadata.probe = score(self._loaded, engine.attention.implementation if engine.attention else None)
+            except (RuntimeError, ValueError) as failure:  # what the run measured stands; the probe says why not
+                first = str(failure).splitlines()[0] if str(failure) else ""
+                metadata.probe_error = f"{type(failure).__name__}: {first}"
         return metadata, status, error, "run"
 
     def _limits(self, device_type: str) -> dict | None:
@@ -251,8 +273,9 @@ class WorkerCore:
     def _engine_for(self, spec: RunSpec) -> Engine:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
+        # a matrix may vary only these on one loaded model
         key = (spec.engine, spec.options, spec.model, workload.ignore_eos, traces.longest(workload),
-               spec.compile, spec.attn_implementation)  # a matrix may vary only these on one loaded model
+               spec.compile, spec.attn_implementation, spec.quality.logprobs)
         if self._engine is not None and self._engine_key == key and self._engine.alive():
             return self._engine
         self._close_engine()
@@ -310,6 +333,14 @@ class WorkerCore:
     def held(self) -> tuple[str, ...] | None:
         """The model kept loaded: (ref, dtype, device, quantization, attention implementation)."""
         return self._loaded_key
+
+
+def _chat_tokenizer(tokenizer, model: str):
+    """The tokenizer real requests are made with: one that has a chat template."""
+    if not has_chat_template(tokenizer):
+        raise SpecError(f"workload.prompts: real requests are made with a tokenizer that has a chat template, and "
+                        f"{model} has none")
+    return tokenizer
 
 
 def device_fault(device) -> str | None:

@@ -22,8 +22,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from benchd.models.loading import LoadedModel, load_model, resolve_dtype
-from benchd.models.presets import PRESETS
+from benchd.models.convert import prepared
+from benchd.models.loading import LoadedModel, load_model, local_tokenizer, resolve_dtype
+from benchd.models.presets import PRESETS, real
 
 log = logging.getLogger("benchd.worker")
 PR_SET_PDEATHSIG = 1
@@ -126,7 +127,7 @@ class Group:
              attn_implementation: str = "sdpa", quantization: str = "none") -> LoadedModel:
         """The model, sharded over the group: a preset is saved once with its seeded weights, then every rank
         loads it with from_pretrained and tp_plan="auto" (unquantized: the spec refuses quantization with it)."""
-        path = materialize(ref, dtype, seed) if ref in PRESETS else ref
+        path = str(prepared(ref)) if real(ref) else materialize(ref, dtype, seed) if ref in PRESETS else ref
         self._tell(LoadShards(ref, path, dtype, trust_remote_code, attn_implementation))
         return load_sharded(ref, path, dtype, trust_remote_code, attn_implementation)
 
@@ -159,7 +160,8 @@ def load_sharded(ref: str, path: str, dtype: str, trust_remote_code: bool = Fals
                                                  distributed_config=DistributedConfig(tp_plan="auto"),
                                                  trust_remote_code=trust_remote_code)
     model.eval()
-    return LoadedModel(ref=ref, model=model, device=device, dtype=torch_dtype, load_s=time.perf_counter() - start)
+    return LoadedModel(ref=ref, model=model, device=device, dtype=torch_dtype, load_s=time.perf_counter() - start,
+                       tokenizer=local_tokenizer(path))
 
 
 def gate(control: Any, failure: BaseException | None) -> None:

@@ -1,16 +1,11 @@
 """The openai engine against a real `transformers serve`: exact counts on both APIs, and a server with no metrics
 page said so."""
 
-import os
-import socket
-import subprocess
-import sys
-
 import pytest
 
 from benchd.daemon.inprocess import run_local as run
 from tests.engines.openai.helpers import openai_spec, records
-from tests.helpers import free_port, wait_for
+from tests.engines.openai.helpers import transformers_serve as serve
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -19,23 +14,8 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def transformers_serve(served_dir):
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    process = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "transformers"), "serve", str(served_dir), "--host",
-         "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-    def listening():
-        if process.poll() is not None:
-            raise RuntimeError(f"transformers serve exited: {process.stderr.read()[-2000:]}")
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_for(listening, 240, "transformers serve to listen")  # imports and loads under load
-    yield f"http://127.0.0.1:{port}/v1", str(served_dir)
-    process.terminate()
-    process.wait(30)
+    with serve(served_dir) as base_url:
+        yield base_url, str(served_dir)
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

@@ -71,13 +71,14 @@ class Request:
 class Worker:
     """Commands in: ("r", id, at, bytes) a request to send at perf_counter() time `at`; ("c", id, reason);
     ("x",) stop. Events out: ("s", id, t) sent; ("a", id, t) answered; ("t", id, t, n) n tokens at t;
-    ("f", id, t, error, stamps, texts, exact, prompt_tokens, completion_tokens, delivered) the end, with the chunks
-    whose counts waited for it."""
+    ("f", id, t, error, stamps, texts, exact, prompt_tokens, completion_tokens, delivered, whole) the end, with the
+    chunks whose counts waited for it (and the answer's whole text when config's keep_text: benchd counts it)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, config: dict) -> None:
         self.loop = loop
         self.target = Target(config["base_url"], config["path"], {})
         self.chat = config["chat"]
+        self.keep_text = config.get("keep_text", False)
         self.max_connections = config["max_connections"]
         self.connect_timeout_s = config["connect_timeout_s"]
         self.head_timeout_s = config["head_timeout_s"]
@@ -103,7 +104,7 @@ class Worker:
         kind = item[0]
         if kind == "r":
             _, request_id, at, data = item
-            request = Request(request_id, data, Stream(self.chat))
+            request = Request(request_id, data, Stream(self.chat, whole=[] if self.keep_text else None))
             self.requests[request_id] = request
             if at > time.perf_counter():
                 self.dispatcher.at(at, request)
@@ -213,7 +214,8 @@ class Worker:
         if s.live:
             self.live(request)
         self.emit(("f", request.request_id, t, error, s.pending_t, s.pending_text, s.pending_exact,
-                   s.prompt_tokens, s.completion_tokens, s.delivered), self.end_flush_s)
+                   s.prompt_tokens, s.completion_tokens, s.delivered, None if s.whole is None else "".join(s.whole)),
+                  self.end_flush_s)
 
     def check_timeouts(self) -> None:
         """Stalls, heads that do not come and overlong requests, found by a scan every few ms rather than a timer

@@ -29,6 +29,8 @@ from benchd.engines.openai.client import FrameReader, send_frame
 from benchd.engines.openai.counts import apportion, chunk_counts
 from benchd.engines.openai.http import Target
 from benchd.engines.openai.spec import OpenAIOptions, OpenAISpec
+from benchd.measure.records import TokenCounts
+from benchd.models.texts import encode, has_chat_template
 from benchd.spec import Concurrent, Synchronous, Workload
 
 __all__ = ["OpenAIEngine", "apportion", "connections_for", "create"]
@@ -83,6 +85,7 @@ class OpenAIEngine:
         self._target: Target | None = None
         self._clients: list[_Client] = []
         self._sinks: dict[str, tuple[TokenSink, _Client]] = {}
+        self._prompts: dict[str, str] = {}  # with a tokenizer: each request's prompt, until its end
         self._unsent: dict[str, float] = {}  # handed over, not sent yet: its scheduled time
         self._next = 0
         self._receiver: threading.Thread | None = None
@@ -130,7 +133,7 @@ class OpenAIEngine:
         pair; it exits when told to, or when this end closes."""
         ours, theirs = socket.socketpair()
         config = {"base_url": self.options.base_url, "path": self.path, "chat": self.options.api == "chat",
-                  "closed_loop": self.closed_loop,
+                  "closed_loop": self.closed_loop, "keep_text": self._tokenizer is not None,
                   "max_connections": math.ceil(self.max_connections / self.processes),
                   "connect_timeout_s": self.options.connect_timeout_s,
                   "head_timeout_s": self.options.head_timeout_s,
@@ -238,6 +241,8 @@ class OpenAIEngine:
             self._next += 1
             self._last_used = time.monotonic()
             self._sinks[request_id] = (sink, client)
+            if self._tokenizer is not None:  # counted again at its end, as the server's usage is
+                self._prompts[request_id] = request.prompt_text or ""
             self._unsent[request_id] = at
             client.requests.add(request_id)
         with client.lock:
@@ -301,10 +306,14 @@ class OpenAIEngine:
 
     def _finish(self, sink: TokenSink, request_id: str, t: float, error: str | None, stamps: list[float],
                 texts: list[str], exact: list[int | None], prompt_tokens: int | None,
-                completion_tokens: int | None, delivered: int) -> None:
-        """The chunks whose counts waited for the end, counted now from the final usage and the whole text."""
+                completion_tokens: int | None, delivered: int, whole: str | None = None) -> None:
+        """The chunks whose counts waited for the end, counted now from the final usage and the whole text; with a
+        tokenizer, the request's tokens counted by benchd beside the server's usage (a check of both)."""
         if prompt_tokens is not None:
             sink.prompt_tokens(request_id, prompt_tokens)
+        prompt = self._prompts.pop(request_id, None)
+        if whole is not None and prompt is not None and error is None:
+            sink.counted(request_id, TokenCounts(prompt_tokens, completion_tokens, *self._count(prompt, whole)))
         if stamps:
             total = completion_tokens - delivered if completion_tokens is not None else None
             counts = chunk_counts(texts, exact, total, self._tokenizer)
@@ -317,6 +326,16 @@ class OpenAIEngine:
         entry[1].requests.discard(request_id)
         self._unsent.pop(request_id, None)
         sink.finished(request_id, t, error)
+
+    def _count(self, prompt: str, answer: str) -> tuple[int, int]:
+        """(prompt, answer) in the tokenizer's tokens: a chat's prompt with the model's chat template around it (as
+        a server renders it), where the tokenizer has one."""
+        tokenizer = self._tokenizer
+        if self.path != "completions" and has_chat_template(tokenizer):
+            prompt_ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                       add_generation_prompt=True, tokenize=False)
+            return len(encode(tokenizer, prompt_ids)), len(encode(tokenizer, answer))
+        return len(encode(tokenizer, prompt)), len(encode(tokenizer, answer))
 
     def _orphan(self, client: _Client) -> None:
         """A client process that went away ends what it still had."""

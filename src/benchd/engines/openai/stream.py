@@ -35,6 +35,7 @@ class Stream:
     finish_reason: str | None = None
     done: bool = False  # [DONE] arrived
     partial: bytes = b""  # an SSE line cut by a read
+    whole: list[str] | None = None  # every content chunk's text, when kept (benchd counts the answer itself)
 
     def feed(self, data: bytes, t: float) -> None:
         """The response body's bytes as they arrived at t: every complete `data:` line is one event."""
@@ -93,6 +94,8 @@ class Stream:
                 self.prompt_tokens = usage["prompt_tokens"]
         if not text and not exact:
             return  # role-only, empty or usage-only: not a token
+        if self.whole is not None:
+            self.whole.append(text)
         # Chunks that came in one read are one arrival (its gap split over all their tokens): stamped apart, the
         # first would carry the whole gap and the others gaps of zero.
         if exact is not None and not self.pending_t:

@@ -8,7 +8,7 @@ from collections import deque
 from typing import Any
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from benchd.engines.attention import adopted
@@ -29,13 +29,27 @@ class _Slot:
         self.done = False
 
 
+class _Logprobs(LogitsProcessor):
+    """Each step's greedy token's log-probability per row, from the scores generate() picks it by (the last
+    processor: every other has acted); the streamer passes them on with the tokens."""
+
+    def __init__(self) -> None:
+        self.last: list[float] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores32 = scores.float()
+        self.last = (scores32.max(dim=-1).values - torch.logsumexp(scores32, dim=-1)).tolist()
+        return scores
+
+
 class _StampingStreamer(BaseStreamer):
     """generate() calls put() once with the prompt, then once per step with that step's tokens (batch,): each step
     counted into steps as it ends. Every row is computed until the batch ends, padding and finished rows too: the
     first step prefills batch × width tokens, the k-th after it decodes one a row after width + k − 1 cached."""
 
-    def __init__(self, slots: list[_Slot], eos_ids: frozenset[int], width: int, steps: StepLog) -> None:
-        self.slots = slots
+    def __init__(self, slots: list[_Slot], eos_ids: frozenset[int], width: int, steps: StepLog,
+                 logprobs: _Logprobs | None = None) -> None:
+        self.slots, self.logprobs = slots, logprobs
         self.eos_ids = eos_ids
         self.prompt_seen = False
         self.width, self.steps, self.step = width, steps, 0
@@ -51,10 +65,14 @@ class _StampingStreamer(BaseStreamer):
         else:
             self.steps.add(0, rows, rows * past, rows * (past + 1), rows)
         self.step += 1
-        for slot, token in zip(self.slots, value.tolist()):
+        logprobs = self.logprobs.last if self.logprobs is not None else None
+        for row, (slot, token) in enumerate(zip(self.slots, value.tolist())):
             if slot.done:
                 continue
-            slot.sink.tokens(slot.request.request_id, t, 1, (token,))
+            if logprobs:
+                slot.sink.tokens(slot.request.request_id, t, 1, (token,), (logprobs[row],))
+            else:
+                slot.sink.tokens(slot.request.request_id, t, 1, (token,))
             slot.produced += 1
             # After EOS generate() pads the row: those are not tokens of the request.
             if slot.produced >= slot.request.max_new_tokens or token in self.eos_ids:
@@ -81,8 +99,9 @@ class StaticEngine:
     handoff = None
 
     def __init__(self, loaded: LoadedModel, options: StaticOptions, workload: Workload,
-                 compile_mode: str = "off") -> None:
+                 compile_mode: str = "off", logprobs: bool = False) -> None:
         self._loaded = loaded
+        self._logprobs = logprobs  # each token's, with it (spec.quality.logprobs)
         self._batch_size = options.batch_size
         self._compile = compile_mode
         self._ignore_eos = workload.ignore_eos
@@ -199,12 +218,14 @@ class StaticEngine:
         t = time.perf_counter()
         for slot in batch:
             slot.sink.admitted(slot.request.request_id, t)
+        logprobs = _Logprobs() if self._logprobs else None
         self._loaded.model.generate(
             input_ids,
             attention_mask=mask,
             generation_config=self._generation(max_new),
-            streamer=_StampingStreamer(batch, self._eos_ids, width, self.steps),
+            streamer=_StampingStreamer(batch, self._eos_ids, width, self.steps, logprobs),
             stopping_criteria=StoppingCriteriaList([_RowsDone(batch)]),
+            logits_processor=LogitsProcessorList([logprobs] if logprobs is not None else []),
         )
         t = time.perf_counter()
         for slot in batch:  # a row generate() ended some other way (max_length of the model)
@@ -215,4 +236,4 @@ class StaticEngine:
 
 def create(loaded: LoadedModel, spec: StaticSpec) -> StaticEngine:
     """The engine's record's `create` (engines/static/__init__.py)."""
-    return StaticEngine(loaded, spec.static, spec.workload, spec.compile)
+    return StaticEngine(loaded, spec.static, spec.workload, spec.compile, bool(spec.quality.logprobs))

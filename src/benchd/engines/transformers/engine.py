@@ -54,7 +54,7 @@ class TransformersEngine:
     dispatch_lead_s = 0.0  # the stage submits at the scheduled time
 
     def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload,
-                 attn_implementation: str | None = None) -> None:
+                 attn_implementation: str | None = None, logprobs: bool = False) -> None:
         self._loaded = loaded
         # The attention it runs (engines/attention.py): the spec's, as named (transformers would otherwise switch
         # sdpa to flash attention by itself where flash-attn is installed), else the best the device runs; with
@@ -70,6 +70,7 @@ class TransformersEngine:
         self.plan = gpu_plan(loaded, options, workload, base_attention(self._attention), self._memory) \
             if planned else None
         self._config = cb_config(options, loaded.device.type, self.plan, base_attention(self._attention or "sdpa"))
+        self._config.return_logprobs = logprobs  # each token's, with it (spec.quality.logprobs)
         self._threads = cpu_threads(options, loaded.device.type)
         self._threads_before: int | None = None
         prompt, output = traces.longest(workload)
@@ -232,7 +233,8 @@ class TransformersEngine:
         processor = self._manager.batch_processor
         state = processor.scheduler.active_requests.get(request_id) if processor is not None else None
         if state is not None:
-            self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens)
+            self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens,
+                          state.logprobs)
         self._manager.cancel_request(request_id)
         self._finish(request_id, time.perf_counter(), reason)
 
@@ -268,7 +270,7 @@ class TransformersEngine:
                 continue
             # The final output carries every token and its stamp: deliver what polling has not.
             self._deliver(output.request_id, stream, output.lifespan[0], output.timestamps or (),
-                          output.generated_tokens)
+                          output.generated_tokens, output.logprobs)
             stamps = output.timestamps
             end = stamps[-1] if stamps and output.error is None else time.perf_counter()
             self._finish(output.request_id, end, output.error)
@@ -286,20 +288,25 @@ class TransformersEngine:
         for request_id, stream in list(self._streams.items()):
             state = active.get(request_id)
             if state is not None and (not stream.admitted or len(state.generated_tokens) > stream.seen):
-                self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens)
+                self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens,
+                              state.logprobs)
 
-    def _deliver(self, request_id: str, stream: _Stream, admitted_s: float, stamps, tokens) -> None:
+    def _deliver(self, request_id: str, stream: _Stream, admitted_s: float, stamps, tokens, logprobs=()) -> None:
         """Pass on the tokens not yet passed on, in one call; the result thread and cancel() may both call this."""
         sink = stream.sink
         with stream.lock:
             if not stream.admitted and admitted_s > 0:
                 stream.admitted = True
                 sink.admitted(request_id, admitted_s)
-            # The generation thread appends the stamp, then the token: only pairs present in both are complete.
-            ready = min(len(stamps), len(tokens))
-            if ready > stream.seen:
+            # The generation thread appends the stamp, then the token (and its log-probability with it, when asked
+            # for): only what is present in each is complete.
+            ready = min(len(stamps), len(tokens), len(logprobs) if self._config.return_logprobs else len(tokens))
+            if ready > stream.seen and self._config.return_logprobs:
+                sink.stamped_tokens(request_id, stamps[stream.seen:ready], tokens[stream.seen:ready],
+                                    logprobs[stream.seen:ready])
+            elif ready > stream.seen:
                 sink.stamped_tokens(request_id, stamps[stream.seen:ready], tokens[stream.seen:ready])
-                stream.seen = ready
+            stream.seen = max(stream.seen, ready)
 
     def _fail_all(self, error: str) -> None:
         t = time.perf_counter()
@@ -360,4 +367,5 @@ class TransformersEngine:
 
 def create(loaded: LoadedModel, spec: TransformersSpec) -> TransformersEngine:
     """The engine's record's `create` (engines/transformers/__init__.py)."""
-    return TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation)
+    return TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation,
+                              bool(spec.quality.logprobs))
