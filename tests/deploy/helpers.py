@@ -42,6 +42,14 @@ def container(docs: list[dict]) -> dict:
     return benchd
 
 
+def ports(docs: list[dict]) -> dict[str, int]:
+    """The container's ports by name."""
+    return {p["name"]: p["containerPort"] for p in container(docs)["ports"]}
+
+
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+
+
 def env(docs: list[dict]) -> dict[str, dict]:
     return {e["name"]: e for e in container(docs)["env"]}
 
