@@ -290,9 +290,8 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
     with HTTPReceiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+        probe_port = free_port()  # the probe listener's: what prometheus.yml scrapes
         # Two CPU workers: a run on every "GPU" feeds the per-GPU panels.
-        # The probe listener on a port of its own: what prometheus.yml scrapes.
-        probe_port = free_port()
         settings = Settings(database_url=postgres_url, device="cpu", dtype="float32", default_schedule=False,
                             hardware_interval_s=0.2, node_name="e2e-node", devices=["cpu:0", "cpu:1"],
                             spool_dir=str(tmp_path / "spool"), workers={"log_dir": str(tmp_path / "workers")},
