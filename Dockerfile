@@ -41,10 +41,14 @@ RUN pip install --no-deps /tmp/benchd && rm -rf /tmp/benchd
 # SQLite store, caches); /tmp stays writable for worker processes, and /dev/shm is the runtime's (compose sizes it).
 USER 10001:10001
 WORKDIR /home/benchd
+# The API on 8000; /metrics, /healthz and /readyz also on 8001, a listener of their own that no client's load or
+# connections delay (as DCGM exporter serves its metrics apart: docs/guides/daemon.md, "Connections and probes"):
+# Prometheus scrapes it and the health check asks it.
 ENV HOME=/home/benchd \
     BENCHD_HOST=0.0.0.0 \
-    BENCHD_PORT=8000
-EXPOSE 8000
+    BENCHD_PORT=8000 \
+    BENCHD_HTTP__PROBE_PORT=8001
+EXPOSE 8000 8001
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
-    CMD ["python3", "-c", "import os, sys, urllib.request; url = 'http://127.0.0.1:%s/healthz' % os.environ['BENCHD_PORT']; sys.exit(urllib.request.urlopen(url, timeout=4).status != 200)"]
+    CMD ["python3", "-c", "import os, sys, urllib.request; url = 'http://127.0.0.1:%s/healthz' % os.environ['BENCHD_HTTP__PROBE_PORT']; sys.exit(urllib.request.urlopen(url, timeout=4).status != 200)"]
 CMD ["benchd", "serve"]

@@ -353,12 +353,17 @@ def start_long_run(url):
 
 
 def test_sigterm_marks_the_current_run_interrupted_with_its_data(tmp_path):
-    process, url = serve(tmp_path, free_port())
+    # With the probe listener, as the image and the chart start the daemon: its uvicorn leaves the main server's
+    # logging as it was (it set uvicorn's loggers to warnings only, process-wide: no startup or shutdown line).
+    probe_port = free_port()
+    process, url = serve(tmp_path, free_port(), BENCHD_HTTP__PROBE_PORT=str(probe_port))
+    assert httpx.get(f"http://127.0.0.1:{probe_port}/metrics").status_code == 200
     run_id = start_long_run(url)
     process.send_signal(signal.SIGTERM)
     # uvicorn shuts down cleanly, then re-raises the signal so that supervisors see how the process ended.
     assert process.wait(60) in (0, -signal.SIGTERM)
-    assert "Application shutdown complete" in process.log_path.read_text()
+    log = process.log_path.read_text()
+    assert "Application startup complete" in log and "Application shutdown complete" in log
     store = Store(f"sqlite:///{tmp_path}/benchd.db")
     run = store.get_run(run_id)
     assert run["status"] == "interrupted"

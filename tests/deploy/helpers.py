@@ -15,6 +15,7 @@ KUBERNETES = "1.30.0"
 NAMESPACE = "gpu-bench"
 CASES = {"defaults": None, "external-postgresql": "ci/external-postgresql-values.yaml",
          "existing-secret": "ci/existing-secret-values.yaml", "cpu-only": "ci/cpu-only-values.yaml"}
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")  # the container's, each an httpGet
 
 
 def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess:
@@ -40,6 +41,11 @@ def container(docs: list[dict]) -> dict:
     (daemonset,) = by_kind(docs)["DaemonSet"]
     (benchd,) = daemonset["spec"]["template"]["spec"]["containers"]
     return benchd
+
+
+def ports(docs: list[dict]) -> dict[str, int]:
+    """The container's ports by name."""
+    return {p["name"]: p["containerPort"] for p in container(docs)["ports"]}
 
 
 def env(docs: list[dict]) -> dict[str, dict]:

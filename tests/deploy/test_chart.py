@@ -22,10 +22,12 @@ from tests.deploy.helpers import (
     CHART,
     CRDS,
     KUBERNETES,
+    PROBES,
     ROOT,
     by_kind,
     container,
     env,
+    ports,
     render,
     run_helm,
     secret_data,
@@ -135,6 +137,29 @@ def settings_from(docs: list[dict], tmp_path: Path, monkeypatch) -> Settings:
     return Settings()
 
 
+def on_the_probe_port(docs: list[dict], api: int, probe: int) -> None:
+    """The API on the container's port `http` (BENCHD_PORT); the three probes, and the Service port the
+    ServiceMonitor scrapes or the PodMonitor's endpoint, on its port `metrics`, which BENCHD_HTTP__PROBE_PORT opens:
+    the probe listener (api/probes.py)."""
+    variables = env(docs)
+    assert (variables["BENCHD_PORT"]["value"], variables["BENCHD_HTTP__PROBE_PORT"]["value"]) == (str(api), str(probe))
+    assert ports(docs) == {"http": api, "metrics": probe}
+    assert all(p["protocol"] == "TCP" for p in container(docs)["ports"])
+    asked = {kind: container(docs)[kind]["httpGet"] for kind in PROBES}
+    assert asked == {"startupProbe": {"path": "/healthz", "port": "metrics"},
+                     "livenessProbe": {"path": "/healthz", "port": "metrics"},
+                     "readinessProbe": {"path": "/readyz", "port": "metrics"}}
+    kinds = by_kind(docs)
+    (service,) = kinds["Service"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == \
+        [("http", api, "http"), ("metrics", probe, "metrics")]
+    if "ServiceMonitor" in kinds:
+        (endpoint,) = kinds["ServiceMonitor"][0]["spec"]["endpoints"]  # a port of the Service, by name
+    else:
+        (endpoint,) = kinds["PodMonitor"][0]["spec"]["podMetricsEndpoints"]  # a port of the container, by name
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+
+
 def test_defaults_every_gpu_node_nonroot_read_only_sqlite_and_a_generated_token(helm, tmp_path, monkeypatch):
     docs = render(helm)
     kinds = by_kind(docs)
@@ -165,11 +190,8 @@ def test_defaults_every_gpu_node_nonroot_read_only_sqlite_and_a_generated_token(
     for name in ("BENCHD_SPOOL_DIR", "BENCHD_WORKERS__LOG_DIR"):
         assert variables[name]["value"].startswith("/var/lib/benchd/")
     assert variables["BENCHD_DATABASE_URL"]["value"] == "sqlite:////var/lib/benchd/benchd.db"
-    # Probes on benchd's port.
-    assert benchd["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert benchd["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert benchd["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert benchd["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    # The API on 8000; the probes and the scrape on the probe listener's 8001.
+    on_the_probe_port(docs, api=8000, probe=8001)
     assert spec["automountServiceAccountToken"] is False
     # A token of the chart's own, from its Secret; new at each render without a cluster to look the old one up.
     assert variables["BENCHD_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "benchd", "key": "api-token"}
@@ -182,12 +204,12 @@ def test_defaults_every_gpu_node_nonroot_read_only_sqlite_and_a_generated_token(
     (monitor,) = kinds["ServiceMonitor"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "benchd"
-    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
     pod_labels = kinds["DaemonSet"][0]["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     # What benchd makes of it.
     settings = settings_from(docs, tmp_path, monkeypatch)
     assert (settings.node_name, settings.pod_name, settings.host) == ("gpu-node-7", "benchd-x7k2p", "0.0.0.0")
+    assert (settings.port, settings.http.probe_port) == (8000, 8001)
     assert settings.api_token.get_secret_value() == token and settings.schedules == [] and settings.default_schedule
 
 
@@ -240,8 +262,8 @@ def test_cpu_only_runs_anywhere_on_the_cpu(helm, tmp_path, monkeypatch):
     assert variables["BENCHD_DEVICE"]["value"] == "cpu"
     assert not {"BENCHD_DEVICES", "NVIDIA_VISIBLE_DEVICES"} & set(variables)
     assert "nvidia" not in json.dumps(container(docs))
+    on_the_probe_port(docs, api=8000, probe=8001)
     (monitor,) = by_kind(docs)["PodMonitor"]
-    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == container(docs)["ports"][0]["name"]
     pod_labels = by_kind(docs)["DaemonSet"][0]["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert pod_labels[monitor["spec"]["jobLabel"]] == "benchd"
@@ -249,8 +271,20 @@ def test_cpu_only_runs_anywhere_on_the_cpu(helm, tmp_path, monkeypatch):
     assert settings.device == "cpu" and not settings.default_schedule and settings.schedules[0].name == "tiny-cpu"
 
 
+def test_a_port_set_before_the_probe_port_keeps_the_api_there(helm, tmp_path, monkeypatch):
+    """Values from before the probe port: benchd.port still moves the API; the probes and the scrape stay on the probe
+    port, which moves with benchd.probePort."""
+    docs = render(helm, None, "--set", "benchd.port=9000")
+    on_the_probe_port(docs, api=9000, probe=8001)
+    settings = settings_from(docs, tmp_path, monkeypatch)
+    assert (settings.port, settings.http.probe_port) == (9000, 8001)
+    on_the_probe_port(render(helm, "cpu-only", "--set", "benchd.probePort=9101"), api=8000, probe=9101)
+
+
 def test_values_that_cannot_work_together_fail_naming_them(helm):
     for args, message in (
+        (["--set", "benchd.port=8001"], "benchd.probePort: a port of its own for /metrics and the probes, not "
+                                        "benchd.port's (8001)"),
         (["--set", "database.url=postgresql://x", "--set", "database.existingSecret=s"],
          "database: set url or existingSecret, not both"),
         (["--set", "podMonitor.enabled=true"], "serviceMonitor.enabled and podMonitor.enabled: choose one"),

@@ -1,5 +1,5 @@
-"""The Helm chart's rendered pod started for real by podman kube play with the CPU image: probes, the node and pod
-names, the token from the Secret, a declared schedule's runs."""
+"""The Helm chart's rendered pod started for real by podman kube play with the CPU image: the probes and the scrape on
+the probe port, the node and pod names, the token from the Secret, a declared schedule's runs."""
 
 import copy
 import json
@@ -11,19 +11,19 @@ import pytest
 import yaml
 
 from tests import podman
-from tests.deploy.helpers import by_kind, container, render
+from tests.deploy.helpers import PROBES, by_kind, container, render
 from tests.deploy.test_image import until
 from tests.helpers import free_port
 
 # ---- the pod, for real ---------------------------------------------------------------------------
 
 
-def as_pod(docs: list[dict], image: str, node: str, host_port: int) -> dict:
-    """The DaemonSet's pod template as a Pod of the image under test, its port published on host_port (where the
-    test reaches it, as a kubelet's probes reach the pod's). podman 4.3 resolves the downward API's metadata.name
-    but not spec.nodeName: the node's name stands in for it, as the kubelet fills it. It also makes each emptyDir a
-    named volume of the volume's own name, which every pod would share and which outlives the pod: each is named
-    after the release here (a kubelet's emptyDir is the pod's own)."""
+def as_pod(docs: list[dict], image: str, node: str, host_ports: dict[str, int]) -> dict:
+    """The DaemonSet's pod template as a Pod of the image under test, each of its ports published on the host port
+    host_ports gives by its name (where the test reaches it, as a kubelet's probes reach the pod's). podman 4.3
+    resolves the downward API's metadata.name but not spec.nodeName: the node's name stands in for it, as the kubelet
+    fills it. It also makes each emptyDir a named volume of the volume's own name, which every pod would share and
+    which outlives the pod: each is named after the release here (a kubelet's emptyDir is the pod's own)."""
     (daemonset,) = by_kind(docs)["DaemonSet"]
     release = daemonset["metadata"]["name"]
     template = copy.deepcopy(daemonset["spec"]["template"])
@@ -43,8 +43,9 @@ def as_pod(docs: list[dict], image: str, node: str, host_port: int) -> dict:
             entry["value"] = node
             replaced += 1
     assert replaced == 1
-    (http,) = benchd["ports"]
-    http["hostPort"] = host_port
+    assert {p["name"] for p in benchd["ports"]} == set(host_ports)
+    for port in benchd["ports"]:
+        port["hostPort"] = host_ports[port["name"]]
     name = daemonset["metadata"]["name"]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{name}-pod", "labels": template["metadata"]["labels"]}, "spec": spec}
@@ -79,13 +80,15 @@ def clear_killed_runs() -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.xdist_group("podman")
 def test_the_rendered_pod_runs_under_podman(helm, benchd_image, tmp_path):
-    """The CPU values' pod spec, as rendered, started by podman kube play: probes answer on their paths, the node
-    and pod names reach the series and the stored runs, the token from the Secret guards the API, a declared
-    schedule runs, and only the volumes are written."""
+    """The CPU values' pod spec, as rendered, started by podman kube play: the probes answer on their port and paths,
+    and the PodMonitor's /metrics on its port, both the probe listener's, not the API's; the node and pod names reach
+    the series and the stored runs, the token from the Secret guards the API, a declared schedule runs, and only the
+    volumes are written."""
     clear_killed_runs()
-    port, release, token, node = free_port(), f"{KUBE_RELEASE}{os.getpid()}", "kube-play-token", "gpu-node-7"
+    release, token, node = f"{KUBE_RELEASE}{os.getpid()}", "kube-play-token", "gpu-node-7"
     docs = render(helm, "cpu-only", "--set", f"apiToken.value={token}", release=release)
-    pod = as_pod(docs, benchd_image, node, port)
+    host_ports = {p["name"]: free_port() for p in container(docs)["ports"]}
+    pod = as_pod(docs, benchd_image, node, host_ports)
     volumes = [v["name"] for v in pod["spec"]["volumes"] if "emptyDir" in v]
     pod_file, configmap_file = tmp_path / "pod.yaml", tmp_path / "configmap.yaml"
     pod_file.write_text(yaml.safe_dump(pod))
@@ -99,12 +102,23 @@ def test_the_rendered_pod_runs_under_podman(helm, benchd_image, tmp_path):
     podman.podman("secret", "create", secret["metadata"]["name"], "-", input=json.dumps(secret["data"]))
     try:
         podman.podman("kube", "play", f"--configmap={configmap_file}", str(pod_file))
-        probes = {kind: container(docs)[kind]["httpGet"]["path"]
-                  for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
-            until(lambda: http.get(probes["livenessProbe"]).status_code == 200, 120, "liveness", benchd)
-            until(lambda: http.get(probes["readinessProbe"]).status_code == 200, 180, "readiness", benchd)
-            assert http.get(probes["startupProbe"]).json() == {"status": "ok"}
+        # Each probe, and the scrape, where the rendered manifests send them: the container port they name.
+        probes = {kind: container(docs)[kind]["httpGet"] for kind in PROBES}
+        (endpoint,) = by_kind(docs)["PodMonitor"][0]["spec"]["podMetricsEndpoints"]
+
+        def ask(port_name: str, path: str) -> httpx.Response:
+            return httpx.get(f"http://127.0.0.1:{host_ports[port_name]}{path}", timeout=10)
+
+        def probe(kind: str) -> httpx.Response:
+            return ask(probes[kind]["port"], probes[kind]["path"])
+
+        with httpx.Client(base_url=f"http://127.0.0.1:{host_ports['http']}", timeout=10) as http:
+            until(lambda: probe("livenessProbe").status_code == 200, 120, "liveness", benchd)
+            until(lambda: probe("readinessProbe").status_code == 200, 180, "readiness", benchd)
+            assert probe("startupProbe").json() == {"status": "ok"}
+            # The probe listener answers them, apart from the API: it serves no /runs.
+            assert {probes[kind]["port"] for kind in PROBES} == {endpoint["port"]} != {"http"}
+            assert ask(endpoint["port"], "/runs").status_code == 404 and http.get("/runs").status_code == 200
             printed = podman.podman("exec", benchd, "printenv", "BENCHD_NODE_NAME", "BENCHD_POD_NAME").stdout
             assert printed.split() == [node, name]
 
@@ -124,7 +138,7 @@ def test_the_rendered_pod_runs_under_podman(helm, benchd_image, tmp_path):
             until(scheduled_run_done, 180, "the declared schedule's first run", benchd)
             assert found["status"] == "succeeded", found
             assert (found["node"], found["pod"], found["workload"]) == (node, name, "tiny-fleet")
-            metrics = http.get("/metrics").text
+            metrics = ask(endpoint["port"], endpoint["path"]).text
             assert re.search(rf'^benchd_runs_total\{{.*hostname="{node}".*workload="tiny-fleet".*\}} 1\.0$', metrics,
                              re.MULTILINE), metrics[:2000]
         user = podman.podman("exec", benchd, "id", "-u").stdout.strip()

@@ -110,11 +110,14 @@ def test_the_cpu_override_validates_and_drops_the_gpu():
     jsonschema.validate(override, compose_schema())
 
 
-def dockerfile() -> list[tuple[str, str]]:
+def parsed_dockerfile():
     from dockerfile_parse import DockerfileParser
 
-    parser = DockerfileParser(path=str(ROOT / "Dockerfile"))
-    return [(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+    return DockerfileParser(path=str(ROOT / "Dockerfile"))
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    return [(i["instruction"], i["value"]) for i in parsed_dockerfile().structure if i["instruction"] != "COMMENT"]
 
 
 def test_dockerfile():
@@ -132,8 +135,14 @@ def test_dockerfile():
     # A numeric user other than root, so that Kubernetes' runAsNonRoot can check it.
     user = next(value for kind, value in instructions if kind == "USER")
     assert re.fullmatch(r"\d+(:\d+)?", user) and int(user.split(":")[0]) != 0
+    # The API on 8000, and the probe listener on 8001 (/metrics, /healthz, /readyz: what Prometheus and the health
+    # check ask); the health check follows the variable (tests/deploy/test_image.py runs it on other ports).
+    variables = parsed_dockerfile().envs
+    assert (variables["BENCHD_PORT"], variables["BENCHD_HTTP__PROBE_PORT"]) == ("8000", "8001")
+    assert ("EXPOSE", "8000 8001") in instructions
     healthcheck = next(value for kind, value in instructions if kind == "HEALTHCHECK")
-    assert "/healthz" in healthcheck and "BENCHD_PORT" in healthcheck and "8000" not in healthcheck
+    assert "/healthz" in healthcheck and "os.environ['BENCHD_HTTP__PROBE_PORT']" in healthcheck
+    assert "BENCHD_PORT" not in healthcheck and "8000" not in healthcheck and "8001" not in healthcheck
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {"build", "**/*.egg-info", ".git"} <= set(ignored)
 
@@ -165,7 +174,9 @@ def test_promtool_checks_the_config_and_rules():
     rules = subprocess.run(["promtool", "check", "rules", *map(str, RULES.glob("*.yml"))],
                            capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "benchd:8000" in (ROOT / "prometheus.yml").read_text()
+    # benchd's probe port, by the compose service's name.
+    (job,) = yaml.safe_load((ROOT / "prometheus.yml").read_text())["scrape_configs"]
+    assert job["static_configs"] == [{"targets": ["benchd:8001"]}] and job["metrics_path"] == "/metrics"
 
 
 def test_alerts_fire_per_node_and_gpu_on_what_they_name():
@@ -279,10 +290,12 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
     with HTTPReceiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+        probe_port = free_port()  # the probe listener's: what prometheus.yml scrapes
         # Two CPU workers: a run on every "GPU" feeds the per-GPU panels.
         settings = Settings(database_url=postgres_url, device="cpu", dtype="float32", default_schedule=False,
                             hardware_interval_s=0.2, node_name="e2e-node", devices=["cpu:0", "cpu:1"],
-                            spool_dir=str(tmp_path / "spool"), workers={"log_dir": str(tmp_path / "workers")})
+                            spool_dir=str(tmp_path / "spool"), workers={"log_dir": str(tmp_path / "workers")},
+                            http={"probe_port": probe_port})
         gpu = FakeGPU("GPU-e2e-0", nvlink_kib={0: (1 << 20, 2 << 20), 1: (3 << 20, 4 << 20)})
         nvml = FakeNVML([gpu])
         app = create_app(settings, hardware_reader=lambda: reader(gpu, nvml=nvml))
@@ -290,14 +303,15 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
             server.wait_ready()
             # No XID: the XID panels read 0 (every code together), not "no data", as on a healthy GPU.
             # This repository's prometheus.yml and rules, laid out as compose mounts them, the target pointed at
-            # the live daemon.
+            # the live daemon's probe port.
             config_dir = tmp_path / "prometheus"
             shutil.copytree(RULES, config_dir / RULES.name)
             config = config_dir / "prometheus.yml"
-            shutil.copy(ROOT / "prometheus.yml", config)
+            loaded = yaml.safe_load((ROOT / "prometheus.yml").read_text())
+            (target,) = loaded["scrape_configs"][0]["static_configs"]
+            assert target == {"targets": ["benchd:8001"]}
             # And a cluster label on the target, as a multi-cluster setup (Thanos, Mimir) gives every series.
-            loaded = yaml.safe_load(config.read_text().replace("benchd:8000", f"127.0.0.1:{server.port}"))
-            loaded["scrape_configs"][0]["static_configs"][0]["labels"] = {"cluster": "e2e"}
+            target.update(targets=[f"127.0.0.1:{probe_port}"], labels={"cluster": "e2e"})
             config.write_text(yaml.safe_dump(loaded))
             port = free_port()
             prometheus = subprocess.Popen(

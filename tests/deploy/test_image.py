@@ -99,21 +99,31 @@ def healthy(container: str) -> None:
     assert done.returncode == 0, f"{container}: {done.stdout}{done.stderr}"
 
 
+def health_check_with(container: str, **variables: str) -> int:
+    """The container's health check command run in it with some of its variables changed: its exit status."""
+    check = json.loads(podman.podman("inspect", "--format={{json .Config.Healthcheck}}", container).stdout)
+    assert check["Test"][0] == "CMD", check
+    changed = [f"--env={key}={value}" for key, value in variables.items()]
+    return podman.podman("exec", *changed, container, *check["Test"][1:], check=False).returncode
+
+
 @pytest.mark.timeout(1200)  # a cold start: debootstrap, then the image's build (about 2.5 minutes here)
 def test_the_image_starts_serves_and_stops_cleanly(benchd_image):
-    """On a read-only root with a volume on its home, and on a port other than 8000, which the health check
-    must follow."""
-    port, name = free_port(), f"benchd-image-test-{os.getpid()}"
+    """On a read-only root with a volume on its home, and on ports other than 8000 and 8001, which the health check
+    must follow: it asks the probe listener's port, and Prometheus' /metrics answers there."""
+    port, probe_port, name = free_port(), free_port(), f"benchd-image-test-{os.getpid()}"
     home = f"{name}-home"
     podman.podman("run", "--detach", f"--name={name}", "--network=host", "--read-only",
                   f"--volume={home}:/home/benchd", "--env=BENCHD_HOST=127.0.0.1", f"--env=BENCHD_PORT={port}",
-                  benchd_image)
+                  f"--env=BENCHD_HTTP__PROBE_PORT={probe_port}", benchd_image)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
-            until(lambda: http.get("/readyz").status_code == 200, 180, "/readyz", name)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http, \
+                httpx.Client(base_url=f"http://127.0.0.1:{probe_port}", timeout=10) as probes:
+            until(lambda: probes.get("/readyz").status_code == 200, 180, "/readyz on the probe port", name)
             run = first_default_run(http, name)
+            assert probes.get("/runs").status_code == 404  # the probe listener: /metrics, /healthz, /readyz alone
 
-            metrics = http.get("/metrics", headers={"Accept": OPENMETRICS})
+            metrics = probes.get("/metrics", headers={"Accept": OPENMETRICS})
             assert metrics.headers["content-type"].startswith("application/openmetrics-text")
             assert metrics.text.endswith("# EOF\n")
             exemplars = re.findall(r'^benchd_time_to_first_token_seconds_bucket\{.*\} \S+ # \{(.*)\} \S+',
@@ -121,6 +131,9 @@ def test_the_image_starts_serves_and_stops_cleanly(benchd_image):
             assert any(f'run_id="{run["id"]}"' in labels for labels in exemplars), exemplars[:3]
 
         healthy(name)
+        # The image's check asks the probe port: it passes with the API's port variable wrong, fails with its own.
+        assert health_check_with(name, BENCHD_PORT="1") == 0
+        assert health_check_with(name, BENCHD_HTTP__PROBE_PORT=str(free_port())) != 0
         status = podman.podman("exec", name, "cat", "/proc/1/status").stdout
         uids = re.search(r"^Uid:\s+(.*)$", status, re.MULTILINE)
         assert set(uids.group(1).split()) == {"10001"}  # real, effective, saved and filesystem ids of PID 1
@@ -213,12 +226,12 @@ def prometheus_api(port: int, path: str, **params) -> dict:
 
 
 def check_prometheus(port: int, container: str) -> None:
-    """Prometheus scrapes benchd in its container by the service's name, and evaluates every rule: alerts and
-    recording rules, each recording rule with data."""
+    """Prometheus scrapes benchd in its container by the service's name, on the probe port (the image's 8001, not
+    published), and evaluates every rule: alerts and recording rules, each recording rule with data."""
 
     def scraped() -> bool:
         targets = prometheus_api(port, "targets")["activeTargets"]
-        return [(t["scrapeUrl"], t["health"]) for t in targets] == [("http://benchd:8000/metrics", "up")]
+        return [(t["scrapeUrl"], t["health"]) for t in targets] == [("http://benchd:8001/metrics", "up")]
 
     until(scraped, 60, "Prometheus to scrape benchd", container)
     files = (ROOT / "prometheus-rules").glob("*.yml")

@@ -64,6 +64,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled -}}
 {{- fail "serviceMonitor.enabled and podMonitor.enabled: choose one, or every series is scraped twice" -}}
 {{- end -}}
+{{- if eq (int .Values.benchd.port) (int .Values.benchd.probePort) -}}
+{{- fail (printf "benchd.probePort: a port of its own for /metrics and the probes, not benchd.port's (%d)" (int .Values.benchd.port)) -}}
+{{- end -}}
 {{- if and .Values.gpu.enabled (lt (int .Values.gpu.count) 0) -}}
 {{- fail "gpu.count: 0 (every GPU of the node, none reserved) or the number of GPUs to request" -}}
 {{- end -}}

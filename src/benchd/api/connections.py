@@ -32,13 +32,18 @@ def main_cap(limit: int, backlog: int, probe_room: int) -> int:
     return max(16, min(DEFAULT_MAX, limit - RESERVED_FDS - backlog - probe_room))
 
 
-def bounded(head_timeout_s: float, max_connections: int, name: str) -> type[HttpToolsProtocol]:
+def bounded(head_timeout_s: float, max_connections: int, name: str, access_log: bool = True) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol for one listener: its own waiting list, so that a flood of one listener never
-    evicts another's connections."""
+    evicts another's connections. access_log=False: no access line for its requests (uvicorn's own switch clears
+    the access logger's handlers, every listener's)."""
     waiting: dict[BoundedProtocol, None] = {}  # connections waiting for a head, oldest first
 
     class BoundedProtocol(HttpToolsProtocol):
         _head_timer: asyncio.TimerHandle | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.access_log = self.access_log and access_log
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -110,5 +115,6 @@ def main_listener(http: Http) -> dict[str, Any]:
 
 
 def probe_listener(http: Http) -> dict[str, Any]:
-    """uvicorn.Config's arguments for the probe port."""
-    return {"http": bounded(http.head_timeout_s, http.probe_max_connections, "probe port"), "backlog": http.backlog}
+    """uvicorn.Config's arguments for the probe port: no access line for each scrape and probe."""
+    return {"http": bounded(http.head_timeout_s, http.probe_max_connections, "probe port", access_log=False),
+            "backlog": http.backlog}

@@ -14,6 +14,15 @@ from benchd.api.connections import probe_listener
 from benchd.daemon.settings import Http
 
 
+class _Config(uvicorn.Config):
+    """The main server's logging stays as it is: uvicorn.Config sets its loggers' level process-wide and clears the
+    access logger's handlers for access_log=False, which silenced the main port's startup, shutdown and access lines
+    (connections.probe_listener keeps the access lines of this listener out instead)."""
+
+    def configure_logging(self) -> None:
+        pass
+
+
 class ProbeListener:
     """Its own event loop, connections and thread: a scrape never queues behind client requests on the main port's
     loop or thread pool, and a flood of connections there never takes its room."""
@@ -23,8 +32,7 @@ class ProbeListener:
         app.state.services = services
         app.include_router(health.router)
         self.address = f"{host}:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=False,
-                                                    log_level="warning", **probe_listener(http)))
+        self.server = uvicorn.Server(_Config(app, host=host, port=port, lifespan="off", **probe_listener(http)))
         self._thread = threading.Thread(target=self._serve, name="benchd-probes", daemon=True)
 
     def _serve(self) -> None:
