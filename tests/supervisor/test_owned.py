@@ -18,8 +18,7 @@ import pytest
 
 import benchd
 from benchd.supervisor.environments import EnvironmentProblem, Environments, ForeignProcess, Interpreter
-from benchd.supervisor.handle import WorkerSettings
-from benchd.supervisor.paths import WORKER_PATH
+from benchd.supervisor.paths import WORKER_PATH, safe_path
 from tests.helpers import daemon, spec, submit, wait_for
 from tests.supervisor.helpers import StallingIndex
 
@@ -85,12 +84,11 @@ def test_a_package_planted_in_the_working_directory_is_not_what_a_worker_imports
     worker.join(60)
     assert "No module named" in log.read_text() and "PLANTED" not in log.read_text(), log.read_text()
     # One of the daemon's own (multiprocessing's spawn): `python -c` would import multiprocessing from there first.
-    from benchd.supervisor.pool import WorkerPool
-
-    monkeypatch.setenv("PYTHONSAFEPATH", "")  # restored after the test: the pool sets it for the daemon's life
-    WorkerPool([], WorkerSettings(log_dir=tmp_path / "workers")).start()
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
     child = multiprocessing.get_context("spawn").Process(target=print, args=("the child ran",))
-    child.start()
+    with safe_path():  # as WorkerHandle.start spawns a worker
+        child.start()
+    assert "PYTHONSAFEPATH" not in os.environ  # only for that moment: other programs the daemon starts keep their path
     child.join(60)
     said = capfd.readouterr()
     assert child.exitcode == 0 and "the child ran" in said.out and "PLANTED" not in said.err, said.err

@@ -43,6 +43,7 @@ from benchd.protocol.metadata import RunMetadata
 from benchd.supervisor import orphans
 from benchd.supervisor.builds import public
 from benchd.supervisor.environments import CURRENT_INTERPRETER, ForeignProcess, Interpreter
+from benchd.supervisor.paths import safe_path
 from benchd.worker import entry
 
 log = logging.getLogger("benchd.workers")
@@ -188,7 +189,8 @@ class WorkerHandle:
                                          f"{public(str(error))}"))
                 return
         else:
-            self._process.start()
+            with safe_path():  # never the working directory first on its path (supervisor/paths.py)
+                self._process.start()
             child.close()
         self.pid = self._process.pid
         self._pid_file = orphans.record(self.settings.log_dir, self.name, self.pid)

@@ -2,8 +2,8 @@
 benchd package a worker of another environment runs, the venvs built from requirements): made private (0700) under
 the daemon's own state (BENCHD_ENVIRONMENTS_DIR), and their owner and mode checked before a worker starts from them,
 so that nothing another local user can write (a sitecustomize.py, a .pth, a package of the same name) runs in a
-worker with the daemon's rights. (The working directory is never on a worker's path: PYTHONSAFEPATH, in
-supervisor/pool.py and ForeignProcess.)"""
+worker with the daemon's rights. (The working directory is never on a worker's path: PYTHONSAFEPATH, in safe_path()
+below and ForeignProcess.)"""
 
 from __future__ import annotations
 
@@ -12,11 +12,34 @@ import logging
 import os
 import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 log = logging.getLogger("benchd.workers")
 
 WORKER_PATH = "worker-path"  # under the environments' directory: one folder a daemon's package, holding its link
+
+
+_environ_lock = threading.Lock()
+
+
+@contextmanager
+def safe_path() -> Iterator[None]:
+    """PYTHONSAFEPATH for the processes started inside: multiprocessing's spawn runs `python -c`, which would put the
+    working directory ahead of the standard library, and it takes the environment of the moment. Only for that
+    moment: set for the daemon's life, it reached every other program the daemon's process starts (a script run by
+    its path imports from its own folder)."""
+    with _environ_lock:
+        before = os.environ.get("PYTHONSAFEPATH")
+        os.environ["PYTHONSAFEPATH"] = "1"
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("PYTHONSAFEPATH", None)
+            else:
+                os.environ["PYTHONSAFEPATH"] = before
 
 
 class UnsafePath(PermissionError):

@@ -5,7 +5,6 @@ run and the next run finds a worker ready."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -46,9 +45,6 @@ class WorkerPool:
         self._closing = False
 
     def start(self) -> None:
-        # Workers start without the working directory first on their path (multiprocessing's spawn runs `python -c`,
-        # which would put it ahead of the standard library): a directory others may write is never imported from.
-        os.environ["PYTHONSAFEPATH"] = "1"
         for slot in self.slots:
             self._spawn(slot)
 
