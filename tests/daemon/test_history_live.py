@@ -72,13 +72,14 @@ def fresh_postgres(server_url: str, name: str) -> str:
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def switched(request, tmp_path_factory):
     """Five runs of a schedule in the daemon's environment and one invalid run, then the schedule's spec names
-    `held` until change points in ITL p50 and output tok/s are found."""
+    `held` until change points in ITL p50 and output tok/s are found. A confirmation's matrix runs four rounds: at the
+    verdicts' confidence (0.995) the interval of two or three paired rounds may hold no change even at 3×."""
     where = tmp_path_factory.mktemp(f"history-{request.param}")
     postgres = request.param == "postgresql"
     url = (fresh_postgres(request.getfixturevalue("postgres_server"), "t_history") if postgres
            else f"sqlite:///{where}/benchd.db")
     with daemon(where, database_url=url, environments={"held": str(held_python(where))},
-                history={"confirm_repeats": 2}) as server:
+                history={"confirm_repeats": 4}) as server:
         server.wait_ready()
         scheduled(server, "current")
         wait_for(lambda: succeeded(server) >= 4, 240, "four runs in the current environment")
@@ -113,7 +114,8 @@ def test_a_switch_of_environment_is_found_where_it_happened_and_named(switched):
     assert itl["direction"] == "worse" and itl["relative_change"] > 0.5 and itl["p_value"] < changes.ALPHA
     assert itl["ci_low"] > 0.3 and itl["active"]
     assert {"field": "environment", "before": "current", "after": "held", "mixed": False} in itl["stack"]
-    assert itl["before"]["runs"] >= 5 and itl["after"]["runs"] >= changes.MIN_RUNS
+    # Five valid runs in the current environment, the first of them cold (its engine's first: left out).
+    assert itl["before"]["runs"] >= 4 and itl["after"]["runs"] >= changes.MIN_RUNS
     first_held = switched.http.get(f"/runs/{itl['run_id']}").json()
     assert first_held["metadata"]["environment"] == "held"
     before = switched.http.get(f"/runs/{itl['before']['last_run']}").json()
@@ -128,7 +130,12 @@ def test_the_history_holds_the_series_its_segments_and_what_it_left_out(switched
     history = switched.http.get(f"/history/{WORKLOAD}").json()
     (series,) = history["series"]
     assert series["clock"] == "unknown"  # a CPU: no GPU clock read
-    assert [(e["run_id"], e["reason"]) for e in series["excluded"]] == [(switched.invalid, "invalid")]
+    excluded = [(e["run_id"], e["reason"]) for e in series["excluded"]]
+    assert (switched.invalid, "invalid") in excluded
+    # Each environment's first run, its worker's first: its engine's warm-up in its figures.
+    cold = [run_id for run_id, reason in excluded if reason != "invalid"]
+    assert len(cold) == 2 and all(reason.startswith("cold: ") for _, reason in excluded if reason != "invalid")
+    assert [switched.http.get(f"/runs/{r}").json()["metadata"]["engine_run"] for r in cold] == [1, 1]
     itl = next(f for f in series["figures"] if f["figure"] == "itl_s.p50")
     assert len(itl["points"]) == series["runs"] and switched.invalid not in [p["run_id"] for p in itl["points"]]
     first, second = itl["segments"]
@@ -172,13 +179,13 @@ def test_an_interleaved_matrix_between_the_two_environments_confirms_it(switched
     matrix = switched.http.get(f"/matrices/{confirmation['matrix_id']}").json()
     assert matrix["status"] == "succeeded" and [v["values"] for v in matrix["variants"]] == [
         {"environment": "current"}, {"environment": "held"}]
-    assert [(r["round"], r["variant"]) for r in matrix["runs"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [(r["round"], r["variant"]) for r in matrix["runs"]] == [(i, v) for i in range(4) for v in (0, 1)]
     tokens = next(c for c in switched.found if c["figure"] == "output_tokens_per_s")
     wait_for(lambda: verdict(switched, tokens["id"]), 30, "the sibling's verdict")
     sibling = verdict(switched, tokens["id"])
     assert sibling["matrix_id"] == confirmation["matrix_id"] and sibling["status"] == "confirmed"
     p99 = next((c for c in switched.found if c["figure"] == "ttft_s.p99"), None)
-    if p99 is not None:  # 24 requests a side: too few for a p99's interval
+    if p99 is not None:  # 48 requests a side: too few for a p99's interval
         wait_for(lambda: verdict(switched, p99["id"]), 30, "the p99's verdict")
         found = verdict(switched, p99["id"])
         assert found["status"] == "inconclusive" and "too few samples" in found["reason"]

@@ -139,12 +139,14 @@ def test_a_change_point_says_itself_in_one_sentence():
     assert set(FIGURES) == set(FigureName.__args__)
 
 
-@pytest.mark.parametrize("low, high, verdict", [(0.05, 0.11, "confirmed"), (-0.02, 0.03, "not reproduced"),
-                                                (-0.11, -0.05, "not reproduced"), (None, None, "inconclusive")])
-def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_side(low, high, verdict):
+@pytest.mark.parametrize("low, high, decided, verdict", [
+    (0.05, 0.11, "slower", "confirmed"), (-0.02, 0.03, "equivalent", "not reproduced"),
+    (-0.11, -0.05, "faster", "not reproduced"), (None, None, "inconclusive", "inconclusive"),
+    # Two rounds at the verdicts' confidence: an interval that holds no change and reaches far past it says neither.
+    (-0.60, 2.50, "inconclusive", "inconclusive")])
+def test_a_matrix_confirms_a_change_only_when_its_interval_lies_on_the_change_side(low, high, decided, verdict):
     metric = MetricChange(metric="itl_s.p50", a=0.01, b=0.0108, relative_change=0.08, ci_low=low, ci_high=high,
-                          samples_a=500, samples_b=500,
-                          verdict="inconclusive" if low is None else "equivalent",
+                          samples_a=500, samples_b=500, verdict=decided,
                           reason="too few samples" if low is None else None)
     comparison = MatrixComparison.model_validate({
         "baseline": 0, "threshold": 0.05, "confidence": 0.95, "variants": [

@@ -283,8 +283,8 @@ def _environments(change: ChangePoint) -> tuple[str, str] | None:
 def judge(change: ChangePoint, status: str | None, error: str | None,
           comparison: MatrixComparison | None) -> Confirmation:
     """The matrix's verdict on the change point's figure: confirmed when its interval lies on the change's side of
-    no change, not reproduced when it holds no change or lies on the other side (the series changed with the node,
-    not with the stack), inconclusive with too few samples."""
+    no change, not reproduced when it lies within the threshold (equivalent) or on the other side (the series changed
+    with the node, not with the stack), inconclusive with too few samples or an interval too wide for either."""
     base = change.confirmation.model_dump() if change.confirmation is not None else {}
     base.update(status="failed", reason=None)
     if status != "succeeded" or comparison is None:
@@ -304,9 +304,18 @@ def judge(change: ChangePoint, status: str | None, error: str | None,
         return Confirmation(**{**base, **figures, "status": "confirmed", "reason": (
             f"{label} {metric.relative_change:+.1%} [{metric.ci_low:+.1%}, {metric.ci_high:+.1%}] between the two "
             f"environments, interleaved on one device")})
-    return Confirmation(**{**base, **figures, "status": "not reproduced", "reason": (
+    other_side = metric.ci_high < 0 if change.relative_change > 0 else metric.ci_low > 0
+    if other_side or metric.verdict == "equivalent":
+        return Confirmation(**{**base, **figures, "status": "not reproduced", "reason": (
+            f"{label} {metric.relative_change:+.1%} [{metric.ci_low:+.1%}, {metric.ci_high:+.1%}] between the two "
+            "environments, interleaved on one device: the stack does not reproduce the change (a change of the "
+            "node?)")})
+    # An interval that holds no change but also reaches far beyond it (a few rounds at the verdicts' confidence) says
+    # neither: more rounds (BENCHD_HISTORY__CONFIRM_REPEATS) narrow it.
+    return Confirmation(**{**base, **figures, "status": "inconclusive", "reason": (
         f"{label} {metric.relative_change:+.1%} [{metric.ci_low:+.1%}, {metric.ci_high:+.1%}] between the two "
-        "environments, interleaved on one device: the stack does not reproduce the change (a change of the node?)")})
+        "environments, interleaved on one device: the interval holds no change and reaches past the threshold, too "
+        "wide to confirm the change or rule it out")})
 
 
 def _quality_confirmation(base: dict, quality: QualityComparison) -> Confirmation:
