@@ -159,4 +159,4 @@ def test_a_change_of_the_probes_perplexity_is_a_change_point_the_stack_explains(
     assert (found.figure, found.run_id, found.direction) == ("perplexity", "run010", "worse")
     assert found.relative_change == pytest.approx(13.40 / 12.93 - 1, abs=1e-6)
     assert [c.says() for c in found.stack] == ["quantization none → int8_weight_only"]
-    assert found.sentence().startswith("probe perplexity +3.6 %")
+    assert found.sentence().startswith("probe perplexity +3.6% [")
