@@ -6,7 +6,20 @@ import pytest
 # anything imports triton (torch and torchao may), which decides then how its own library's functions run.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import tempfile
+
 from benchd.models.loading import load_model
+
+# The daemon's write journal defaults to ./benchd-spool: the tests run from the checkout's root, two at a time, and a
+# test that left it unset shared one journal with every other such test (interleaved lines stopped a daemon's start;
+# a test's unapplied writes were replayed into the next one's database). Each test process gets its own, for the
+# module-scoped daemons, and each test its own below, inherited by the daemons and CLIs it starts.
+os.environ.setdefault("BENCHD_SPOOL_DIR", tempfile.mkdtemp(prefix="benchd-test-spool-"))
+
+
+@pytest.fixture(autouse=True)
+def own_spool(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BENCHD_SPOOL_DIR", str(tmp_path_factory.mktemp("spool")))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -297,7 +297,7 @@ def test_postgresql_store(tmp_path, postgres_url):
     with daemon(tmp_path, database_url=postgres_url) as server:
         run = server.wait_status(submit(server, spec()), "succeeded", "failed")
         assert run["status"] == "succeeded"
-    stored = Store(postgres_url)
+    stored = Store(postgres_url, tmp_path / "reader-spool")
     assert stored.get_run(run["id"])["summary"][0]["requests"] == 6
     assert len(stored.request_rows(run["id"])) == 6
 
@@ -364,7 +364,7 @@ def test_sigterm_marks_the_current_run_interrupted_with_its_data(tmp_path):
     assert process.wait(60) in (0, -signal.SIGTERM)
     log = process.log_path.read_text()
     assert "Application startup complete" in log and "Application shutdown complete" in log
-    store = Store(f"sqlite:///{tmp_path}/benchd.db")
+    store = Store(f"sqlite:///{tmp_path}/benchd.db", tmp_path / "reader-spool")
     run = store.get_run(run_id)
     assert run["status"] == "interrupted"
     assert run["summary"][0]["requests"] > 0 and run["summary"][0]["status"] == "interrupted"

@@ -51,7 +51,8 @@ def test_kill_9_mid_run_keeps_the_rows_written_before_it(tmp_path):
     finally:
         os.kill(process.pid, signal.SIGKILL)
         process.wait(30)
-    written = Store(f"sqlite:///{tmp_path}/benchd.db").request_rows(run_id)  # read before the restart
+    # read before the restart
+    written = Store(f"sqlite:///{tmp_path}/benchd.db", tmp_path / "reader-spool").request_rows(run_id)
     # Its worker does not outlive it (the engine's threads kept it alive, holding the model, before)
     assert workers
     wait_for(lambda: all(not running(pid) for pid in workers), 30, "the killed daemon's worker to exit")

@@ -380,6 +380,32 @@ def test_a_journal_left_by_a_killed_process_is_applied_at_the_next_start(tmp_pat
         restarted.close()
 
 
+def test_a_journal_line_that_is_no_operation_is_set_aside_and_the_store_starts(tmp_path, outcome, caplog):
+    """A whole line of the journal that does not decode (a disk's corruption; two daemons once shared a spool and
+    interleaved their writes) stopped the daemon's start with a JSONDecodeError: it is set aside in rejected.jsonl,
+    and the operations around it are applied."""
+    from benchd.store.database import Store
+
+    url = f"sqlite:///{tmp_path}/benchd.db"
+    store = Store(url, tmp_path / "spool")
+    store.start()
+    assert store.wait_ready(30)
+    store.spool._closing = True  # as if killed: what comes next stays in the journal
+    store.spool._thread.join(10)
+    store.create_run("before", outcome.spec.model_dump(mode="json"))
+    with (tmp_path / "spool" / "journal.jsonl").open("ab") as f:
+        f.write(b'{"op": "set_st{"op": "interleaved"}\n[1, 2]\n\xff\xfe\n')
+    store.create_run("after", outcome.spec.model_dump(mode="json"))
+    restarted = Store(url, tmp_path / "spool")
+    restarted.start()
+    assert restarted.wait_ready(30)
+    assert restarted.get_run("before") is not None and restarted.get_run("after") is not None
+    rejected = (tmp_path / "spool" / "rejected.jsonl").read_text().splitlines()
+    assert len(rejected) == 3 and "interleaved" in rejected[0]
+    assert "set aside" in caplog.text
+    restarted.close()
+
+
 def test_data_the_database_refuses_is_set_aside_and_later_writes_go_on(tmp_path, postgres_url, outcome):
     store = open_store(postgres_url, tmp_path)
     store.create_run("r", outcome.spec.model_dump(mode="json"))

@@ -50,7 +50,9 @@ class Journal:
         return self.size - self.cursor
 
     def unapplied(self) -> list[tuple[dict[str, Any], int]]:
-        """Operations after the cursor, with the offset each ends at (a torn last line is dropped)."""
+        """Operations after the cursor, with the offset each ends at (a torn last line is dropped). A whole line that
+        is no operation (a disk's corruption, another process writing the same file) is set aside in rejected.jsonl
+        with a log line: it never stops the daemon's start, and the lines after it are applied."""
         out, offset = [], self.cursor
         with self.path.open("rb") as f:
             f.seek(self.cursor)
@@ -58,7 +60,17 @@ class Journal:
                 offset += len(line)
                 if not line.endswith(b"\n"):
                     break  # the process died mid-write: that operation never returned to its caller
-                out.append((json.loads(line), offset))
+                try:
+                    op = json.loads(line)  # json, not orjson: a journal of an earlier benchd may hold NaN
+                except ValueError as error:  # not JSON, or not UTF-8
+                    op = error
+                if isinstance(op, dict):
+                    out.append((op, offset))
+                    continue
+                why = f"not an operation ({op})" if isinstance(op, Exception) else "not an operation (no object)"
+                log.error("the write journal's line ending at byte %d is %s: set aside in %s", offset, why,
+                          self.rejected_path)
+                self.reject({"line": line[:65536].decode("utf-8", "replace")}, why)
         return out
 
     def append(self, op: dict[str, Any]) -> int:

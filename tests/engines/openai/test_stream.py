@@ -141,13 +141,25 @@ def test_api_key_and_extra_body(server, prompts, monkeypatch):
 def test_cancelling_ends_requests_in_flight(server, prompts):
     import threading
 
-    stop = StopSignal()
-    timer = threading.Timer(1.0, stop.set, ["cancelled"])  # the requests are stalled by then, 60 s from timing out
+    stop, before, stopped = StopSignal(), len(server.received), []
+
+    def cancel_once_stalled() -> None:
+        # Once the server has both requests, a second more: their first chunks have reached the client, which then
+        # waits on the stall, 60 s from timing out (a fixed second from the start fell before the first chunk on a
+        # loaded machine).
+        deadline = time.monotonic() + 60
+        while len(server.received) < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)
+        stopped.append(time.monotonic())
+        stop.set("cancelled")
+
     spec = openai_spec(server.base_url, model="stall", prompts=prompts, requests=50, stall_timeout_s=60)
-    started = time.monotonic()
-    timer.start()
+    canceller = threading.Thread(target=cancel_once_stalled)
+    canceller.start()
     outcome = run(spec, stop=stop)
-    assert time.monotonic() - started < 10
+    canceller.join()
+    assert time.monotonic() - stopped[0] < 10
     assert outcome.status == "cancelled"
     stalled = records(outcome)
     assert len(stalled) == 2 and all(r.error == "cancelled" and r.output_tokens == 1 for r in stalled)
