@@ -40,17 +40,15 @@ from benchd.protocol.messages import (
     Warmed,
 )
 from benchd.protocol.metadata import RunMetadata
-from benchd.supervisor import orphans
+from benchd.supervisor import orphans, paths
 from benchd.supervisor.builds import public
 from benchd.supervisor.environments import CURRENT_INTERPRETER, ForeignProcess, Interpreter
-from benchd.supervisor.paths import safe_path
 from benchd.worker import entry
 
 log = logging.getLogger("benchd.workers")
 
 LOG_TAIL_LINES = 20
 SPEED_CACHE = "device-speed.json"  # each GPU model and driver's measured limits (hardware/speed.py)
-
 
 class WorkerSettings(BaseModel):
     """How long a worker may be silent: no heartbeat at all (a call holding the interpreter), or no progress in the
@@ -63,9 +61,8 @@ class WorkerSettings(BaseModel):
     load_timeout_s: float = Field(default=1800.0, gt=0)  # loading a model or starting an engine (CUDA graphs)
     start_timeout_s: float = Field(default=300.0, gt=0)  # spawned until it says hello (torch imported)
     log_dir: Path = Path("benchd-workers")  # each worker's stdout and stderr, tail kept with a crash's cause
-    # The workers' CPU priority (Unix nice, set when the worker starts): above the daemon's HTTP side, so that
-    # clients of the daemon do not delay the engine's thread. Lowering nice needs root or CAP_SYS_NICE; without
-    # it the worker keeps the daemon's and logs so. /readyz shows each worker's nice.
+    # The workers' CPU priority (Unix nice, set as the worker starts): above the daemon's HTTP side, so that its
+    # clients do not delay the engine's thread. Lowering nice needs root or CAP_SYS_NICE (else logged); /readyz says.
     nice: int = Field(default=-10, ge=-20, le=19)
     # The real-time priority (SCHED_FIFO, 1-99) of the thread that sends an open loop's requests, while it sends: it
     # runs as soon as a request is due, ahead of every normal thread (benchd/loadgen/priority.py); 0: none. The same
@@ -189,7 +186,7 @@ class WorkerHandle:
                                          f"{public(str(error))}"))
                 return
         else:
-            with safe_path():  # never the working directory first on its path (supervisor/paths.py)
+            with paths.safe_path():  # never the working directory first on its path
                 self._process.start()
             child.close()
         self.pid = self._process.pid
