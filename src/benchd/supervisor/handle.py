@@ -50,6 +50,7 @@ log = logging.getLogger("benchd.workers")
 LOG_TAIL_LINES = 20
 SPEED_CACHE = "device-speed.json"  # each GPU model and driver's measured limits (hardware/speed.py)
 
+
 class WorkerSettings(BaseModel):
     """How long a worker may be silent: no heartbeat at all (a call holding the interpreter), or no progress in the
     run it holds (a hung kernel or engine), loading a model or starting an engine included."""
