@@ -99,10 +99,12 @@ $(HELM): | system-deps
 presets: $(VENV)/.installed-test
 	$(VENV)/bin/python -c "from benchd.models.convert import prepared; prepared('smollm2-135m')"
 
-# Two test processes (pytest-xdist): most tests wait on daemons, workers and servers they start, and one process
-# left a 2-core machine half idle (CI 23 min → 12). Tests whose assertions are timings (marked quiet) run after,
-# alone; tests that build or start images share one process (xdist_group "podman": one storage, one base image).
-PYTEST_PARALLEL = -n 2 --dist loadgroup
+# Three test processes (pytest-xdist) on the 2 cores: most tests wait on daemons, workers and servers they start;
+# one process left the machine half idle (CI 23 min → 12 with two), and two still left a tenth of it idle while their
+# daemons' workers started (the main suite 1,080 → about 920 s with three, here). Tests whose assertions are timings
+# (marked quiet) run after, alone; tests that build or start images share one process (xdist_group "podman": one
+# storage, one base image).
+PYTEST_PARALLEL = -n 3 --dist loadgroup
 ENGINE_TESTS = tests/engines tests/worker
 # ruff (its rules in pyproject.toml) and the layout's checks first: a second or two, before the suite's minutes.
 # torch's OpenMP threads wait passively: spinning, they took a busy 2-core machine from every other process (a

@@ -99,10 +99,12 @@ def switched(request, tmp_path_factory):
 
         def changed() -> bool:
             # Found with its first few runs, a change point may sit a run or two off where this loaded machine's
-            # noise makes a run slow; more runs move it to the switch.
-            found[:] = server.http.get("/changes", params={"workload": WORKLOAD}).json()["items"]
-            figures = {c["figure"]: c for c in found}
-            return all(f in figures and placed(figures[f]) for f in ("itl_s.p50", "output_tokens_per_s"))
+            # noise makes a run slow, and a slow run may make one of its own: more runs move the switch's to the
+            # switch, and those at the switch come first in `found`.
+            items = server.http.get("/changes", params={"workload": WORKLOAD}).json()["items"]
+            at_switch = [c for c in items if c["figure"] in ("itl_s.p50", "output_tokens_per_s") and placed(c)]
+            found[:] = at_switch + [c for c in items if c not in at_switch]
+            return {c["figure"] for c in at_switch} == {"itl_s.p50", "output_tokens_per_s"}
 
         wait_for(changed, 400, "change points in ITL p50 and output tok/s, at the switch")
         assert server.http.delete("/schedules/hist").status_code == 204
@@ -117,7 +119,7 @@ def test_a_switch_of_environment_is_found_where_it_happened_and_named(switched):
     assert itl["ci_low"] > 0.3 and itl["active"]
     assert {"field": "environment", "before": "current", "after": "held", "mixed": False} in itl["stack"]
     # Five valid runs in the current environment, the first of them cold (its engine's first: left out).
-    assert itl["before"]["runs"] >= 4 and itl["after"]["runs"] >= changes.MIN_RUNS
+    assert itl["before"]["runs"] >= changes.MIN_RUNS and itl["after"]["runs"] >= changes.MIN_RUNS
     first_held = switched.http.get(f"/runs/{itl['run_id']}").json()
     assert first_held["metadata"]["environment"] == "held"
     before = switched.http.get(f"/runs/{itl['before']['last_run']}").json()
@@ -140,9 +142,12 @@ def test_the_history_holds_the_series_its_segments_and_what_it_left_out(switched
     assert [switched.http.get(f"/runs/{r}").json()["metadata"]["engine_run"] for r in cold] == [1, 1]
     itl = next(f for f in series["figures"] if f["figure"] == "itl_s.p50")
     assert len(itl["points"]) == series["runs"] and switched.invalid not in [p["run_id"] for p in itl["points"]]
-    first, second = itl["segments"]
-    assert second["first_run"] == itl["change_points"][0]["run_id"] and second["mean"] > 1.5 * first["mean"]
-    assert first["runs"] + second["runs"] == len(itl["points"])
+    # The switch's segment and the one before it (a slow run of a loaded machine may have split off one more).
+    switch = next(c for c in switched.found if c["figure"] == "itl_s.p50")["run_id"]
+    at = next(i for i, segment in enumerate(itl["segments"]) if segment["first_run"] == switch)
+    first, second = itl["segments"][at - 1], itl["segments"][at]
+    assert switch in [c["run_id"] for c in itl["change_points"]] and second["mean"] > 1.5 * first["mean"]
+    assert sum(segment["runs"] for segment in itl["segments"]) == len(itl["points"])
     assert switched.http.get("/history/nothing-ran").status_code == 404
     assert switched.http.get(f"/history/{WORKLOAD}", params={"limit": 10_001}).status_code == 422
     page = switched.http.get("/changes", params={"workload": WORKLOAD, "figure": "ttft_s.p50", "limit": 1}).json()
@@ -155,7 +160,7 @@ def test_the_history_holds_the_series_its_segments_and_what_it_left_out(switched
                  f'workload="{WORKLOAD}"}}'):
         assert line in metrics, line
     relative = next(x for x in metrics.splitlines() if x.startswith(f"benchd_change_point_relative_change{{{labels}"))
-    assert float(relative.split()[-1]) == pytest.approx(itl["change_points"][0]["relative_change"])
+    assert float(relative.split()[-1]) in [pytest.approx(c["relative_change"]) for c in itl["change_points"]]
 
 
 def verdict(server, change_id: str) -> dict:
