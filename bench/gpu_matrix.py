@@ -28,16 +28,16 @@ from pathlib import Path
 
 from common import REFERENCE, environment
 
+from benchd.cli.matrix import comparison_table
 from benchd.daemon.lifecycle import Lifecycle
 from benchd.daemon.matrices import run_matrix
-from benchd.spec.matrix import parse_matrix
-from benchd.cli.matrix import comparison_table
 from benchd.hardware.devices import local, pick
 from benchd.hardware.nvml import NVMLReader
+from benchd.spec.matrix import parse_matrix
 from benchd.stopping import StopSignal
-from benchd.telemetry.run import Telemetry
-from benchd.supervisor.handle import WorkerSettings
 from benchd.supervisor.pool import WorkerPool
+from benchd.supervisor.settings import WorkerSettings
+from benchd.telemetry.run import Telemetry
 
 QUANTIZATIONS = ["none", "int8_weight_only", "float8", "int4_weight_only"]
 ATTENTION = ["sdpa", "eager"]

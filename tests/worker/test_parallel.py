@@ -16,8 +16,8 @@ from benchd.hardware.devices import DeviceError, resolve, targets
 from benchd.models.memory import estimate
 from benchd.spec import SpecError, parse_spec, validate_spec
 from benchd.stopping import StopSignal
-from benchd.supervisor.handle import WorkerSettings
 from benchd.supervisor.pool import WorkerPool
+from benchd.supervisor.settings import WorkerSettings
 from benchd.telemetry.run import Telemetry
 from tests.helpers import spec
 

@@ -60,8 +60,8 @@ class Local:
         from benchd.hardware.sampler import HardwareSampler
         from benchd.stopping import StopSignal
         from benchd.supervisor.environments import Environments
-        from benchd.supervisor.handle import WorkerSettings
         from benchd.supervisor.pool import WorkerPool
+        from benchd.supervisor.settings import WorkerSettings
         from benchd.telemetry.genai import build_genai_metrics
         from benchd.telemetry.run import Telemetry
         from benchd.telemetry.tracing import build_tracer_provider

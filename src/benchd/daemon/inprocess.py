@@ -15,7 +15,8 @@ from benchd.loadgen import priority
 from benchd.protocol.messages import BATCH_S, Done, Events, Report
 from benchd.stopping import StopSignal
 from benchd.supervisor.environments import CURRENT, Environments
-from benchd.supervisor.handle import Deadline, RunSink, WorkerSettings
+from benchd.supervisor.handle import Deadline, RunSink
+from benchd.supervisor.settings import WorkerSettings
 from benchd.telemetry.run import Telemetry
 
 if TYPE_CHECKING:

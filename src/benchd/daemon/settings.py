@@ -27,7 +27,7 @@ from benchd.spec import NAME_MAX, GenerateSpec, Name, RunSpec
 from benchd.spec.matrix import MatrixProblem, MatrixSpec, parse_matrix
 from benchd.spec.validity import ValidityRules
 from benchd.supervisor.environments import CURRENT
-from benchd.supervisor.handle import WorkerSettings
+from benchd.supervisor.settings import WorkerSettings
 from benchd.telemetry.metrics import HistogramBuckets, MetricsSettings
 from benchd.worker.faults import Faults
 

@@ -14,7 +14,8 @@ from benchd.hardware.devices import Slot, pick, targets
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.memory import MEMORY_FRACTION, dtype_bytes, model_shape_and_weights
 from benchd.supervisor.environments import CURRENT, EnvironmentProblem, Environments
-from benchd.supervisor.handle import Deadline, Death, RunSink, WorkerHandle, WorkerSettings
+from benchd.supervisor.handle import Deadline, Death, RunSink, WorkerHandle
+from benchd.supervisor.settings import WorkerSettings
 
 log = logging.getLogger("benchd.workers")
 
