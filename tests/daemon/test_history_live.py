@@ -20,25 +20,29 @@ from tests.helpers import ROOT, daemon, spec, submit, wait_for
 
 # ---- end to end --------------------------------------------------------------------------------------------
 
-# An environment whose interpreter holds the GIL for 20 ms of every 21 in a thread of its own once its worker has an
-# engine (a PyDLL call keeps the GIL while it sleeps, so it burns no core; the worker starts at its usual pace): its
-# worker generates several times slower, a real change of the stack.
-HOLDER = """import ctypes, sys, threading, time
-_libc = ctypes.PyDLL(None)
-def _hold():
+# An environment whose interpreter slows its worker once it has an engine: every embedding lookup (one a forward step)
+# sleeps 10 ms, about 8 times a step of the tiny model here (a slower library: a real change of the stack, burning no
+# core). The first run in it starts the worker and is left out as cold; every later one is slow from its first step (a
+# thread that held the GIL for 20 ms of every 21 left some short runs nearly as fast as before, and the change point a
+# run past the switch).
+SLOWER = """import sys, threading, time
+def _slow():
     while "benchd.engines.transformers.engine" not in sys.modules:
         time.sleep(0.05)
-    while True:
-        _libc.usleep(20000)
-        time.sleep(0.001)
-threading.Thread(target=_hold, name="gil-holder", daemon=True).start()
+    import torch.nn.functional as F
+    embedding = F.embedding
+    def slowed(*args, **kwargs):
+        time.sleep(0.01)
+        return embedding(*args, **kwargs)
+    F.embedding = slowed
+threading.Thread(target=_slow, name="slower", daemon=True).start()
 """
 
 
 def held_python(where: Path) -> Path:
     site = where / "held-site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(HOLDER)
+    (site / "sitecustomize.py").write_text(SLOWER)
     python = where / "held-python"
     python.write_text(f'#!/bin/sh\nPYTHONPATH={site}:$PYTHONPATH exec {sys.executable} "$@"\n')
     python.chmod(0o755)
