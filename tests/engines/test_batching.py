@@ -128,3 +128,29 @@ def test_a_warm_engine_forgets_the_prefixes_an_earlier_run_cached(tiny):
         assert sink.ends["again"][1] is None and len(sink.token_ids["again"]) == 8
     finally:
         engine.stop()
+
+
+def test_requests_cancelled_after_their_cache_filled_leave_the_engine_admitting(tiny):
+    """Two requests that outgrow a 16-block cache: transformers offloads one and stops admitting until a request
+    finishes; both are cancelled before either does (a stage cut at its drain, a run cancelled). The engine's next
+    request is admitted and generates (transformers alone left it waiting forever: batching.unblock)."""
+    engine = create_engine(tiny, make_spec(transformers={"block_size": 16, "num_blocks": 16, "max_batch_tokens": 64}))
+    engine.start()
+    try:
+        sink = Sink(2)
+        for i, p in enumerate(prompts(2, seed=3, low=30, high=40)):
+            engine.submit(GenerationRequest(f"long{i}", p, 200), sink)  # 240 tokens a request, 256 in the cache
+        deadline = time.monotonic() + 60
+        # the offload: one request back to waiting, the other running (the loop's own scheduler, made as it starts)
+        while not engine._manager.batch_processor.scheduler.block_new_requests:
+            assert not sink.ends and time.monotonic() < deadline, "the cache never filled"
+            time.sleep(0.001)
+        for i in range(2):
+            engine.cancel(f"long{i}")
+        assert sink.all_done.wait(10) and all(e == "cancelled" for _, e in sink.ends.values()), sink.ends
+        after = Sink(1)
+        engine.submit(GenerationRequest("next", prompts(1, seed=4)[0], 8), after)
+        assert after.all_done.wait(30), "the request after the cancels was never admitted"
+        assert after.ends["next"][1] is None and len(after.token_ids["next"]) == 8
+    finally:
+        engine.stop()

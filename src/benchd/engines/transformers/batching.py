@@ -3,11 +3,13 @@ GPU (engines/transformers/plan.py), and torch's CPU threads while the engine run
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import torch
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
+from transformers.generation.continuous_batching.scheduler import Scheduler
 
 from benchd.engines.paged import PAGED
 from benchd.engines.transformers.memory import CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS
@@ -17,6 +19,8 @@ from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel
 from benchd.models.memory import MEMORY_FRACTION, PlanError
 from benchd.spec import SpecError, Workload, traces
+
+log = logging.getLogger("benchd.engines")
 
 # benchd's defaults where the user sets nothing. On CPU the cache must be sized explicitly (transformers sizes it
 # from free GPU memory). On CUDA, CUDA graphs: on an H200 (1.2B Llama shape, bf16, 256 × 256/256 tokens,
@@ -104,3 +108,38 @@ def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(CUDA_CPU_THREADS, cores // 2))  # half the cores at most: the rest for benchd and the host
+
+
+
+def admit_after_cancels() -> None:
+    """Every scheduler of this process checks, each time its loop clears cancelled requests (before every step, and
+    every 0.1 s while idle), that it is not left admitting none (unblock). Installed once a process, on transformers'
+    Scheduler: the check runs on the loop's own thread, so a request waits for no poll of benchd's."""
+    original = Scheduler.clear_cancelled_requests
+    if getattr(original, "benchd_unblocks", False):
+        return
+
+    def clear_cancelled_requests(self):
+        states = original(self)
+        if unblock(self):
+            log.warning("continuous batching was left admitting no request with none running (a cancel after its "
+                        "cache filled): admitting again")
+        return states
+
+    clear_cancelled_requests.benchd_unblocks = True
+    Scheduler.clear_cancelled_requests = clear_cancelled_requests
+
+
+def unblock(scheduler) -> bool:
+    """Let a batching loop admit requests again where it never would by itself; True if it was stuck.
+
+    transformers (5.17 to 5.24 at least) stops admitting waiting requests once it has offloaded one for want of cache
+    blocks (OffloadingManager sets scheduler.block_new_requests) and admits again only when a request finishes
+    (update_batch): a cancelled one frees its blocks but clears nothing. A stage cut at its drain while its requests
+    filled the cache, or a run cancelled then, left the loop with none running and every later request waiting
+    forever: the next stage, and every later run of the kept engine, measured no token (tests/engines/test_batching.py).
+    With nothing running, nothing can finish, so the flag only stands in the way."""
+    if scheduler.block_new_requests and not scheduler.active_requests and scheduler.waiting_requests:
+        scheduler.block_new_requests = False
+        return True
+    return False

@@ -19,6 +19,7 @@ from benchd.engines.oom import failure_of
 from benchd.engines.transformers import warmup
 from benchd.engines.transformers.batching import (
     SIZE_FIELD,
+    admit_after_cancels,
     cb_config,
     cpu_threads,
     decode_by_block_table,
@@ -56,6 +57,7 @@ class TransformersEngine:
     def __init__(self, loaded: LoadedModel, options: TransformersOptions, workload: Workload,
                  attn_implementation: str | None = None, logprobs: bool = False) -> None:
         self._loaded = loaded
+        admit_after_cancels()  # transformers' loop, left blocked by a cancel, admits again (batching.unblock)
         # The attention it runs (engines/attention.py): the spec's, as named (transformers would otherwise switch
         # sdpa to flash attention by itself where flash-attn is installed), else the best the device runs; with
         # library_defaults and none named, transformers' own choice (read once it has started).
