@@ -135,9 +135,11 @@ def test_closed_loop_keeps_n_in_flight_and_schedules_on_free_slots(tiny):
 
 
 def test_saturated_open_loop_ttft_grows_with_queueing(tiny):
-    # One request at a time (static, batch 1) against 200 req/s: each request waits behind all earlier ones.
+    # One request at a time (static, batch 1) against 1,000 req/s: each request waits behind all earlier ones (a
+    # generate() of 8 tokens takes longer than 1 ms however fast the machine; at 200 req/s, on one intra-op thread,
+    # the engine kept up with the first few and their waits did not grow).
     spec = make_spec(engine="static", static={"batch_size": 1}, workload={
-        "arrivals": {"profile": "constant", "rate": 200},
+        "arrivals": {"profile": "constant", "rate": 1000},
         "stop": {"requests": 24},
         "output_tokens": {"dist": "fixed", "value": 8},
     })
