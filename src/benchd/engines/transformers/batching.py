@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
-from transformers.generation.continuous_batching.scheduler import Scheduler
 
 from benchd.engines.paged import PAGED
 from benchd.engines.transformers.memory import CPU_BATCH_TOKENS, CPU_BLOCK_SIZE, CPU_CACHE_TOKENS
@@ -115,8 +114,12 @@ def admit_after_cancels() -> None:
     """Every scheduler of this process checks, each time its loop clears cancelled requests (before every step, and
     every 0.1 s while idle), that it is not left admitting none (unblock). Installed once a process, on transformers'
     Scheduler: the check runs on the loop's own thread, so a request waits for no poll of benchd's."""
-    original = Scheduler.clear_cancelled_requests
-    if getattr(original, "benchd_unblocks", False):
+    try:
+        from transformers.generation.continuous_batching import scheduler
+    except ImportError:  # a transformers that moved it: nothing to wrap
+        return
+    original = getattr(scheduler.Scheduler, "clear_cancelled_requests", None)
+    if original is None or getattr(original, "benchd_unblocks", False):  # nothing to wrap, or wrapped already
         return
 
     def clear_cancelled_requests(self):
@@ -127,7 +130,7 @@ def admit_after_cancels() -> None:
         return states
 
     clear_cancelled_requests.benchd_unblocks = True
-    Scheduler.clear_cancelled_requests = clear_cancelled_requests
+    scheduler.Scheduler.clear_cancelled_requests = clear_cancelled_requests
 
 
 def unblock(scheduler) -> bool:
@@ -139,7 +142,7 @@ def unblock(scheduler) -> bool:
     filled the cache, or a run cancelled then, left the loop with none running and every later request waiting
     forever: the next stage, and every later run of the kept engine, measured no token (tests/engines/test_batching.py).
     With nothing running, nothing can finish, so the flag only stands in the way."""
-    if scheduler.block_new_requests and not scheduler.active_requests and scheduler.waiting_requests:
+    if getattr(scheduler, "block_new_requests", False) and not scheduler.active_requests and scheduler.waiting_requests:
         scheduler.block_new_requests = False
         return True
     return False
