@@ -1,6 +1,7 @@
 """openai specs: bad ones named by field, runs through the daemon with paths under the roots, and the GenAI client
 metrics and span attributes of a server measured from outside."""
 
+import itertools
 import os
 
 import pytest
@@ -100,7 +101,11 @@ def test_genai_client_metrics_and_span_attributes(prompts, monkeypatch, api):
         for kind, tokens in (("input", [r.prompt_tokens for r in good]), ("output", [r.output_tokens for r in good])):
             check_histogram(metrics["gen_ai.client.token.usage"], "{token}", SEMCONV_TOKENS, tokens,
                             {**attributes, "gen_ai.token.type": kind})
-    assert len([c for r in records(chunked) for c in r.arrival_tokens]) == 4 * 3  # chunks of 3, 3 and 1 tokens
+    # Four requests of chunks of 3, 3 and 1 tokens, 2 ms apart: each arrival holds one chunk, or two read at once (a
+    # loaded machine's client found two in one read, stamped together as it saw them).
+    assert len(records(chunked)) == 4
+    for record in records(chunked):
+        assert set(itertools.accumulate(record.arrival_tokens)) <= {3, 6, 7} and sum(record.arrival_tokens) == 7
     failed = {}
     for point in metrics["gen_ai.client.operation.duration"].histogram.data_points:
         if "error.type" in (attributes := point_attributes(point)):
