@@ -109,7 +109,6 @@ def cpu_threads(options: TransformersOptions, device_type: str) -> int | None:
     return max(1, min(CUDA_CPU_THREADS, cores // 2))  # half the cores at most: the rest for benchd and the host
 
 
-
 def admit_after_cancels() -> None:
     """Every scheduler of this process checks, each time its loop clears cancelled requests (before every step, and
     every 0.1 s while idle), that it is not left admitting none (unblock). Installed once a process, on transformers'
