@@ -3,10 +3,11 @@ GPU at once, round after round until each GPU's output tok/s against its sibling
 budget ends; first with the last GPU under a matmul loop (it must be flagged), then the healthy GPUs run after run
 (none may be).
 
-    python bench/gpu_decide.py [--healthy 5] [--budget-s 60] [--deadline-s 250]
+    python bench/gpu_decide.py [--healthy 5] [--budget-s 60] [--deadline-s 250] [--no-slowed]
 
 Starts once the daemon is ready: a cold run (one round, not judged), the slowed run, then healthy runs until
---healthy are done or --deadline-s from the start would be passed. With no GPU it runs as a smoke test on two CPU
+--healthy are done or --deadline-s from the start would be passed (--no-slowed: the cold run and healthy runs alone,
+a call that continues an earlier one's healthy runs). With no GPU it runs as a smoke test on two CPU
 workers and the tiny model (the second slowed by the fault hook). Prints a line per round and a table last; writes
 decide.json under --out (each run's rounds, ratios, intervals and verdicts, and the round-to-round spread of the
 healthy runs' log ratios, which docs/benchmarks/every-gpu.md turns into the rule's power at 0.85x)."""
@@ -44,6 +45,7 @@ def main() -> int:
     parser.add_argument("--healthy", type=int, default=5)
     parser.add_argument("--budget-s", type=float, default=60.0, help="each run's decide.budget_s")
     parser.add_argument("--deadline-s", type=float, default=250.0, help="no run starts past this from the start")
+    parser.add_argument("--no-slowed", action="store_true", help="no slowed run: the cold run, then healthy runs")
     parser.add_argument("--port", type=int, default=18433)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
@@ -97,15 +99,16 @@ def main() -> int:
         wait(lambda: http.get("/readyz").status_code == 200, 900, 0.5)
         print(f"ready in {time.perf_counter() - begun:.1f} s; {environment()}", flush=True)
         once("cold (one round, not judged)", {"name": "decide-cold", "decide": {"max_rounds": 1}})
-        victim = gpus[-1] if gpus else None
+        victim = gpus[-1] if gpus and not args.no_slowed else None
         load = subprocess.Popen([sys.executable, "-c", SLOW, "120"], env={**os.environ,
                                                                          "CUDA_VISIBLE_DEVICES": victim}) \
             if victim else None
         try:
             if load is not None:
                 time.sleep(8)  # its context up and the loop running
-            once("slowed: the last GPU under an 8192² bf16 matmul loop", {"name": "decide-slowed",
-                                                                         "decide": decide})
+            if not args.no_slowed:
+                once("slowed: the last GPU under an 8192² bf16 matmul loop", {"name": "decide-slowed",
+                                                                             "decide": decide})
         finally:
             if load is not None:
                 load.kill()
