@@ -4,6 +4,7 @@ nothing more."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
@@ -40,6 +41,7 @@ class Operation:
 
     @staticmethod
     def read(data: dict[str, Any]) -> Operation:
+        import_kinds()
         kind = Operation.kinds.get(data.get("op"))
         if kind is None:
             raise ValueError(f"unknown store operation {data.get('op')!r}")
@@ -47,6 +49,17 @@ class Operation:
 
     def apply(self, db: sa.Connection, node: Node) -> None:
         raise NotImplementedError
+
+
+# The modules beside this one that define operations: each registers its kinds when imported, so a journal is read
+# with all of them however the store was opened (a process that had not imported the history set its change points'
+# writes aside as unknown). They import this module, hence imported here when first read, not at its top.
+KIND_MODULES = ("benchd.store.history",)
+
+
+def import_kinds() -> None:
+    for name in KIND_MODULES:
+        importlib.import_module(name)
 
 
 def dates(values: dict[str, Any], *keys: str) -> dict[str, Any]:
