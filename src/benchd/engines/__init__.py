@@ -1,5 +1,5 @@
 """Generation engines, each a folder of its own that declares itself (spec/engines.py finds them): its torch-free
-`__init__` holds its options, its spec and its record; what runs it is imported in the worker only, through the
+`spec.py` holds its options, its spec and its record; what runs it is imported in the worker only, through the
 record's `create`. Beside them, the small interface they implement (engines.base) and what they share."""
 
 from __future__ import annotations

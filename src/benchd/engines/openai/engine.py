@@ -379,5 +379,5 @@ def check_server(base_url: str, headers: dict[str, str], deadline_s: float) -> N
 
 
 def create(loaded: None, spec: OpenAISpec) -> OpenAIEngine:
-    """The engine's record's `create` (engines/openai/__init__.py): the model is the server's."""
+    """The engine's record's `create` (engines/openai/spec.py): the model is the server's."""
     return OpenAIEngine(spec.openai, spec.workload, spec.model)

@@ -235,5 +235,5 @@ class StaticEngine:
 
 
 def create(loaded: LoadedModel, spec: StaticSpec) -> StaticEngine:
-    """The engine's record's `create` (engines/static/__init__.py)."""
+    """The engine's record's `create` (engines/static/spec.py)."""
     return StaticEngine(loaded, spec.static, spec.workload, spec.compile, bool(spec.quality.logprobs))

@@ -368,6 +368,6 @@ class TransformersEngine:
 
 
 def create(loaded: LoadedModel, spec: TransformersSpec) -> TransformersEngine:
-    """The engine's record's `create` (engines/transformers/__init__.py)."""
+    """The engine's record's `create` (engines/transformers/spec.py)."""
     return TransformersEngine(loaded, spec.transformers, spec.workload, spec.attn_implementation,
                               bool(spec.quality.logprobs))
