@@ -43,6 +43,17 @@ def environment() -> str:
             f"python {platform.python_version()}, {date.today().isoformat()}")
 
 
+def wait_ready(http, daemon, timeout_s: float = 900):
+    """GET /readyz on a daemon this script started until it answers 200, or exit at once, saying so, if the daemon
+    has exited (a missing package on a GPU host: without this the script waited its whole timeout)."""
+    def check():
+        if daemon.poll() is not None:
+            raise SystemExit(f"the daemon exited with {daemon.returncode} before it was ready")
+        return http.get("/readyz").status_code == 200
+
+    return wait(check, timeout_s, 0.5)
+
+
 def wait(check, timeout_s: float, step_s: float = 0.02):
     """check() until it gives something true (a daemon not yet listening counts as not yet), or exit."""
     import httpx

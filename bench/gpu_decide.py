@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import REFERENCE, ROOT, environment, wait
+from common import REFERENCE, ROOT, environment, wait, wait_ready
 from gpu_fleet import SLOW, cuda_gpus
 
 
@@ -96,7 +96,7 @@ def main() -> int:
 
     decide = {"budget_s": args.budget_s}
     try:
-        wait(lambda: http.get("/readyz").status_code == 200, 900, 0.5)
+        wait_ready(http, daemon)
         print(f"ready in {time.perf_counter() - begun:.1f} s; {environment()}", flush=True)
         once("cold (one round, not judged)", {"name": "decide-cold", "decide": {"max_rounds": 1}})
         victim = gpus[-1] if gpus and not args.no_slowed else None

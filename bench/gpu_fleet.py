@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, wait
+from common import ROOT, wait, wait_ready
 
 # A matmul loop on one GPU for the slowed phase: the load a noisy neighbour puts on a shared GPU.
 SLOW = """
@@ -116,7 +116,7 @@ def main() -> int:
 
     try:
         started = time.perf_counter()
-        wait(lambda: http.get("/readyz").status_code == 200, 900, 0.5)
+        wait_ready(http, daemon)
         workers = http.get("/readyz").json()["workers"]
         print(f"ready in {time.perf_counter() - started:.1f} s: "
               f"{', '.join(w['device'] + ' (gpu ' + w['gpu'] + ')' for w in workers)}", flush=True)

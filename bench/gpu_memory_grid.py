@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, environment, wait
+from common import ROOT, environment, wait, wait_ready
 
 GIB = 2**30
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
@@ -122,7 +122,7 @@ def main() -> int:
     rows: list[dict] = []
     scraper = None
     try:
-        wait(lambda: http.get("/readyz").status_code == 200, 900, 0.5)
+        wait_ready(http, daemon)
         scraper = Scraper(url)
         for model in args.models:
             for title, workload in cases(model, args.smoke, args.seconds):
