@@ -324,7 +324,8 @@ def test_live_and_history_dashboards_against_real_prometheus_and_postgresql(tmp_
                 server.http.post("/schedules", json={"name": "live", "spec": spec(requests=8, output=6),
                                                      "interval_s": 0.5})
                 server.http.post("/runs", json=spec(requests=6, output=4, name="other"))
-                server.http.post("/runs", json={**spec(requests=6, output=4, name="fleet"), "placement": "every_gpu"})
+                server.http.post("/runs", json={**spec(requests=6, output=4, name="fleet"), "placement": "every_gpu",
+                                                "decide": {"max_rounds": 30}})  # its rounds bounded, beside the rest
                 # A short capacity search (two probes up to max_rate) feeds the capacity panel.
                 search = spec(duration=0.5, output=4, name="capacity")
                 search["workload"].update({"arrivals": {"profile": "capacity", "start_rate": 2, "max_rate": 4},

@@ -9,6 +9,7 @@ import pytest
 from benchd.measure.sequential import against_reference, look, rounds_needed, siblings
 from benchd.measure.statistics import paired
 from benchd.spec import parse_spec
+from benchd.spec.decide import MAX_ROUNDS
 from tests.helpers import spec
 
 
@@ -49,7 +50,7 @@ def test_a_look_says_what_it_decided_and_why_not():
     assert few.verdict == "inconclusive" and few.ci_low is None and "too few" in few.says()
     wide = look(paired([1.0, 1.0], [0.001, 1000.0]), 2)  # t with one degree of freedom: past a float's range
     assert wide.verdict == "inconclusive" and wide.reason == "interval too wide after 2 rounds"
-    slow = look(paired([1.0, 1.0, 1.0], [0.5, 0.52, 0.49]), 3)
+    slow = look(paired([1.0, 1.0, 1.0], [0.5, 0.52, 0.49]), 3, max_rounds=30)
     assert slow.verdict == "slower" and slow.ci_high < 1 / 1.1 and slow.confidence == pytest.approx(1 - 0.05 / 30)
     assert slow.says().startswith("output tok/s 0.503× [") and slow.says().endswith("slower by more than 10%")
     last = look(paired([1.0] * 10, [0.91, 0.95, 0.88, 0.93, 0.9, 0.94, 0.89, 0.92, 0.91, 0.93]), 10, max_rounds=10)
@@ -70,7 +71,7 @@ def test_a_node_against_a_reference_known_only_so_well():
 def test_decide_is_a_run_on_every_gpus():
     every = parse_spec({**spec(), "placement": "every_gpu", "decide": {"effect": 0.2, "max_rounds": 4}})
     assert every.rounds().effect == 0.2 and every.rounds().max_rounds == 4
-    assert parse_spec({**spec(), "placement": "every_gpu"}).rounds().max_rounds == 30
+    assert parse_spec({**spec(), "placement": "every_gpu"}).rounds().max_rounds == MAX_ROUNDS == 100
     assert parse_spec({**spec(), "placement": "every_gpu", "decide": {"max_rounds": 1}}).rounds() is None
     assert parse_spec(spec()).rounds() is None
     with pytest.raises(ValueError, match="decide: decides a run on every GPU"):

@@ -14,9 +14,11 @@ from benchd.spec.fields import Strict
 # held to over all its looks (measure/statistics.py, Sequential), and the most looks.
 EFFECT = 0.10
 CONFIDENCE = 0.95
-# At the round-to-round noise two H100s gave on the reference workload (docs/benchmarks/every-gpu.md), a GPU at 0.85x
-# of its sibling is flagged within 30 rounds in 98 % of simulated runs (within 10: 47 %).
-MAX_ROUNDS = 30
+# The most rounds is set so that the budget, not the count, ends a run on a fast GPU: two H200s run the reference's
+# round in about 3 s with 0.158 of ln ratio round to round, and a GPU at 0.85x of its sibling is flagged within the
+# 300 s (about 95 rounds at 100) in 76 % of simulated runs, within 30 rounds in 24 %; two H100s (7 s, 0.066) in over
+# 98 % either way, a healthy GPU in none (docs/benchmarks/every-gpu.md).
+MAX_ROUNDS = 100
 BUDGET_S = 300.0  # a run's rounds: no round starts once the next would end past this
 
 
@@ -32,7 +34,7 @@ class Decide(Strict):
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE
     """1 − the chance of a wrong decision (a GPU flagged though within the effect, or called equivalent though beyond
     it), spent over the most rounds' looks."""
-    max_rounds: Annotated[int, Field(ge=1, le=100)] = MAX_ROUNDS
+    max_rounds: Annotated[int, Field(ge=1, le=1000)] = MAX_ROUNDS
     """The most rounds (the error is spent over this many looks); 1: one round, judged by its own bootstrap."""
     budget_s: Annotated[float, Field(gt=0)] = BUDGET_S
     """No round starts once the last round's length would take the run past this many seconds."""
