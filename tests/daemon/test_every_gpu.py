@@ -41,7 +41,8 @@ def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
         server.wait_ready()
         ready = server.http.get("/readyz").json()
         assert sorted(w["device"] for w in ready["workers"]) == ["cpu:0", "cpu:1"]
-        body = {**spec(duration=2, output=16, concurrency=4, name="fleet"), "placement": "every_gpu"}
+        body = {**spec(duration=2, output=16, concurrency=4, name="fleet"), "placement": "every_gpu",
+                "decide": {"budget_s": 60}}
         run = server.wait_status(submit(server, body), "succeeded", "failed", timeout_s=180)
         assert run["status"] == "succeeded", run["error"]
         parts = run["parts"]
@@ -61,6 +62,8 @@ def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
         assert verdicts["cpu:1"]["relative_throughput"] < 0.7 < verdicts["cpu:0"]["relative_throughput"]
         assert verdicts["cpu:1"]["throughput_ci_high"] < 1 / 1.1 and verdicts["cpu:0"]["throughput_ci_low"] > 1.1
         assert len(verdicts["cpu:1"]["round_ratios"]) == rounds == verdicts["cpu:1"]["decision"]["rounds"]
+        # its looks planned at the rounds 60 s holds (2-s rounds or longer: 30 at most), not the default's 100
+        assert 1 - 0.05 / 2 <= verdicts["cpu:1"]["decision"]["confidence"] <= 1 - 0.05 / 30
         rows = server.http.get(f"/runs/{run['id']}/requests").json()
         each = [s for g in ("cpu:0", "cpu:1") for s in parts["gpus"][g]["stages"]]
         assert {r["gpu"] for r in rows} == {"cpu:0", "cpu:1"} and len(rows) == sum(

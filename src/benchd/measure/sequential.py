@@ -36,7 +36,7 @@ class Decision(Documented):
     effect: float
     """The effect it decides: slower below 1 / (1 + effect), faster above 1 + effect."""
     confidence: float
-    """Each look's interval's: 1 − (1 − the rule's confidence) / its most rounds."""
+    """Each look's interval's: 1 − (1 − the rule's confidence) / its looks (its planned most rounds)."""
     reason: str | None = None
     """Why it is inconclusive."""
 

@@ -17,7 +17,8 @@ CONFIDENCE = 0.95
 # The most rounds is set so that the budget, not the count, ends a run on a fast GPU: two H200s run the reference's
 # round in about 3 s with 0.158 of ln ratio round to round, and a GPU at 0.85x of its sibling is flagged within the
 # 300 s (about 95 rounds at 100) in 76 % of simulated runs, within 30 rounds in 24 %; two H100s (7 s, 0.066) in over
-# 98 % either way, a healthy GPU in none (docs/benchmarks/every-gpu.md).
+# 98 % either way, a healthy GPU in none (docs/benchmarks/every-gpu.md). A run of longer rounds spends its error
+# over the rounds its budget holds (Decide.planned).
 MAX_ROUNDS = 100
 BUDGET_S = 300.0  # a run's rounds: no round starts once the next would end past this
 
@@ -35,6 +36,14 @@ class Decide(Strict):
     """1 − the chance of a wrong decision (a GPU flagged though within the effect, or called equivalent though beyond
     it), spent over the most rounds' looks."""
     max_rounds: Annotated[int, Field(ge=1, le=1000)] = MAX_ROUNDS
-    """The most rounds (the error is spent over this many looks); 1: one round, judged by its own bootstrap."""
+    """The most rounds; the error is spent over this many looks, or over the rounds the budget holds at the second
+    round's length where fewer; 1: one round, judged by its own bootstrap."""
     budget_s: Annotated[float, Field(gt=0)] = BUDGET_S
     """No round starts once the last round's length would take the run past this many seconds."""
+
+    def planned(self, round_s: float) -> Decide:
+        """The rule whose error is spent over the rounds its budget holds at a warm round's length (the second's,
+        before its look: the first may have loaded the model), at least two, at most max_rounds: a workload whose
+        rounds are long is not held to the strict looks of a hundred rounds it can never reach."""
+        fits = max(2, int(self.budget_s // round_s)) if round_s > 0 else self.max_rounds
+        return self if fits >= self.max_rounds else self.model_copy(update={"max_rounds": fits})
