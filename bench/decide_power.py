@@ -17,10 +17,10 @@ from benchd.measure.sequential import siblings
 
 
 def simulate(true: float, sd: float, max_rounds: int, runs: int, rng,
-             fit: int | None = None) -> tuple[float, float, float | None]:
-    """(flagged share, undecided share, median rounds to a flag); fit: the rounds the budget lets run, if fewer
-    than max_rounds (the error still spent over max_rounds looks, as the daemon does)."""
-    flagged, undecided, rounds = 0, 0, []
+             fit: int | None = None) -> tuple[float, float, float | None, float]:
+    """(flagged share, undecided share, median rounds to a flag, median rounds a run took); fit: the rounds the
+    budget lets run, if fewer than max_rounds (the error still spent over max_rounds looks)."""
+    flagged, undecided, rounds, took = 0, 0, [], []
     for _ in range(runs):
         found = []
         for _ in range(min(max_rounds, fit or max_rounds)):
@@ -28,11 +28,12 @@ def simulate(true: float, sd: float, max_rounds: int, runs: int, rng,
             if len(found) >= 3 and all(d.decided for d, _ in siblings(found, max_rounds=max_rounds).values()):
                 break
         decision = siblings(found, max_rounds=max_rounds)["1"][0]
+        took.append(len(found))
         flagged += decision.verdict == "slower"
         undecided += not decision.decided
         if decision.verdict == "slower":
             rounds.append(len(found))
-    return flagged / runs, undecided / runs, float(np.median(rounds)) if rounds else None
+    return flagged / runs, undecided / runs, float(np.median(rounds)) if rounds else None, float(np.median(took))
 
 
 def main() -> None:
@@ -45,11 +46,11 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(f"sd of ln(ratio) a round {args.sd}; {args.runs} runs each\n")
-    print("max rounds | ratio | flagged | undecided | median rounds to a flag")
+    print("max rounds | ratio | flagged | undecided | median rounds to a flag | median rounds a run took")
     for k in args.max_rounds:
         for ratio in args.ratios:
-            flagged, undecided, median = simulate(ratio, args.sd, k, args.runs, rng, args.fit)
-            print(f"{k} | {ratio:.3f} | {flagged:.1%} | {undecided:.1%} | {median}")
+            flagged, undecided, median, took = simulate(ratio, args.sd, k, args.runs, rng, args.fit)
+            print(f"{k} | {ratio:.3f} | {flagged:.1%} | {undecided:.1%} | {median} | {took}")
 
 
 if __name__ == "__main__":

@@ -71,10 +71,10 @@ def test_a_node_against_a_reference_known_only_so_well():
 def test_decide_is_a_run_on_every_gpus():
     every = parse_spec({**spec(), "placement": "every_gpu", "decide": {"effect": 0.2, "max_rounds": 4}})
     assert every.rounds().effect == 0.2 and every.rounds().max_rounds == 4
-    assert parse_spec({**spec(), "placement": "every_gpu"}).rounds().max_rounds == MAX_ROUNDS == 100
-    rule = parse_spec({**spec(), "placement": "every_gpu"}).rounds()  # 300 s: its looks are the rounds it holds
-    assert rule.planned(3.0) is rule and rule.planned(7.0).max_rounds == 42 and rule.planned(200.0).max_rounds == 2
-    assert rule.planned(7.0).budget_s == 300 and rule.planned(0.0) is rule
+    assert parse_spec({**spec(), "placement": "every_gpu"}).rounds().max_rounds == MAX_ROUNDS == 200
+    rule = parse_spec({**spec(), "placement": "every_gpu"}).rounds()  # 600 s: its looks are the rounds it holds
+    assert rule.planned(3.0) is rule and rule.planned(7.0).max_rounds == 85 and rule.planned(400.0).max_rounds == 2
+    assert rule.planned(7.0).budget_s == 600 and rule.planned(0.0) is rule
     assert parse_spec({**spec(), "placement": "every_gpu", "decide": {"max_rounds": 1}}).rounds() is None
     assert parse_spec(spec()).rounds() is None
     with pytest.raises(ValueError, match="decide: decides a run on every GPU"):

@@ -14,13 +14,13 @@ from benchd.spec.fields import Strict
 # held to over all its looks (measure/statistics.py, Sequential), and the most looks.
 EFFECT = 0.10
 CONFIDENCE = 0.95
-# The most rounds is set so that the budget, not the count, ends a run on a fast GPU: two H200s run the reference's
-# round in about 3 s with 0.158 of ln ratio round to round, and a GPU at 0.85x of its sibling is flagged within the
-# 300 s (about 95 rounds at 100) in 76 % of simulated runs, within 30 rounds in 24 %; two H100s (7 s, 0.066) in over
-# 98 % either way, a healthy GPU in none (docs/benchmarks/every-gpu.md). A run of longer rounds spends its error
-# over the rounds its budget holds (Decide.planned).
-MAX_ROUNDS = 100
-BUDGET_S = 300.0  # a run's rounds: no round starts once the next would end past this
+# The budget and the most rounds are set so that a GPU at 0.85x of its siblings is flagged on the reference: two
+# H200s run its round in about 3 s with 0.158 of ln ratio round to round; within 600 s (about 190 rounds) such a GPU
+# is flagged in 98 % of simulated runs, within 300 s in 76 %, within 30 rounds in 24 %; on two H100s (7 s, 0.066) in
+# 98 % within 30 rounds; a healthy GPU in none (docs/benchmarks/every-gpu.md). A run of longer rounds spends its
+# error over the rounds its budget holds (Decide.planned).
+MAX_ROUNDS = 200
+BUDGET_S = 600.0  # a run's rounds: no round starts once the next would end past this
 
 
 class Decide(Strict):

@@ -151,7 +151,7 @@ class GenerateSpec(SpecBase):
     """What is sent and how: arrivals, lengths, when each stage stops, warm-up, the SLO and validity's rules."""
     decide: Decide | None = None
     """placement every_gpu: how its GPUs' verdicts decide (the effect, the confidence, the most rounds and the time
-    budget); unset: the defaults (rounds until each GPU is decided, up to 100 rounds or 300 s)."""
+    budget); unset: the defaults (rounds until each GPU is decided, up to 200 rounds or 600 s)."""
     quality: Quality = Field(default_factory=Quality)
     """What it keeps of its outputs (log-probabilities) and whether it scores the quality probe."""
 
