@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wheels for what a GPU host without network lacks (torch, transformers, numpy, psutil, prometheus-client,
 # nvidia-ml-py, pyyaml, rich, requests, grpcio, httpx, anyio, h11, click, jinja2/markupsafe come from the host),
-# enough to run the daemon there (FastAPI with fastapi-offline's /docs assets, uvicorn, SQLAlchemy with Alembic). Python 3.12, manylinux x86_64.
+# enough to run the daemon there (FastAPI with fastapi-offline's /docs assets, uvicorn, SQLAlchemy with Alembic).
+# Python 3.12, manylinux x86_64.
 # orjson and uvloop: the openai engine's client (bench/loadgen_peers.py --processes needs nothing else); msgspec:
 # the daemon↔worker messages (benchd/protocol); ruptures and scipy: change points in the history
 # (benchd/measure/changes.py, bench/change_points.py).

@@ -62,7 +62,7 @@ def test_every_gpu_finds_the_slow_worker_in_rounds_until_decided(tmp_path):
         assert verdicts["cpu:1"]["relative_throughput"] < 0.7 < verdicts["cpu:0"]["relative_throughput"]
         assert verdicts["cpu:1"]["throughput_ci_high"] < 1 / 1.1 and verdicts["cpu:0"]["throughput_ci_low"] > 1.1
         assert len(verdicts["cpu:1"]["round_ratios"]) == rounds == verdicts["cpu:1"]["decision"]["rounds"]
-        # its looks planned at the rounds 60 s holds (2-s rounds or longer: 30 at most), not the default's 100
+        # its looks planned at the rounds 60 s holds (2-s rounds or longer: 30 at most), not the default's 200
         assert 1 - 0.05 / 2 <= verdicts["cpu:1"]["decision"]["confidence"] <= 1 - 0.05 / 30
         rows = server.http.get(f"/runs/{run['id']}/requests").json()
         each = [s for g in ("cpu:0", "cpu:1") for s in parts["gpus"][g]["stages"]]

@@ -34,7 +34,7 @@ class Decide(Strict):
     above 1 + effect, equivalent within both."""
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = CONFIDENCE
     """1 − the chance of a wrong decision (a GPU flagged though within the effect, or called equivalent though beyond
-    it), spent over the most rounds' looks."""
+    it), spent over its looks (Decide.planned)."""
     max_rounds: Annotated[int, Field(ge=1, le=1000)] = MAX_ROUNDS
     """The most rounds; the error is spent over this many looks, or over the rounds the budget holds at the second
     round's length where fewer; 1: one round, judged by its own bootstrap."""
@@ -44,6 +44,6 @@ class Decide(Strict):
     def planned(self, round_s: float) -> Decide:
         """The rule whose error is spent over the rounds its budget holds at a warm round's length (the second's,
         before its look: the first may have loaded the model), at least two, at most max_rounds: a workload whose
-        rounds are long is not held to the strict looks of a hundred rounds it can never reach."""
+        rounds are long is not held to the strict looks of max_rounds it can never reach."""
         fits = max(2, int(self.budget_s // round_s)) if round_s > 0 else self.max_rounds
         return self if fits >= self.max_rounds else self.model_copy(update={"max_rounds": fits})
