@@ -154,7 +154,8 @@ def test_a_negative_chunk_size_fails_the_request_and_the_warm_client_goes_on(poo
         negative = CHUNKED + b"-6\r\nabcdefgh\r\n"
         with Hostile(negative) as server:
             outcome, took = attacked(server, pool)
-            assert took < 8, took
+            # ended by its own error, not by the safety stop (a loaded machine's engine start took it past 8 s once)
+            assert took < SAFETY_S - 2, took
             assert all(e.startswith("client_error: malformed HTTP response") for e in errors(outcome)), errors(outcome)
             assert server.closed.wait(5)  # the client let the held connection go
             spinning = clients()
@@ -192,7 +193,7 @@ def test_a_head_dripped_slower_than_a_stall_times_out_by_default():
 
     with Hostile(drip) as server:
         outcome, took = attacked(server, head_timeout_s=1.5)
-    assert took < 8 and errors(outcome) == ["timeout: no response head within 1.5 s"] * 2
+    assert took < SAFETY_S - 2 and errors(outcome) == ["timeout: no response head within 1.5 s"] * 2
 
 
 def test_the_server_check_has_a_deadline_whatever_the_server_answers():
