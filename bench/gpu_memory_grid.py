@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, environment, wait, wait_ready
+from common import ROOT, environment, wait_ready
 
 GIB = 2**30
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")

@@ -28,7 +28,7 @@ def test_a_process_that_opens_the_store_alone_reads_every_kind_of_operation():
 def test_every_module_that_defines_operations_is_imported_before_a_read():
     """A module of the store that subclasses Operation is listed in KIND_MODULES (or is operations.py itself)."""
     import_kinds()
-    defining = sorted({kind.__module__ for kind in Operation.kinds.values()} - {"benchd.store.operations"})
-    sources = sorted(f"benchd.store.{path.stem}" for path in (ROOT / "src" / "benchd" / "store").glob("*.py")
-                     if "(Operation):" in path.read_text())
+    defining = {kind.__module__ for kind in Operation.kinds.values()} - {"benchd.store.operations"}
+    sources = {f"benchd.store.{path.stem}" for path in (ROOT / "src" / "benchd" / "store").glob("*.py")
+               if "(Operation):" in path.read_text()}
     assert set(defining) <= set(KIND_MODULES) and set(sources) <= set(KIND_MODULES) | {"benchd.store.operations"}

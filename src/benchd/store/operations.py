@@ -4,6 +4,7 @@ nothing more."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -57,7 +58,9 @@ class Operation:
 KIND_MODULES = ("benchd.store.history",)
 
 
+@functools.cache
 def import_kinds() -> None:
+    """Once a process: every read after the first finds them registered."""
     for name in KIND_MODULES:
         importlib.import_module(name)
 
