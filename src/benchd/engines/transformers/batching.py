@@ -145,3 +145,36 @@ def unblock(scheduler) -> bool:
         scheduler.block_new_requests = False
         return True
     return False
+
+
+def stamps_survive_resets() -> None:
+    """A request transformers soft-resets keeps its tokens' stamps. Installed once a process, on RequestState.
+
+    Out of cache blocks, and with no room left in its CPU pool, transformers (5.17 to 5.24 at least) replaces a
+    request by an equivalent fresh one whose prompt is the old prompt and the tokens generated so far
+    (offloading_manager.py, create_equivalent_initial_request): the new state's tokens and outputs still carry the
+    old ones (to_generation_output), but its stamps start empty, and a reader pairing stamps with tokens lost or
+    misplaced every token before the reset (3 requests of 200 tokens read as 107, 200 and 152;
+    tests/engines/test_reservation.py). The new state takes the old one's stamps, so stamps and generated tokens
+    (generated(), below) stay aligned."""
+    from transformers.generation.continuous_batching.requests import RequestState
+
+    original = getattr(RequestState, "create_equivalent_initial_request", None)
+    if original is None or getattr(original, "benchd_keeps_stamps", False):
+        return
+
+    def create_equivalent_initial_request(self):
+        state = original(self)
+        if self.record_timestamps and hasattr(state, "_timestamps"):
+            state._timestamps = self._timestamps[:]
+        return state
+
+    create_equivalent_initial_request.benchd_keeps_stamps = True
+    RequestState.create_equivalent_initial_request = create_equivalent_initial_request
+
+
+def generated(state) -> list[int]:
+    """A live request's tokens generated so far: after a soft reset, those before it (now the end of its prompt)
+    and those since, as transformers' own output gives them (requests.py, to_generation_output)."""
+    true_prompt = getattr(state, "_true_initial_tokens", 0)
+    return state.initial_tokens[true_prompt:] + state.generated_tokens if true_prompt else state.generated_tokens

@@ -24,7 +24,9 @@ from benchd.engines.transformers.batching import (
     cpu_threads,
     decode_by_block_table,
     device_memory,
+    generated,
     gpu_plan,
+    stamps_survive_resets,
 )
 from benchd.engines.transformers.hooks import count_steps, handoff_hooks
 from benchd.engines.transformers.paged_cache import accepted_blocks, forget_prefixes, kv_blocks
@@ -58,6 +60,7 @@ class TransformersEngine:
                  attn_implementation: str | None = None, logprobs: bool = False) -> None:
         self._loaded = loaded
         admit_after_cancels()  # transformers' loop, left blocked by a cancel, admits again (batching.unblock)
+        stamps_survive_resets()  # a request soft-reset for want of blocks keeps its tokens' stamps
         # The attention it runs (engines/attention.py): the spec's, as named (transformers would otherwise switch
         # sdpa to flash attention by itself where flash-attn is installed), else the best the device runs; with
         # library_defaults and none named, transformers' own choice (read once it has started).
@@ -235,7 +238,7 @@ class TransformersEngine:
         processor = self._manager.batch_processor
         state = processor.scheduler.active_requests.get(request_id) if processor is not None else None
         if state is not None:
-            self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens,
+            self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), generated(state),
                           state.logprobs)
         self._manager.cancel_request(request_id)
         self._finish(request_id, time.perf_counter(), reason)
@@ -289,9 +292,11 @@ class TransformersEngine:
         active = processor.scheduler.active_requests
         for request_id, stream in list(self._streams.items()):
             state = active.get(request_id)
-            if state is not None and (not stream.admitted or len(state.generated_tokens) > stream.seen):
-                self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), state.generated_tokens,
-                              state.logprobs)
+            if state is None:
+                continue
+            tokens = generated(state)
+            if not stream.admitted or len(tokens) > stream.seen:
+                self._deliver(request_id, stream, state.lifespan[0], state.timestamps or (), tokens, state.logprobs)
 
     def _deliver(self, request_id: str, stream: _Stream, admitted_s: float, stamps, tokens, logprobs=()) -> None:
         """Pass on the tokens not yet passed on, in one call; the result thread and cancel() may both call this."""
