@@ -161,6 +161,7 @@ def own(spec: dict) -> dict:
 # its own sections.
 SINCE = {"environment": "current", "requirements": None, "commit": None}
 OPENAI_SINCE = {"head_timeout_s": 60.0}  # the openai section's
+TRANSFORMERS_SINCE = {"scheduler": None}  # the transformers section's (issue 50: benchd's split steps)
 
 
 # Issue 41: a stage's drain (stop.drain_s), and dispatch lag judged against the latencies (new rules; the 1 ms p99,
@@ -191,6 +192,8 @@ def whole(spec: dict, document: dict | None = None) -> dict:
         out.update(QUALITY_SINCE)
     if "openai" in out:
         out["openai"] = {**out["openai"], **OPENAI_SINCE}
+    if "transformers" in out:
+        out["transformers"] = {**out["transformers"], **TRANSFORMERS_SINCE}
     return out
 
 

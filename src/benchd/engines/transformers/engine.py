@@ -30,6 +30,7 @@ from benchd.engines.transformers.batching import (
 )
 from benchd.engines.transformers.hooks import count_steps, handoff_hooks
 from benchd.engines.transformers.paged_cache import accepted_blocks, forget_prefixes, kv_blocks
+from benchd.engines.transformers.scheduling import register as register_scheduler
 from benchd.engines.transformers.spec import TransformersOptions, TransformersSpec
 from benchd.measure.roofline import StepLog
 from benchd.models.loading import LoadedModel, greedy_config
@@ -61,6 +62,7 @@ class TransformersEngine:
         self._loaded = loaded
         admit_after_cancels()  # transformers' loop, left blocked by a cancel, admits again (batching.unblock)
         stamps_survive_resets()  # a request soft-reset for want of blocks keeps its tokens' stamps
+        register_scheduler()  # benchd's split steps, by transformers' scheduler_type (scheduling.py)
         # The attention it runs (engines/attention.py): the spec's, as named (transformers would otherwise switch
         # sdpa to flash attention by itself where flash-attn is installed), else the best the device runs; with
         # library_defaults and none named, transformers' own choice (read once it has started).

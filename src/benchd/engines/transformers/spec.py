@@ -29,6 +29,10 @@ class TransformersOptions(Strict):
     a step's attention mask would pass 2³¹ elements)."""
     max_requests_per_batch: PositiveInt | None = None
     """Requests a step may carry; default: transformers' (1,024)."""
+    scheduler: Literal["fifo", "prefill_first", "split"] | None = None
+    """How a step is filled: transformers' `fifo` (decodes first, then prefill chunks in the same step) or
+    `prefill_first`, or benchd's `split` (a step of decodes alone or of prefills alone, alternating while both wait:
+    engines/transformers/scheduling.py); default: split on a GPU, fifo on a CPU."""
     use_cuda_graph: bool | None = None
     """Capture each step shape's CUDA graph; default: on a GPU, yes."""
     use_async_batching: bool | None = None
