@@ -105,3 +105,59 @@ def test_an_engine_that_breaks_a_contract_fails_the_check(monkeypatch, request, 
         run_and_check("transformers", request, tiny)
     assert "not at its last token's stamp" in str(broken.value)
     assert "no forward steps counted" in str(broken.value)
+
+
+def kept():
+    from benchd.measure.records import RequestRecord
+
+    return RequestRecord(index=0, request_id="r0", warmup=False, prompt_tokens=8, max_new_tokens=3, scheduled_s=1.0,
+                         submitted_s=1.0, admitted_s=1.1, arrival_s=[1.2, 1.3, 1.4], arrival_tokens=[1, 1, 1],
+                         token_ids=[5, 6, 7], finished_s=1.4)
+
+
+@pytest.mark.parametrize(("change", "breach"), [
+    ({"finished_s": None}, "never ended"),
+    ({"arrival_s": [1.2, 1.35, 1.3], "finished_s": 1.3}, "go back in time"),
+    ({"admitted_s": 0.9}, "admitted at 0.9 before submitted"),
+    ({"admitted_s": 1.25}, "first token at 1.2 before admitted"),
+    ({"finished_s": 1.5}, "not at its last token's stamp 1.4"),
+    ({"finished_s": 1.35}, "finished at 1.35 before last token"),
+    ({"token_ids": [5, 6]}, "3 tokens in 3 stamps with 2 ids"),
+    ({"arrival_s": [1.2, 1.4], "arrival_tokens": [1, 2]}, "3 tokens in 2 stamps"),
+    ({"max_new_tokens": 4}, "3 tokens of 4 asked with EOS ignored"),
+])
+def test_each_contract_broken_in_a_record_is_named(change, breach):
+    """Each check of engines/contracts.py on a record that keeps every contract but one (a model-loading engine that
+    stamps its tokens and counted its steps)."""
+    from dataclasses import replace
+
+    from benchd.measure.roofline import StepLog
+
+    record, steps = engines()["transformers"], StepLog([(8, 0, 0, 36, 1), (0, 1, 8, 9, 1), (0, 1, 9, 10, 1)])
+    check_contracts(record, [kept()], steps, exact_output=True)
+    with pytest.raises(ContractBroken, match=breach.replace(".", r"\.")):
+        check_contracts(record, [replace(kept(), **change)], steps, exact_output=True)
+
+
+def test_a_stream_read_ends_no_earlier_than_its_last_token():
+    """A server's engine stamps reads: its end ([DONE]) may come in a later read than its last token, never before,
+    and its tokens carry no ids; it counts no steps (the server's)."""
+    from dataclasses import replace
+
+    record = engines()["openai"]
+    stream = replace(kept(), token_ids=[], arrival_s=[1.2, 1.3], arrival_tokens=[2, 1], finished_s=1.45)
+    check_contracts(record, [stream], None, exact_output=True)
+    with pytest.raises(ContractBroken, match="finished at 1.25 before last token"):
+        check_contracts(record, [replace(stream, finished_s=1.25)], None, exact_output=True)
+
+
+@pytest.mark.parametrize(("steps", "breach"), [
+    (None, "no forward steps counted for 3 tokens"),
+    ([(8, 0, 0, 36, 1), (0, 1, 8, 9, 1)], "3 tokens out of 2 sampled"),
+    ([(8, 0, 0, 36, 1), (0, 1, 8, 9, 1), (0, 0, 0, 0, 1)], "a step counted with no token in it"),
+])
+def test_an_engine_that_loads_the_model_counts_its_steps(steps, breach):
+    from benchd.measure.roofline import StepLog
+
+    with pytest.raises(ContractBroken, match=breach):
+        check_contracts(engines()["static"], [kept()], None if steps is None else StepLog(steps), exact_output=True)
