@@ -13,7 +13,7 @@ from benchd.spec import parse_spec
 from benchd.spec.engines import engines
 from tests.openai_server import OpenAIServer
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 # How a server's engine reaches the tests' OpenAI-compatible server: its spec's sections, from the server's base URL.
 SERVED = {"openai": lambda base_url: {"openai": {"base_url": base_url}}}
@@ -59,6 +59,7 @@ def run_and_check(name, request, tiny):
         check_contracts(spec.engine_record, stage.records, stage.steps, exact_output=True)
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("name", list(engines()))
 def test_every_engine_keeps_the_contracts(name, request, tiny):
     run_and_check(name, request, tiny)
@@ -94,6 +95,7 @@ def breaking(loaded, spec):
     return Breaking(create(loaded, spec))
 
 
+@pytest.mark.engine
 def test_an_engine_that_breaks_a_contract_fails_the_check(monkeypatch, request, tiny):
     """Registered among the engines found in transformers' place: each request ends after its last token, and no
     step is counted; the contract test's own check names both."""
