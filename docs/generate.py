@@ -362,11 +362,16 @@ def genai() -> str:
                                                         "model": "served", "tokenizer": "/tokenizer"}})
     client = GenAIRequest.of(openai, "model").attributes()
     server = GenAIRequest.of(None, "model").attributes()
+    from benchd.spec.engines import engines
+
+    def stamping(how: str) -> str:  # the engines found whose tokens are stamped so (their records' stamps)
+        return ", ".join(code(name) for name, record in engines().items() if record.stamps == how)
+
     rows = []
     for instrument in sorted(instruments, key=lambda i: i.name):
         side = client if instrument.name.startswith("gen_ai.client.") else server
-        runs = "`openai` (a server measured from outside)" if side is client else \
-            "`transformers`, `static` (the engine in benchd's worker)"
+        runs = f"{stamping('stream')} (a server measured from outside)" if side is client else \
+            f"{stamping('engine')} (the engine in benchd's worker)"
         rows.append([code(instrument.name), code(instrument.unit), runs, ", ".join(code(k) for k in side),
                      ", ".join(num(b) for b in instrument.bounds), instrument.description])
     return "\n".join([

@@ -5,6 +5,8 @@ import threading
 
 import torch
 
+# benchd's engines that load the model, whose own behaviour (greedy outputs, cancelling, their steps' exact work) the
+# engines' tests check beyond the contracts every engine found keeps (tests/engines/test_contracts.py)
 ENGINES = ["transformers", "static"]
 
 

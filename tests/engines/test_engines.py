@@ -1,8 +1,8 @@
-"""Both in-process engines on the tiny model, for real: greedy outputs as plain generate()'s, every token stamped in
-order, cancelling, serving on after it, and each forward step counted. CI runs the engines' tests against
+"""Both in-process engines on the tiny model, for real: greedy outputs as plain generate()'s, cancelling, serving on
+after it, and each forward step's work as a hand computation gives it (what every engine must keep, its stamps and
+its steps counted, tests/engines/test_contracts.py checks of each engine found). CI runs the engines' tests against
 transformers 5.17 and the newest 5.x."""
 
-import itertools
 import time
 
 import pytest
@@ -41,18 +41,6 @@ def test_greedy_outputs_equal_plain_generate(engine, reference):
     for i, (p, n) in enumerate(zip(batch, lengths)):
         assert sink.ends[f"r{i}"][1] is None
         assert sink.token_ids[f"r{i}"] == plain_generate(reference, p, n), f"request {i} ({engine.name})"
-
-
-def test_every_token_is_stamped_in_order(engine):
-    requests = [GenerationRequest(f"r{i}", p, 10) for i, p in enumerate(prompts(5, seed=2))]
-    before = time.perf_counter()
-    sink = run_requests(engine, requests)
-    for request in requests:
-        stamps = sink.stamps[request.request_id]
-        assert len(stamps) == len(sink.token_ids[request.request_id]) == 10
-        assert before < sink.admitted_at[request.request_id] <= stamps[0]
-        assert all(a <= b for a, b in itertools.pairwise(stamps))
-        assert sink.ends[request.request_id][0] == stamps[-1]
 
 
 def test_cancel_ends_a_running_request(engine):

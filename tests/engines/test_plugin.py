@@ -3,11 +3,13 @@
 benchd's own, with nothing of benchd changed."""
 
 import os
+import subprocess
+import sys
 import textwrap
 
 import httpx
 
-from tests.helpers import free_port, serve, wait_for
+from tests.helpers import ROOT, free_port, serve, wait_for
 
 SPEC = '''
 """A throwaway engine: it echoes each prompt's tokens back, one every delay_s, from a thread of its own."""
@@ -42,15 +44,19 @@ import threading
 import time
 
 from benchd.engines.base import EngineLoad
+from benchd.measure.roofline import StepLog
 
 
 class EchoEngine:
+    """It keeps the contracts of engines/base.py: a stamp a token, the end at the last one, a step a token."""
+
     name = "echo"
     dispatch_lead_s = 0.0
-    handoff = steps = attention = None
+    handoff = attention = None
 
     def __init__(self, delay_s):
         self.delay_s = delay_s
+        self.steps = StepLog()
         self.waiting = queue.Queue()
         self.cancelled = set()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -70,12 +76,15 @@ class EchoEngine:
     def _loop(self):
         while (item := self.waiting.get()) is not None:
             request, sink = item
-            sink.admitted(request.request_id, time.perf_counter())
+            t = time.perf_counter()
+            sink.admitted(request.request_id, t)
+            prompt = len(request.prompt_ids)
             for i in range(request.max_new_tokens):
                 time.sleep(self.delay_s)
-                sink.tokens(request.request_id, time.perf_counter(), 1,
-                            [request.prompt_ids[i % len(request.prompt_ids)]])
-            sink.finished(request.request_id, time.perf_counter())
+                self.steps.add(0 if i else prompt, 1 if i else 0, prompt + i - 1 if i else 0, 0, 1)
+                t = time.perf_counter()
+                sink.tokens(request.request_id, t, 1, [request.prompt_ids[i % prompt]])
+            sink.finished(request.request_id, t)
 
     def load(self):
         return EngineLoad(running=0, waiting=self.waiting.qsize())
@@ -139,3 +148,14 @@ def test_an_engine_of_its_own_folder_runs_through_the_daemon(tmp_path):
     finally:
         process.terminate()
         process.wait(60)
+
+
+def test_an_installed_engine_is_checked_by_the_contract_test(tmp_path):
+    """Installed, the engine is one of the contract test's cases (tests/engines/test_contracts.py), run and kept
+    (that an engine breaking a contract fails there, the test shows in process)."""
+    install(tmp_path / "site")
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    case = "tests/engines/test_contracts.py::test_every_engine_keeps_the_contracts[echo]"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", case],
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]

@@ -78,6 +78,21 @@ class EngineFailure:
 
 
 class Engine(Protocol):
+    """What runs a spec's requests in the worker, made by its record's `create` (spec/engines.py). Every engine
+    keeps these contracts, which engines/contracts.py checks on a stage's records and tests/engines/test_contracts.py
+    on every engine found:
+
+    - every submitted request ends with exactly one sink.finished, at its end, never before its last token;
+    - stamps are perf_counter() seconds, in order: submitted ≤ admitted ≤ each token, in the order they came ≤ the
+      end;
+    - an engine that stamps its tokens (its record's stamps "engine") stamps each token, with its id, and ends a
+      request that succeeded at its last token's stamp: its finish time is that stamp, not a later reading of the
+      clock;
+    - an engine that loads the model into benchd's worker (its record's loads_model) makes exactly max_new_tokens
+      when the workload ignores EOS, and counts its forward steps (`steps`): each token it gives is sampled at a
+      step it counted.
+    """
+
     name: str
     # > 0: submit() takes `at` (the scheduled perf_counter() time) and is called up to this many seconds early;
     # the engine sends the request at that time itself and reports it with sink.submitted.
@@ -85,7 +100,8 @@ class Engine(Protocol):
     # An engine whose thread runs Python in the dispatcher's process gives way to a due send (engines/handoff.py);
     # None: it does not share the dispatcher's GIL, or never keeps it long.
     handoff: Handoff | None
-    # The forward steps the engine ran, counted by its own loop (benchd.measure.roofline); None: a server's, unseen.
+    # The forward steps the engine ran, counted by its own loop (benchd.measure.roofline); None: a server's, unseen
+    # (an engine that loads the model must count them).
     steps: StepLog | None
     # The attention it runs and its kernel's source, known once it has started; None: a server's, unseen.
     attention: Choice | None
