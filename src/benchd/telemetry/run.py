@@ -69,8 +69,7 @@ class RunTelemetry:
     trace run_started returns."""
 
     def __init__(self, telemetry: Telemetry, run: RunLabels, parent: RunTelemetry | None = None) -> None:
-        self.telemetry, self.run, self.parent = telemetry, run, parent
-        self.run_id, self.model, self.gpu = run.run_id, run.model, run.gpu
+        self.telemetry, self.run, self.gpu = telemetry, run, run.gpu
         self.spans = RunSpans(telemetry.tracer, telemetry.span_ids, GenAIRequest.of(run.spec, run.model), run.run_id,
                               parent.spans if parent is not None else None)
         self.run_trace_id: str | None = None  # the run's trace (its spans'), once started
