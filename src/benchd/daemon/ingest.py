@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchd.engines import EngineLoad
-from benchd.measure.records import RecordBook, TokenCounts
+from benchd.measure.records import RecordBook, RequestRecord, TokenCounts
 from benchd.measure.result import RunResult, StageResult
 from benchd.measure.roofline import StepLog
 from benchd.measure.timeline import LoadSample
@@ -57,8 +57,9 @@ class RunIngest:
 
     def __init__(self, spec: RunSpec, observer: RunTelemetry,
                  on_finished: Callable[[StageResult, Any], None] | None = None,
-                 on_progress: Callable[[Progress], None] | None = None) -> None:
+                 on_progress: Callable[[Progress], None] | None = None, trace_id: str | None = None) -> None:
         self.spec, self.observer = spec, observer
+        self.trace_id = trace_id  # the run's trace, when traced: every request sent joins it (its record says so)
         self.on_finished, self.on_progress = on_finished, on_progress
         self.result = RunResult(spec=spec, status="running")
         self.stages: dict[int, _Stage] = {}
@@ -138,10 +139,17 @@ class RunIngest:
         stage.result.records.append(record)
         self._requests[event.request_id] = stage
         if event.submitted_s is not None:
-            self.observer.submitted(record)
+            self._sent(record)
 
     def _submitted(self, event: events.Submitted) -> None:
-        self.observer.submitted(self._requests[event.request_id].book.submitted(event.request_id, event.t_s))
+        self._sent(self._requests[event.request_id].book.submitted(event.request_id, event.t_s))
+
+    def _sent(self, record: RequestRecord) -> None:
+        """A request the engine is about to see: its span is a child in the run's trace (spans.requests makes it
+        after the run), then it is observed."""
+        if self.trace_id is not None:
+            record.trace_id = self.trace_id
+        self.observer.submitted(record)
 
     def _admitted(self, event: events.Admitted) -> None:
         record = self._requests[event.request_id].book.admitted(event.request_id, event.t_s)

@@ -78,24 +78,26 @@ class Lifecycle:
         recording: Recording | None = None
         scrape: ServerScrape | None = None
         late: float | None = None
+        trace_id: str | None = None
         started = time.perf_counter()
         try:
             recording = self.hardware.begin() if self.hardware is not None else None
             started = time.perf_counter()
             scrape = self._scrape(spec, observer)
-            for part_observer in observers:
-                part_observer.run_started(started)
+            for part_observer in observers:  # the run's trace, the same for every part: its requests join it
+                trace_id = part_observer.run_started(started)
             settings = self.pool.settings
             deadline = lambda speed: kernel_deadline(spec, speed, settings.deadline_factor,  # noqa: E731
                                                      settings.deadline_slack_s)
             while True:
                 begun = time.perf_counter()
-                parts = self._round(run_id, spec, slots, observers, writer, on_progress, len(rounds), rule)
+                parts = self._round(run_id, spec, slots, observers, writer, on_progress, len(rounds), rule,
+                                    trace_id)
                 rounds.append(parts)
                 for part in parts:
                     self.pool.submit(part.device, run_id, spec.model_dump(mode="json"), self.faults, part.ingest,
                                      environment=environment, wait_s=settings.start_timeout_s,
-                                     trace_id=observer.run_trace_id, confine=confine, deadline=deadline,
+                                     trace_id=trace_id, confine=confine, deadline=deadline,
                                      beat=self.on_beat)
                 late = self._wait(run_id, parts, stop, started, deadline_s)
                 if rule is not None and len(rounds) == 2:  # its looks planned before the first (spec/decide.py)
@@ -135,7 +137,7 @@ class Lifecycle:
 
     def _round(self, run_id: str, spec: RunSpec, slots: list, observers: list[RunTelemetry],
                writer: RequestWriter | None, on_progress: Callable[[Progress], None] | None, r: int,
-               rule: Decide | None) -> list[Part]:
+               rule: Decide | None, trace_id: str | None) -> list[Part]:
         """Round r's parts, one a slot: each with an ingest of its own, its requests written under the stages
         they will have in the whole (round r's stage i: r·S + i) and its progress told as the round's."""
         count = spec.workload.stage_count() if isinstance(spec, GenerateSpec) else 1
@@ -152,7 +154,7 @@ class Lifecycle:
             finished = self._writes(writer, "" if single else slot.gpu, offset, r if rule is not None else None) \
                 if writer is not None else None
             parts.append(Part(slot.key, slot.gpu, observers[i],
-                              RunIngest(spec, observers[i], finished, progress.of(i) if told else None)))
+                              RunIngest(spec, observers[i], finished, progress.of(i) if told else None, trace_id)))
         return parts
 
     @staticmethod
