@@ -13,7 +13,7 @@ SRC = ROOT / "src"
 
 # Bottom to top: each package imports only from its own layer and the ones below.
 LAYERS = ["spec", "hardware", "models", "protocol", "measure", "engines", "loadgen", "timed", "worker", "supervisor",
-          "telemetry", "store", "daemon", "report", "api", "cli"]
+          "telemetry", "store", "daemon", "admission", "report", "api", "cli"]
 BASE = {"benchd", "benchd.heap", "benchd.stopping"}  # the top's own small modules, below every layer
 # Modules that run only in a worker process: they may import torch (where any module of a package does, its line
 # says which). Everything else is the daemon's side too, and so is each engine's declaration (its folder's spec.py,

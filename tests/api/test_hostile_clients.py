@@ -16,7 +16,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from benchd.api import admission
+from benchd.admission import traces as trace_reads
 from benchd.daemon.inprocess import run_local
 from benchd.measure.outcome import RunOutcome
 from benchd.spec import traces
@@ -113,17 +113,17 @@ def test_a_trace_is_read_once_by_a_reader_thread_within_its_deadline(server, roo
 
     monkeypatch.setattr(traces, "_items", counted)
     body = trace_spec(path, stop={"requests": 2}, output_tokens={"dist": "fixed", "value": 2})
-    monkeypatch.setattr(admission, "TRACE_READ_S", 0.02)  # a 10⁶-line trace took 63 s to admit, read four times
+    monkeypatch.setattr(trace_reads, "TRACE_READ_S", 0.02)  # a 10⁶-line trace took 63 s to admit, read four times
     (late,) = problems(server.http.post("/runs", json=body))
     assert re.fullmatch(rf"body\.workload\.arrivals\.path: {path} was not read in time \([\d,]+ lines read\): "
                         r"admission reads a trace within 0\.02 s", late), late
-    monkeypatch.setattr(admission, "TRACE_READ_S", 30.0)
+    monkeypatch.setattr(trace_reads, "TRACE_READ_S", 30.0)
     reads.clear()
     run_id = submit(server, body)
     assert len(reads) == 1 and reads[0].startswith("benchd-trace")  # once, off the HTTP threads (the worker: its own)
     server.http.delete(f"/runs/{run_id}")
-    monkeypatch.setattr(admission, "_reading", threading.BoundedSemaphore(1))
-    admission._reading.acquire()  # every reader busy: no queue, a 503
+    monkeypatch.setattr(trace_reads, "_reading", threading.BoundedSemaphore(1))
+    trace_reads._reading.acquire()  # every reader busy: no queue, a 503
     refused = server.http.post("/runs", json=body)
     assert refused.status_code == 503 and refused.headers["Retry-After"] == "5", refused.text
 

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -262,8 +263,9 @@ def benchd_version() -> str:
 
 
 def test_what_the_daemon_would_refuse_exits_2_unless_forced(tmp_path):
-    """The same checks as admission: a kernel run that could not end within BENCHD_LIMITS__MAX_DURATION_S at the
-    speed its worker measured, or requests the model cannot hold; --force runs it anyway."""
+    """The daemon's own admission (src/benchd/admission/, not remote): a kernel run that could not end within
+    BENCHD_LIMITS__MAX_DURATION_S at the speed its worker measured, requests the model cannot hold, or a model the
+    memory a run may use cannot hold; --force runs it anyway."""
     kernel = tmp_path / "kernel.yaml"
     kernel.write_text("kind: kernel\ndevice: cpu\nkernel: {op: matmul, shapes: [{m: 8, n: 8, k: 8}, {m: 128, n: 128, "
                       "k: 128}], warmup: 1, repeats: 20, flush_bytes: 1048576}\n")
@@ -278,6 +280,11 @@ def test_what_the_daemon_would_refuse_exits_2_unless_forced(tmp_path):
     long = benchd("run", "--model", "tiny", "--device", "cpu", "--prompt-tokens", "4090", "--output-tokens", "8")
     assert long.returncode == 2 and "workload.prompt_tokens: prompt + output may reach 4098 tokens, beyond the " \
                                    "model's 4096 positions" in long.stderr and "--force" in long.stderr
+    small = benchd("run", "--model", "tiny", "--device", "cpu", "--requests", "2",
+                   env={**os.environ, "BENCHD_LIMITS__MEMORY_BYTES": "1000"})
+    assert small.returncode == 2, small.stderr
+    assert re.search(r"model: needs about .* more than the 0\.00 GiB it may use \(BENCHD_LIMITS__MEMORY_BYTES\)",
+                     small.stderr), small.stderr
 
 
 def test_a_spec_file_nested_too_deep_exits_2_naming_the_field(tmp_path):

@@ -140,38 +140,6 @@ def test_a_planned_cache_is_what_the_engine_runs(tiny):
     assert outcome.metadata.engine_settings["continuous_batching"]["num_blocks"] == plan.num_blocks
 
 
-def test_admission_refuses_a_gpu_run_whose_step_or_cache_cannot_fit():
-    """Admission makes the worker's plan with the memory the run may use (90 % of the GPU's free memory here): the
-    weights, the cache for one request and the worst step's graph pool must fit, else a 422 names the field."""
-    from fastapi.exceptions import RequestValidationError
-
-    from benchd.api.admission import Memory, admit
-    from benchd.daemon.settings import Settings
-    from benchd.hardware.devices import resolve
-    from benchd.spec import validate_spec
-
-    settings = Settings(device="cuda", model="tiny")
-    slots = resolve("all", [("0", "GPU-0000", "H100")])
-    body = {"model": "llama-3.1-8b", "dtype": "bfloat16", "device": "cuda:0",
-            "workload": {"prompt_tokens": {"dist": "fixed", "value": 4096},
-                         "output_tokens": {"dist": "fixed", "value": 1024}}}
-
-    def refused(free_gib: float, **transformers) -> dict:
-        try:
-            admit(validate_spec({**body, "transformers": transformers}), settings,
-                  Memory(lambda slot: int(free_gib * 2**30)), slots)
-        except RequestValidationError as error:
-            return {".".join(map(str, p["loc"])): p["msg"] for p in error.errors()}
-        return {}
-
-    model = refused(20)["body.model"]  # 16 GB of weights fit 18 GiB; with a step's logits and graphs they do not
-    assert "to hold one request of 5,120 tokens" in model and "graph pool" in model and "on cuda:0" in model
-    assert refused(24) == {}
-    assert "more than the 21.60 GiB" in refused(24, num_blocks=400)["body.transformers.num_blocks"]
-    assert "may need 5120" in refused(24, num_blocks=10)["body.transformers.num_blocks"]  # footprint.fit_problems
-    assert "body.transformers.max_batch_tokens" in refused(24, max_batch_tokens=65536)
-
-
 def test_a_varlen_kernels_plan_has_no_mask_and_grows_with_the_device():
     """torch's varlen kernel (and flash-attn's) attend by sequence: no mask, K/V gathered once and not repeated for
     each query head, and no cap at 2^31 mask elements, so a larger device holds a larger cache; two IO pairs (async

@@ -1,19 +1,15 @@
 """Tensor parallelism: groups of consecutive devices, one worker a group (its ranks launched with torch's elastic
-launcher, the model sharded by transformers' tp_plan="auto"), refused at admission when the devices or their memory
-cannot hold it. On CPU: two CPU workers become one group of two gloo ranks, which must decode greedily the same
-tokens as one worker does."""
+launcher, the model sharded by transformers' tp_plan="auto"), refused when the devices cannot form it (their memory:
+tests/admission/test_memory.py). On CPU: two CPU workers become one group of two gloo ranks, which must decode
+greedily the same tokens as one worker does."""
 
 import uuid
 from pathlib import Path
 
 import pytest
-from fastapi.exceptions import RequestValidationError
 
-from benchd.api.admission import Memory, admit
 from benchd.daemon.lifecycle import Lifecycle
-from benchd.daemon.settings import Settings
 from benchd.hardware.devices import DeviceError, resolve, targets
-from benchd.models.memory import estimate
 from benchd.spec import SpecError, parse_spec, validate_spec
 from benchd.stopping import StopSignal
 from benchd.supervisor.pool import WorkerPool
@@ -62,36 +58,6 @@ def test_tensor_parallel_is_for_transformers_generation_only():
     with pytest.raises(SpecError, match="tensor_parallel"):
         parse_spec({"tensor_parallel": 0})
     assert parse_spec({"tensor_parallel": 2}).tensor_parallel == 2
-
-
-def test_admission_checks_each_ranks_share_against_its_gpu():
-    """llama-3.1-8b in bfloat16 (16 GB of weights) cannot fit one GPU with 12 GiB free, but its half fits each
-    of two; on four GPUs with 8 GiB free each, the quarter fits and the half (TP=2) does not, refused per GPU. (With
-    6 GiB the quarter does not either: its weights, the CUDA context and one step's logits over 128k tokens of
-    vocabulary leave no room for a cache.)"""
-    settings = Settings(device="cuda", model="tiny", limits={"memory_fraction": 0.9})
-    body = {"model": "llama-3.1-8b", "dtype": "bfloat16", "device": "cuda:0",
-            "workload": {"prompt_tokens": {"dist": "fixed", "value": 256},
-                         "output_tokens": {"dist": "fixed", "value": 64}}}
-    need = estimate(validate_spec(body), "cuda")
-    assert need.sharded(2).weights == need.weights // 2 and need.sharded(2).activations == need.activations
-
-    def refused(tp, free_gib, gpus):
-        memory = Memory(lambda slot: free_gib << 30)
-        try:
-            admit(validate_spec({**body, "tensor_parallel": tp}), settings, memory,
-                  resolve("all", gpus))
-        except RequestValidationError as error:
-            return {".".join(map(str, p["loc"])): p["msg"] for p in error.errors()}
-        return {}
-
-    assert "body.model" in refused(1, 12, EIGHT[:2])
-    assert refused(2, 12, EIGHT[:2]) == {}
-    per_gpu = refused(2, 8, EIGHT[:4])
-    assert "its 1/2 share" in per_gpu["body.model"] and "on cuda:1" in per_gpu["body.model"]
-    assert refused(4, 8, EIGHT[:4]) == {}
-    assert "body.model" in refused(4, 6, EIGHT[:4])
-    assert "devices per group" in refused(8, 80, EIGHT[:4])["body.tensor_parallel"]
 
 
 @pytest.mark.engine

@@ -103,16 +103,16 @@ def test_open_loop_requests_leave_at_their_scheduled_time(tiny):
 def test_request_contents_are_made_before_they_are_due(tiny, monkeypatch, arrivals):
     """Making a prompt takes time (~90 µs for 256 tokens over a 128k vocabulary; 50 ms here): a burst's contents
     are made before the stage starts, an open loop's while it waits, so none delays a request past its time."""
-    import benchd.worker.core
+    import benchd.worker.subjects
 
-    real = benchd.worker.core.contents
+    real = benchd.worker.subjects.contents
 
     def slow(*args, **kwargs):
         for content in real(*args, **kwargs):
             time.sleep(0.05)
             yield content
 
-    monkeypatch.setattr(benchd.worker.core, "contents", slow)
+    monkeypatch.setattr(benchd.worker.subjects, "contents", slow)
     spec = make_spec(workload={"arrivals": arrivals, "stop": {"requests": 6}, "output_tokens": {"dist": "fixed",
                                                                                              "value": 4}})
     records = run(spec, loaded=tiny).stages[0].records

@@ -14,8 +14,8 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
 import benchd
+from benchd.admission import Memory
 from benchd.api import compare, fleet, health, history, matrices, runs, schedules
-from benchd.api.admission import Memory
 from benchd.api.deps import Answers, Services, Slots
 from benchd.api.guard import validation_detail
 from benchd.api.probes import ProbeListener
@@ -68,7 +68,7 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
                                  settings.default_schedule_interval_s)
         else:
             daemon.schedules.delete("default")
-        memory = Memory(lambda slot: _available(sampler, slot), daemon.pool.held_bytes)
+        memory = Memory.of(sampler, daemon.pool.held_bytes)
         reads = settings.reads
         app.state.services = Services(settings, store, daemon, events, registry, sampler, memory,
                                       Slots(reads.compare_slots, "comparisons", "BENCHD_READS__COMPARE_SLOTS"),
@@ -116,15 +116,6 @@ def create_app(settings: Settings, hardware_reader: Callable[[], HardwareReader]
         return JSONResponse({"detail": validation_detail(list(error.errors()))}, status_code=422)
 
     return app
-
-
-def _available(sampler: HardwareSampler, slot: Slot) -> int | None:
-    """Host RAM available now for a CPU worker, free memory of its GPU for a CUDA one."""
-    if slot.local == "cpu":
-        import psutil
-
-        return psutil.virtual_memory().available
-    return sampler.gpu_free_bytes(slot.gpu)
 
 
 def daemon_slots(settings: Settings, sampler: HardwareSampler) -> list[Slot]:

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from benchd.api.admission import Later, Memory, admit
+from benchd.admission import Later, Memory, Refused, admit
 from benchd.api.schemas import RETRY_AFTER_S
 from benchd.daemon.service import Daemon
 from benchd.daemon.settings import Settings
@@ -22,6 +23,11 @@ from benchd.hardware.sampler import HardwareSampler
 from benchd.spec import RunSpec
 from benchd.store.database import Store
 from benchd.telemetry.exposition import NodeRegistry
+
+
+def problem(loc: tuple, message: str) -> dict:
+    """One item of a 422's detail: the field in the request's body (loc) and why."""
+    return {"type": "value_error", "loc": ("body", *loc), "msg": message}
 
 
 class Slots:
@@ -103,7 +109,9 @@ class Services:
                                 headers={"Retry-After": str(RETRY_AFTER_S)})
         spec = self.daemon.resolve(spec)
         try:
-            admit(spec, self.settings, self.memory, self.daemon.pool.slots, loc, self.daemon.pool.speed)
+            admit(spec, self.settings, self.memory, self.daemon.pool.slots, self.daemon.pool.speed)
+        except Refused as refusal:
+            raise RequestValidationError([problem((*loc, *p.field), p.reason) for p in refusal.problems]) from None
         except Later as error:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error),
                                 headers={"Retry-After": str(RETRY_AFTER_S)}) from None

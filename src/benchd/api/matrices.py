@@ -10,8 +10,7 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request, Response, st
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 
-from benchd.api.admission import problem
-from benchd.api.deps import AuthDep, ServicesDep
+from benchd.api.deps import AuthDep, ServicesDep, problem
 from benchd.api.guard import GuardedRoute
 from benchd.api.runs import _as_json
 from benchd.api.schemas import RETRY_AFTER_S, errors, links

@@ -9,8 +9,12 @@ import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchd.spec import RunSpec
+
+if TYPE_CHECKING:
+    from benchd.hardware.speed import DeviceSpeed
 
 WORKER_LOG = Path(tempfile.gettempdir()) / "benchd-workers"  # the workers' logs (a failed load's message names it)
 
@@ -105,17 +109,25 @@ class Local:
         self.dropped_spans += n
 
     def _refused(self) -> list[str]:
-        """What the daemon's admission refuses of each run's requests and time (benchd.models.duration.run_problems),
-        judged at the speed of the devices its workers measured and against BENCHD_LIMITS__MAX_DURATION_S."""
-        from benchd.models.duration import run_problems
+        """What the daemon's admission refuses of each run that it could not run here (benchd.admission, not remote:
+        its devices and stack, its requests against the model, its memory, its time at the speed its workers
+        measured), one line each. A worker that did not start leaves its runs unjudged: they fail as they start,
+        saying why."""
+        from benchd import admission
 
-        limit_s = daemon_settings().limits.max_duration_s
+        settings = daemon_settings()
+        memory = admission.Memory.of(self.sampler, self.pool.held_bytes)
         found: list[str] = []
+        speeds: dict[str, DeviceSpeed | None] = {}  # by slot key, as each spec's workers measured their devices
         for index, spec in enumerate(self.specs):
             prefix = f"variant {self.labels[index]}: " if self.labels else ""
-            for slot, speed in self.pool.measured(spec.device, spec.placement, spec.tensor_parallel):
-                for loc, why in run_problems(spec, speed, limit_s, slot.local):
-                    if (line := f"{prefix}{'.'.join(map(str, loc))}: {why}") not in found:
-                        found.append(line)
+            speeds.update((slot.key, speed) for slot, speed in self.pool.measured(spec.device, spec.placement,
+                                                                                  spec.tensor_parallel))
+            try:
+                admission.admit(spec, settings, memory, self.pool.slots, lambda slot: speeds.get(slot.key),
+                                remote=False)
+            except admission.Refused as refusal:
+                found += [line for problem in refusal.problems if (line := prefix + problem.line()) not in found]
+            except admission.Later:  # a timed run whose worker did not start: it fails as it starts, saying why
+                continue
         return found
-

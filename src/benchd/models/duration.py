@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from benchd.hardware.speed import DeviceSpeed
 from benchd.models.flops import attention_flops, forward_flops_per_token, matmul_flops, step_flops
-from benchd.models.memory import LOGIT_BYTES, dtype_bytes, fit_problems, model_shape_and_weights
+from benchd.models.memory import LOGIT_BYTES, dtype_bytes, model_shape_and_weights
 from benchd.spec import (
     ArrivalProfile,
     Capacity,
@@ -308,8 +308,3 @@ def time_problems(spec: RunSpec, speed: DeviceSpeed | None, limit_s: float) -> l
             problems.append((where, why))
     return problems
 
-
-def run_problems(spec: RunSpec, speed: DeviceSpeed | None, limit_s: float, device_type: str) -> list[tuple[tuple, str]]:
-    """What admission refuses of a run's requests and time on one device (the command line checks the same before
-    a run, unless --force): its requests against the model and its cache (footprint.fit_problems), its time."""
-    return [*fit_problems(spec, device_type), *time_problems(spec, speed, limit_s)]

@@ -45,7 +45,7 @@ def model_problem(ref: str, roots: list[Path]) -> str | None:
 
 def confined(spec: RunSpec, daemon_model: str, roots: list[Path]) -> dict[str, Any] | None:
     """What the worker re-checks for a run admitted from HTTP (models/confinement.py): the roots, and each field whose
-    path admission checked against them (api/admission.py), by its dotted name; None when it names no such path. The
+    path admission checked against them (admission/reach.py), by its dotted name; None when it names no such path. The
     daemon's own model is the operator's choice."""
     paths: dict[str, str] = {}
     if loads_model(spec) and spec.model not in PRESETS and spec.model != daemon_model:

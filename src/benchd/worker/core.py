@@ -7,34 +7,39 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from benchd import heap
 from benchd.engines import Engine, create_engine
 from benchd.engines.probe import score
 from benchd.hardware.speed import DeviceSpeed, measure
-from benchd.loadgen.contents import contents, real_contents, real_text_contents, text_contents
 from benchd.loadgen.stage import run_stages
-from benchd.measure.roofline import ModelCost
 from benchd.models.confinement import Opened, open_confined
-from benchd.models.flops import Shape
 from benchd.models.loading import LoadedModel, load_model, resolve_device
-from benchd.models.memory import check_fits
-from benchd.models.quantize import streamed_weight_bytes
-from benchd.models.texts import ChatText, has_chat_template, resolved
-from benchd.models.tokenizer import load_tokenizer
+from benchd.models.texts import resolved
 from benchd.protocol import events
 from benchd.protocol.messages import Done, Events, Exiting, Report, Warmed
 from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
-from benchd.spec import RunSpec, SpecError, traces, validate_spec
+from benchd.spec import GenerateSpec, RunSpec, traces, validate_spec
 from benchd.spec.stack import loading_attention
 from benchd.stopping import StopSignal
 from benchd.timed import run_timed
 from benchd.worker.faults import INJECTED_DEVICE_FAULT, Faults, arm
-from benchd.worker.provenance import PeakMemory, collect, record_stack, torch_threads, utc_now
+from benchd.worker.provenance import PeakMemory, collect, utc_now
+from benchd.worker.subjects import Loaded, Served, Subject
 
 Emit = Callable[[Report], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """The run in progress: its events wait in its outbox, and its stop signal ends it."""
+
+    run_id: str
+    outbox: Outbox
+    stop: StopSignal
 
 
 class WorkerCore:
@@ -51,7 +56,7 @@ class WorkerCore:
         self._engine: Engine | None = None
         self._engine_key: tuple | None = None
         self._engine_runs = 0  # runs the started engine has served
-        self._run: tuple[str, Outbox, StopSignal] | None = None
+        self._run: _Run | None = None
         self._send = threading.Lock()  # a run's events leave before its "done"
         self._cancelled: dict[str, str] = {}  # cancels that arrived before their run started
         self.phase = "idle"
@@ -61,7 +66,7 @@ class WorkerCore:
     @property
     def activity(self) -> int:
         run = self._run
-        return run[1].progress if run is not None else 0
+        return run.outbox.progress if run is not None else 0
 
     # ---- commands --------------------------------------------------------------------------------
 
@@ -78,8 +83,8 @@ class WorkerCore:
     def cancel(self, run_id: str, reason: str) -> None:
         """Stop the run now, or as it starts if its command is still waiting its turn."""
         run = self._run
-        if run is not None and run[0] == run_id:
-            run[2].set(reason)
+        if run is not None and run.run_id == run_id:
+            run.stop.set(reason)
         else:
             self._cancelled[run_id] = reason
 
@@ -87,7 +92,7 @@ class WorkerCore:
         """The worker is stopping: the run in progress ends as interrupted, with what it measured."""
         run = self._run
         if run is not None:
-            run[2].set("interrupted")
+            run.stop.set("interrupted")
 
     def run(self, run_id: str, spec_data: dict, faults: dict | None, trace_id: str | None = None,
             confine: dict | None = None) -> None:
@@ -96,7 +101,7 @@ class WorkerCore:
         outbox, stop = Outbox(), StopSignal()
         if run_id in self._cancelled:
             stop.set(self._cancelled.pop(run_id))
-        self._run = (run_id, outbox, stop)
+        self._run = _Run(run_id, outbox, stop)
         spec = validate_spec(spec_data)
         metadata: RunMetadata | None = None
         status, error, stage = "failed", None, "load"
@@ -109,12 +114,12 @@ class WorkerCore:
             source = spec.model if model is None else model.real if self.group is not None else model.path
             if self.group is not None and not (spec.engine_record and spec.engine_record.tensor_parallel):
                 raise ValueError(f"a tensor-parallel worker runs an engine that shards its model, not {spec.runner}")
-            if spec.kind != "generate":
-                metadata, status, error = self._timed(spec, outbox, stop, source)
-                stage = "run"
-            else:
+            if isinstance(spec, GenerateSpec):
                 metadata, status, error, stage = self._generate(spec, outbox, stop, faults, trace_id,
                                                                 (model.real if model else spec.model, source))
+            else:
+                metadata, status, error = self._timed(spec, outbox, stop, source)
+                stage = "run"
         except Exception as failure:  # the worker's boundary around what precedes the runner's own
             status, error = "failed", f"{type(failure).__name__}: {failure}"
         finally:
@@ -144,8 +149,8 @@ class WorkerCore:
 
     def _flush(self) -> None:
         run = self._run
-        if run is not None and (batch := run[1].drain()):
-            self.emit(Events(run[0], batch))
+        if run is not None and (batch := run.outbox.drain()):
+            self.emit(Events(run.run_id, batch))
 
     def close(self) -> None:
         self._close_engine()
@@ -159,76 +164,60 @@ class WorkerCore:
         self.phase = name
         outbox.put(events.Phase(name, time.perf_counter()))
 
-    def _generate(self, spec: RunSpec, outbox: Outbox, stop: StopSignal, faults: dict | None,
+    def _generate(self, spec: GenerateSpec, outbox: Outbox, stop: StopSignal, faults: dict | None,
                   trace_id: str | None, model: tuple[str, str]) -> tuple[RunMetadata, str, str | None, str]:
         """model: (what identifies the model: the spec's ref, or where its confined path really is; where to load it
         from)."""
-        server = not spec.engine_record.loads_model  # a served model: nothing loads here, prompts are text
         spec = resolved(spec)  # real requests or random ids, and what follows from it
         self._phase(outbox, "load")
-        load_s = None
-        if server:
-            tokenizer = load_tokenizer(spec.tokenizer()) if spec.tokenizer() else None
-            if spec.workload.prompts == "real":
-                chat = ChatText(_chat_tokenizer(tokenizer, spec.tokenizer() or "its server's model"))
-                new_stream = lambda: real_text_contents(spec.workload, spec.seed, chat).__next__  # noqa: E731
-            else:
-                new_stream = lambda: text_contents(spec.workload, spec.seed, tokenizer).__next__  # noqa: E731
-        else:
-            load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
-                                     spec.quantization, loading_attention(spec.attn_implementation), model[1])
-            check_fits(spec, self._loaded.max_positions)
-            loaded = self._loaded
-            if spec.workload.prompts == "real":
-                chat = ChatText(_chat_tokenizer(loaded.tokenizer, spec.model))
-                new_stream = lambda: real_contents(spec.workload, spec.seed, chat).__next__  # noqa: E731
-            else:
-                new_stream = lambda: contents(spec.workload, spec.seed, loaded.vocab_size,  # noqa: E731
-                                              loaded.special_ids).__next__
+        subject = self._subject(spec, model)
         self._phase(outbox, "start")
         engine = self._engine_for(spec)
         if self.group is None:  # a warm engine: nothing an earlier run cached serves this one
             engine.forget()  # (not in a tensor-parallel group: its ranks' caches must stay alike, and only rank 0
             # hears from the daemon between runs; its runs keep their predecessors' prefixes)
-        metadata = collect(self._loaded.device if not server else None, spec.model, spec.label, load_s)
-        if server:
-            metadata.device_name = spec.server()
+        metadata = collect(subject.device, spec.model, spec.label, subject.load_s)
         metadata.engine_settings = engine.settings()
         self._engine_runs += 1
         metadata.engine_run = self._engine_runs
         metadata.prompts, metadata.ignore_eos = spec.workload.prompts, spec.workload.ignore_eos
         metadata.logprobs = spec.quality.logprobs
-        if not server:
-            metadata.torch_threads = torch_threads()  # as the engine set it
-            record_stack(metadata, spec, self._loaded)  # after the engine started: the attention it switched to
-            metadata.attention_kernel = engine.attention.kernel if engine.attention is not None else None
-            metadata.device_limits, metadata.model_cost = self._roofline_inputs()
+        subject.describe(metadata, spec, engine)
         heap.settle()  # the model and the started engine out of the collector's walks while the run measures
         self._phase(outbox, "run")
         fault = Faults.model_validate(faults) if faults else None
-        disarm = arm(fault, self._loaded.model if self._loaded else None) \
+        disarm = arm(fault, subject.loaded.model if subject.loaded else None) \
             if fault is not None and fault.applies(spec.name, spec.label, self.device) else None
-        if disarm is not None:
+        if fault is not None and disarm is not None:
             metadata.fault = fault.says()
-        peak = PeakMemory(self._loaded.device if not server else None)
+        peak = PeakMemory(subject.device)
         try:
-            status, error = run_stages(spec, engine, new_stream, outbox, stop, trace_id,
+            status, error = run_stages(spec, engine, subject.streams, outbox, stop, trace_id,
                                        dispatch_priority=self.dispatch_priority,
                                        renew=None if self.group is not None else lambda: self._renew(spec))
         finally:
             if disarm is not None:
                 disarm.set()
         metadata.peak_memory_bytes, metadata.peak_reserved_bytes = peak.read(), peak.reserved()
-        if spec.quality.probe and not server and self.group is None and status == "succeeded":
+        if spec.quality.probe and subject.loaded is not None and self.group is None and status == "succeeded":
             # After every stage: the probe under the stack the run measured, its cost told (engines/probe.py); a
             # tensor-parallel group's forward pass is collective, and its ranks do not score it.
             self._phase(outbox, "probe")
             try:
-                metadata.probe = score(self._loaded, engine.attention.implementation if engine.attention else None)
+                metadata.probe = score(subject.loaded, engine.attention.implementation if engine.attention else None)
             except (RuntimeError, ValueError) as failure:  # what the run measured stands; the probe says why not
                 first = str(failure).splitlines()[0] if str(failure) else ""
                 metadata.probe_error = f"{type(failure).__name__}: {first}"
         return metadata, status, error, "run"
+
+    def _subject(self, spec: GenerateSpec, model: tuple[str, str]) -> Subject:
+        """The model the run's engine serves, as its record says: loaded here (or kept), or a server's."""
+        if not spec.engine_record.loads_model:
+            return Served(spec)
+        load_s = self._model_for(model[0], spec.dtype, spec.device, spec.trust_remote_code, spec.seed,
+                                 spec.quantization, loading_attention(spec.attn_implementation), model[1])
+        assert self._loaded is not None
+        return Loaded(spec, self._loaded, load_s, self.group.size if self.group is not None else 1, self._limits)
 
     def _limits(self, device_type: str) -> dict | None:
         """The device's measured limits: the worker's hello's, or measured here in a CLI's own process (None: the
@@ -240,16 +229,6 @@ class WorkerCore:
             except RuntimeError:
                 return None
         return speed.as_dict()
-
-    def _roofline_inputs(self) -> tuple[dict | None, dict]:
-        """The device's limits and what a step of the loaded model costs (benchd.measure.roofline): in a
-        tensor-parallel group, each rank's share (its heads, its part of the MLP and of the weights) against one
-        device's limits, as each rank's device runs its share of every step."""
-        loaded = self._loaded
-        ranks = self.group.size if self.group is not None else 1
-        cost = ModelCost.of(Shape.of(loaded.model.config).sharded(ranks), streamed_weight_bytes(loaded.model) // ranks,
-                            loaded.dtype.itemsize)
-        return self._limits(loaded.device.type), {**cost.as_dict(), "dtype": str(loaded.dtype)[6:]}
 
     def _model_for(self, ref: str, dtype: str, device: str, trust_remote_code: bool = False,
                    seed: int = 0, quantization: str = "none", attn_implementation: str = "sdpa",
@@ -333,14 +312,6 @@ class WorkerCore:
     def held(self) -> tuple[str, ...] | None:
         """The model kept loaded: (ref, dtype, device, quantization, attention implementation)."""
         return self._loaded_key
-
-
-def _chat_tokenizer(tokenizer, model: str):
-    """The tokenizer real requests are made with: one that has a chat template."""
-    if not has_chat_template(tokenizer):
-        raise SpecError(f"workload.prompts: real requests are made with a tokenizer that has a chat template, and "
-                        f"{model} has none")
-    return tokenizer
 
 
 def device_fault(device) -> str | None:
