@@ -71,6 +71,14 @@ class Figure:
     prometheus: str | None = None  # the series that carries it (telemetry/metrics.py); None: no series does
     per_request: bool = False  # a distribution over requests (its summary: LatencyStats); a span attribute each
     percentile: int | None = None  # a distribution's percentile this figure is (ttft_s.p99)
+    # The name a comparison's answer gives it where that differs from name: stored comparisons said "output
+    # throughput" (measure/comparison.py's MetricChange.name), and every earlier answer must read the same.
+    compared_as: str | None = None
+
+    @property
+    def compared_name(self) -> str:
+        """Its name in a comparison's rows and answers (MetricChange.name): TTFT p99, output throughput."""
+        return self.compared_as or self.name
 
     @property
     def higher_is_worse(self) -> bool:
@@ -105,7 +113,8 @@ class Figure:
         if not self.per_request or self.percentile is not None or percentile not in PERCENTILES:
             raise KeyError(f"{self.key}.p{percentile}: a distribution's figure takes a percentile of {PERCENTILES}")
         return replace(self, key=f"{self.key}.p{percentile}", name=f"{self.name} p{percentile}",
-                       title=f"{self.title}, p{percentile}", prometheus=None, percentile=percentile)
+                       title=f"{self.title}, p{percentile}", prometheus=None, percentile=percentile,
+                       compared_as=None)
 
 
 def _request(key: str, name: str, title: str, description: str, prometheus: str) -> Figure:
@@ -129,7 +138,8 @@ FIGURES: dict[str, Figure] = {f.key: f for f in (
              "Submission − scheduled time: the dispatcher's own lateness.", "benchd_dispatch_lag_seconds"),
     # A stage's (docs/figures.md, "A stage's summary"): over its measured window.
     Figure("output_tokens_per_s", "output tok/s", "Output throughput", "tok/s", "higher", "rate",
-           "Output tokens a second over the measured window.", "benchd_run_output_tokens_per_second"),
+           "Output tokens a second over the measured window.", "benchd_run_output_tokens_per_second",
+           compared_as="output throughput"),
     Figure("total_tokens_per_s", "total tok/s", "Total throughput", "tok/s", "higher", "rate",
            "Prompt and output tokens a second over the measured window."),
     Figure("requests_per_s", "requests/s", "Request throughput", "req/s", "higher", "rate",
