@@ -72,3 +72,58 @@ def test_every_figure_says_what_it_is():
         assert f.name and f.title and f.description.endswith("."), f.key
         assert f.better in ("lower", "higher", None) and f.format in (
             "seconds", "rate", "joules", "bytes", "ratio", "number"), f.key
+
+
+def test_every_figure_a_summary_carries_or_a_reader_names_is_catalogued():
+    """A stage's distributions and rates, a comparison's metrics (each latency at each compared percentile, a run's
+    figures, a matrix's), the history's and the fleet's figures: each one the catalog holds."""
+    from benchd.measure import fleet, history, matrix
+    from benchd.measure.compare import COMPARED, RUN_LEVEL
+    from benchd.measure.sides import LATENCIES
+
+    fields = StageSummary.model_fields
+    carried = {k for k, f in fields.items() if f.annotation is LatencyStats or k.endswith("_tokens_per_s")}
+    carried |= {"requests_per_s", "goodput_requests_per_s", "kv_cache_occupancy_peak", "mbu", "mfu", "of_bound"}
+    named = {f"{k}.p{p}" for k in LATENCIES for p in COMPARED} | set(RUN_LEVEL)
+    named |= {k for k, _ in matrix.RUN_FIGURES} | set(history.FIGURES) | set(fleet.FIGURES)
+    for key in carried | named:
+        figure(key)  # KeyError names a figure the catalog lacks
+
+
+def test_each_reader_takes_a_figures_name_and_unit_from_the_catalog(monkeypatch):
+    """Renamed in the catalog, a figure is renamed in the run's table, a comparison's rows and answer; the history's
+    and the fleet's figures, Prometheus' HELP text and the GenAI instruments' units are the catalog's own."""
+    from dataclasses import replace
+
+    from benchd.measure import fleet, history
+    from benchd.measure.comparison import MetricChange
+    from benchd.report.tables import comparison_rows, summary_rows
+    from benchd.telemetry import genai
+
+    for key, f in history.FIGURES.items():
+        assert f == figure(key), key
+    for key, f in fleet.FIGURES.items():
+        assert replace(f, name=figure(key).name) == figure(key) and f.name.startswith(figure(key).name), key
+    registry = CollectorRegistry()
+    Metrics(registry)
+    helps = {family.name: family.documentation for family in registry.collect()}
+    for f in per_request():
+        assert helps[f.prometheus] == f.description, f.key
+    assert (genai.SERVER_TTFT.unit, genai.SERVER_TPOT.unit) == (figure("ttft_s").unit, figure("tpot_s").unit)
+
+    monkeypatch.setitem(FIGURES, "ttft_s", replace(FIGURES["ttft_s"], name="first", unit="ks", format="rate"))
+    monkeypatch.setitem(FIGURES, "output_tokens_per_s", replace(FIGURES["output_tokens_per_s"], compared_as="out"))
+    stats = LatencyStats.of([0.01, 0.02])
+    summary = StageSummary.model_construct(
+        requests=2, errors=0, warmup_requests=0, cut=0, output_tokens_per_s=1.0, total_tokens_per_s=2.0,
+        requests_per_s=1.0, ttft_s=stats, itl_s=stats, tpot_s=stats, e2e_s=stats, queue_s=stats,
+        dispatch_lag_s=stats, kv_cache_occupancy_peak=None, offered_requests_per_s=None, valid=None,
+        goodput_requests_per_s=None, drain_s=None, clocks=[], roofline=None)
+    assert "first ks p50 / p90 / p99" in [name for name, _ in summary_rows([summary])]
+    change = MetricChange(metric="ttft_s.p99", a=2.0, b=3.0, relative_change=0.5, ci_low=None, ci_high=None,
+                          samples_a=1, samples_b=1, verdict="n/a")
+    assert (change.name, change.unit) == ("first p99", "ks")
+    rows, _ = comparison_rows(type("Result", (), {"metrics": [change]})())
+    assert rows[0][:3] == ["first p99", "2.0 ks", "3.0 ks"]
+    throughput = change.model_copy(update={"metric": "output_tokens_per_s"})
+    assert (throughput.name, throughput.unit) == ("out", "tok/s")
