@@ -28,8 +28,9 @@ CONFIDENCE = 0.995
 
 # Each side's requests pooled: every latency the side holds (measure/sides.py's LATENCIES) at these percentiles.
 COMPARED = (50, 90, 99)  # of each latency's summary percentiles (summary.PERCENTILES): those a comparison reads
-RUN_LEVEL = ("output_tokens_per_s", "energy_per_token_j")  # one a run: the runs are the samples
-# Which way is worse, each figure's name and unit: the catalog's (measure/catalog.py).
+# One a run: the runs are the samples. Which way is worse, for these and the latencies: the catalog's
+# (measure/catalog.py), which names them too (measure/comparison.py).
+RUN_LEVEL = ("output_tokens_per_s", "energy_per_token_j")
 COLD = ("ran cold: the first run after its engine started, the engine's own warm-up in its figures (left out while "
         "both sides have warm runs)")
 
