@@ -59,7 +59,7 @@ class MetricChange(Documented):
     @computed_field
     @property
     def name(self) -> str:
-        """The figure's name as a comparison says it (TTFT p99, output throughput, …: measure/catalog.py)."""
+        """The figure's name as a comparison says it (TTFT p99, output throughput, …)."""
         return _catalogued(self.metric)[0]
 
     @computed_field
