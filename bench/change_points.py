@@ -198,11 +198,11 @@ def main() -> None:
         print("| figure | mean | noise (sd of ln) | from consecutive differences | lag-1 autocorrelation |")
         print("| --- | --- | --- | --- | --- |")
         for name, f in measured["figures"].items():
-            print(f"| {FIGURES[name].label} | {f['mean']:.4g} | {f['noise']:.2%} | {f['noise_of_differences']:.2%} "
+            print(f"| {FIGURES[name].name} | {f['mean']:.4g} | {f['noise']:.2%} | {f['noise_of_differences']:.2%} "
                   f"| {f['lag1_autocorrelation']:+.2f} |")
         for name in ("output_tokens_per_s", "itl_s.p50"):
             if name in measured["figures"]:
-                levels[f"{FIGURES[name].label}, measured"] = measured["figures"][name]["noise"]
+                levels[f"{FIGURES[name].name}, measured"] = measured["figures"][name]["noise"]
     rows = []
     print(f"\nanalysed after every run ({args.trials} series each, {args.before} runs before the change, "
           f"{args.horizon} after; alpha {changes.ALPHA}, min_runs {changes.MIN_RUNS}, penalty {changes.PENALTY}):")

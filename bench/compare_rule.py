@@ -125,7 +125,8 @@ def judge(database: str, work: Path, pairs: int, confidences: list[float], seed:
     rows = store.list_runs(status="succeeded", workload="rule", limit=500).items
     warm = {label: sorted(r["id"] for r in rows if r["label"] == label and (r["run_metadata"] or {}).get("engine_run") != 1)
             for label in ("a", "b")}
-    from benchd.measure.compare import COMPARED, LATENCIES
+    from benchd.measure.compare import COMPARED
+    from benchd.measure.sides import LATENCIES
     from benchd.measure.context import stage_figures
 
     figures = {r["id"]: stage_figures(r["summary"][0], r["energy_per_token_j"], LATENCIES, COMPARED) for r in rows}

@@ -89,7 +89,8 @@ def test_comparisons_say_when_the_two_sides_ran_under_different_clock_states():
     assert found == ("the two sides ran under different clock states: power cap (power_cap) in 97% of A's samples "
                      "against 0% of B's; mean SM clock 86% of its maximum on A against 100% on B")
     # A regression comparison (and a matrix's, which is made of them) carries it, from each run's first stage.
-    from benchd.measure.compare import Side, compare
+    from benchd.measure.compare import compare
+    from benchd.measure.sides import Side
 
     def side(name, clocks):
         return Side(run_ids=[name], samples={}, output_tokens_per_s=[None], energy_per_token_j=[None],

@@ -10,7 +10,7 @@ import pytest
 
 from benchd.daemon.history import judge
 from benchd.measure import changes
-from benchd.measure.compare import MetricChange
+from benchd.measure.comparison import MetricChange
 from benchd.measure.history import (
     FIGURES,
     ChangePoint,

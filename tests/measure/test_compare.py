@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from benchd.measure.compare import Side, compare
+from benchd.measure.compare import compare
+from benchd.measure.sides import Side
 from benchd.report.comparison import comparison_page
 from tests.helpers import NODE, ROOT, daemon, free_port, spec, submit, wait_for
 

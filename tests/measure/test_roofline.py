@@ -190,7 +190,8 @@ def test_a_runs_stage_summary_places_its_steps_on_the_devices_roofline(tiny, eng
 def test_a_comparison_says_which_ceiling_b_moved_toward():
     from rich.console import Console
 
-    from benchd.measure.compare import Side, compare
+    from benchd.measure.compare import compare
+    from benchd.measure.sides import Side
     from benchd.report.outputs import comparison_table
 
     def side(name, lines):

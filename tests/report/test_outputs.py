@@ -102,7 +102,8 @@ def test_a_run_that_has_not_ended_or_failed_early_still_has_a_page():
 def test_comparisons_give_latencies_in_ms_and_throughput_as_it_is():
     from rich.console import Console
 
-    from benchd.measure.compare import Side, compare
+    from benchd.measure.compare import compare
+    from benchd.measure.sides import Side
     from benchd.report.comparison import comparison_page
     from benchd.report.outputs import comparison_table
 

@@ -13,7 +13,8 @@ from pydantic import Field
 from benchd.api.deps import AuthDep, ServicesDep
 from benchd.api.guard import GuardedRoute
 from benchd.api.schemas import RETRY_AFTER_S, errors
-from benchd.measure.compare import Comparison, compare
+from benchd.measure.compare import compare
+from benchd.measure.comparison import Comparison
 from benchd.measure.deadline import OverBudget
 from benchd.report.comparison import comparison_page
 from benchd.spec import Name

@@ -77,7 +77,7 @@ def _compare_directories(sides: list[list[str]], threshold: float | None, confid
 
 
 def _compare_on_daemon(args: argparse.Namespace, threshold: float | None, confidence: float | None):
-    from benchd.measure.compare import Comparison
+    from benchd.measure.comparison import Comparison
 
     client = Client(args.server)
     params = {"a": args.a, "b": args.b, "threshold": threshold, "confidence": confidence}

@@ -298,7 +298,7 @@ def judge(change: ChangePoint, status: str | None, error: str | None,
         return Confirmation(**{**base, "status": "inconclusive", "reason": why,
                                "relative_change": metric.relative_change if metric else None})
     figures = {"relative_change": metric.relative_change, "ci_low": metric.ci_low, "ci_high": metric.ci_high}
-    label = FIGURES[change.figure].label
+    label = FIGURES[change.figure].name
     same_side = metric.ci_low > 0 if change.relative_change > 0 else metric.ci_high < 0
     if same_side:
         return Confirmation(**{**base, **figures, "status": "confirmed", "reason": (

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from benchd.measure.catalog import Figure, figure
 from benchd.measure.cost import GoodTokens
 from benchd.measure.history import StackShift, clock_state
 from benchd.measure.sequential import Decision
@@ -26,25 +27,14 @@ if TYPE_CHECKING:
     from benchd.measure.summary import StageSummary
 
 
-@dataclass(slots=True, frozen=True)
-class FleetFigure:
-    label: str
-    unit: str
-    higher_is_worse: bool
-    judged: bool  # decides whether a node is an outlier (its error rate split over these)
-
-
-FIGURES: dict[str, FleetFigure] = {
-    "output_tokens_per_s": FleetFigure("output tok/s per GPU", "tok/s", False, True),
-    "itl_s.p50": FleetFigure("ITL p50", "s", True, True),
-    "ttft_s.p50": FleetFigure("TTFT p50", "s", True, False),
-    "ttft_s.p99": FleetFigure("TTFT p99", "s", True, False),
-    "itl_s.p99": FleetFigure("ITL p99", "s", True, False),
-    "of_bound": FleetFigure("fraction of the roofline bound", "", False, False),
-    "energy_per_token_j": FleetFigure("energy per output token", "J", True, False),
-    "energy_per_good_token_j": FleetFigure("energy per good token", "J", True, False),
-}
-JUDGED = [name for name, f in FIGURES.items() if f.judged]
+# The fleet's figures, each node's the median of its newest runs': named, united and judged worse the catalog's way
+# (measure/catalog.py), output tok/s per GPU (run_row divides a run's by its GPUs).
+FIGURES: dict[str, Figure] = {key: figure(key) for key in (
+    "output_tokens_per_s", "itl_s.p50", "ttft_s.p50", "ttft_s.p99", "itl_s.p99", "of_bound", "energy_per_token_j",
+    "energy_per_good_token_j")}
+FIGURES["output_tokens_per_s"] = replace(FIGURES["output_tokens_per_s"],
+                                         name=f"{FIGURES['output_tokens_per_s'].name} per GPU")
+JUDGED = ["output_tokens_per_s", "itl_s.p50"]  # decide whether a node is an outlier (its error rate split over these)
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 RUNS = 20  # a node's newest runs of a workload the fleet keeps (store/fleet.py) and its verdict looks over
 

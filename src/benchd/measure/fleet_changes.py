@@ -90,7 +90,7 @@ def _told(workload: str, device: str, figure: str, cluster: list[ChangePoint], p
     direction = Counter(c.direction for c in cluster).most_common(1)[0][0]
     change = float(np.median([c.relative_change for c in cluster]))
     stack = _agreed([c.stack for c in cluster], drop=NOT_STACK if fleet else set())
-    label = FIGURES[figure].label if figure in FIGURES else figure
+    label = FIGURES[figure].name if figure in FIGURES else figure
     moved = f"{label} {change * 100:+.1f} %"
     shifts = ", ".join(s.says() for s in stack)
     differs: list[str] = []

@@ -258,10 +258,10 @@ def _place(node: str, runs: list[FleetRun], invalid: int, values: dict[str, floa
         estimate = against_reference(own_runs, reference, found.reference_variance(node), figure.higher_is_worse)
         decision = look(estimate, len(own_runs), settings.effect, confidence, RUNS)
         decisions[name] = decision
-        if figure.judged and decision.verdict == "slower":
-            reasons.append(f"{figure.label} {relative[name]:.3g}× the fleet's median; its speed: "
+        if name in JUDGED and decision.verdict == "slower":
+            reasons.append(f"{figure.name} {relative[name]:.3g}× the fleet's median; its speed: "
                            + decision.says("the fleet's ÷ its own") if figure.higher_is_worse
-                           else decision.says(f"{figure.label} ÷ the fleet's median"))
+                           else decision.says(f"{figure.name} ÷ the fleet's median"))
     good = _good(runs)
     return NodePlace(
         node=node, runs=len(runs), excluded=invalid, latest=runs[-1].at, latest_run=runs[-1].run_id,

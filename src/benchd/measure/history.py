@@ -6,37 +6,21 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchd.measure import changes, stack
+from benchd.measure import catalog, changes, stack
 from benchd.spec.fields import Documented
-
-
-@dataclass(slots=True, frozen=True)
-class Figure:
-    label: str
-    unit: str  # s, tok/s, J, or none (a perplexity)
-    higher_is_worse: bool
-
 
 FigureName = Literal["output_tokens_per_s", "ttft_s.p50", "ttft_s.p99", "itl_s.p50", "itl_s.p99", "tpot_s.p50",
                      "energy_per_token_j", "perplexity"]
 # The headline figures, named as the comparisons name them (measure/compare.py: a matrix's verdict on a figure is
 # found by this name): each run's first stage, as a comparison reads it, the run's energy per output token, and its
 # quality probe's perplexity of the reference text (measure/quality.py; a matrix confirms it by its quality verdict).
-FIGURES: dict[str, Figure] = {
-    "output_tokens_per_s": Figure("output tok/s", "tok/s", False),
-    "ttft_s.p50": Figure("TTFT p50", "s", True),
-    "ttft_s.p99": Figure("TTFT p99", "s", True),
-    "itl_s.p50": Figure("ITL p50", "s", True),
-    "itl_s.p99": Figure("ITL p99", "s", True),
-    "tpot_s.p50": Figure("TPOT p50", "s", True),
-    "energy_per_token_j": Figure("energy per token", "J", True),
-    "perplexity": Figure("probe perplexity", "", True),
-}
+# Each one's name, unit and which way is worse: the catalog's (measure/catalog.py).
+FIGURES: dict[str, catalog.Figure] = {key: catalog.figure(key) for key in get_args(FigureName)}
 
 # A run's clock state, from the share of its hardware samples in which a GPU was slowed (hardware/sampler.py:
 # throttled_fraction: power cap, thermal or hardware slowdown), which store/history.py reads for every run. This is
@@ -258,7 +242,7 @@ class ChangePoint(Documented):
     def sentence(self) -> str:
         """ITL p50 +8.1% [+6.0%, +10.2%] at 2026-11-20 14:00 (p < 0.001); between the segments: transformers
         5.17.0 → 5.18.0. The change written as a comparison writes it (report/tables.py, change_cells)."""
-        figure = FIGURES[self.figure].label if self.figure in FIGURES else self.figure
+        figure = FIGURES[self.figure].name if self.figure in FIGURES else self.figure
         p = "p < 0.001" if self.p_value < 0.001 else f"p = {self.p_value:.3f}"
         text = (f"{figure} {self.relative_change:+.1%} [{self.ci_low:+.1%}, {self.ci_high:+.1%}] "
                 f"at {self.at:%Y-%m-%d %H:%M} ({p})")

@@ -79,7 +79,7 @@ def view(workload: str, runs: list[SeriesRun], stored: list[ChangePoint], limit:
                             and c.node == series.node and c.run_id in position), key=lambda c: position[c.run_id])
             cuts = changes.segments(values, [position[c.run_id] for c in found], confidence)
             figures.append(FigureSeries(
-                figure=name, label=figure.label, unit=figure.unit, higher_is_worse=figure.higher_is_worse,
+                figure=name, label=figure.name, unit=figure.unit, higher_is_worse=figure.higher_is_worse,
                 points=[Point(run_id=r.run_id, at=r.at, value=float(v)) for r, v in zip(held, values)],
                 segments=[segment_view(held, s) for s in cuts], change_points=found))
         out.append(SeriesView(workload=workload, device=series.device, node=series.node, clock=series.clock,

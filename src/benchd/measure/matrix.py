@@ -10,18 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from benchd.measure.compare import (
-    CONFIDENCE,
-    LATENCIES,
-    THRESHOLD,
-    MetricChange,
-    Side,
-    change,
-    compare,
-)
+from benchd.measure.compare import CONFIDENCE, THRESHOLD, change, compare
+from benchd.measure.comparison import MetricChange
 from benchd.measure.context import SideContext, StackChange, stack_values
 from benchd.measure.quality import QualityComparison, RunQuality, compare_quality, run_quality
 from benchd.measure.roofline import moved_toward, utilisation
+from benchd.measure.sides import LATENCIES, Side
 from benchd.measure.stack import stack_of
 from benchd.measure.statistics import Spread
 from benchd.protocol.probe import Probe
@@ -246,7 +240,7 @@ def compare_matrix(variants: Sequence, runs: dict[int, list[RunFigures | None]],
                 a = [getattr(r, name) for r in base if getattr(r, name) is not None]
                 b = [getattr(r, name) for r in mine if getattr(r, name) is not None]
                 metrics.append(change(name, len(a), len(b), float(np.mean(a)) if a else None,
-                                      float(np.mean(b)) if b else None, len(a), len(b), 1, True, Spread.of([a, b]),
+                                      float(np.mean(b)) if b else None, len(a), len(b), 1, Spread.of([a, b]),
                                       threshold, confidence, exact=exact))
             tokens = agreement(runs.get(baseline, []), every)
             quality = compare_quality(_qualities(runs.get(baseline, [])), _qualities(every))

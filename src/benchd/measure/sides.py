@@ -1,5 +1,5 @@
-"""A comparison's sides read: each run's records, figures, outputs and quality probe (from a daemon's store,
-store/sides.py, or a result directory `benchd run --out` wrote, here) made into a Side."""
+"""A comparison's sides: what a Side holds, and each run's records, figures, outputs and quality probe read (from a
+daemon's store, store/sides.py, or a result directory `benchd run --out` wrote, here) made into one."""
 
 from __future__ import annotations
 
@@ -8,16 +8,64 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from benchd.measure import latency
-from benchd.measure.compare import LATENCIES, Side
-from benchd.measure.context import RunFacts, side_context
+from benchd.measure.context import RunFacts, SideContext, side_context
 from benchd.measure.quality import RunQuality, run_quality
 from benchd.measure.records import RequestRecord
 from benchd.protocol.probe import Probe
 from benchd.spec.documents import parse_json
 
 REQUESTS_FILE = "requests.jsonl"  # `benchd run --out`: one stored request row (RequestRecord.to_row) a line
+LATENCIES = ("ttft_s", "itl_s", "tpot_s", "e2e_s")  # the distributions a side holds each request's samples of
+
+
+class Side(BaseModel):
+    """What one side holds, run by run (each list one entry a run, in run_ids' order): its per-request samples and
+    run-level figures, what the runs are (context), which ran cold, and stored runs of the same stack (history),
+    whose run-to-run spread it pools with its own; each run's outputs and probe (quality)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    run_ids: list[str]
+    samples: dict[str, list[list[float]]]  # latency name → per run, per-request (ITL: per-token) samples, s
+    output_tokens_per_s: list[float | None]  # one a run
+    energy_per_token_j: list[float | None]  # one a run (None: no GPU energy counter)
+    invalid: list[str] = []  # runs whose verdict is invalid: their figures are not to be trusted
+    roofline: list[dict | None] = []  # each run's first stage's (measure/roofline.py), or none
+    clocks: list[list[dict]] = []  # each run's first stage's GPUs' clock events (hardware/clocks.py), or none
+    cold: list[str] = []  # runs that were the first after their engine started
+    context: SideContext | None = None
+    # Groups of stored runs (run id → its figures by metric), each of one stack in one segment of its workload's
+    # history: the runs of this side's stack whose run-to-run spread is pooled with the runs compared.
+    history: list[dict[str, dict[str, float]]] = []
+    quality: list[RunQuality] = []
+
+    @model_validator(mode="after")
+    def _one_a_run(self) -> Side:
+        runs = len(self.run_ids)
+        lists = {"output_tokens_per_s": self.output_tokens_per_s, "energy_per_token_j": self.energy_per_token_j,
+                 **{f"samples.{k}": v for k, v in self.samples.items()}}
+        lists.update((k, v) for k, v in (("roofline", self.roofline), ("clocks", self.clocks),
+                                         ("quality", self.quality)) if v)
+        if wrong := [name for name, values in lists.items() if len(values) != runs]:
+            raise ValueError(f"{', '.join(wrong)}: one entry a run ({runs})")
+        return self
+
+    def only(self, keep: Iterable[str]) -> Side:
+        """This side with only the runs kept."""
+        keep = set(keep)
+        index = [i for i, run_id in enumerate(self.run_ids) if run_id in keep]
+
+        def pick(values: list) -> list:
+            return [values[i] for i in index] if values else values
+
+        return self.model_copy(update=dict(
+            run_ids=pick(self.run_ids), samples={k: pick(v) for k, v in self.samples.items()},
+            output_tokens_per_s=pick(self.output_tokens_per_s), energy_per_token_j=pick(self.energy_per_token_j),
+            roofline=pick(self.roofline), clocks=pick(self.clocks), quality=pick(self.quality),
+            invalid=[r for r in self.invalid if r in keep], cold=[r for r in self.cold if r in keep]))
 
 
 @dataclass(slots=True)

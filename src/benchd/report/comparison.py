@@ -4,7 +4,9 @@ the hardware each side ran, and each latency's distributions side by side."""
 
 from __future__ import annotations
 
-from benchd.measure.compare import LATENCIES, Comparison, Side
+from benchd.measure.catalog import FIGURES
+from benchd.measure.comparison import Comparison
+from benchd.measure.sides import LATENCIES, Side
 from benchd.report import charts
 from benchd.report.html import charts as grid
 from benchd.report.html import esc, notes, section, shell, table, verdict_pill
@@ -17,9 +19,6 @@ from benchd.report.tables import (
     same_stack,
     when,
 )
-
-TITLES = {"ttft_s": "Time to first token", "itl_s": "Inter-token latency (per token)",
-          "tpot_s": "Time per output token", "e2e_s": "End-to-end latency"}
 
 
 def _runs(ids: list[str], reports: list[str]) -> str:
@@ -76,7 +75,8 @@ def comparison_page(result: Comparison, a: Side, b: Side) -> str:
     def pooled(side: Side, name: str) -> list[float]:
         return [x for run in side.samples.get(name, []) for x in run]
 
-    figures = [charts.cdf(name.removesuffix("_s"), TITLES[name], [("A", pooled(a, name)), ("B", pooled(b, name))])
+    figures = [charts.cdf(name.removesuffix("_s"), FIGURES[name].title,
+                          [("A", pooled(a, name)), ("B", pooled(b, name))])
                for name in LATENCIES if pooled(a, name) or pooled(b, name)]
     if figures:
         sections.append(section("Distributions", grid(*figures), anchor="distributions",

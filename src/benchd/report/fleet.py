@@ -43,7 +43,7 @@ def _place_row(p: NodePlace, currency: str | None) -> list[str]:
 def _group(g: FleetGroup, currency: str | None) -> str:
     quantiles = ("0", "0.1", "0.25", "0.5", "0.75", "0.9", "1")
     spread = table(["figure", "nodes", "lowest", "p10", "p25", "median", "p75", "p90", "highest"],
-                   [[FIGURES[name].label, d.nodes, *(value(name, d.quantiles.get(q)) for q in quantiles)]
+                   [[FIGURES[name].name, d.nodes, *(value(name, d.quantiles.get(q)) for q in quantiles)]
                     for name, d in g.distribution.items()])
     places = table(PLACE_HEAD, [_place_row(p, currency) for p in g.places], text_columns=1, raw=True,
                    row_class=["outlier" if p.outlier else "" for p in g.places])
@@ -57,7 +57,7 @@ def _group(g: FleetGroup, currency: str | None) -> str:
 
 
 def _changes(changes: list[FleetChange]) -> str:
-    rows = [[f"{c.at:%Y-%m-%d %H:%M}", c.workload, c.device, FIGURES[c.figure].label if c.figure in FIGURES
+    rows = [[f"{c.at:%Y-%m-%d %H:%M}", c.workload, c.device, FIGURES[c.figure].name if c.figure in FIGURES
              else c.figure, c.scope, f"{len(c.nodes)} of {c.nodes_seen}", f"{c.relative_change:+.1%}", c.direction,
              c.explanation] for c in changes]
     head = ["when", "workload", "GPU model", "figure", "node or fleet", "nodes", "change", "direction", "why"]

@@ -40,7 +40,7 @@ def change_cells(c: ChangePoint) -> list[str]:
         confirmation = c.confirmation.status + (f" (matrix {c.confirmation.matrix_id})" if c.confirmation.matrix_id
                                                 else "") + (f": {c.confirmation.reason}" if c.confirmation.reason
                                                             else "")
-    return [f"{c.at:%Y-%m-%d %H:%M}", FIGURES[c.figure].label,
+    return [f"{c.at:%Y-%m-%d %H:%M}", FIGURES[c.figure].name,
             f"{c.relative_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]",
             "p < 0.001" if c.p_value < 0.001 else f"p = {c.p_value:.3f}", c.direction,
             f"{value(unit, c.before.mean)} ({count(c.before.runs, 'run')}) → {value(unit, c.after.mean)} "

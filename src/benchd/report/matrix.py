@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchd.measure import stack
-from benchd.measure.compare import figure as naming
+from benchd.measure.catalog import FIGURES, figure
 from benchd.measure.matrix import MatrixComparison, VariantComparison
 from benchd.measure.records import RequestRecord
 from benchd.report import charts, scatter
@@ -59,7 +59,7 @@ def value(metric: str, v: float | None) -> str:
     """A figure in its unit, the unit in its column's name: 2,179.4 (tok/s), 12.3 ms, 1.2 GiB."""
     if v is None:
         return "–"
-    unit = naming(metric)[1]
+    unit = figure(metric).unit
     if unit == "s":
         return charts.seconds(v)
     if unit == "B":
@@ -256,9 +256,9 @@ def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
         sections.append(section("Throughput against latency", _tradeoff(comparison, good, document),
                                 anchor="tradeoff", about="a point a variant; the Pareto front ringed: no other "
                                                          "variant has both more throughput and less latency"))
-    latency = [charts.cdf("ttft", "Time to first token",
+    latency = [charts.cdf("ttft", FIGURES["ttft_s"].title,
                           [(labels[i], [r.ttft_s for r in rs]) for i, rs in good.items()]),
-               charts.cdf("itl", "Inter-token latency (per token)",
+               charts.cdf("itl", FIGURES["itl_s"].title,
                           [(labels[i], np.asarray([g for r in rs for g in r.itl_s()])) for i, rs in good.items()])]
     sections.append(section("Latency", grid(*latency), anchor="latency",
                             about="cumulative distributions, each variant's runs pooled"))

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from benchd.hardware.sampler import HardwareSummary
-from benchd.measure.compare import Comparison
+from benchd.measure.comparison import Comparison
 from benchd.measure.quality import QualitySummary
 from benchd.measure.result import RunResult
 from benchd.measure.sides import REQUESTS_FILE

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchd.hardware.sampler import HardwareSummary
+from benchd.measure.catalog import FIGURES
 from benchd.measure.quality import QualitySummary
 from benchd.measure.records import RequestRecord
 from benchd.measure.stack import FIELDS, device, name, stack_of
@@ -130,11 +131,11 @@ def _generation(summaries: list, timeline: dict | None, rows: list[dict], summar
     good = [(s.label, [r for r in s.records if not r.warmup and r.ok]) for s in stages]
     out.append(section(
         "Latency",
-        grid(charts.cdf("ttft", "Time to first token", [(k, [r.ttft_s for r in g]) for k, g in good]),
-             charts.cdf("itl", "Inter-token latency (per token)", [(k, _itl(g)) for k, g in good]),
-             charts.cdf("tpot", "Time per output token (per request)",
+        grid(charts.cdf("ttft", FIGURES["ttft_s"].title, [(k, [r.ttft_s for r in g]) for k, g in good]),
+             charts.cdf("itl", FIGURES["itl_s"].title, [(k, _itl(g)) for k, g in good]),
+             charts.cdf("tpot", FIGURES["tpot_s"].title,
                         [(k, [t for r in g if (t := r.tpot_s) is not None]) for k, g in good]),
-             charts.cdf("e2e", "End-to-end latency", [(k, [r.e2e_s for r in g]) for k, g in good])),
+             charts.cdf("e2e", FIGURES["e2e_s"].title, [(k, [r.e2e_s for r in g]) for k, g in good])),
         anchor="latency", about="cumulative distributions over the measured requests that succeeded"))
     out.append(section("Throughput and load", _load(stages, timeline, bands, missing), anchor="load",
                        about="over the run"))

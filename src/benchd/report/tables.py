@@ -1,24 +1,33 @@
-"""A run's figures as rows of text: one formatting for the terminal's tables and the HTML pages."""
+"""A run's figures as rows of text: one formatting for the terminal's tables and the HTML pages, each figure named,
+united and written as the catalog says (measure/catalog.py)."""
 
 from __future__ import annotations
 
 from benchd.hardware.sampler import HardwareSummary
 from benchd.measure import stack
 from benchd.measure.capacity import CapacityResult
+from benchd.measure.catalog import FIGURES, figure
+from benchd.measure.catalog import bytes_text as size
+from benchd.measure.catalog import significant as rounded
 from benchd.measure.quality import QualityComparison, QualitySummary
 from benchd.measure.summary import LatencyStats, StageSummary
 from benchd.measure.timings import KernelResult, TimingStats, TrainStepSummary
-from benchd.report.charts import seconds
+
+__all__ = ["rounded", "size"]  # the catalog's, under the names the pages and their tests use
 
 
-def rounded(value: float) -> str:
-    """Three significant figures, and whole numbers from 100 up with thousands marked: 0.412, 48.1, 2,191."""
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+def _distribution(key: str, summaries: list[StageSummary], *percentiles: str) -> tuple[str, list[str]]:
+    """A distribution's row: TTFT ms p50 / p90 / p99, its cells in the head's unit."""
+    f = FIGURES[key]
+    stats: list[LatencyStats] = [getattr(s, key) for s in summaries]
+    return (f"{f.name} {f.display} {' / '.join(percentiles)}",
+            [" / ".join(f.cell(getattr(s, p)) for p in percentiles) for s in stats])
 
 
-def _ms(stats: LatencyStats, *keys: str) -> str:
-    values = [getattr(stats, key) for key in keys]
-    return " / ".join("–" if v is None else rounded(v * 1e3) for v in values)
+def _stage(key: str, summaries: list[StageSummary]) -> tuple[str, list[str]]:
+    """A stage's figure's row: output tok/s, KV-cache peak."""
+    f = FIGURES[key]
+    return f.name, [f.cell(getattr(s, key)) for s in summaries]
 
 
 def count(n: int, noun: str) -> str:
@@ -31,24 +40,20 @@ def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
     rows: list[tuple[str, list[str]]] = [
         ("requests ok / failed / warm-up", [f"{s.requests} / {s.errors} / {s.warmup_requests}"
                                             + (f", {s.cut} cut" if s.cut else "") for s in summaries]),
-        ("output tok/s", [rounded(s.output_tokens_per_s) for s in summaries]),
-        ("total tok/s", [rounded(s.total_tokens_per_s) for s in summaries]),
-        ("requests/s", [rounded(s.requests_per_s) for s in summaries]),
-        ("TTFT ms p50 / p90 / p99", [_ms(s.ttft_s, "p50", "p90", "p99") for s in summaries]),
-        ("ITL ms p50 / p90 / p99", [_ms(s.itl_s, "p50", "p90", "p99") for s in summaries]),
-        ("TPOT ms p50 / p90 / p99", [_ms(s.tpot_s, "p50", "p90", "p99") for s in summaries]),
-        ("E2E ms p50 / p90 / p99", [_ms(s.e2e_s, "p50", "p90", "p99") for s in summaries]),
-        ("queue ms p50 / p99", [_ms(s.queue_s, "p50", "p99") for s in summaries]),
-        ("dispatch lag ms p99", [_ms(s.dispatch_lag_s, "p99") for s in summaries]),
-        ("KV-cache peak", ["–" if s.kv_cache_occupancy_peak is None else f"{s.kv_cache_occupancy_peak:.0%}"
-                           for s in summaries]),
+        _stage("output_tokens_per_s", summaries),
+        _stage("total_tokens_per_s", summaries),
+        _stage("requests_per_s", summaries),
+        *(_distribution(key, summaries, "p50", "p90", "p99") for key in ("ttft_s", "itl_s", "tpot_s", "e2e_s")),
+        _distribution("queue_s", summaries, "p50", "p99"),
+        _distribution("dispatch_lag_s", summaries, "p99"),
+        _stage("kv_cache_occupancy_peak", summaries),
     ]
     if any(s.offered_requests_per_s is not None for s in summaries):  # open loops long enough to judge
         rows.insert(4, ("completed / offered req/s", [pace(s) for s in summaries]))
     if any(s.valid is not None for s in summaries):
         rows.insert(0, ("verdict", [verdict(s) for s in summaries]))
     if any(s.goodput_requests_per_s is not None for s in summaries):
-        rows.append(("goodput req/s (SLO met)", [
+        rows.append((f"{FIGURES['goodput_requests_per_s'].name} (SLO met)", [
             "–" if s.goodput_requests_per_s is None else
             f"{s.goodput_requests_per_s:.2f} ({s.slo_attainment or 0:.0%})" for s in summaries
         ]))
@@ -57,8 +62,9 @@ def summary_rows(summaries: list[StageSummary]) -> list[tuple[str, list[str]]]:
     if any(s.clocks for s in summaries):
         rows.append(("GPU clock events (SM of max)", [clocks_cell(s) for s in summaries]))
     if any(s.roofline for s in summaries):  # how far from the hardware (docs/figures.md)
-        rows.append(("MBU / MFU", [roofline_cell(s, "{mbu:.1%} / {mfu:.1%}") for s in summaries]))
-        rows.append(("of roofline bound (bound by)", [roofline_cell(s, "{of_bound:.1%} ({bound_by})")
+        rows.append((f"{FIGURES['mbu'].name} / {FIGURES['mfu'].name}",
+                     [roofline_cell(s, "{mbu:.1%} / {mfu:.1%}") for s in summaries]))
+        rows.append((f"{FIGURES['of_bound'].name} (bound by)", [roofline_cell(s, "{of_bound:.1%} ({bound_by})")
                                                       for s in summaries]))
     return rows
 
@@ -236,8 +242,9 @@ def parse_summaries(kind: str, stages: list[dict]) -> list:
     return [model.model_validate(s) for s in stages]
 
 
-GPU_COLUMNS = ["GPU", "status", "output tok/s", "TTFT p99 ms", "ITL p50 ms", "mJ/token", "tok/s × siblings",
-               "verdict"]
+GPU_COLUMNS = ["GPU", "status", FIGURES["output_tokens_per_s"].name,
+               *(f"{figure(key).name} {figure(key).display}" for key in ("ttft_s.p99", "itl_s.p50")),
+               f"{FIGURES['energy_per_token_j'].display}/token", "tok/s × siblings", "verdict"]
 
 
 def gpu_rows(parts: dict) -> list[list[str]]:
@@ -266,23 +273,12 @@ def gpu_rows(parts: dict) -> list[list[str]]:
 # ---- comparisons --------------------------------------------------------------------------------------------
 
 
-def size(value: float) -> str:
-    return f"{value / 2**30:.3g} GiB" if abs(value) >= 2**26 else f"{value / 2**20:.3g} MiB"
-
-
-def figure_value(unit: str, v: float | None) -> str:
-    """A compared figure's value in its unit (measure/compare.py's FIGURES), as the CLI and the pages show it."""
-    if v is None:
-        return "–"
-    if unit == "s":
-        return seconds(v)
-    if unit == "tok/s":
-        return f"{v:,.1f} tok/s"
-    if unit == "J":
-        return f"{v * 1e3:.3g} mJ" if abs(v) < 1 else f"{v:.3g} J"
-    if unit == "B":
-        return size(v)
-    return f"{v:.4g}"
+def figure_text(metric: str, v: float | None) -> str:
+    """A compared figure's value with its unit, as the catalog writes it (a metric it lacks: the number)."""
+    try:
+        return figure(metric).text(v)
+    except KeyError:
+        return "–" if v is None else f"{v:.4g}"
 
 
 def _change(x: float) -> str:
@@ -312,7 +308,7 @@ def comparison_rows(result, verdict_word=lambda metric, verdict: verdict) -> tup
     rows = []
     for m in result.metrics:
         mark = f" [{numbers[m.reason]}]" if m.reason else ""
-        rows.append([m.name, figure_value(m.unit, m.a), figure_value(m.unit, m.b), *change_cells(m),
+        rows.append([m.name, figure_text(m.metric, m.a), figure_text(m.metric, m.b), *change_cells(m),
                      verdict_word(m.metric, m.verdict) + mark])
     every = len(result.metrics)
     notes = [f"[{numbers[reason]}] {'every figure' if len(names) == every > 1 else _names(names)}: {reason}"
@@ -335,10 +331,10 @@ def roofline_rows(result) -> list[list[str]]:
     if not (result.roofline_a and result.roofline_b):
         return []
     rows = []
-    for key, name in (("mbu", "MBU"), ("mfu", "MFU"), ("of_bound", "of roofline bound")):
-        a, b = result.roofline_a[key], result.roofline_b[key]
+    for key in ("mbu", "mfu", "of_bound"):
+        name, a, b = FIGURES[key].name, result.roofline_a[key], result.roofline_b[key]
         toward = (f"toward the {result.moved_toward} ceiling" if result.moved_toward else "no ceiling nearer")
-        rows.append([name, f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts", "–",
+        rows.append([name, FIGURES[key].text(a), FIGURES[key].text(b), f"{(b - a) * 100:+.1f} pts", "–",
                      toward if key == "of_bound" else "–"])
     return rows
 

@@ -8,11 +8,11 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
-from benchd.measure.compare import COMPARED, LATENCIES, Side
+from benchd.measure.compare import COMPARED
 from benchd.measure.context import RunFacts, stage_figures
 from benchd.measure.deadline import in_time
 from benchd.measure.history import series_of
-from benchd.measure.sides import RunData, side_of
+from benchd.measure.sides import LATENCIES, RunData, Side, side_of
 from benchd.measure.stack import stack_of
 from benchd.protocol.probe import Probe
 from benchd.store import history

@@ -4,7 +4,7 @@ history."""
 
 from __future__ import annotations
 
-from benchd.measure.compare import Comparison
+from benchd.measure.comparison import Comparison
 from benchd.measure.history import ChangePoint
 from benchd.measure.matrix import MatrixComparison
 from benchd.telemetry.metrics import Metrics

@@ -28,6 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 import benchd
+from benchd.measure.catalog import FIGURES
 from benchd.spec.engines import default_engine, engine_record
 
 # The buckets the conventions recommend (open-telemetry/semantic-conventions docs/gen-ai/gen-ai-metrics.md as of
@@ -49,20 +50,23 @@ class Instrument:
 
 
 # A server measured from outside (the openai engine) gets the client metrics; an engine in benchd's own worker, the
-# server metrics. Times count from the request's scheduled time, as every benchd latency does (docs/figures.md).
-CLIENT_DURATION = Instrument("gen_ai.client.operation.duration", "s", "GenAI operation duration.", DURATION_BOUNDS)
+# server metrics. Times count from the request's scheduled time, as every benchd latency does (docs/figures.md):
+# each time's unit is the catalog's figure's that it carries (measure/catalog.py); the descriptions are the GenAI
+# semantic conventions' own words.
+_E2E, _TTFT, _TPOT, _ITL = (FIGURES[key].unit for key in ("e2e_s", "ttft_s", "tpot_s", "itl_s"))
+CLIENT_DURATION = Instrument("gen_ai.client.operation.duration", _E2E, "GenAI operation duration.", DURATION_BOUNDS)
 CLIENT_TOKENS = Instrument("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used.",
                            TOKEN_BOUNDS)
-CLIENT_FIRST_CHUNK = Instrument("gen_ai.client.operation.time_to_first_chunk", "s",
+CLIENT_FIRST_CHUNK = Instrument("gen_ai.client.operation.time_to_first_chunk", _TTFT,
                                 "Time to receive the first chunk of the response stream.", DURATION_BOUNDS)
-CLIENT_CHUNK = Instrument("gen_ai.client.operation.time_per_output_chunk", "s",
+CLIENT_CHUNK = Instrument("gen_ai.client.operation.time_per_output_chunk", _ITL,
                           "Time per output chunk, for each chunk after the first.", DURATION_BOUNDS)
-SERVER_DURATION = Instrument("gen_ai.server.request.duration", "s",
+SERVER_DURATION = Instrument("gen_ai.server.request.duration", _E2E,
                              "Generative AI server request duration such as time-to-last byte or last output token.",
                              DURATION_BOUNDS)
-SERVER_TTFT = Instrument("gen_ai.server.time_to_first_token", "s",
+SERVER_TTFT = Instrument("gen_ai.server.time_to_first_token", _TTFT,
                          "Time to generate first token for successful responses.", TTFT_BOUNDS)
-SERVER_TPOT = Instrument("gen_ai.server.time_per_output_token", "s",
+SERVER_TPOT = Instrument("gen_ai.server.time_per_output_token", _TPOT,
                          "Time per output token generated after the first token for successful responses.",
                          TPOT_BOUNDS)
 

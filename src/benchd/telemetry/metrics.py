@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import benchd
+from benchd.measure.catalog import per_request
 from benchd.telemetry.series import HotCounter, HotFamily, HotGauge, HotHistogram
 
 # gpu: NVML's index of the GPU a run (or a part of a run on every GPU) ran on, as the hardware series' gpu; empty
@@ -123,19 +124,11 @@ class Metrics:
 
     def _requests(self, b: HistogramBuckets) -> None:
         """The requests' latencies and tokens, observed as they arrive (measure/latency.py)."""
-        self.ttft = self._histogram("benchd_time_to_first_token_seconds",
-                              "First token − scheduled time, per request.", b.ttft_s)
-        self.itl = self._histogram("benchd_inter_token_latency_seconds",
-                             "Gap between consecutive tokens; a chunk of k tokens is k equal gaps.", b.itl_s)
-        self.tpot = self._histogram("benchd_time_per_output_token_seconds",
-                              "(last token − first token) / (output tokens − 1), per request.", b.tpot_s)
-        self.e2e = self._histogram("benchd_request_duration_seconds",
-                             "Last token − scheduled time, per request (end-to-end latency).", b.e2e_s)
-        self.queue = self._histogram("benchd_request_queue_seconds",
-                               "Admitted by the engine − scheduled time, per request.", b.queue_s)
-        self.dispatch_lag = self._histogram("benchd_dispatch_lag_seconds",
-                                      "Submission − scheduled time: the dispatcher's own lateness.",
-                                      b.dispatch_lag_s)
+        # Each a request's figure of the catalog (measure/catalog.py): its series and HELP text are the catalog's.
+        latency = {f.key: self._histogram(f.prometheus, f.description, getattr(b, f.key)) for f in per_request()
+                   if f.prometheus is not None}
+        self.ttft, self.itl, self.tpot = latency["ttft_s"], latency["itl_s"], latency["tpot_s"]
+        self.e2e, self.queue, self.dispatch_lag = latency["e2e_s"], latency["queue_s"], latency["dispatch_lag_s"]
         self.prompt_tokens = self._family(HotCounter, "benchd_prompt_tokens", "Prompt tokens of admitted requests.")
         self.generation_tokens = self._family(HotCounter, "benchd_generation_tokens", "Output tokens generated.")
         self.requests = self._family(HotCounter, "benchd_requests",
