@@ -325,6 +325,10 @@ def metrics() -> str:
         "what the buckets are: [the telemetry guide](../guides/telemetry.md) and "
         "[configuration](configuration.md) (`BENCHD_BUCKETS__*`, `BENCHD_METRICS__MAX_WORKLOADS`)."),
         "",
+        "## The figures",
+        "",
+        figures(),
+        "",
         "## Runs and requests",
         "",
         ("From `src/benchd/telemetry/metrics.py`. `gpu` is NVML's index of the GPU a run (or its share of a run on "
@@ -349,6 +353,21 @@ def metrics() -> str:
         genai(),
     ]
     return "\n".join(parts) + "\n"
+
+
+def figures() -> str:
+    from benchd.measure.catalog import FIGURES, PERCENTILES
+
+    rows = [[code(f.key), f.name, code(f.unit) if f.unit else "–", f.better or "–",
+             code(f.prometheus) if f.prometheus else "–", f.description] for f in FIGURES.values()]
+    return "\n".join([
+        ("From `src/benchd/measure/catalog.py`, the one declaration of each figure benchd reports, which the CLI's "
+        "and the pages' tables, comparisons, histories and both exporters read. A distribution over requests is "
+        f"summarised by its percentiles ({', '.join(f'p{p}' for p in PERCENTILES)}: `ttft_s.p99`, named TTFT p99). "
+        "Their exact definitions: [the figures](../figures.md)."),
+        "",
+        table(["key", "name", "unit", "better", "Prometheus series", "description"], rows),
+    ])
 
 
 def genai() -> str:

@@ -12,9 +12,12 @@ from benchd.cli import EXIT_FAILED, EXIT_OK
 from benchd.cli.client import Client, DaemonError
 from benchd.cli.listing import choice, nearest, nothing, show, workloads
 from benchd.cli.terminal import echo, out
+from benchd.measure.catalog import figure
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")  # store/database.py's
-LISTED = ("id", "status", "workload", "created", "out tok/s", "TTFT p99", "model", "engine", "label")
+# A run's line shows its first stage's output throughput and TTFT p99, named and written as the catalog says.
+THROUGHPUT, TTFT = figure("output_tokens_per_s"), figure("ttft_s.p99")
+LISTED = ("id", "status", "workload", "created", THROUGHPUT.name, TTFT.name, "model", "engine", "label")
 
 
 def add_parser(commands, command) -> None:
@@ -76,11 +79,10 @@ def _list(client: Client, args: argparse.Namespace) -> int:
         throughput = stage.get("output_tokens_per_s")  # generation runs only
         rows.append({"id": run["id"], "status": run["status"] + (" INVALID" if run.get("valid") is False else ""),
                      "workload": run["workload"], "created": run["created_at"][:16].replace("T", " "),
-                     "out tok/s": f"{throughput:,.1f}" if throughput is not None else "–",
-                     "TTFT p99": f"{ttft * 1e3:.1f} ms" if ttft is not None else "–", "model": run["model"],
-                     "engine": run["engine"], "label": run.get("label") or "–"})
+                     THROUGHPUT.name: THROUGHPUT.text(throughput), TTFT.name: TTFT.text(ttft),
+                     "model": run["model"], "engine": run["engine"], "label": run.get("label") or "–"})
     show(f"runs on {client.server} ({page['total']} in all, newest first)", LISTED, rows, keep=4,
-         right=("out tok/s", "TTFT p99"))
+         right=(THROUGHPUT.name, TTFT.name))
     return EXIT_OK
 
 
