@@ -54,6 +54,16 @@ def wait_ready(http, daemon, timeout_s: float = 900):
     return wait(check, timeout_s, 0.5)
 
 
+def free_port() -> int:
+    """A loopback port free now (the kernel's pick): a port of its own for each server a script starts, never a
+    neighbour of another's, which another process may hold."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait(check, timeout_s: float, step_s: float = 0.02):
     """check() until it gives something true (a daemon not yet listening counts as not yet), or exit."""
     import httpx

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, wait
+from common import ROOT, free_port, wait
 
 sys.path.insert(0, str(ROOT))  # tests.helpers: the store filled in bulk
 
@@ -103,14 +103,6 @@ def measure(name: str, src: Path, work: Path, store: Path, args) -> dict:
         daemon.terminate()
         daemon.wait(60)
     return {"checkout": name, "idle_mb": idle, "rounds": rounds}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> int:

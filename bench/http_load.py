@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, wait
+from common import ROOT, free_port, wait
 
 
 def workload(rate: float, requests: int, cpu_threads: int | None = None) -> dict:
@@ -166,13 +166,19 @@ def start_daemon(work: Path, port: int, dispatch_priority: int) -> tuple[subproc
     raise SystemExit(problem)
 
 
+def port(first: int, i: int) -> int:
+    """The i-th server's port: after the one asked for, or a free one each."""
+    return first + i if first else free_port()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--rate", type=float, default=5.0)
     parser.add_argument("--requests", type=int, default=60)
-    parser.add_argument("--port", type=int, default=18321)
+    parser.add_argument("--port", type=int, default=0, help="the first daemon's port, the next ones' and the floor's "
+                        "after it; default 0: a free port each (a neighbour of one picked may be held)")
     parser.add_argument("--cpu-threads", type=int, help="the engine's torch threads (transformers.cpu_threads); "
                         "default torch's, one a core")
     parser.add_argument("--dispatch-priorities", default="1", help="the workers' dispatch priority "
@@ -190,7 +196,7 @@ def main() -> int:
     rows, bound = [], None
     try:
         for i, level in enumerate(levels):
-            daemons[level] = start_daemon(work / f"priority-{level}", args.port + i, level)
+            daemons[level] = start_daemon(work / f"priority-{level}", port(args.port, i), level)
             measure(daemons[level][1], body)  # warm: the engine starts and keeps its configuration
         context = multiprocessing.get_context("spawn")
         for pair in range(args.pairs):
@@ -207,7 +213,7 @@ def main() -> int:
                 rows.append({"pair": pair, "dispatch_priority": level, "unloaded": quiet, "loaded": loaded,
                              **served(scrapes, expected_s)})
                 print(json.dumps(rows[-1]), flush=True)
-        bound = floor(daemons[levels[0]][1], work / "floor", args.port + len(levels), args.clients, expected_s) \
+        bound = floor(daemons[levels[0]][1], work / "floor", port(args.port, len(levels)), args.clients, expected_s) \
             if args.floor else None
     finally:
         for daemon, _ in daemons.values():

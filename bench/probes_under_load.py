@@ -19,7 +19,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,17 +26,11 @@ import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, wait
+from common import ROOT, free_port, wait
 
 sys.path.insert(0, str(ROOT))  # tests.helpers: the store filled in bulk
 
 WORKLOAD = "filled"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clients(url: str, count: int, seconds: float, results) -> None:

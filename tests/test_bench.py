@@ -220,7 +220,7 @@ def test_server_page_script_prints_both_costs():
 def test_http_load_script_pairs_an_unloaded_and_a_loaded_run(tmp_path):
     levels = [1, 0] if os.geteuid() == 0 else [0]  # a daemon each; the real-time class needs the privilege
     done = subprocess.run([sys.executable, "bench/http_load.py", "--pairs", "1", "--clients", "4", "--rate", "20",
-                           "--requests", "8", "--cpu-threads", "1", "--port", str(free_port()), "--out",
+                           "--requests", "8", "--cpu-threads", "1", "--out",
                            str(tmp_path / "out"), "--dispatch-priorities", ",".join(map(str, levels)), "--floor"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
