@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from benchd.hardware.devices import Slot, pick, targets
 from benchd.hardware.speed import DeviceSpeed
@@ -18,6 +18,26 @@ from benchd.supervisor.handle import Deadline, Death, RunSink, WorkerHandle
 from benchd.supervisor.settings import WorkerSettings
 
 log = logging.getLogger("benchd.workers")
+
+
+class RunPool(Protocol):
+    """What a run takes of a pool (daemon/lifecycle.py): the daemon's workers (WorkerPool, below), or one core in the
+    caller's process (daemon/inprocess.py, LocalPool)."""
+
+    environments: Environments
+    settings: WorkerSettings
+
+    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1,
+                environment: str = CURRENT) -> list[Slot]: ...
+
+    def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
+               environment: str = CURRENT, wait_s: float = 0.0, trace_id: str | None = None,
+               confine: dict | None = None, deadline: Deadline | None = None,
+               beat: Callable[[], None] = lambda: None) -> None: ...
+
+    def cancel(self, device: str, run_id: str, reason: str) -> None: ...
+
+    def kill(self, device: str, reason: str, cause: str) -> None: ...
 
 
 class WorkerPool:
