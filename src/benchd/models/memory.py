@@ -13,9 +13,11 @@ from benchd.models.flops import Shape, memory_breakdown, sliding_window
 from benchd.models.presets import PRESETS, Preset, parameter_count
 from benchd.spec import (
     AttentionKernel,
+    AttentionShape,
     GenerateSpec,
     KernelSpec,
     MatmulKernel,
+    MatmulShape,
     RunSpec,
     SpecError,
     Trace,
@@ -193,9 +195,11 @@ def _kernel(spec: KernelSpec, element: int) -> Footprint:
     largest = 0
     for shape in kernel.shapes:
         if isinstance(kernel, MatmulKernel):
+            assert isinstance(shape, MatmulShape)  # a matmul's shapes
             need = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * element
         else:
             assert isinstance(kernel, AttentionKernel)
+            assert isinstance(shape, AttentionShape)  # an attention kernel's shapes
             qkvo = 4 * shape.batch * shape.heads * shape.seq_len * shape.head_dim * element
             # eager: the scores and their float32 softmax, and the mask
             scores = (shape.batch * shape.heads * shape.seq_len ** 2 * (element + LOGIT_BYTES)
