@@ -191,8 +191,8 @@ class WorkerPool:
             beat()
             worker = self.worker_for(device)
             if worker is not None and worker.environment != environment:
-                failed, why = self.failures.get(worker.slot.key, (None, None))
-                sink.died(why if failed == environment else
+                failure = self.failures.get(worker.slot.key)
+                sink.died(failure[1] if failure is not None and failure[0] == environment else
                           f"no worker in environment {environment!r} on {device} (its is {worker.environment!r})")
                 return
             if worker is not None and worker.state == "ready":
@@ -240,6 +240,7 @@ class WorkerPool:
         if worker.speed is not None:
             for key in worker.slot.devices:
                 self.speeds.setdefault(key, worker.speed)
+        assert worker.pid is not None  # a ready worker was started (supervisor/handle.py, WorkerHandle.start)
         self.watch(worker.name, worker.pid)
         if self.model is None:
             self.load_errors[worker.slot.key] = None
