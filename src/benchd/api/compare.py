@@ -97,7 +97,8 @@ def compare_runs(
     with services.compares.taken():
         deadline = time.monotonic() + reads.compare_timeout_s
         try:
-            sides = [side_from_store(services.store, ids[name], deadline) for name in ("a", "b")]
+            sides = (side_from_store(services.store, ids["a"], deadline),
+                     side_from_store(services.store, ids["b"], deadline))
             result = compare(*sides, threshold=settings.compare_threshold if threshold is None else threshold,
                              confidence=settings.compare_confidence if confidence is None else confidence,
                              deadline=deadline)

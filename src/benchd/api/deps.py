@@ -110,8 +110,8 @@ class Services:
         spec = self.daemon.resolve(spec)
         try:
             admit(spec, self.settings, self.memory, self.daemon.pool.slots, self.daemon.pool.speed)
-        except Refused as refusal:
-            raise RequestValidationError([problem((*loc, *p.field), p.reason) for p in refusal.problems]) from None
+        except Refused as refused:
+            raise RequestValidationError([problem((*loc, *p.field), p.reason) for p in refused.problems]) from None
         except Later as error:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(error),
                                 headers={"Retry-After": str(RETRY_AFTER_S)}) from None

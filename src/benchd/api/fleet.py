@@ -4,7 +4,7 @@ points told the node's or the fleet's (docs/guides/fleet.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import HTMLResponse
@@ -19,7 +19,7 @@ from benchd.spec import Name
 from benchd.store import fleet
 
 router = APIRouter(tags=["fleet"], route_class=GuardedRoute)
-HTML = {"content": {"application/json": {}, "text/html": {}}}
+HTML: dict[str, Any] = {"content": {"application/json": {}, "text/html": {}}}  # a route's two media types
 
 
 # A read of the fleet's rows (each node's newest 20 runs of a workload) and of the active change points, within

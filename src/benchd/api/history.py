@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from fastapi.responses import HTMLResponse
@@ -28,7 +28,7 @@ from benchd.store import history
 router = APIRouter(tags=["history"], route_class=GuardedRoute)
 OFFSET_MAX = 10**9
 WORKLOADS_LINKED = 200  # workloads the change points' page links to, by name
-HTML = {"content": {"application/json": {}, "text/html": {}}}
+HTML: dict[str, Any] = {"content": {"application/json": {}, "text/html": {}}}  # a route's two media types
 
 
 class ChangePage(Documented):

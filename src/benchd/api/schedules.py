@@ -43,7 +43,8 @@ def list_schedules(services: ServicesDep, response: Response,
     names the next page while schedules remain, `X-Total-Count` how many there are. A list, as before pages: at the
     defaults (500 a page, BENCHD_SCHEDULES_MAX 256) one page holds them all unless their specs pass 8 MiB."""
     every = sorted(services.daemon.schedules.list(), key=lambda s: s.name)
-    page, size = [], 0
+    page: list[ScheduleView] = []
+    size = 0
     for schedule in every[offset:offset + limit]:
         view = _view(schedule)
         size += len(dumps(view.spec)) + ITEM_BYTES

@@ -284,7 +284,8 @@ def _given(params: dict[str, Any] | None) -> dict[str, Any]:
 def _problem(item: Any) -> str:
     if not isinstance(item, dict):
         return str(item)
-    loc = item.get("loc") if isinstance(item.get("loc"), list) else []
+    found = item.get("loc")
+    loc = found if isinstance(found, list) else []
     return f"{'.'.join(str(p) for p in loc[1:])}: {item.get('msg', '')}"
 
 

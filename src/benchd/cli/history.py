@@ -43,8 +43,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     console = out()
     if args.confirm:
         change = ChangePoint.model_validate(client.post(f"/changes/{args.confirm}/confirm", {}))
-        console.print(Text(f"{change.sentence()}\nconfirmation: matrix {change.confirmation.matrix_id} between "
-                           f"{' and '.join(change.confirmation.environments)}, {change.confirmation.status}; its "
+        confirmation = change.confirmation
+        assert confirmation is not None  # the daemon answers a confirmation with it (daemon/history.py, confirm)
+        console.print(Text(f"{change.sentence()}\nconfirmation: matrix {confirmation.matrix_id} between "
+                           f"{' and '.join(confirmation.environments)}, {confirmation.status}; its "
                            f"verdict is attached when it ends (benchd history {change.workload})"))
         return EXIT_OK
     params = {"limit": args.limit}

@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING
 from benchd.spec import RunSpec
 
 if TYPE_CHECKING:
+    from benchd.daemon.lifecycle import Lifecycle
+    from benchd.hardware.sampler import HardwareSampler
     from benchd.hardware.speed import DeviceSpeed
+    from benchd.supervisor.pool import WorkerPool
+    from benchd.telemetry.run import Telemetry
 
 WORKER_LOG = Path(tempfile.gettempdir()) / "benchd-workers"  # the workers' logs (a failed load's message names it)
 
@@ -55,7 +59,11 @@ class Local:
         """labels: a name for each spec in admission's messages (a matrix's variants)."""
         self.specs, self.force, self.labels = list(specs), force, labels
         self.dropped_spans = 0
-        self.pool = self.sampler = self.telemetry = self.lifecycle = None
+        # made by __enter__ (torch's and the SDK's imports wait for it)
+        self.pool: WorkerPool | None = None
+        self.sampler: HardwareSampler | None = None
+        self.telemetry: Telemetry | None = None
+        self.lifecycle: Lifecycle | None = None
 
     def __enter__(self) -> Local:
         from benchd.daemon.lifecycle import Lifecycle
@@ -116,6 +124,7 @@ class Local:
         from benchd import admission
 
         settings = daemon_settings()
+        assert self.sampler is not None and self.pool is not None  # __enter__ made them first
         memory = admission.Memory.of(self.sampler, self.pool.held_bytes)
         found: list[str] = []
         speeds: dict[str, DeviceSpeed | None] = {}  # by slot key, as each spec's workers measured their devices

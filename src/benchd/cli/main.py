@@ -179,7 +179,7 @@ def _options(top: bool) -> argparse.ArgumentParser:
     """The options every command takes, before or after its name (benchd runs list --server URL); below the top
     they are SUPPRESSed, so that a command's parser never resets what was given before it."""
     options = argparse.ArgumentParser(add_help=False)
-    unset = {} if top else {"default": argparse.SUPPRESS}
+    unset: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
     options.add_argument("--server", metavar="URL", help=f"the daemon's URL (default: BENCHD_SERVER, else "
                          f"{DEFAULT_SERVER}); `benchd run` submits to it instead of running here", **unset)
     options.add_argument("--debug", action="store_true", help="show the traceback of a failure", **unset)
@@ -303,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-            if getattr(error, "detail", None):
-                print(visible(error.detail), file=sys.stderr)
+            if detail := getattr(error, "detail", None):
+                print(visible(detail), file=sys.stderr)
         print(visible(f"benchd: {error}"), file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:

@@ -55,15 +55,15 @@ def comparison_table(title: str, comparison: MatrixComparison, status: str, erro
     stack = Table(title="what each variant ran with", title_justify="left")
     for column in ("#", *STACK_HEAD[1:]):
         stack.add_column(column, justify="right", overflow="fold", no_wrap=column == "#")
-    for v, row in zip(comparison.variants, stack_rows(comparison)):
-        stack.add_row(str(v.index), *map(Text, row[1:]))
-    rows, reasons = quality_rows(comparison)
+    for v, ran in zip(comparison.variants, stack_rows(comparison)):
+        stack.add_row(str(v.index), *map(Text, ran[1:]))
+    judged, reasons = quality_rows(comparison)
     quality = Table(title="quality: each against the baseline's outputs and probe, and the baseline's own noise",
                     title_justify="left", caption=Text("\n".join(reasons)), caption_justify="left")
     for column in ("#", *QUALITY_HEAD[1:]):
         quality.add_column(column, justify="right", overflow="fold", no_wrap=column == "#")
-    for v, row in zip(comparison.variants, rows):
-        quality.add_row(str(v.index), *map(Text, row[1:]))
+    for v, outputs in zip(comparison.variants, judged):
+        quality.add_row(str(v.index), *map(Text, outputs[1:]))
     return Group(key, figures, Text(legend(comparison)), quality, stack)
 
 
@@ -104,13 +104,15 @@ def _here(matrix: MatrixSpec, args, console: Console, settings) -> int:
 
     try:
         with Local(list(specs.values()), args.force, labels=[v.label for v in variants]) as local:
+            lifecycle = local.lifecycle
+            assert lifecycle is not None  # Local.__enter__ made it
+
             def execute(run_id: str, variant):
                 console.print(Text(f"run {done[0] + 1}/{total}: variant {variant.index}: {variant.label}"))
                 spec = specs[variant.index]
-                return local.lifecycle.execute(run_id, spec, spec.device, local.stop)
+                return lifecycle.execute(run_id, spec, spec.device, local.stop)
 
-            outcome = run_matrix(matrix, execute, local.stop, on_run, local.lifecycle.threshold,
-                                 local.lifecycle.confidence)
+            outcome = run_matrix(matrix, execute, local.stop, on_run, lifecycle.threshold, lifecycle.confidence)
     except Refused as refusal:
         refused(console, "\n".join(refusal.lines))
         return EXIT_BAD_SPEC

@@ -46,6 +46,7 @@ def here(args: argparse.Namespace, spec, console) -> int:
 
                 console.print(ends_within(run_bound_s(spec)), soft_wrap=True)
             heap.settle()  # this process ingests every record of the run: its collections walk only what it makes
+            assert local.lifecycle is not None  # Local.__enter__ made it
             outcome = local.lifecycle.execute(uuid.uuid4().hex, spec, spec.device, local.stop, progress.update)
     except Refused as refusal:
         refused(console, "\n".join(refusal.lines))
@@ -173,9 +174,9 @@ def on_server(args: argparse.Namespace, spec, console) -> int:
             client.cancel(created["id"])
             console.print(Text(f"cancelled run {created['id']}"))
         return EXIT_INTERRUPTED
-    status, error = final.get("status", run["status"]), final.get("error")
+    status, failure = final.get("status", run["status"]), final.get("error")
     if status == "failed" and run.get("error_stage") == "load":
-        raise CommandError(f"run {run['id']}: {load_failure(spec, error)}", error)
+        raise CommandError(f"run {run['id']}: {load_failure(spec, failure)}", failure)
     if final.get("stages"):  # the summaries as the run ended (the stored run has them too, once written)
         run = {**run, "status": status, "summary": final["stages"]}
     print_stored(run, out())

@@ -32,7 +32,7 @@ def merge(spec: RunSpec, parts: Mapping[str, RunResult]) -> RunResult:
         peaks = [s.kv_peak for s in stages if s.kv_peak is not None]
         status = min((s.status for s in stages), key=lambda st: STATUS_ORDER.index(st)
                      if st in STATUS_ORDER else -1)
-        stage = StageResult.of(whole.spec, index, stages[0].label, min(s.start_s for s in stages))
+        stage = StageResult.of(whole.generation, index, stages[0].label, min(s.start_s for s in stages))
         stage.open_loop = stages[0].open_loop  # a round's stage keeps its stage's (its index is past the spec's)
         stage.records, stage.status = [r for s in stages for r in s.records], status
         stage.end_s, stage.kv_peak = max(ends) if ends else None, max(peaks) if peaks else None
@@ -60,7 +60,7 @@ def stitch(rounds: list[RunResult]) -> RunResult:
     worst = min(rounds, key=lambda r: STATUS_ORDER.index(r.status))
     whole = RunResult(spec=first.spec, status=worst.status, error=worst.error, error_stage=worst.error_stage,
                       metadata=rounds[-1].metadata or first.metadata, timed=first.timed)
-    count = first.spec.workload.stage_count()
+    count = first.generation.workload.stage_count()
     for r, result in enumerate(rounds):
         for stage in result.stages:
             stage.index = r * count + stage.index
@@ -98,7 +98,7 @@ def verdicts(whole: RunResult, threshold: float, confidence: float, rule: Decide
     parts = whole.part_results
     if not parts or not whole.stages:
         return []
-    count = whole.spec.workload.stage_count()
+    count = whole.generation.workload.stage_count()
     firsts = [r * count for r in range(rounds)]
     energy: dict[str, float | None] = {}
     hardware = whole.hardware
@@ -109,9 +109,9 @@ def verdicts(whole: RunResult, threshold: float, confidence: float, rule: Decide
     if rule is not None and rounds > 1:
         by_round = [{gpu: s.summary().output_tokens_per_s for gpu, p in parts.items() for s in p.stages
                      if s.index == index and s.window() is not None} for index in firsts]
-        records = {gpu: [[r for s in p.stages if s.index == index for r in s.records] for index in firsts]
-                   for gpu, p in parts.items()}
-        return [v.model_dump(mode="json") for v in decide_gpus(by_round, records, energy, rule, threshold,
+        by_gpu = {gpu: [[r for s in p.stages if s.index == index for r in s.records] for index in firsts]
+                  for gpu, p in parts.items()}
+        return [v.model_dump(mode="json") for v in decide_gpus(by_round, by_gpu, energy, rule, threshold,
                                                                confidence)]
     index = whole.stages[0].index
     records = {gpu: [r for s in p.stages if s.index == index for r in s.records] for gpu, p in parts.items()}
@@ -133,15 +133,18 @@ class ProgressSum:
         self.latest: list[Progress | None] = [None] * parts
 
     def of(self, i: int) -> Callable[[Progress], None]:
+        publish = self.publish
+        assert publish is not None  # asked only of a sum that publishes (daemon/lifecycle.py, Lifecycle._round)
+
         def report(progress: Progress) -> None:
             self.latest[i] = progress
             known = [p for p in self.latest if p is not None]
-            expected = [p.expected for p in known]
-            bounds = [p.bound_s for p in known]
-            self.publish(Progress(
+            expected = [p.expected for p in known if p.expected is not None]
+            bounds = [p.bound_s for p in known if p.bound_s is not None]
+            publish(Progress(
                 known[0].stage, known[0].stage_index, known[0].stages, sum(p.completed for p in known),
-                sum(expected) if None not in expected and len(known) == len(self.latest) else None,
-                max(p.elapsed_s for p in known), known[0].duration_s, None if None in bounds else max(bounds),
-                all(p.draining for p in known)))
+                sum(expected) if len(expected) == len(known) == len(self.latest) else None,
+                max(p.elapsed_s for p in known), known[0].duration_s,
+                max(bounds) if len(bounds) == len(known) else None, all(p.draining for p in known)))
 
         return report

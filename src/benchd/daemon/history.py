@@ -245,6 +245,7 @@ class History:
         spec.pop("requirements", None)
         matrix = parse_matrix({**spec, "matrix": {"environment": list(pair)},
                                "repeats": self.settings.confirm_repeats})
+        assert self.submit_matrix is not None  # confirm() asked first
         return self.submit_matrix(matrix)[0]
 
     def _attach(self, change: ChangePoint, shared: Confirmation) -> None:
@@ -253,6 +254,7 @@ class History:
         if shared.status == "scheduled":
             history.confirm(self.store, change.id, shared.model_dump(mode="json"), shared.matrix_id)
             return
+        assert shared.matrix_id is not None  # confirm() shares a confirmation with its matrix only
         row = self.store.get_matrix(shared.matrix_id) or {}
         comparison = MatrixComparison.model_validate(row["comparison"]) if row.get("comparison") else None
         waiting = change.model_copy(update={"confirmation": shared})

@@ -17,10 +17,10 @@ from benchd.measure.roofline import StepLog
 from benchd.measure.timeline import LoadSample
 from benchd.measure.timings import Timing
 from benchd.models.duration import stage_bound_s
-from benchd.protocol import events
+from benchd.protocol import events as wire  # not events: RunIngest.events, a method, hides it in the class
 from benchd.protocol.events import AnyEvent
 from benchd.protocol.metadata import RunMetadata
-from benchd.spec import ArrivalProfile, Capacity, RunSpec
+from benchd.spec import ArrivalProfile, Capacity, GenerateSpec, RunSpec
 from benchd.spec.workload import CANCEL_GRACE_S
 from benchd.telemetry.run import RunTelemetry
 
@@ -70,13 +70,13 @@ class RunIngest:
         self._started = time.perf_counter()
         # one for every kind of event (tests/protocol/test_protocol.py)
         self.handlers: dict[type, Callable[[Any], None]] = {
-            events.Phase: self._phase, events.StageStart: self._stage, events.Request: self._request,
-            events.Submitted: self._submitted, events.Admitted: self._admitted, events.Tokens: self._tokens,
-            events.Prompt: self._prompt, events.Counted: self._counted, events.Finished: self._finished,
-            events.Load: self._load, events.Drain: self._drain,
-            events.StageEnd: self._stage_end, events.Steps: self._steps,
-            events.EngineRestart: self._engine_restart, events.Timing: self._timing,
-            events.TimedStage: self._timed_stage, events.Span: self._span, events.TimedProgress: self._timed_progress,
+            wire.Phase: self._phase, wire.StageStart: self._stage, wire.Request: self._request,
+            wire.Submitted: self._submitted, wire.Admitted: self._admitted, wire.Tokens: self._tokens,
+            wire.Prompt: self._prompt, wire.Counted: self._counted, wire.Finished: self._finished,
+            wire.Load: self._load, wire.Drain: self._drain,
+            wire.StageEnd: self._stage_end, wire.Steps: self._steps,
+            wire.EngineRestart: self._engine_restart, wire.Timing: self._timing,
+            wire.TimedStage: self._timed_stage, wire.Span: self._span, wire.TimedProgress: self._timed_progress,
         }
 
     # ---- RunSink -----------------------------------------------------------------------------------
@@ -101,18 +101,24 @@ class RunIngest:
         for stage in self.stages.values():
             for record in stage.result.records:  # what was in flight ends here, failed
                 if record.finished_s is None:
-                    self._finished(events.Finished(record.request_id, now, "worker_died: the worker died mid-request"))
+                    self._finished(wire.Finished(record.request_id, now, "worker_died: the worker died mid-request"))
             if stage.result.status == "running":
                 stage.result.status, stage.result.end_s = "failed", now
         self.ended.set()
 
     # ---- generation ----------------------------------------------------------------------------------
 
-    def _phase(self, event: events.Phase) -> None:
+    @property
+    def _generation(self) -> GenerateSpec:
+        """The spec of a generation run: a generation's events (its stages, its progress) come from no other."""
+        assert isinstance(self.spec, GenerateSpec)
+        return self.spec
+
+    def _phase(self, event: wire.Phase) -> None:
         self.phases.append((event.name, event.t_s))
 
-    def _stage(self, event: events.StageStart) -> None:
-        stage = _Stage(StageResult.of(self.spec, event.index, event.label, event.t0_s))
+    def _stage(self, event: wire.StageStart) -> None:
+        stage = _Stage(StageResult.of(self._generation, event.index, event.label, event.t0_s))
         self.stages[event.index] = stage
         self.result.stages.append(stage.result)
         stage.bound = self._bound(event.index)
@@ -120,19 +126,20 @@ class RunIngest:
     def _bound(self, index: int) -> float | None:
         """Stage index's most time by its spec (a capacity search's probes: at its slowest rate); None where the
         engine's pace decides."""
-        arrivals = self.spec.workload.arrivals
-        stages = self.spec.workload.stages()
+        spec = self._generation
+        arrivals = spec.workload.arrivals
+        stages = spec.workload.stages()
         profile: ArrivalProfile | None = (arrivals.probe(arrivals.min_rate) if isinstance(arrivals, Capacity)
                                           else stages[index] if index < len(stages) else None)
-        return stage_bound_s(profile, self.spec) if profile is not None else None
+        return stage_bound_s(profile, spec) if profile is not None else None
 
-    def _drain(self, event: events.Drain) -> None:
+    def _drain(self, event: wire.Drain) -> None:
         stage = self.stages[event.stage]
         stage.result.drain = (event.t_s, event.bound_s)
         stage.bound = event.t_s - stage.result.start_s + event.bound_s + CANCEL_GRACE_S
         self._progress(stage, force=True)
 
-    def _request(self, event: events.Request) -> None:
+    def _request(self, event: wire.Request) -> None:
         stage = self.stages[event.stage]
         record = stage.book.request(event.index, event.request_id, event.warmup, event.prompt_tokens,
                                     event.max_new_tokens, event.scheduled_s, event.submitted_s, event.span_id)
@@ -141,7 +148,7 @@ class RunIngest:
         if event.submitted_s is not None:
             self._sent(record)
 
-    def _submitted(self, event: events.Submitted) -> None:
+    def _submitted(self, event: wire.Submitted) -> None:
         self._sent(self._requests[event.request_id].book.submitted(event.request_id, event.t_s))
 
     def _sent(self, record: RequestRecord) -> None:
@@ -151,27 +158,27 @@ class RunIngest:
             record.trace_id = self.trace_id
         self.observer.submitted(record)
 
-    def _admitted(self, event: events.Admitted) -> None:
+    def _admitted(self, event: wire.Admitted) -> None:
         record = self._requests[event.request_id].book.admitted(event.request_id, event.t_s)
         if record is not None:
             self.observer.admitted(record)
 
-    def _tokens(self, event: events.Tokens) -> None:
+    def _tokens(self, event: wire.Tokens) -> None:
         book = self._requests[event.request_id].book
         changed = book.tokens(event.request_id, stamps=event.arrival_s, counts=event.arrival_tokens,
                               token_ids=event.token_ids, logprobs=event.logprobs)
         if changed is not None:  # the record and the index of its first new arrival: into the histograms
             self.observer.arrivals(*changed)
 
-    def _prompt(self, event: events.Prompt) -> None:
+    def _prompt(self, event: wire.Prompt) -> None:
         record, delta = self._requests[event.request_id].book.prompt(event.request_id, event.prompt_tokens)
         self.observer.prompt_counted(record, delta)
 
-    def _counted(self, event: events.Counted) -> None:
+    def _counted(self, event: wire.Counted) -> None:
         self._requests[event.request_id].book.counted(event.request_id, TokenCounts(
             event.server_prompt, event.server_output, event.prompt, event.output))
 
-    def _finished(self, event: events.Finished) -> None:
+    def _finished(self, event: wire.Finished) -> None:
         stage = self._requests[event.request_id]
         record = stage.book.finished(event.request_id, event.t_s, event.error)
         if record is None:
@@ -181,7 +188,7 @@ class RunIngest:
             self.on_finished(stage.result, record)
         self._progress(stage)
 
-    def _load(self, event: events.Load) -> None:
+    def _load(self, event: wire.Load) -> None:
         stage = self.stages[event.stage]
         load = EngineLoad(event.running, event.waiting, event.kv_blocks_used, event.kv_blocks_total)
         start = stage.book.measured_from_s  # the stage's window opens there (StageResult.window)
@@ -190,17 +197,17 @@ class RunIngest:
         stage.load.append(LoadSample(event.t_s, event.running, event.waiting, load.kv_occupancy, throughput))
         self.observer.sample(load, throughput)
 
-    def _stage_end(self, event: events.StageEnd) -> None:
+    def _stage_end(self, event: wire.StageEnd) -> None:
         result = self.stages[event.index].result
         result.status, result.end_s, result.kv_peak = event.status, event.end_s, event.kv_peak
         result.stop_reason = event.stop_reason
         self._progress(self.stages[event.index], force=True)
 
-    def _steps(self, event: events.Steps) -> None:
+    def _steps(self, event: wire.Steps) -> None:
         self.stages[event.stage].result.steps = StepLog.of_columns(
             event.prefill_tokens, event.decode_tokens, event.kv_read_tokens, event.attended, event.sampled)
 
-    def _engine_restart(self, event: events.EngineRestart) -> None:
+    def _engine_restart(self, event: wire.EngineRestart) -> None:
         self.observer.engine_restarted(event.reason)
 
     def _progress(self, stage: _Stage, force: bool = False) -> None:
@@ -208,11 +215,12 @@ class RunIngest:
         if self.on_progress is None or (now - self._last_progress < PROGRESS_INTERVAL_S and not force):
             return
         self._last_progress = now
-        stop, warmup = self.spec.workload.stop, self.spec.workload.warmup
+        workload = self._generation.workload
+        stop, warmup = workload.stop, workload.warmup
         expected = stop.requests + warmup.requests if stop.requests is not None and not warmup.seconds else None
         done = stage.book.ended
         duration = stop.duration_s + warmup.seconds if stop.duration_s is not None else None
-        self.on_progress(Progress(stage.result.label, stage.result.index, self.spec.workload.stage_count(), done,
+        self.on_progress(Progress(stage.result.label, stage.result.index, workload.stage_count(), done,
                                   expected, now - stage.result.start_s, duration, stage.bound,
                                   stage.result.drain is not None))
 
@@ -221,12 +229,12 @@ class RunIngest:
 
     # ---- timed runs ----------------------------------------------------------------------------------
 
-    def _timing(self, event: events.Timing) -> None:
+    def _timing(self, event: wire.Timing) -> None:
         self.result.timings.append(Timing(event.stage, event.series, event.index, event.warmup, event.seconds))
         if not event.warmup:
             self.observer.timing(self.spec.kind, event.series, event.seconds, event.shape, event.dtype)
 
-    def _timed_stage(self, event: events.TimedStage) -> None:
+    def _timed_stage(self, event: wire.TimedStage) -> None:
         timed, summary = self.result.timed, event.summary
         if event.index < len(timed):  # restated with a later figure
             timed[event.index] = summary
@@ -235,10 +243,10 @@ class RunIngest:
         self.observer.spans.stage(f"benchd.{self.spec.kind} {summary['stage']}", event.start_s, event.end_s,
                            _flatten(summary), summary.get("error"))
 
-    def _span(self, event: events.Span) -> None:
+    def _span(self, event: wire.Span) -> None:
         self.observer.spans.stage(event.name, event.start_s, event.end_s, event.attributes)
 
-    def _timed_progress(self, event: events.TimedProgress) -> None:
+    def _timed_progress(self, event: wire.TimedProgress) -> None:
         now = time.perf_counter()
         if self.on_progress is not None and (now - self._last_progress >= PROGRESS_INTERVAL_S or
                                              event.completed == event.expected):

@@ -102,7 +102,7 @@ def run_local(spec, loaded: LoadedModel | None = None, telemetry=None, hardware=
     return its RunResult. pool: the caller's, kept (its engine stays warm for the next run, as a worker's does);
     else one for this run, stopped after it."""
     own = pool is None
-    pool = LocalPool(loaded) if own else pool
+    pool = LocalPool(loaded) if pool is None else pool
     try:
         lifecycle = Lifecycle(pool, telemetry or Telemetry(), hardware, faults=faults)
         return lifecycle.execute(run_id or uuid.uuid4().hex, spec, spec.device, stop or StopSignal(), on_progress)

@@ -28,7 +28,7 @@ from benchd.spec.decide import Decide
 from benchd.stopping import StopSignal
 from benchd.store.database import Store
 from benchd.store.writer import RequestWriter, StageRequests
-from benchd.supervisor.pool import WorkerPool
+from benchd.supervisor.pool import RunPool
 from benchd.telemetry.run import RunTelemetry, Telemetry
 
 log = logging.getLogger("benchd.daemon.lifecycle")
@@ -48,7 +48,7 @@ class Part:
 
 
 class Lifecycle:
-    def __init__(self, pool: WorkerPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
+    def __init__(self, pool: RunPool, telemetry: Telemetry, hardware: HardwareSampler | None = None,
                  store: Store | None = None, faults: dict | None = None, threshold: float = THRESHOLD,
                  confidence: float = CONFIDENCE, prices: Prices | None = None,
                  on_beat: Callable[[], None] = lambda: None) -> None:
@@ -281,6 +281,7 @@ class Lifecycle:
         observer.record(outcome)
         observer.run_finished(end, outcome.status, outcome.error)
         if self.store is not None:
+            assert writer is not None  # made with the store (Lifecycle.execute)
             writer.close((StageRequests(s.index, s.label, s.start_s, "" if len(observers) == 1 else p.gpu),
                           s.records) for p in parts for s in p.ingest.result.stages)
             self.store.finish_run(outcome)

@@ -139,24 +139,28 @@ class MatrixRuns:
 
     def started(self, job: Job) -> None:
         with self._lock:
-            state = self._open.get(job.matrix)
-            first = state is not None and not state.started
-            if first:
-                state.started = True
+            matrix = job.matrix
+            assert matrix is not None  # a matrix's run: its callers ask (daemon/service.py, daemon/followup.py)
+            state = self._open.get(matrix)
+            first = False
+            if state is not None and not state.started:
+                state.started = first = True
         if first:
-            self.store.update_matrix(job.matrix, status="running", started_at=_now())
+            self.store.update_matrix(matrix, status="running", started_at=_now())
 
     def ended(self, job: Job, result: RunResult) -> None:
         with self._lock:
-            state = self._open.get(job.matrix)
+            matrix = job.matrix
+            assert matrix is not None  # a matrix's run: its callers ask (daemon/service.py, daemon/followup.py)
+            state = self._open.get(matrix)
             if state is None:
                 return
             state.ended.add(job.run_id)
             done = len(state.ended) == len(state.run_ids)
             if done:
-                del self._open[job.matrix]
+                del self._open[matrix]
         if done:
-            threading.Thread(target=self._conclude, args=(job.matrix, state.schedule), name="benchd-matrix",
+            threading.Thread(target=self._conclude, args=(matrix, state.schedule), name="benchd-matrix",
                              daemon=True).start()
 
     def _conclude(self, matrix_id: str, schedule: str | None = None) -> None:
@@ -178,6 +182,7 @@ class MatrixRuns:
     def conclude(self, matrix_id: str, scheduled: bool = False) -> MatrixComparison:
         self.store.flush(30)  # every run's requests are in the database
         row = self.store.get_matrix(matrix_id)
+        assert row is not None  # a matrix submitted here, stored then; matrices are never deleted
         figures: dict[int, list[RunFigures | None]] = {v["index"]: [] for v in row["variants"]}
         for run in row["runs"]:
             figures[run["variant"]].append(figures_from_store(self.store, run["run_id"]))

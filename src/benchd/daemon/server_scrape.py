@@ -8,8 +8,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 from benchd.measure.server_metrics import MAX_PAGE_BYTES, PageError, ServerReading, hit_rate, increase, read
 from benchd.telemetry.server import ServerGauges
@@ -32,7 +34,7 @@ class ServerScrape:
     of each kind becomes the run's warning; stop() never waits for a read under way."""
 
     def __init__(self, url: str, interval_s: float = 1.0, gauges: ServerGauges | None = None,
-                 opener: Callable[..., object] = urllib.request.urlopen) -> None:
+                 opener: Callable[..., AbstractContextManager[Any]] = urllib.request.urlopen) -> None:
         self.url, self.interval_s, self.gauges, self.opener = url, interval_s, gauges, opener
         self.timeout_s = min(max(1.0, interval_s), MAX_TIMEOUT_S)
         self.samples: list[ServerSample] = []
@@ -113,14 +115,14 @@ class ServerScrape:
             "kv_cache_usage": [r.kv_cache_usage for r in readings],
             "requests_running": [r.requests_running for r in readings],
             "requests_waiting": [r.requests_waiting for r in readings],
-            "preemptions": [increase(first.preemptions_total, r.preemptions_total) for r in readings],
+            "preemptions": [increase(first.preemptions_total, r.preemptions_total) for r in readings] if first else [],
             "preemptions_per_s": [None] * bool(samples) + [
                 d / (b.t - a.t) if (d := increase(a.reading.preemptions_total, b.reading.preemptions_total))
                 is not None and b.t > a.t else None for a, b in pairwise(samples)],
             "prefix_cache_hit_rate": ([first.prefix_hit_rate] if first else []) + [
                 hit_rate(a, b) for a, b in pairwise(readings)],
-            "preemptions_total": increase(first.preemptions_total, last.preemptions_total) if first else None,
-            "prefix_cache_hit_rate_run": hit_rate(first, last) if first and len(readings) > 1 else None,
+            "preemptions_total": increase(first.preemptions_total, last.preemptions_total) if first and last else None,
+            "prefix_cache_hit_rate_run": hit_rate(first, last) if first and last and len(readings) > 1 else None,
         }
         return out
 

@@ -363,7 +363,7 @@ def resolve(spec: RunSpec, settings: Settings) -> RunSpec:
     """What the spec leaves unset comes from the settings: the daemon's model, dtype, device and label, and the
     validity rules BENCHD_VALIDITY__* sets (the daemon's runs, and `benchd run`'s here)."""
     daemon = {"model": settings.model, "dtype": settings.dtype, "device": settings.device, "label": settings.label}
-    unset = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
+    unset: dict[str, Any] = {k: v for k, v in daemon.items() if k not in spec.model_fields_set and v is not None}
     if isinstance(spec, GenerateSpec):
         rules, ours = spec.workload.validity, settings.validity
         rules_unset = {k: getattr(ours, k) for k in ours.model_fields_set if k not in rules.model_fields_set}

@@ -86,7 +86,8 @@ def _sequence(name: str, scores: torch.Tensor, ids: list[int], first: int, top: 
 
 def _mean(values: list[float | None]) -> float | None:
     """Of finite values only; None when any is not finite (a broken stack has no such figure)."""
-    return None if not values or None in values else sum(values) / len(values)
+    known = [v for v in values if v is not None]
+    return None if not values or len(known) < len(values) else sum(known) / len(values)
 
 
 @torch.inference_mode()

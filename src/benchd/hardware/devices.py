@@ -98,7 +98,7 @@ def _cuda_order(gpus: Sequence[tuple[str, str, str]], cuda_visible: str | None) 
 def local(devices: Sequence[str], gpus: Sequence[tuple[str, str, str]]) -> list[Slot]:
     """The slots of a run outside a daemon (benchd run): BENCHD_DEVICES (default: every visible GPU), or the CPU
     devices named, where they are all CPUs and BENCHD_DEVICES names no CPU worker."""
-    setting = os.environ.get("BENCHD_DEVICES", "all")
+    setting: str | list[str] = os.environ.get("BENCHD_DEVICES", "all")
     if all(d.startswith("cpu") for d in devices) and "cpu" not in setting:
         setting = sorted(devices)
     return resolve(setting, gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))

@@ -40,8 +40,10 @@ class HostReader:
     def __init__(self, psutil_module: ModuleType | None = None, pid: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if psutil_module is None:
-            import psutil as psutil_module
-        self._psutil = psutil_module
+            import psutil
+
+            psutil_module = psutil
+        self._psutil: ModuleType = psutil_module
         self._cpus = psutil_module.cpu_count() or 1
         self._clock = clock
         self._lock = threading.Lock()  # guards _processes only, never held while reading

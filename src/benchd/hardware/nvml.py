@@ -61,7 +61,8 @@ class NVMLReader:
     """Every visible GPU through an NVML module: pynvml in production, a stand-in in tests."""
 
     def __init__(self, nvml: ModuleType | Any | None = None, cuda_visible_devices: str | None = None) -> None:
-        self._nvml = nvml
+        # pynvml, which has no types (pyproject.toml, [tool.mypy]), or a stand-in; None until start() imports it
+        self._nvml: Any = nvml
         self._visible = visible_devices(cuda_visible_devices)
         self._devices: list[_Device] = []
         self._fields: dict[str, Field] = {}  # built once NVML is loaded
@@ -76,11 +77,11 @@ class NVMLReader:
         nvml = self._nvml
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError:
                 log.warning("nvidia-ml-py is not installed: no GPU gauges")
                 return
-            self._nvml = nvml
+            self._nvml = nvml = pynvml
         try:
             nvml.nvmlInit()
             count = nvml.nvmlDeviceGetCount()

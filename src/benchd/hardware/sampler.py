@@ -75,13 +75,13 @@ def summarize(snapshots: list[Snapshot], start: float, end: float, output_tokens
         util = [g.values["utilization_ratio"] for g in readings if "utilization_ratio" in g.values]
         memory = [g.values["memory_used_bytes"] for g in readings if "memory_used_bytes" in g.values]
         power = [g.values["power_watts"] for g in readings if "power_watts" in g.values]
-        energy = [(g.t if g.t is not None else s.t, g.values["energy_joules"]) for s in snapshots for g in s.gpus
-                  if g.uuid == uuid and g.mig is None and "energy_joules" in g.values]
+        counters = [(g.t if g.t is not None else s.t, g.values["energy_joules"]) for s in snapshots for g in s.gpus
+                    if g.uuid == uuid and g.mig is None and "energy_joules" in g.values]
         gpus.append(GPUSummary(
             gpu=gpu, uuid=uuid, name=name,
             utilization_mean=_mean(util), utilization_max=max(util, default=None),
             memory_peak_bytes=max(memory, default=None), power_mean_watts=_mean(power),
-            energy_joules=_energy(energy, start, end),
+            energy_joules=_energy(counters, start, end),
             throttled_fraction=_mean([float(g.throttled) for g in readings if g.throttle]),
         ))
     energies = [g.energy_joules for g in gpus if g.energy_joules is not None]

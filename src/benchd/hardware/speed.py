@@ -193,7 +193,8 @@ def _probe(device: str, name: str = "", driver: str = "") -> DeviceSpeed:
         sink = torch.empty_like(source)
         sink.copy_(source)
         best = min(timed(lambda: sink.copy_(source)) for _ in range(REPEATS))
-        source = sink = None  # released before the cache is emptied
+        # released before the cache is emptied (the lambda above holds them: no del)
+        source = sink = None  # type: ignore[assignment]
     finally:
         if kind == "cpu":
             torch.set_num_threads(threads)

@@ -200,6 +200,7 @@ def sized_text(tokenizer, rng: random.Random, allowed: list[int], n: int) -> tup
         if len(encoded) == n:
             return text, n
         ids = encoded[:n] if len(encoded) > n else encoded + rng.choices(allowed, k=n - len(encoded))
+    assert best is not None  # the first of the ten rounds set it
     return best
 
 

@@ -100,14 +100,17 @@ class Search:
         p = self.profile
         if self.high is None:  # every probe so far passed: up
             if self.max_rate is not None and rate >= self.max_rate:
-                return self._end(f"{rate:g} requests/s (max_rate) met the SLO: the capacity is at least that")
+                self._end(f"{rate:g} requests/s (max_rate) met the SLO: the capacity is at least that")
+                return None
             return rate * 2 if self.max_rate is None else min(rate * 2, self.max_rate)
         if self.low is None:  # every probe so far failed: down
             if rate / 2 < p.min_rate:
-                return self._end(f"no rate down to {rate:g} requests/s met the SLO (min_rate {p.min_rate:g})")
+                self._end(f"no rate down to {rate:g} requests/s met the SLO (min_rate {p.min_rate:g})")
+                return None
             return rate / 2
         if (self.high - self.low) / self.high <= p.precision:
-            return self._end(f"bracketed within {p.precision:.0%}: {self.low:g} passed, {self.high:g} failed")
+            self._end(f"bracketed within {p.precision:.0%}: {self.low:g} passed, {self.high:g} failed")
+            return None
         return (self.low + self.high) / 2
 
     def _end(self, reason: str, complete: bool = True) -> None:

@@ -61,15 +61,19 @@ def change(metric: str, runs_a: int, runs_b: int, value_a: float | None, value_b
             "moves; compare several runs a side"))
     else:
         estimate = statistics.between(value_a, value_b, runs_a, runs_b, spread)
-    decision = decide(estimate.interval(confidence), threshold, figure(metric).higher_is_worse)
+    rests_on = None if exact else spread  # the spread the interval rests on: none for an exact figure, else one
+    interval = estimate.interval(confidence)
+    decision = decide(interval, threshold, figure(metric).higher_is_worse)
     reason = decision.reason
-    if not exact and min(runs_a, runs_b) == 1:
-        rests = (f"one run on a side: the interval rests on the run-to-run spread of {spread.runs} runs of the "
-                 f"same stacks in their history segments, the compared ones among them (±{spread.relative:.1%} a run)")
+    if rests_on is not None and min(runs_a, runs_b) == 1:
+        rests = (f"one run on a side: the interval rests on the run-to-run spread of {rests_on.runs} runs of the "
+                 f"same stacks in their history segments, the compared ones among them (±{rests_on.relative:.1%} a "
+                 "run)")
         reason = f"{reason}; {rests}" if reason else rests
-    return MetricChange(**base, ci_low=decision.interval.change_low, ci_high=decision.interval.change_high,
-                        verdict=decision.verdict, reason=reason, spread=None if exact else spread.relative,
-                        spread_runs=None if exact else spread.runs)
+    return MetricChange(**base, ci_low=interval.change_low, ci_high=interval.change_high,
+                        verdict=decision.verdict, reason=reason,
+                        spread=rests_on.relative if rests_on is not None else None,
+                        spread_runs=rests_on.runs if rests_on is not None else None)
 
 
 def _spread(a: Side, b: Side, metric: str, each_a: dict[str, float], each_b: dict[str, float]) -> Spread | None:
@@ -144,10 +148,10 @@ def compare(a: Side, b: Side, threshold: float = THRESHOLD, confidence: float = 
         metrics = [m.model_copy(update=dict(verdict="inconclusive", reason=apart)) if m.decided else m
                    for m in metrics]
     if single := [side for side, runs in (("A", a.run_ids), ("B", b.run_ids)) if len(runs) == 1]:
-        spread = max((m.spread_runs or 0) for m in metrics) if metrics else 0
+        most = max((m.spread_runs or 0) for m in metrics) if metrics else 0
         warnings.append(f"one run on {'each side' if len(single) == 2 else f'side {single[0]}'}: "
-                        + (f"the intervals rest on the run-to-run spread of up to {spread} runs of the same stacks in "
-                           "their history segments" if spread else "no stored runs of the same stack say how much "
+                        + (f"the intervals rest on the run-to-run spread of up to {most} runs of the same stacks in "
+                           "their history segments" if most else "no stored runs of the same stack say how much "
                            "one run's figure moves; compare several runs a side"))
     if left:
         warnings.append(f"left out: {', '.join(o.run_id for o in left)} ({left[0].reason})")

@@ -56,13 +56,13 @@ class MetricChange(Documented):
     spread_runs: int | None = None
     """The runs that spread was measured over, stored ones included."""
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's way (its docs): mypy reads no decorator above one
     @property
     def name(self) -> str:
         """The figure's name as a comparison says it (TTFT p99, output throughput, …)."""
         return _catalogued(self.metric)[0]
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's way (its docs): mypy reads no decorator above one
     @property
     def unit(self) -> str:
         """Of a and b (the change and its interval are fractions)."""

@@ -85,8 +85,9 @@ def good_tokens(stages: Sequence[StageSummary], hardware: HardwareSummary | None
     energy = None
     if gpus and hardware is not None:
         found = {g.gpu: g.energy_joules for g in hardware.gpus}
-        if all(found.get(gpu) is not None for gpu in gpus):
-            energy = sum(found[gpu] for gpu in gpus)
+        known = [joules for gpu in gpus if (joules := found.get(gpu)) is not None]
+        if len(known) == len(gpus):
+            energy = sum(known)
     good = sum(s.good_output_tokens or 0 for s in stages)
     count = len(gpus) or max(1, len(devices))
     out = GoodTokens(good_output_tokens=good, output_tokens=sum(s.output_tokens for s in stages), devices=count,

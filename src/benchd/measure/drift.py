@@ -19,11 +19,13 @@ def kl_top(p_ids: Sequence[int], p_logprobs: Sequence[float | None], q_ids: Sequ
     likeliest (a token of p's not among q's takes q's least listed probability, an upper bound of its own): a
     lower-bound estimate of the full KL (merging bins never raises it) that two runs' stored probes can make. None
     where either side holds a value that is not finite."""
-    if None in p_logprobs or None in q_logprobs:
+    p_known = [x for x in p_logprobs if x is not None]
+    q_known = [x for x in q_logprobs if x is not None]
+    if len(p_known) < len(p_logprobs) or len(q_known) < len(q_logprobs):
         return None
-    q_of = dict(zip(q_ids, q_logprobs))
-    floor = math.exp(min(q_logprobs)) if q_logprobs else 0.0
-    p = [math.exp(x) for x in p_logprobs]
+    q_of = dict(zip(q_ids, q_known))
+    floor = math.exp(min(q_known)) if q_known else 0.0
+    p = [math.exp(x) for x in p_known]
     q = [math.exp(q_of[i]) if i in q_of else floor for i in p_ids]
     p_rest, q_rest = max(0.0, 1.0 - sum(p)), max(0.0, 1.0 - sum(q))
     total = sum(pi * (math.log(pi) - math.log(max(qi, 1e-30))) for pi, qi in zip(p, q) if pi > 0)

@@ -38,7 +38,7 @@ class RunOutcome:
     # A run on every GPU: each GPU's status and stage summaries, and the verdicts of each against its siblings (as
     # stored); part_summaries: each GPU's stage summaries (parts["gpus"][gpu]["stages"], typed).
     parts: dict[str, Any] | None = None
-    part_summaries: dict[str, list[StageSummary]] | None = None
+    part_summaries: dict[str, list[Summary]] | None = None
     good_tokens: GoodTokens | None = None  # a generation's good tokens and what they took (measure/cost.py)
     quality: QualitySummary | None = None  # a generation's outputs (first stage) and probe (measure/quality.py)
 

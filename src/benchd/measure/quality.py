@@ -166,7 +166,7 @@ def _noise(baseline: list[RunQuality]) -> QualityNoise:
                         logprob=max(logprobs) if logprobs else None)
 
 
-def _mean(values: list[float | None]) -> float | None:
+def _mean(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return float(np.mean(present)) if present else None
 

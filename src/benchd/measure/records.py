@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +144,7 @@ class RequestRecord:
         }
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> RequestRecord:
+    def from_row(cls, row: Mapping[Any, Any]) -> RequestRecord:  # a database row's mapping (by name), or a dict
         return cls(
             index=row["index"], request_id=row["request_id"], warmup=bool(row["warmup"]),
             prompt_tokens=row["prompt_tokens"], max_new_tokens=row["max_new_tokens"],

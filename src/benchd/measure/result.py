@@ -6,14 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from benchd.hardware.clocks import GPUClocks
 from benchd.hardware.sampler import HardwareSummary
 from benchd.hardware.speed import DeviceSpeed
 from benchd.measure import capacity
 from benchd.measure.capacity import CapacityResult
-from benchd.measure.outcome import RunOutcome
+from benchd.measure.outcome import RunOutcome, Summary
 from benchd.measure.records import RequestRecord
 from benchd.measure.roofline import ModelCost, StepLog, roofline
 from benchd.measure.summary import StageSummary, summarize
@@ -23,7 +21,8 @@ from benchd.spec import SLO, GenerateSpec, RunSpec
 from benchd.spec.profiles import Capacity, is_open_loop
 from benchd.spec.validity import ValidityRules
 
-TIMED_SUMMARIES = {"train_step": TrainStepSummary, "kernel": KernelResult}
+TIMED_SUMMARIES: dict[str, type[TrainStepSummary] | type[KernelResult]] = {"train_step": TrainStepSummary,
+                                                                            "kernel": KernelResult}
 
 
 @dataclass
@@ -87,7 +86,7 @@ class StageResult:
         peak_flops = limits.flops_per_s(metadata.model_cost.get("dtype", "auto")) if limits else None
         ends = [r.arrival_s[-1] for r in self.records if r.arrival_s]
         end = max([*ends, *([self.end_s] if self.end_s is not None else [])], default=None)
-        if not peak_flops or not limits.copy_bytes_per_s or end is None or end <= self.start_s:
+        if limits is None or not peak_flops or not limits.copy_bytes_per_s or end is None or end <= self.start_s:
             return None
         line = roofline(self.steps, ModelCost.from_dict(metadata.model_cost), end - self.start_s,
                         limits.copy_bytes_per_s, peak_flops)
@@ -113,25 +112,32 @@ class RunResult:
     # (stored); part_results are the parts themselves (in memory only).
     parts: dict | None = None
     part_results: dict[str, RunResult] | None = None
-    part_summaries: dict[str, list[StageSummary]] | None = None  # each GPU's, as parts["gpus"][gpu]["stages"]
+    part_summaries: dict[str, list[Summary]] | None = None  # each GPU's, as parts["gpus"][gpu]["stages"]
     outcome: RunOutcome | None = None  # once the run has ended: its summaries and verdicts, computed once
     devices: list[str] = field(default_factory=list)  # the GPU labels of its workers (a group's joined by +)
 
-    def summaries(self) -> list[BaseModel]:
+    @property
+    def generation(self) -> GenerateSpec:
+        """The spec of a generation run: stages, rounds and a run's parts on every GPU are a generation's alone."""
+        assert isinstance(self.spec, GenerateSpec)
+        return self.spec
+
+    def summaries(self) -> list[Summary]:
         if self.spec.kind == "generate":
             return [stage.summary(self.metadata) for stage in self.stages]
         model = TIMED_SUMMARIES[self.spec.kind]
         return [model.model_validate(summary) for summary in self.timed]
 
-    def capacity(self, summaries: list[StageSummary] | None = None) -> CapacityResult | None:
+    def capacity(self, summaries: list[Summary] | None = None) -> CapacityResult | None:
         """A capacity search's figure, replayed over every probe; None for other runs."""
         if not isinstance(self.spec, GenerateSpec) or not isinstance(self.spec.workload.arrivals, Capacity):
             return None
         arrivals = self.spec.workload.arrivals
-        summaries = summaries if summaries is not None else self.summaries()
-        return capacity.conclude(arrivals, [(s.stage, s) for s in summaries])
+        found = summaries if summaries is not None else self.summaries()
+        stages = [s for s in found if isinstance(s, StageSummary)]  # a generation's: every one
+        return capacity.conclude(arrivals, [(s.stage, s) for s in stages])
 
-    def valid(self, summaries: list[StageSummary] | None = None) -> bool | None:
+    def valid(self, summaries: list[Summary] | None = None) -> bool | None:
         """The run's verdict: it succeeded and every stage is valid; a capacity search, when its figure rests on
         valid probes, the search ended by its own rule and no probe ran on a throttled GPU. None for timed runs,
         which have no verdict."""
@@ -139,12 +145,13 @@ class RunResult:
             return None
         if self.status != "succeeded":
             return False
-        summaries = summaries if summaries is not None else self.summaries()
-        found = self.capacity(summaries)
+        every = summaries if summaries is not None else self.summaries()
+        stages = [s for s in every if isinstance(s, StageSummary)]  # a generation's: every one
+        found = self.capacity(every)
         if found is not None:  # its probes were decided in the worker, which cannot see the clocks: judged here
-            throttled = any(i.check == "throttled" for s in summaries for i in s.invalid)
+            throttled = any(i.check == "throttled" for s in stages for i in s.invalid)
             return found.complete and found.requests_per_s is not None and not throttled
-        return bool(summaries) and all(s.valid for s in summaries)
+        return bool(stages) and all(s.valid for s in stages)
 
     def judge(self) -> None:
         """A run that ran to its end but whose measured requests (or timed stages) all failed has failed, with the

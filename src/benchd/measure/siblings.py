@@ -94,7 +94,8 @@ def compare_gpus(parts: Mapping[str, Sequence[RequestRecord]], throughput: Mappi
         good = lambda rs: [r.ttft_s for r in rs if not r.warmup and r.ok]  # noqa: E731
         own, others = good(records), [t for g in siblings for t in good(parts[g])]
         estimate = statistics.samples(others, own, 0.99)
-        ttft = decide(estimate.interval(confidence), threshold) if estimate is not None else None
+        interval = estimate.interval(confidence) if estimate is not None else None
+        ttft = decide(interval, threshold) if interval is not None else None  # ttft.interval is this interval
         p99 = float(np.percentile(own, 99)) if own else None
         energies = [e for g in siblings if (e := energy_per_token.get(g)) is not None]
         own_energy = energy_per_token.get(gpu)
@@ -103,13 +104,14 @@ def compare_gpus(parts: Mapping[str, Sequence[RequestRecord]], throughput: Mappi
         if relative is not None and high is not None and relative < 1 - threshold and high < 1:
             reasons.append(f"output tok/s {relative:.1%} of its siblings' median (interval {low:.1%}–{high:.1%})")
         if ttft is not None and ttft.verdict == "slower":
-            reasons.append(f"TTFT p99 {ttft.interval.change:+.1%} against its siblings (interval "
-                           f"{ttft.interval.change_low:+.1%} to {ttft.interval.change_high:+.1%})")
+            assert interval is not None
+            reasons.append(f"TTFT p99 {interval.change:+.1%} against its siblings (interval "
+                           f"{interval.change_low:+.1%} to {interval.change_high:+.1%})")
         verdicts.append(GPUVerdict(
             gpu=gpu, output_tokens_per_s=throughput[gpu], relative_throughput=relative, throughput_ci_low=low,
-            throughput_ci_high=high, ttft_p99_s=p99, ttft_p99_change=ttft.interval.change if ttft else None,
-            ttft_p99_ci_low=ttft.interval.change_low if ttft else None,
-            ttft_p99_ci_high=ttft.interval.change_high if ttft else None, energy_per_token_j=own_energy,
+            throughput_ci_high=high, ttft_p99_s=p99, ttft_p99_change=interval.change if interval else None,
+            ttft_p99_ci_low=interval.change_low if interval else None,
+            ttft_p99_ci_high=interval.change_high if interval else None, energy_per_token_j=own_energy,
             relative_energy_per_token=relative_energy, outlier=bool(reasons), reasons=reasons))
     return verdicts
 
@@ -131,7 +133,7 @@ def decide_gpus(rounds: Sequence[Mapping[str, float]], parts: Mapping[str, Seque
         others = [g for g in parts if g != gpu]
         own_ttft = [t for r in own for t in good(r)]
         estimate = statistics.samples([t for g in others for r in parts[g] for t in good(r)], own_ttft, 0.99)
-        ttft = decide(estimate.interval(confidence), threshold) if estimate is not None else None
+        interval = estimate.interval(confidence) if estimate is not None else None
         energies = [e for g in others if (e := energy_per_token.get(g)) is not None]
         own_energy = energy_per_token.get(gpu)
         relative_energy = own_energy / float(np.median(energies)) if own_energy is not None and energies else None
@@ -142,9 +144,9 @@ def decide_gpus(rounds: Sequence[Mapping[str, float]], parts: Mapping[str, Seque
             throughput_ci_low=decision.ci_low if decision else None,
             throughput_ci_high=decision.ci_high if decision else None,
             ttft_p99_s=float(np.percentile(own_ttft, 99)) if own_ttft else None,
-            ttft_p99_change=ttft.interval.change if ttft else None,
-            ttft_p99_ci_low=ttft.interval.change_low if ttft else None,
-            ttft_p99_ci_high=ttft.interval.change_high if ttft else None,
+            ttft_p99_change=interval.change if interval else None,
+            ttft_p99_ci_low=interval.change_low if interval else None,
+            ttft_p99_ci_high=interval.change_high if interval else None,
             energy_per_token_j=own_energy, relative_energy_per_token=relative_energy,
             outlier=decision is not None and decision.verdict == "slower",
             reasons=[decision.says()] if decision else [], decision=decision, round_ratios=ratios))

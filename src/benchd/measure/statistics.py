@@ -220,7 +220,7 @@ def decide(interval: Interval, threshold: float = THRESHOLD, higher_is_worse: bo
     faster, by higher_is_worse), within both wholly (equivalent), or neither: inconclusive, "interval too wide" when
     it reaches past the threshold on both sides, else the way it may go."""
     up, down = 1 + threshold, 1 / (1 + threshold)
-    words = ("slower", "faster") if higher_is_worse else ("faster", "slower")
+    words: tuple[Verdict, Verdict] = ("slower", "faster") if higher_is_worse else ("faster", "slower")
     if interval.low > up:
         return Decision(words[0], None, interval)
     if interval.high < down:

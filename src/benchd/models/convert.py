@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from benchd.models.packaged import converted_dir, install_hint, is_converted, source_file
-from benchd.models.presets import real
+from benchd.models.presets import Weights, real
 
 log = logging.getLogger("benchd.models")
 
@@ -40,12 +40,11 @@ def prepared(name: str) -> Path:
     with open(target.parent / f"{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes, a dead holder's too
         if not is_converted(target):
-            _convert(name, target)
+            _convert(name, weights, target)
     return target
 
 
-def _convert(name: str, target: Path) -> None:
-    weights = real(name)
+def _convert(name: str, weights: Weights, target: Path) -> None:
     source = source_file(weights)
     if source is None:
         raise FileNotFoundError(f"{name}: the package {weights.requirement} is not installed ({install_hint(weights)})")
@@ -63,7 +62,8 @@ def _convert(name: str, target: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), **options)
     model = AutoModelForCausalLM.from_pretrained(str(source.parent), dtype=torch.float32, **options)
     # Dequantized on load: what is saved is plain float32, no longer a GGUF-quantized model.
-    model.hf_quantizer = None
+    # an attribute the checker reads through torch's Module.__getattr__ (Tensor | Module): transformers sets None too
+    model.hf_quantizer = None  # type: ignore[assignment]
     with contextlib.suppress(AttributeError):
         del model.config.quantization_config
     model.config.name_or_path = name

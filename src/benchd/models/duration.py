@@ -28,6 +28,7 @@ from benchd.models.flops import attention_flops, forward_flops_per_token, matmul
 from benchd.models.memory import LOGIT_BYTES, dtype_bytes, model_shape_and_weights
 from benchd.spec import (
     ArrivalProfile,
+    AttentionShape,
     Capacity,
     Concurrent,
     Constant,
@@ -37,6 +38,7 @@ from benchd.spec import (
     KernelSpec,
     ListLength,
     MatmulKernel,
+    MatmulShape,
     Poisson,
     Ramp,
     RunSpec,
@@ -78,6 +80,7 @@ def stage_bound_s(profile: ArrivalProfile, spec: GenerateSpec) -> float | None:
     stop, warmup = spec.workload.stop, spec.workload.warmup
     send = sending_s(profile, spec) if getattr(profile, "max_concurrency", None) is None else None
     if isinstance(profile, Trace):
+        trace: float | None
         try:
             trace = traces.summarize(profile).duration_s
         except traces.TraceError:  # changed since admission: its worker says so, failing the run
@@ -103,7 +106,8 @@ def run_bound_s(spec: RunSpec) -> float | None:
         probe = stage_bound_s(arrivals.probe(arrivals.min_rate), spec)
         return None if probe is None else probe * arrivals.max_probes
     bounds = [stage_bound_s(profile, spec) for profile in spec.workload.stages()]
-    return None if not bounds or None in bounds else sum(bounds)
+    known = [bound for bound in bounds if bound is not None]
+    return None if not bounds or len(known) < len(bounds) else sum(known)
 
 
 def span(seconds: float) -> str:
@@ -132,9 +136,11 @@ def kernel_shapes_s(spec: KernelSpec, speed: DeviceSpeed) -> list[float]:
                 continue
             rate = speed.flops_per_s("tf32" if name == "tf32" else spec.dtype) or speed.flops_per_s("float32")
             if isinstance(kernel, MatmulKernel):
+                assert isinstance(shape, MatmulShape)  # a matmul's shapes
                 flops = matmul_flops(shape)
                 moved = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * element
             else:
+                assert isinstance(shape, AttentionShape)  # an attention kernel's shapes
                 flops = attention_flops(shape)
                 moved = 4 * shape.batch * shape.heads * shape.seq_len * shape.head_dim * element
                 if name == "eager":
@@ -281,7 +287,9 @@ def time_problems(spec: RunSpec, speed: DeviceSpeed | None, limit_s: float) -> l
         total, longest, bound = found
         if total <= limit_s and longest <= limit_s:  # a request longer than the limit would always be cut: refused
             continue
-        arrivals = ("workload", "arrivals", "values", index) if sweep else ("workload", "arrivals")
+        where: tuple[str | int, ...]
+        arrivals: tuple[str | int, ...] = ("workload", "arrivals", "values", index) if sweep else ("workload",
+                                                                                                  "arrivals")
         send = sending_s(profile, spec)
         if bound == "sending" and send > limit_s:
             where, why = arrivals, (f"at {profile.rate:g} requests/s the stage takes {send:,.0f} s to send its "

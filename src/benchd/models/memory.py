@@ -7,15 +7,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from benchd.models.flops import Shape, memory_breakdown, sliding_window
 from benchd.models.presets import PRESETS, Preset, parameter_count
 from benchd.spec import (
     AttentionKernel,
+    AttentionShape,
     GenerateSpec,
     KernelSpec,
     MatmulKernel,
+    MatmulShape,
     RunSpec,
     SpecError,
     Trace,
@@ -119,33 +121,36 @@ def model_shape_and_weights(ref: str, element_bytes: int) -> tuple[Shape | None,
     return _dir_shape(path), _dir_weight_bytes(path, element_bytes)
 
 
-class EngineMemory:
+SpecT = TypeVar("SpecT", bound=GenerateSpec)  # an engine's own spec
+
+
+class EngineMemory(Generic[SpecT]):
     """An engine's memory plan (its record's `memory`): what a generation holds beside the weights before anything
     loads, and on a GPU the plan its worker will make. This base holds the weights and nothing more, plans nothing,
-    and bounds no request; an engine's folder declares its own (engines/transformers/memory.py)."""
+    and bounds no request; an engine's folder declares its own (engines/transformers/memory.py), of its spec."""
 
-    def footprint(self, spec: GenerateSpec, device_type: str, shape: Shape, weights: int, element: int) -> Footprint:
+    def footprint(self, spec: SpecT, device_type: str, shape: Shape, weights: int, element: int) -> Footprint:
         """weights: bytes in the run's dtype (element bytes an element), shape: the model's."""
         return Footprint(weights=weights)
 
-    def planned(self, spec: GenerateSpec, device_type: str) -> bool:
+    def planned(self, spec: SpecT, device_type: str) -> bool:
         """Whether the engine plans the run's memory on this device: its memory is then the plan's (plan())."""
         return False
 
-    def plan(self, spec: GenerateSpec, shape: Shape, element: int, weights: int, available: int) -> Any:
+    def plan(self, spec: SpecT, shape: Shape, element: int, weights: int, available: int) -> Any:
         """The plan its worker will make with `available` bytes of the device for a model of this shape (sharded:
         each rank's share); raises PlanError when none fits."""
         return None
 
-    def fit_problems(self, spec: GenerateSpec, device_type: str, need: int) -> list[tuple[tuple, str]]:
+    def fit_problems(self, spec: SpecT, device_type: str, need: int) -> list[tuple[tuple, str]]:
         """(field, why) when a request of `need` tokens (prompt + output) cannot fit what the engine holds for it."""
         return []
 
 
-NO_PLAN = EngineMemory()
+NO_PLAN: EngineMemory[GenerateSpec] = EngineMemory()
 
 
-def _memory(spec: GenerateSpec) -> EngineMemory:
+def _memory(spec: GenerateSpec) -> EngineMemory[GenerateSpec]:  # the record's, of this spec's engine
     return spec.engine_record.memory or NO_PLAN
 
 
@@ -193,9 +198,11 @@ def _kernel(spec: KernelSpec, element: int) -> Footprint:
     largest = 0
     for shape in kernel.shapes:
         if isinstance(kernel, MatmulKernel):
+            assert isinstance(shape, MatmulShape)  # a matmul's shapes
             need = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * element
         else:
             assert isinstance(kernel, AttentionKernel)
+            assert isinstance(shape, AttentionShape)  # an attention kernel's shapes
             qkvo = 4 * shape.batch * shape.heads * shape.seq_len * shape.head_dim * element
             # eager: the scores and their float32 softmax, and the mask
             scores = (shape.batch * shape.heads * shape.seq_len ** 2 * (element + LOGIT_BYTES)

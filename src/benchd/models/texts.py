@@ -63,7 +63,8 @@ class ChatText:
 
     def window(self, start: int, n: int) -> list[int]:
         """n tokens of the passages' stream from start on, wrapping around its end."""
-        corpus, out = self.corpus, []
+        corpus = self.corpus
+        out: list[int] = []
         start %= len(corpus)
         while len(out) < n:
             out.extend(corpus[start:start + n - len(out)])

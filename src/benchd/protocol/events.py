@@ -29,14 +29,14 @@ class Event(msgspec.Struct, tag=True, array_like=True, frozen=True, gc=False):
 # ---- generation --------------------------------------------------------------------------------
 
 
-class Phase(Event):
+class Phase(Event, frozen=True):
     """What a quiet worker is busy with: load | start | run."""
 
     name: str
     t_s: float
 
 
-class StageStart(Event):
+class StageStart(Event, frozen=True):
     """A load level starts dispatching."""
 
     index: int
@@ -44,7 +44,7 @@ class StageStart(Event):
     t0_s: float
 
 
-class Request(Event):
+class Request(Event, frozen=True):
     """A request of stage `stage` is made; submitted_s None: the engine sends it at scheduled_s itself and reports
     Submitted. span_id: its span's id, when the run is traced (a server's span is put under it)."""
 
@@ -59,19 +59,19 @@ class Request(Event):
     span_id: str | None
 
 
-class Submitted(Event):
+class Submitted(Event, frozen=True):
     """An engine that sends at the scheduled time itself did so."""
 
     request_id: str
     t_s: float
 
 
-class Admitted(Event):
+class Admitted(Event, frozen=True):
     request_id: str
     t_s: float
 
 
-class Tokens(Event):
+class Tokens(Event, frozen=True):
     """Output arrived: arrival_s[i] carried arrival_tokens[i] tokens (None: one each), the ids in token_ids and
     their log-probabilities in logprobs (where the engine gives them). The names are RequestRecord's
     (measure/records.py), whose lists these extend."""
@@ -83,14 +83,14 @@ class Tokens(Event):
     logprobs: tuple[float, ...] = ()
 
 
-class Prompt(Event):
+class Prompt(Event, frozen=True):
     """The prompt's length as a server counted it (a chat template included)."""
 
     request_id: str
     prompt_tokens: int
 
 
-class Counted(Event):
+class Counted(Event, frozen=True):
     """A server's request counted twice: by the server's usage (None: it gave none) and by benchd's tokenizer
     (measure/records.py, TokenCounts)."""
 
@@ -101,13 +101,13 @@ class Counted(Event):
     output: int
 
 
-class Finished(Event):
+class Finished(Event, frozen=True):
     request_id: str
     t_s: float
     error: str | None
 
 
-class Load(Event):
+class Load(Event, frozen=True):
     """The engine's load, sampled during stage `stage` (engines.EngineLoad's fields)."""
 
     stage: int
@@ -118,7 +118,7 @@ class Load(Event):
     kv_blocks_total: int | None
 
 
-class Drain(Event):
+class Drain(Event, frozen=True):
     """Stage `stage` stopped sending at t_s: it waits for its requests in flight at most bound_s (stop.drain_s), then
     cuts those still out."""
 
@@ -127,7 +127,7 @@ class Drain(Event):
     bound_s: float
 
 
-class StageEnd(Event):
+class StageEnd(Event, frozen=True):
     """end_s: where an aborted stage's window closes, or a stage cut at its drain's end (None: at its last request);
     status stopped: a stop rule ended it, stop_reason says why."""
 
@@ -138,7 +138,7 @@ class StageEnd(Event):
     stop_reason: str | None
 
 
-class Steps(Event):
+class Steps(Event, frozen=True):
     """The forward steps the engine counted during a stage (benchd.measure.roofline.StepLog's lists, a step an
     entry), sent before its StageEnd; an engine that counts none (a server) sends none."""
 
@@ -150,7 +150,7 @@ class Steps(Event):
     sampled: tuple[int, ...]
 
 
-class EngineRestart(Event):
+class EngineRestart(Event, frozen=True):
     """Stage `stage`'s engine was replaced by a new one, which runs the stages after it (reason: out_of_memory)."""
 
     stage: int
@@ -160,7 +160,7 @@ class EngineRestart(Event):
 # ---- timed runs --------------------------------------------------------------------------------
 
 
-class Timing(Event):
+class Timing(Event, frozen=True):
     """One repetition of a timed series in stage `stage`; shape and dtype: a kernel's."""
 
     stage: int
@@ -172,7 +172,7 @@ class Timing(Event):
     dtype: str | None
 
 
-class TimedStage(Event):
+class TimedStage(Event, frozen=True):
     """Stage `index` closed with its summary (a timed run's stage summary as JSON); sent again when a later figure
     changes it."""
 
@@ -182,7 +182,7 @@ class TimedStage(Event):
     end_s: float
 
 
-class Span(Event):
+class Span(Event, frozen=True):
     """A span of the run's trace, timed in the worker (a training step's phases)."""
 
     name: str
@@ -191,7 +191,7 @@ class Span(Event):
     attributes: dict[str, Any]
 
 
-class TimedProgress(Event):
+class TimedProgress(Event, frozen=True):
     """How far a timed run's stage `index` (of `stages`) is: completed of expected repetitions."""
 
     label: str

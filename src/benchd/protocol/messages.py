@@ -28,7 +28,7 @@ class Message(msgspec.Struct, tag=True, array_like=True, frozen=True):
 # ---- commands, daemon → worker -----------------------------------------------------------------
 
 
-class Run(Message):
+class Run(Message, frozen=True):
     """Run a spec. spec: the RunSpec as JSON, validated by the worker once the paths in confine are opened (the
     roots and the spec's paths it re-checks as it loads, models/confinement.py; None: none); faults: the fault-injection
     settings (worker/faults.py), or None; trace_id: the run's trace, when traced (a server's requests join it)."""
@@ -40,14 +40,14 @@ class Run(Message):
     confine: dict[str, Any] | None = None
 
 
-class Cancel(Message):
+class Cancel(Message, frozen=True):
     """End that run early (reason: cancelled | interrupted), or as it starts if it waits its turn."""
 
     run_id: str
     reason: str
 
 
-class Warm(Message):
+class Warm(Message, frozen=True):
     """Load a model ahead of runs (the daemon's own, at start); answered by Warmed."""
 
     model: str
@@ -55,14 +55,14 @@ class Warm(Message):
     device: str
 
 
-class Stop(Message):
+class Stop(Message, frozen=True):
     """Finish (a run in progress ends interrupted, with what it measured), release the device and exit."""
 
 
 # ---- reports, worker → daemon ------------------------------------------------------------------
 
 
-class Hello(Message):
+class Hello(Message, frozen=True):
     """Started, torch imported. protocol: its PROTOCOL_VERSION (first, so that a worker of another version is still
     understood this far); the versions of the stack it runs (its Python environment's); nice: its CPU priority;
     dispatch_priority: the real-time priority its open loops send at (0: none); speed: its device's
@@ -81,7 +81,7 @@ class Hello(Message):
     speed: DeviceSpeed | None
 
 
-class Heartbeat(Message):
+class Heartbeat(Message, frozen=True):
     """Every HEARTBEAT_S. activity: the run's progress events so far (protocol/outbox.py); phase: what it is doing;
     held_bytes: the GPU memory its torch allocator holds (0 on a CPU): weights, a warm engine's KV cache, what it
     would release for another model."""
@@ -92,14 +92,14 @@ class Heartbeat(Message):
     held_bytes: int
 
 
-class Events(Message):
+class Events(Message, frozen=True):
     """A run's events, in a batch every BATCH_S."""
 
     run_id: str
     events: list[AnyEvent]
 
 
-class Warmed(Message):
+class Warmed(Message, frozen=True):
     """The answer to Warm: error None and the load time, or why it did not load."""
 
     model: str
@@ -107,13 +107,13 @@ class Warmed(Message):
     load_s: float | None
 
 
-class Exiting(Message):
+class Exiting(Message, frozen=True):
     """Its device is unusable after this run: it exits after its Done (take no more runs to it)."""
 
     reason: str
 
 
-class Done(Message):
+class Done(Message, frozen=True):
     """A run's end, after its last Events. error_stage: where a failed run failed (load | run); metadata: the stack
     it measured (None: it failed before it knew)."""
 

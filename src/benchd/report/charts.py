@@ -152,13 +152,14 @@ def polyline(xs: np.ndarray, ys: np.ndarray) -> str:
 # ---- distributions -------------------------------------------------------------------------------
 
 
-def cdf(name: str, title: str, series: Sequence[tuple[str, np.ndarray]], unit: Format = seconds,
-        x_label: str = "") -> str:
+def cdf(name: str, title: str, series: Sequence[tuple[str, Sequence[float | None] | np.ndarray]],
+        unit: Format = seconds, x_label: str = "") -> str:
     """Each series' cumulative distribution; log x when the values span more than a decade. Large series are drawn
-    through CDF_POINTS quantiles (exact at each of them), small ones step by step."""
-    series = [(label, np.sort(np.asarray(v, dtype=np.float64))) for label, v in series]
-    series = [(label, v[np.isfinite(v)]) for label, v in series]
-    drawn = [(label, v) for label, v in series if len(v)]
+    through CDF_POINTS quantiles (exact at each of them), small ones step by step. A value that is None or not
+    finite is left out."""
+    arrays = [(label, np.sort(np.asarray(v, dtype=np.float64))) for label, v in series]
+    arrays = [(label, v[np.isfinite(v)]) for label, v in arrays]
+    drawn = [(label, v) for label, v in arrays if len(v)]
     if not drawn:
         return empty(name, title, "no observations: no measured request succeeded")
     values = np.concatenate([v for _, v in drawn])

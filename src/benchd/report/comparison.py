@@ -44,6 +44,7 @@ def comparison_page(result: Comparison, a: Side, b: Side) -> str:
                                 kind="warning"))
     if rows := context_rows(result):
         ca, cb = result.context_a, result.context_b
+        assert ca is not None and cb is not None  # context_rows() has rows only with both (report/tables.py)
         cells = [["runs", _runs(result.a, ca.reports), _runs(result.b, cb.reports)],
                  *[[esc(x) for x in row] for row in rows[1:]]]
         cells[0][1] = f"{ca.runs}: {cells[0][1]}"

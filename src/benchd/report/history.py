@@ -65,7 +65,7 @@ def change_table(changes: Sequence[ChangePoint], lead: Sequence[str] = (), lead_
 def _chart(series: SeriesView, f: FigureSeries) -> str:
     """The figure run by run (markers), each segment's geometric mean (dashed), segments shaded in turn."""
     t = list(range(len(f.points)))
-    mean = [None] * len(t)
+    mean: list[float | None] = [None] * len(t)
     for s in f.segments:
         start = next(i for i, p in enumerate(f.points) if p.run_id == s.first_run)
         for i in range(start, start + s.runs):

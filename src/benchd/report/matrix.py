@@ -5,7 +5,7 @@ distributions per variant, and each run's throughput in execution order."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,7 +213,7 @@ def _rounded(value: object) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def matrix_page(row: dict, records: dict[str, Sequence[RequestRecord]]) -> str:
+def matrix_page(row: dict, records: Mapping[str, Sequence[RequestRecord]]) -> str:
     """row: the matrix as stored (store.get_matrix, or the CLI's outcome in that form); records: each run's first
     stage's records, by run id."""
     comparison = MatrixComparison.model_validate(row["comparison"]) if row.get("comparison") else None
@@ -320,7 +320,7 @@ def _metrics(v: VariantComparison, comparison: MatrixComparison) -> str:
             + notes(reasons))
 
 
-def _runs(row: dict, records: dict[str, Sequence[RequestRecord]], labels: dict[int, str]) -> str:
+def _runs(row: dict, records: Mapping[str, Sequence[RequestRecord]], labels: dict[int, str]) -> str:
     """Throughput per run from its measured token stamps, at its place in the execution order."""
     series: dict[int, tuple[list[float], list[float]]] = {i: ([], []) for i in labels}
     for position, run in enumerate(row["runs"]):

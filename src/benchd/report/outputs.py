@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -50,7 +51,7 @@ CSV_COLUMNS = [
 ]
 
 
-def csv_row(row: dict[str, object]) -> dict[str, object]:
+def csv_row(row: dict[str, Any]) -> dict[str, object]:
     """A request as a CSV row, from its stored form (RequestRecord.to_row): token_times_s repeats an arrival's
     stamp once per token it carried."""
     stamps, counts = row["arrival_s"] or [], row["arrival_tokens"] or []
@@ -81,8 +82,9 @@ def write_outputs(result: RunResult, out_dir: Path) -> list[Path]:
     if result.spec.kind != "generate":
         results = result.ended().summaries
         stages = [r.stage for r in results]
-        rows = [{"stage_index": t.stage_index, "series": t.series, "index": t.index, "warmup": t.warmup,
-                 "seconds": t.seconds} for t in result.timings]  # as the store keeps them
+        rows: list[dict[str, Any]] = [{"stage_index": t.stage_index, "series": t.series, "index": t.index,
+                                       "warmup": t.warmup, "seconds": t.seconds}
+                                      for t in result.timings]  # as the store keeps them
         with (out_dir / "timings.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=TIMING_COLUMNS)
             writer.writeheader()

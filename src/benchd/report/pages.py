@@ -290,6 +290,8 @@ def _hardware(timeline: dict | None, bands: list[Band], missing: str) -> str:
 
     t = kept(samples.get("t", []))
     gpus = sorted((g, {k: kept(v) for k, v in series.items()}) for g, series in samples.get("gpus", {}).items())
+    note: str | None
+    cpu_note: str | None
     if timeline is None:
         note = cpu_note = f"{missing}: no hardware samples"
     else:
@@ -368,12 +370,12 @@ def _warmth(engine_run: int | None) -> str | None:
 
 def _timed(kind: str, summaries: list, rows: list[dict], summary: str) -> list[str]:
     if kind == "kernel":
-        figures = table(KERNEL_COLUMNS, kernel_rows(summaries), text_columns=4)
+        figures_table = table(KERNEL_COLUMNS, kernel_rows(summaries), text_columns=4)
         caption = "TFLOP/s at the median time"
     else:
-        figures = table([""] + [s.stage for s in summaries], [[n, *c] for n, c in train_step_rows(summaries)])
+        figures_table = table([""] + [s.stage for s in summaries], [[n, *c] for n, c in train_step_rows(summaries)])
         caption = train_step_subject(summaries[0]) if summaries else ""
-    out = [section("Summary", f'<p class="note">{esc(caption)}</p>' if caption else "", figures, summary,
+    out = [section("Summary", f'<p class="note">{esc(caption)}</p>' if caption else "", figures_table, summary,
                    anchor="summary")]
     # A chart per training-step stage (its phases), or per kernel shape (its implementations).
     groups: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))

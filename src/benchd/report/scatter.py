@@ -100,10 +100,10 @@ def tradeoff(name: str, title: str, points: Sequence[Point], latency_name: str, 
         fill = "#fff" if p.met is False else color
         ring = f' stroke="{RING}" stroke-width="1.5"' if id(p) in on_front else f' stroke="{color}" stroke-width="1.5"'
         state = {True: "; met the SLO", False: "; missed the SLO", None: ""}[p.met]
-        front = "; on the Pareto front" if id(p) in on_front else ""
+        placed = "; on the Pareto front" if id(p) in on_front else ""
         body.append(f'<circle class="mark" cx="{px:.1f}" cy="{py:.1f}" r="{5 if id(p) in on_front else 4}" '
                     f'fill="{fill}"{ring}><title>{_esc(p.name or p.label)}: {number(p.throughput)} tok/s, '
-                    f'{latency_name} {seconds(p.latency)}{state}{front}</title></circle>'
+                    f'{latency_name} {seconds(p.latency)}{state}{placed}</title></circle>'
                     f'{_label(px, py, p.label, WIDTH - RIGHT)}')
     legend = [(p.name, PALETTE[i % (len(PALETTE) - 1)]) for i, p in enumerate(points) if p.name]
     legend.append(("on the Pareto front: ringed, joined", RING))

@@ -238,7 +238,9 @@ def kernel_rows(results: list[KernelResult]) -> list[list[str]]:
 
 def parse_summaries(kind: str, stages: list[dict]) -> list:
     """A run's stored or streamed stage summaries as their models, by the spec's kind."""
-    model = {"generate": StageSummary, "train_step": TrainStepSummary, "kernel": KernelResult}[kind]
+    models: dict[str, type[StageSummary] | type[TrainStepSummary] | type[KernelResult]] = {
+        "generate": StageSummary, "train_step": TrainStepSummary, "kernel": KernelResult}
+    model = models[kind]
     return [model.model_validate(s) for s in stages]
 
 

@@ -136,14 +136,14 @@ def expand(matrix: MatrixSpec) -> list[Variant]:
     paths = list(matrix.matrix)
     variants = []
     for index, combination in enumerate(itertools.product(*matrix.matrix.values())):
-        values = dict(zip(paths, combination))
+        chosen = dict(zip(paths, combination))
         data = copy.deepcopy(matrix.spec)
         try:
-            for path, value in values.items():
+            for path, value in chosen.items():
                 _set(data, path, value)
             spec = validate_spec(data)
         except ValueError as error:  # pydantic's ValidationError is one
-            problems.extend(_variant_problems(values, error))
+            problems.extend(_variant_problems(chosen, error))
             continue
         if not isinstance(spec, GenerateSpec):
             problems.append((("kind",), FIXED["kind"]))
@@ -151,7 +151,7 @@ def expand(matrix: MatrixSpec) -> list[Variant]:
         if spec.placement != "one":
             problems.append((("placement",), FIXED["placement"]))
             break
-        variants.append(Variant(index, label_of(values), values, spec))
+        variants.append(Variant(index, label_of(chosen), chosen, spec))
     if problems:
         raise MatrixProblem(problems)
     baseline_index(matrix.baseline, variants)

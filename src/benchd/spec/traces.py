@@ -130,6 +130,7 @@ def summarize(profile: Trace, max_bytes: int | None = None, deadline_s: float | 
                 prompt, output = max(prompt, item.prompt_tokens), max(output, item.output_tokens)
             if not requests:
                 raise TraceError(f"{WHERE}: {profile.path} holds no requests")
+            assert first is not None  # the first request set it
             found = (requests, last - first, prompt, output)
             with _cache_lock:
                 _cache[key] = found
@@ -164,18 +165,24 @@ def _offset(value: object, key: str, scale: float) -> float | str:
 def _jsonl(data: dict) -> TraceItem | str:
     offset = _offset(data.get("offset_s"), "offset_s", 1.0)
     prompt, output = _count(data, "prompt_tokens"), _count(data, "output_tokens")
-    for value in (offset, prompt, output):
-        if isinstance(value, str):
-            return value
+    if isinstance(offset, str):
+        return offset
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(output, str):
+        return output
     return TraceItem(offset, prompt, output)
 
 
 def _mooncake(data: dict) -> TraceItem | str:
     offset = _offset(data.get("timestamp"), "timestamp", 1e-3)  # milliseconds
     prompt, output = _count(data, "input_length"), _count(data, "output_length")
-    for value in (offset, prompt, output):
-        if isinstance(value, str):
-            return value
+    if isinstance(offset, str):
+        return offset
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(output, str):
+        return output
     hash_ids = data.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
         return f"hash_ids must be a list of whole numbers, not {hash_ids!r}"

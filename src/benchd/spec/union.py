@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
 from pydantic import (
@@ -19,11 +19,11 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     WrapValidator,
 )
-from pydantic_core import CoreSchema, InitErrorDetails
+from pydantic_core import CoreSchema, ErrorDetails, InitErrorDetails
 
 from benchd.spec.documents import DocumentError, load_yaml
 from benchd.spec.engines import default_engine, engines
-from benchd.spec.run import KernelSpec, SpecBase, TrainStepSpec
+from benchd.spec.run import GenerateSpec, KernelSpec, SpecBase, TrainStepSpec
 from benchd.spec.timed import KernelOptions, RunKind, TrainStepOptions
 from benchd.spec.workload import Workload
 
@@ -45,9 +45,17 @@ def unused() -> dict[str, TypeAdapter]:
     """Sections a document may hold for another kind or engine than its own: a spec dumped before RunSpec was a
     union holds every one, and a matrix over engines gives each variant the others' options. Each is checked as
     that kind or engine would check it (a bad one is refused, as before), then left out."""
-    sections = {name: TypeAdapter(record.spec.model_fields[name].annotation) for name, record in engines().items()}
-    return {"engine": TypeAdapter(Literal[tuple(engines())], config=_STRICT), "workload": TypeAdapter(Workload),
+    sections = {name: _section(record.spec, name) for name, record in engines().items()}
+    # a Literal of the names found at run time, which no static type can spell
+    names: Any = Literal[tuple(engines())]
+    return {"engine": TypeAdapter(names, config=_STRICT), "workload": TypeAdapter(Workload),
             **sections, "train_step": TypeAdapter(TrainStepOptions), "kernel": TypeAdapter(KernelOptions | None)}
+
+
+def _section(spec: type[SpecBase], name: str) -> TypeAdapter:
+    annotation = spec.model_fields[name].annotation
+    assert annotation is not None  # a model's field always has its type
+    return TypeAdapter(annotation)
 
 
 @cache
@@ -57,9 +65,14 @@ def spec_fields() -> frozenset[str]:
 
 
 def _located(error: ValidationError, *loc: str | int) -> list[InitErrorDetails]:
-    return [InitErrorDetails(type=item["type"], loc=(*loc, *item["loc"]), input=item["input"],
-                             **({"ctx": item["ctx"]} if "ctx" in item else {}))
-            for item in error.errors(include_url=False)]
+    return [_moved(item, loc) for item in error.errors(include_url=False)]
+
+
+def _moved(item: ErrorDetails, loc: tuple[str | int, ...]) -> InitErrorDetails:
+    details = InitErrorDetails(type=item["type"], loc=(*loc, *item["loc"]), input=item["input"])
+    if "ctx" in item:
+        details["ctx"] = item["ctx"]
+    return details
 
 
 def _runner(data: dict) -> str:
@@ -126,7 +139,12 @@ class _Runners:
         return handler.generate_schema(Annotated[Union[members], Discriminator(_tag)])  # noqa: UP007
 
 
-RunSpec = Annotated[_Runners, WrapValidator(_read)]
+if TYPE_CHECKING:
+    # What a type checker sees: the members are known only at run time (_Runners), but every engine's spec is a
+    # GenerateSpec (spec/engines.py, EngineRecord.spec), so these three, told apart by kind, stand for them all.
+    RunSpec: TypeAlias = GenerateSpec | TrainStepSpec | KernelSpec
+else:
+    RunSpec = Annotated[_Runners, WrapValidator(_read)]
 
 
 @cache

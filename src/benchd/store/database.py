@@ -131,7 +131,7 @@ class Store:
 
     def finish_run(self, outcome: RunOutcome) -> None:
         """The run's end (measure/outcome.py): its figures and verdict, its stages' rows, its timings."""
-        self._visible(FinishRun.of(outcome, _iso(now())))
+        self._visible(FinishRun.of(outcome, now().isoformat()))
 
     def put_schedule(self, name: str, spec: dict, interval_s: float, enabled: bool = True) -> None:
         self.spool.submit(PutSchedule({"name": name, "spec": spec, "interval_s": interval_s, "enabled": enabled,

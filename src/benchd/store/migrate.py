@@ -37,7 +37,9 @@ def head() -> str:
 
     config = Config()
     config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
-    return ScriptDirectory.from_config(config).get_current_head()
+    newest = ScriptDirectory.from_config(config).get_current_head()
+    assert newest is not None  # store/migrations/versions holds the revisions
+    return newest
 
 
 def revision(engine: sa.Engine) -> str | None:

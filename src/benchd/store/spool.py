@@ -105,6 +105,12 @@ class Spool:
         self._pending.append(_Pending(self._seq, {"op": READY}, UNJOURNALED))
         self._thread.start()
 
+    @property
+    def _opened(self) -> Journal:
+        """The journal start() opened: every write comes after it."""
+        assert self.journal is not None
+        return self.journal
+
     def submit(self, op: dict[str, Any]) -> int:
         """Journal the operation (durable once this returns, unless the journal takes no writes: then it is held in
         memory, behind those held before it) and queue it; its sequence number. Never raises for the disk."""
@@ -113,7 +119,7 @@ class Spool:
             item = _Pending(self._seq, op, HELD)
             if not self._held:
                 try:
-                    item.end = self.journal.append(op)
+                    item.end = self._opened.append(op)
                     self.status.journal_error = None
                 except OSError as error:
                     self._journal_failed(error)
@@ -209,8 +215,8 @@ class Spool:
                         return  # stays journaled
                     self._outage(error)
                     continue
-                log.error("the store refused an operation (%s): kept in %s", error, self.journal.rejected_path)
-                self.journal.reject(item.op, f"{type(error).__name__}: {error}")
+                log.error("the store refused an operation (%s): kept in %s", error, self._opened.rejected_path)
+                self._opened.reject(item.op, f"{type(error).__name__}: {error}")
                 self.status.rejected += 1
                 self.on_error("store")
             self._done(item)
@@ -223,7 +229,7 @@ class Spool:
                 self._held.popleft()
                 self.status.held = len(self._held)
             elif item.end >= 0:
-                self.journal.applied(item.end)
+                self._opened.applied(item.end)
             self._applied = item.seq
             if self.watch is not None:
                 self.watch.applied(item.seq, item.op)
@@ -236,7 +242,7 @@ class Spool:
         self.status.last_error = f"{type(error).__name__}: {str(error).splitlines()[0]}"
         if first:
             log.warning("the database is unreachable (%s): writes wait in %s", self.status.last_error,
-                        self.journal.path)
+                        self._opened.path)
         delay = BACKOFF_S[min(self._backoff, len(BACKOFF_S) - 1)]
         self._backoff += 1
         with self._cond:
@@ -246,7 +252,7 @@ class Spool:
         """Under the lock: the journal did not take a write."""
         if self.status.journal_error is None:
             log.error("the write journal %s takes no writes (%s): writes are held in memory, no run starts until "
-                      "it does again", self.journal.path, error)
+                      "it does again", self._opened.path, error)
         self.status.journal_error = f"the write journal takes no writes: {disk_error(error)}"
         self._journal_retry = time.monotonic() + JOURNAL_RETRY_S
 
@@ -258,9 +264,9 @@ class Spool:
                 return False
             try:
                 if not self._held:  # all of them applied meanwhile: whether the disk takes a write now
-                    self.journal.probe()
+                    self._opened.probe()
                 while self._held:
-                    self._held[0].end = self.journal.append(self._held[0].op)
+                    self._held[0].end = self._opened.append(self._held[0].op)
                     self._held.popleft()
                     self.status.held = len(self._held)
             except OSError as error:
@@ -300,4 +306,4 @@ class Spool:
 
     def _refresh(self) -> None:
         self.status.pending = len(self._pending)
-        self.status.journal_bytes = self.journal.unapplied_bytes
+        self.status.journal_bytes = self._opened.unapplied_bytes

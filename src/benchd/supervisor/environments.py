@@ -212,6 +212,7 @@ class Environments:
         """The venv's interpreter, built first unless it is (supervisor/builds.py), in a directory of the daemon's
         own (supervisor/paths.py: a venv is on its workers' import path)."""
         venv = self.venv(requirements)
+        assert self.cache_dir is not None  # venv() refused without one
         if not (venv / BUILT).exists():
             with self._lock:
                 try:
@@ -249,9 +250,11 @@ class ForeignProcess:
         # PYTHONSAFEPATH: `python -m` would put the working directory first on its path, ahead of that private one.
         env = {**os.environ, **self.env, "PYTHONSAFEPATH": "1"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)
+        python = self.interpreter.python
+        assert python is not None  # another environment's (supervisor/handle.py starts the daemon's own otherwise)
         with open(self.log_path, "a") as log:  # what it says before it takes its log itself (an import failing)
             self._popen = subprocess.Popen(
-                [self.interpreter.python, "-m", "benchd.worker.entry", str(theirs.fileno()), self.slot_key,
+                [python, "-m", "benchd.worker.entry", str(theirs.fileno()), self.slot_key,
                  self.log_path], pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT)
         theirs.close()
@@ -277,4 +280,5 @@ class ForeignProcess:
 
     def kill(self) -> None:
         if self.is_alive():
+            assert self._popen is not None  # alive: started
             self._popen.kill()

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from benchd.hardware.devices import Slot, pick, targets
 from benchd.hardware.speed import DeviceSpeed
@@ -18,6 +18,26 @@ from benchd.supervisor.handle import Deadline, Death, RunSink, WorkerHandle
 from benchd.supervisor.settings import WorkerSettings
 
 log = logging.getLogger("benchd.workers")
+
+
+class RunPool(Protocol):
+    """What a run takes of a pool (daemon/lifecycle.py): the daemon's workers (WorkerPool, below), or one core in the
+    caller's process (daemon/inprocess.py, LocalPool)."""
+
+    environments: Environments
+    settings: WorkerSettings
+
+    def arrange(self, device: str, placement: str = "one", tensor_parallel: int = 1,
+                environment: str = CURRENT) -> list[Slot]: ...
+
+    def submit(self, device: str, run_id: str, spec: dict, faults: dict | None, sink: RunSink,
+               environment: str = CURRENT, wait_s: float = 0.0, trace_id: str | None = None,
+               confine: dict | None = None, deadline: Deadline | None = None,
+               beat: Callable[[], None] = lambda: None) -> None: ...
+
+    def cancel(self, device: str, run_id: str, reason: str) -> None: ...
+
+    def kill(self, device: str, reason: str, cause: str) -> None: ...
 
 
 class WorkerPool:
@@ -171,8 +191,8 @@ class WorkerPool:
             beat()
             worker = self.worker_for(device)
             if worker is not None and worker.environment != environment:
-                failed, why = self.failures.get(worker.slot.key, (None, None))
-                sink.died(why if failed == environment else
+                failure = self.failures.get(worker.slot.key)
+                sink.died(failure[1] if failure is not None and failure[0] == environment else
                           f"no worker in environment {environment!r} on {device} (its is {worker.environment!r})")
                 return
             if worker is not None and worker.state == "ready":
@@ -220,6 +240,7 @@ class WorkerPool:
         if worker.speed is not None:
             for key in worker.slot.devices:
                 self.speeds.setdefault(key, worker.speed)
+        assert worker.pid is not None  # a ready worker was started (supervisor/handle.py, WorkerHandle.start)
         self.watch(worker.name, worker.pid)
         if self.model is None:
             self.load_errors[worker.slot.key] = None

@@ -121,40 +121,40 @@ def families(snapshot: Snapshot) -> list[Metric]:
                     {**labels, "clock_event": CLOCK_EVENT_OF[reason]}, float(active))
 
     host = snapshot.host
-    for name, doc, value in (
+    for name, doc, figure in (
         ("benchd_host_cpu_utilization_ratio", "CPU busy across all cores, 0–1.", host.cpu_ratio),
         ("benchd_host_memory_used_bytes", "Host memory in use (total − available).", host.memory_used_bytes),
         ("benchd_host_memory_available_bytes", "Host memory available.", host.memory_available_bytes),
         ("benchd_host_memory_total_bytes", "Host memory in all.", host.memory_total_bytes),
     ):
-        if value is not None:
-            out.add(name, "gauge", doc, {}, value)
+        if figure is not None:
+            out.add(name, "gauge", doc, {}, figure)
     for core, ratio in enumerate(host.cpu_core_ratios):
         out.add("benchd_host_cpu_core_utilization_ratio", "gauge", "CPU busy per core, 0–1.", {"core": str(core)},
                 ratio)
     if host.load is not None:
         for period, value in zip(("1m", "5m", "15m"), host.load):
             out.add("benchd_host_load_average", "gauge", "Run-queue load average.", {"period": period}, value)
-    for process, reading in host.processes.items():
+    for process, own in host.processes.items():
         out.add("benchd_host_process_cpu_utilization_ratio", "gauge",
                 "A benchd process's CPU time as a share of the cores it may use (its affinity), 0–1, over the last "
-                "half second or more (process: daemon, worker…).", {"process": process}, reading.cpu_ratio)
-        for mode, seconds in (("user", reading.cpu_user_s), ("system", reading.cpu_system_s)):
+                "half second or more (process: daemon, worker…).", {"process": process}, own.cpu_ratio)
+        for mode, seconds in (("user", own.cpu_user_s), ("system", own.cpu_system_s)):
             out.add("benchd_host_process_cpu_seconds", "counter",
                     "A benchd process's CPU time since it started, by mode (user, system), as "
                     "process_cpu_seconds_total counts it: its rate is the cores it keeps busy.",
                     {"process": process, "mode": mode}, seconds)
         out.add("benchd_host_process_cpu_cores", "gauge", "The cores a benchd process may run on (its affinity).",
-                {"process": process}, reading.cores)
+                {"process": process}, own.cores)
         out.add("benchd_host_process_resident_memory_bytes", "gauge",
                 "A benchd process's resident memory (process: daemon, worker…).", {"process": process},
-                reading.resident_bytes)
+                own.resident_bytes)
     return list(out.by_name.values())
 
 
 def info_families(gpus: list[GPUInfo], migs: list[tuple[GPUInfo, MigInstance]]) -> list[Metric]:
     """What the GPUs are: driver, PCI bus id, MIG layout. Read once at start, so served even while stalled."""
-    out = []
+    out: list[Metric] = []
     if gpus:
         info = InfoMetricFamily("benchd_gpu", "A GPU: its PCI bus id and driver (value 1).")
         for g in gpus:
@@ -178,7 +178,7 @@ def limit_families(speeds: dict[str, DeviceSpeed]) -> list[Metric]:
     where the model is known (source: measured, datasheet); speeds by the gpu label of the device's series (NVML's
     index; "" for the CPU, as its runs' series carry). A GPU's under benchd_gpu_peak_*, the CPU's under
     benchd_cpu_peak_*: no CPU is a GPU's series."""
-    families: dict[str, list[Metric]] = {}
+    families: dict[str, list[GaugeMetricFamily]] = {}
     for kind, what in (("gpu", "GPU"), ("cpu", "CPU")):
         families[kind] = [
             GaugeMetricFamily(f"benchd_{kind}_peak_memory_bandwidth_bytes_per_second",

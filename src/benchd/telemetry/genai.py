@@ -195,6 +195,8 @@ class GenAIMetrics:
             start, self._last_ns = (self._last_ns if delta else self._start_ns), now
             by_instrument: dict[Instrument, list[HistogramDataPoint]] = {}
             for (instrument, key), total in totals.items():
+                low: float | None
+                high: float | None
                 counts, value, low, high = total.counts, total.total, total.low, total.high
                 if delta:
                     last_counts, last_total = self._last.get((instrument, key), ([0] * len(counts), 0.0))
@@ -237,7 +239,8 @@ class _Reader(PeriodicExportingMetricReader):
         self._delta = preferred.get(HistogramInstrument) is AggregationTemporality.DELTA
         super().__init__(exporter, export_interval_millis=export_interval_millis)
 
-    def collect(self, timeout_millis: float = 10_000) -> None:
+    # the SDK marks collect final: this reader collects benchd's own histograms instead of an SDK meter's
+    def collect(self, timeout_millis: float = 10_000) -> None:  # type: ignore[misc]
         data = self._source.collect(self._resource, self._delta)
         if data is not None:
             self._receive_metrics(data, timeout_millis=timeout_millis)
@@ -264,12 +267,14 @@ def otlp_metric_exporter() -> MetricExporter:
     protocol = (env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
                 or "http/protobuf")
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    elif protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    else:
-        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL: {protocol!r} is not supported (grpc or http/protobuf)")
-    return OTLPMetricExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GRPCExporter
+
+        return GRPCExporter()
+    if protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HTTPExporter
+
+        return HTTPExporter()
+    raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL: {protocol!r} is not supported (grpc or http/protobuf)")
 
 
 def build_genai_metrics(exporter: MetricExporter | None = None,

@@ -4,6 +4,7 @@ made from its record once the run is over, and a timed run's stages, at explicit
 from __future__ import annotations
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from benchd.measure.records import RequestRecord
@@ -24,7 +25,7 @@ class RunSpans:
                  parent: RunSpans | None = None) -> None:
         self.tracer, self.span_ids, self.genai, self.run_id, self.parent = tracer, span_ids, genai, run_id, parent
         self.clock = Clock()
-        self.context = None
+        self.context: Context | None = None
         self.trace_id: str | None = None  # the run's trace, once started (and sampled)
         self.span: Span | None = None
 
@@ -57,6 +58,7 @@ class RunSpans:
             self._start_request_span(record)
 
     def _start_request_span(self, record: RequestRecord) -> None:
+        assert self.tracer is not None  # requests() asks first
         span = self.tracer.start_span(
             f"{self.genai.operation} {self.genai.model}", context=self.context, kind=SpanKind.CLIENT,
             start_time=self.clock.ns(record.scheduled_s),

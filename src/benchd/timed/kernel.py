@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from benchd.measure.timings import KernelResult, TimingStats
 from benchd.models.flops import attention_flops, matmul_flops
 from benchd.models.loading import resolve_device, resolve_dtype
-from benchd.spec import AttentionKernel, AttentionShape, MatmulKernel, MatmulShape
+from benchd.spec import AttentionKernel, AttentionShape, KernelSpec, MatmulKernel, MatmulShape
 from benchd.timed.clock import CacheFlusher, DeviceClock
 from benchd.timed.context import TimedContext
 
@@ -91,6 +91,7 @@ def attention(name: str, shape: AttentionShape, dtype: torch.dtype, device: torc
 
 
 def execute(ctx: TimedContext) -> None:
+    assert isinstance(ctx.spec, KernelSpec)  # run_timed (timed/__init__.py) picks this body by the spec's kind
     options = ctx.spec.kernel
     device = resolve_device(ctx.spec.device)
     dtype = resolve_dtype(ctx.spec.dtype, device)

@@ -14,7 +14,7 @@ import torch
 from benchd.measure.timings import TimingStats, TrainStepSummary
 from benchd.models.flops import PRECISIONS, Shape, memory_breakdown, peak_tflops, step_flops
 from benchd.models.loading import DTYPES, load_model, parameter_count
-from benchd.spec import SpecError
+from benchd.spec import SpecError, TrainStepSpec
 from benchd.timed.clock import DeviceClock
 from benchd.timed.context import TimedContext
 
@@ -24,6 +24,7 @@ PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def execute(ctx: TimedContext) -> None:
+    assert isinstance(ctx.spec, TrainStepSpec)  # run_timed (timed/__init__.py) picks this body by the spec's kind
     options = ctx.spec.train_step
     levels = options.warmup_study or [options.warmup_steps]
     for warmup in levels:
@@ -61,6 +62,7 @@ class _Level:
     def __init__(self, ctx: TimedContext, warmup: int, levels: int) -> None:
         self.ctx, self.warmup, self.levels = ctx, warmup, levels
         spec = ctx.spec
+        assert isinstance(spec, TrainStepSpec)  # execute() is its only maker
         self.options = spec.train_step
         self.phases = PHASES[self.options.mode]
         self.times: dict[str, list[float]] = {phase: [] for phase in (*self.phases, "step")}

@@ -22,7 +22,7 @@ from benchd.protocol import events
 from benchd.protocol.messages import Done, Events, Exiting, Report, Warmed
 from benchd.protocol.metadata import RunMetadata
 from benchd.protocol.outbox import Outbox
-from benchd.spec import GenerateSpec, RunSpec, traces, validate_spec
+from benchd.spec import GenerateSpec, KernelSpec, TrainStepSpec, traces, validate_spec
 from benchd.spec.stack import loading_attention
 from benchd.stopping import StopSignal
 from benchd.timed import run_timed
@@ -249,7 +249,7 @@ class WorkerCore:
         self._loaded_key = key
         return self._loaded.load_s
 
-    def _engine_for(self, spec: RunSpec) -> Engine:
+    def _engine_for(self, spec: GenerateSpec) -> Engine:
         """One engine stays started across runs that would configure it identically (no new warm-up)."""
         workload = spec.workload
         # a matrix may vary only these on one loaded model
@@ -274,7 +274,7 @@ class WorkerCore:
         self._engine, self._engine_key, self._engine_runs = engine, key, 0
         return engine
 
-    def _renew(self, spec: RunSpec) -> Engine:
+    def _renew(self, spec: GenerateSpec) -> Engine:
         """A new engine for the stages after one whose engine ran out of device memory: the old one's cache and
         graphs are released first (a tensor-parallel group's ranks would have to renew together: not done)."""
         self._close_engine()
@@ -290,7 +290,7 @@ class WorkerCore:
 
     # ---- a timed run -----------------------------------------------------------------------------
 
-    def _timed(self, spec: RunSpec, outbox: Outbox, stop: StopSignal,
+    def _timed(self, spec: TrainStepSpec | KernelSpec, outbox: Outbox, stop: StopSignal,
                model: str) -> tuple[RunMetadata, str, str | None]:
         # A timed run has the process to itself: no idle engine beside it holding its KV cache, its generation
         # thread and its setting of torch's CPU threads. It starts again, warmed up, at the next generation run.

@@ -12,6 +12,7 @@ import ssl
 import struct
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import uvloop
 
@@ -158,6 +159,7 @@ class Worker:
                 if self.waiting and self.connections < self.max_connections:
                     self.open()
             return
+        assert connection.transport is not None  # create_connection made it (Connection.connection_made)
         connection.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.release(connection)
 
@@ -267,7 +269,7 @@ class Control(asyncio.Protocol):
         self.worker, self.reader = worker, FrameReader()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.worker.control = transport
+        self.worker.control = cast(asyncio.Transport, transport)  # a stream connection's
 
     def data_received(self, data: bytes) -> None:
         for item in self.reader.feed(data):

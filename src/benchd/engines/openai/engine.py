@@ -277,7 +277,7 @@ class OpenAIEngine:
         open_clients = len(self._clients)
         while open_clients:
             for key, _ in selector.select():
-                client: _Client = key.data
+                client = key.data  # a _Client, as registered
                 data = client.sock.recv(1 << 20)
                 if not data:
                     selector.unregister(client.sock)

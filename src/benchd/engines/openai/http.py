@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -68,13 +68,14 @@ class Connection(asyncio.Protocol):
         self.t = 0.0  # the current read's arrival
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's (create_connection)
 
     def start(self, request: Request) -> None:
         self.request, request.connection = request, self
         request.started_t = time.perf_counter()
         self.answered, self.error_body = False, b""
         self.head_bytes = self.body_bytes = self.interim = 0
+        assert self.transport is not None  # started once connected (engines/openai/client.py, Client.release)
         self.transport.write(request.data)
 
     def close(self) -> None:

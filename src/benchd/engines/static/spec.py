@@ -33,7 +33,7 @@ class StaticSpec(GenerateSpec):
         return self.static
 
 
-class StaticMemory(EngineMemory):
+class StaticMemory(EngineMemory[StaticSpec]):
     def footprint(self, spec: StaticSpec, device_type: str, shape: Shape, weights: int, element: int) -> Footprint:
         """A batch's prefill: its mask, K/V repeated for every query head, the logits."""
         kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * element

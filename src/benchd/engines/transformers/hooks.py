@@ -3,6 +3,8 @@ hand-off, on a CPU) and the count of the steps it schedules (the roofline's step
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from benchd.engines.handoff import Handoff
@@ -13,7 +15,8 @@ def handoff_hooks(model: torch.nn.Module, handoff: Handoff) -> list:
     """Where the generation thread gives way to a due send: before each decoder layer (the first list of modules:
     a forward pass of a small model on a CPU is milliseconds), and before and after each forward pass (sampling and
     scheduling lie between)."""
-    layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), [])
+    layers: Iterable[torch.nn.Module] = next((m for m in model.modules()
+                                              if isinstance(m, torch.nn.ModuleList) and len(m)), [])
     return [*(layer.register_forward_pre_hook(handoff.give_way) for layer in layers),
             model.register_forward_pre_hook(handoff.give_way), model.register_forward_hook(handoff.give_way)]
 

@@ -30,7 +30,7 @@ CPU_BLOCK_SIZE, CPU_CACHE_TOKENS = 32, 256 * 32
 CPU_BATCH_TOKENS = 256
 
 
-class TransformersMemory(EngineMemory):
+class TransformersMemory(EngineMemory["TransformersSpec"]):  # the spec by name: its module imports this one
     def footprint(self, spec: TransformersSpec, device_type: str, shape: Shape, weights: int,
                   element: int) -> Footprint:
         """Where benchd does not plan (a CPU, or the library's own sizing on a GPU, for which the cache holds one
